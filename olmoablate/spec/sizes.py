@@ -1,0 +1,112 @@
+"""Model sizes: OLMo-core's OLMo 3 presets as plain numbers, plus user-defined custom sizes.
+
+Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
+login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
+(`tests/test_sizes.py`) builds every preset with OLMo-core and checks each field, so the table
+cannot silently drift from the library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
+DOLMA2_VOCAB_SIZE = 100278
+DOLMA2_PADDED_VOCAB_SIZE = 100352
+DOLMA2_EOS_TOKEN_ID = 100257
+DOLMA2_PAD_TOKEN_ID = 100277
+
+#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
+#: layer is always full. Looped bodies must be a whole number of cycles.
+ATTENTION_CYCLE = 4
+
+
+@dataclass(frozen=True)
+class SizeDims:
+    """Every dimension a model of one size needs. ``sliding_window`` is the SWA width in tokens."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    mlp_hidden_size: int
+    sliding_window: int
+    vocab_size: int
+    preset: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def window_of(self, layer: int, n_layers: int | None = None) -> int | None:
+        """SWA width of ``layer`` (None = full attention), OLMo 3 pattern, last layer full."""
+        n = self.n_layers if n_layers is None else n_layers
+        if layer == n - 1 or layer % ATTENTION_CYCLE == ATTENTION_CYCLE - 1:
+            return None
+        return self.sliding_window
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# name: (d_model, n_layers, n_heads, n_kv_heads, mlp_hidden_size)
+# From OLMo-core 3.0 `TransformerConfig.olmo3_<name>` (all MHA at these sizes, SWA width 4096).
+_PRESETS: dict[str, tuple[int, int, int, int, int]] = {
+    "14M": (128, 4, 8, 8, 512),
+    "30M": (256, 4, 8, 8, 768),
+    "60M": (384, 8, 8, 8, 1536),
+    "100M": (512, 12, 8, 8, 2048),
+    "190M": (768, 12, 12, 12, 3072),
+    "370M": (1024, 16, 16, 16, 4096),
+    "600M": (1280, 16, 16, 16, 5120),
+    "760M": (1536, 16, 16, 16, 6144),
+    "1B": (2048, 16, 16, 16, 8192),
+    "3B": (3328, 16, 16, 16, 13312),
+    "7B": (4096, 32, 32, 32, 11008),
+}
+PRESET_SLIDING_WINDOW = 4096
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def preset(name: str, vocab_size: int = DOLMA2_PADDED_VOCAB_SIZE) -> SizeDims:
+    """The OLMo 3 preset ``name`` (e.g. ``"1B"``); KeyError if there is none."""
+    d, n_layers, h, kv, ff = _PRESETS[name]
+    return SizeDims(
+        name=name,
+        d_model=d,
+        n_layers=n_layers,
+        n_heads=h,
+        n_kv_heads=kv,
+        mlp_hidden_size=ff,
+        sliding_window=PRESET_SLIDING_WINDOW,
+        vocab_size=vocab_size,
+        preset=True,
+    )
+
+
+def custom(name: str, dims: dict[str, int]) -> SizeDims:
+    """A custom size from the spec's ``custom_sizes`` entry (already validated by the schema)."""
+    return SizeDims(
+        name=name,
+        d_model=int(dims["d_model"]),
+        n_layers=int(dims["n_layers"]),
+        n_heads=int(dims["n_heads"]),
+        n_kv_heads=int(dims.get("n_kv_heads") or dims["n_heads"]),
+        mlp_hidden_size=int(dims["mlp_hidden_size"]),
+        sliding_window=int(dims["sliding_window"]),
+        vocab_size=int(dims.get("vocab_size") or DOLMA2_PADDED_VOCAB_SIZE),
+        preset=False,
+    )
+
+
+def resolve(size: str | dict[str, int] | SizeDims, vocab_size: int | None = None) -> SizeDims:
+    """A size name (preset) or a custom-size dict -> SizeDims. Used by the models package."""
+    if isinstance(size, SizeDims):
+        return size
+    if isinstance(size, str):
+        return preset(size, vocab_size or DOLMA2_PADDED_VOCAB_SIZE)
+    dims = dict(size)
+    if vocab_size is not None:
+        dims["vocab_size"] = vocab_size
+    return custom(str(dims.pop("name", "custom")), dims)
