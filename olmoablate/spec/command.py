@@ -1,0 +1,218 @@
+"""`olmoablate validate` and `olmoablate plan`.
+
+Both are login-node commands: they import neither torch nor olmo_core (a test runs
+`python -X importtime` to keep it that way) and finish in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from olmoablate.errors import UserError
+from olmoablate.io import write_json_atomic
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def find_spec_files(paths: list[Path]) -> list[Path]:
+    """Expand folders into the spec files they hold (recursively, sorted)."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files.extend(sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file()))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise UserError(f"{p}: no such file or folder")
+    return files
+
+
+def validate_command(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Spec files or folders of specs (*.yaml, *.yml).")
+    ],
+) -> None:
+    """Check spec files without submitting anything (for CI).
+
+    Exit 0 when every spec is valid. Otherwise exit 2 and print one line per problem:
+    FILE:LINE: field.path: what is wrong (allowed: ...). Also expands each spec into its pairs,
+    so a spec whose arms would differ in more than architecture fails here too.
+    """
+    from olmoablate.spec.expand import build_plan
+    from olmoablate.spec.load import SpecError, load_spec
+
+    files = find_spec_files(paths)
+    if not files:
+        raise UserError(f"no spec files (*.yaml, *.yml) found in {', '.join(map(str, paths))}")
+    failed = 0
+    for f in files:
+        try:
+            ls = load_spec(f)
+            plan = build_plan(ls)
+        except SpecError as err:
+            failed += 1
+            typer.echo(str(err), err=True)
+            continue
+        except UserError as err:
+            failed += 1
+            typer.echo(f"{f}:1: <pairs>: {err}", err=True)
+            continue
+        typer.echo(
+            f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
+            f"sizes {', '.join(ls.spec.sizes)})"
+        )
+    if failed:
+        raise typer.Exit(2)
+
+
+def plan_command(
+    spec: Annotated[Path, typer.Argument(help="The spec file (YAML).")],
+    size: Annotated[
+        list[str] | None,
+        typer.Option("--size", "-s", help="Only show these sizes (plan.json always holds all)."),
+    ] = None,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="table (default) or json.")
+    ] = OutputFormat.table,
+    results_root: Annotated[
+        Path, typer.Option(help="Folder that holds one results folder per spec.")
+    ] = Path("results"),
+    replan: Annotated[
+        bool,
+        typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
+    ] = False,
+) -> None:
+    """Expand a spec into matched runs with exact costs; write results/<name>/plan.json.
+
+    One line per run (params, FLOPs/token, tokens, steps, GPU-hours, memory estimate) and one per
+    pair naming exactly what differs between its arms. plan.json pre-registers the gate.
+    """
+    from olmoablate.spec.expand import build_plan, results_dir
+    from olmoablate.spec.load import load_spec
+
+    ls = load_spec(spec)
+    plan = build_plan(ls, spec_path=str(spec))
+    unknown = [s for s in (size or []) if s not in ls.spec.sizes]
+    if unknown:
+        raise UserError(
+            f"{spec}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
+        )
+    out_dir = results_dir(ls.spec.name, results_root)
+    plan_path = out_dir / "plan.json"
+    _guard_replan(plan_path, plan, replan)
+    write_json_atomic(plan_path, plan)
+
+    shown = _filter(plan, size)
+    if fmt is OutputFormat.json:
+        typer.echo(json.dumps(shown, indent=2))
+        return
+    render_plan(shown, plan_path)
+
+
+def _guard_replan(plan_path: Path, plan: dict[str, Any], replan: bool) -> None:
+    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans."""
+    if not plan_path.exists() or replan:
+        return
+    try:
+        old = json.loads(plan_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if old.get("spec_sha256") == plan["spec_sha256"]:
+        return
+    runs_dir = plan_path.parent / "runs"
+    started = runs_dir.is_dir() and any(runs_dir.iterdir())
+    if started:
+        raise UserError(
+            f"{plan_path}: the spec changed since this plan was made and runs have started; "
+            "the old plan (and its pre-registered gate) is kept. Re-plan deliberately with "
+            "--replan, or give the changed spec a new name"
+        )
+
+
+def _filter(plan: dict[str, Any], sizes: list[str] | None) -> dict[str, Any]:
+    if not sizes:
+        return plan
+    out = dict(plan)
+    out["runs"] = [r for r in plan["runs"] if r["size"] in sizes]
+    out["pairs"] = [p for p in plan["pairs"] if p["size"] in sizes]
+    return out
+
+
+def _human(n: float) -> str:
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 180))
+    table = Table(title=f"plan: {plan['spec_name']}  ({plan_path})", show_lines=False)
+    for col in (
+        "run_id",
+        "pair",
+        "arm",
+        "params",
+        "non-emb",
+        "FLOPs/tok",
+        "tokens",
+        "steps",
+        "GPU-h",
+        "mem GB",
+        "certificate",
+    ):
+        table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
+    for r in plan["runs"]:
+        table.add_row(
+            r["run_id"],
+            r["pair_id"],
+            r["arm"],
+            _human(r["params"]),
+            _human(r["non_embedding_params"]),
+            _human(r["train_flops_per_token"]),
+            _human(r["tokens"]),
+            str(r["steps"]),
+            f"{r['gpu_hours']:.4g}",
+            f"{r['peak_memory_gb']:.3g}",
+            r["certificate"][:12],
+        )
+    console.print(table)
+    pairs = Table(title="pairs (what differs between the arms)")
+    for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
+        pairs.add_column(col)
+    runs = {r["run_id"]: r for r in plan["runs"]}
+    for p in plan["pairs"]:
+        var = runs.get(p["variant_run"], {})
+        arch = " + ".join(
+            f"{k}({', '.join(f'{a}={b}' for a, b in v.items())})"
+            for k, v in var.get("architecture", {}).items()
+        )
+        differs = "; ".join(
+            f"architecture: {arch}" if d == "architecture" else
+            f"tokens: {_human(runs[p['baseline_run']]['tokens'])} -> {_human(var['tokens'])} (FLOPs-matched)"
+            for d in p["differs"]
+        )
+        pairs.add_row(
+            p["pair_id"], p["baseline_run"], p["variant_run"], p["budget_match"], differs, p["certificate"][:12]
+        )
+    console.print(pairs)
+    if plan.get("gate"):
+        g = plan["gate"]
+        console.print(
+            f"gate (pre-registered): stage {g['stage']} -> {', '.join(g['promote_to']) or '-'}; "
+            f"rule {g['rule']}; metric '{g['metric']}' ({g['direction']} is better), "
+            f"min effect {g['min_effect']}, confidence {g['confidence']}"
+        )

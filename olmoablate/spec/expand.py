@@ -1,0 +1,250 @@
+"""Expand a validated spec into runs and matched pairs: the plan.
+
+Why one baseline run per (size, seed) shared by all of that group's pairs: every variant of a
+group is compared with the same OLMo 3 run (same seed, data order, budget), so training it once
+per variant would only burn compute. A pair is (that baseline, one variant); its certificate is
+checked to be identical on both arms here, and again by the job and by the report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from olmoablate import __version__
+from olmoablate import accounting as acc
+from olmoablate.errors import UserError
+from olmoablate.io import sha256_of
+from olmoablate.spec import sizes as sizes_mod
+from olmoablate.spec.certificate import certificate_of, differences, shared_settings
+from olmoablate.spec.load import LoadedSpec
+
+PLAN_SCHEMA = 1
+
+
+class PairingError(UserError):
+    """A pair whose arms differ in more than architecture (and the declared budget)."""
+
+
+def _warmup_steps(schedule: dict[str, Any], steps: int) -> int:
+    if schedule.get("warmup_steps") is not None:
+        return int(schedule["warmup_steps"])
+    fraction = schedule.get("warmup_fraction")
+    return round(steps * (0.01 if fraction is None else float(fraction)))
+
+
+def resolve_loop_counts(raw: list[int | str], loops: int) -> list[int]:
+    """Spec loop counts (ints or multiples of b like '2b') -> sorted ints, always including b."""
+    out = {loops}
+    for item in raw:
+        if isinstance(item, int):
+            out.add(item)
+            continue
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)?\s*b\s*", item)
+        factor = float(m.group(1)) if m and m.group(1) else 1.0
+        out.add(max(1, round(factor * loops)))
+    return sorted(out)
+
+
+def _run_entry(
+    ls: LoadedSpec,
+    size: str,
+    seed: int,
+    arm: str,
+    arch: dict[str, Any],
+    budget_match: str,
+    base_steps: int,
+    steps: int,
+) -> dict[str, Any]:
+    st = ls.per_size[size]
+    t = st.training
+    dims = ls.dims[size]
+    data = t.data.model_dump()
+    data["seed"] = data["seed"] + (seed if data.pop("vary_with_seed") else 0)
+    data["vocab_size"] = dims.vocab_size
+    if data["eos_token_id"] is None:
+        data["eos_token_id"] = sizes_mod.DOLMA2_EOS_TOKEN_ID
+    if data["pad_token_id"] is None:
+        data["pad_token_id"] = sizes_mod.DOLMA2_PAD_TOKEN_ID
+    schedule = t.schedule.model_dump()
+    schedule["warmup_steps"] = _warmup_steps(schedule, base_steps)
+    schedule.pop("warmup_fraction")
+    optimizer = t.optimizer.model_dump()
+    optimizer["betas"] = list(optimizer["betas"])
+    tokens = steps * t.global_batch_size
+    training = {
+        "sequence_length": t.sequence_length,
+        "tokens": tokens,
+        "global_batch_size": t.global_batch_size,
+        "microbatch_size": ls.microbatch[size],
+        "steps": steps,
+        "optimizer": optimizer,
+        "schedule": schedule,
+        "grad_clip": t.grad_clip,
+        "z_loss": t.z_loss,
+        "precision": t.precision,
+        "init_seed": t.init_seed + seed,
+        "threads": t.threads,
+        "data": data,
+        "checkpoint_interval": t.checkpoint_interval,
+        "stability": t.stability.model_dump(),
+        "wandb": t.wandb.model_dump(),
+    }
+    topo = st.topology
+    cost = acc.run_cost(
+        dims,
+        arch,
+        seq_len=t.sequence_length,
+        tokens_per_step=t.global_batch_size,
+        steps=steps,
+        microbatch_tokens=ls.microbatch[size],
+        world_size=topo.world_size,
+        sharded=topo.data_parallel != "ddp",
+        bf16=t.precision == "bf16" or (t.precision == "auto" and topo.gpus_per_node > 0),
+        gpu_peak_tflops=topo.gpu_peak_tflops,
+        assumed_mfu=topo.assumed_mfu,
+    )
+    evaluation = st.evaluation.model_dump()
+    slurm = st.slurm.model_dump()
+    slurm["time_min"] = slurm.pop("time")
+    run: dict[str, Any] = {
+        "run_id": f"{size}-s{seed}-{arm}",
+        "group_id": f"{size}-s{seed}",
+        "pair_id": f"{size}-s{seed}-{arm}" if arm != "baseline" else f"{size}-s{seed}",
+        "pairs": [],
+        "size": size,
+        "arm": arm,
+        "seed": seed,
+        "architecture": arch,
+        "budget_match": budget_match,
+        "size_dims": dims.as_dict(),
+        "params": cost.params,
+        "non_embedding_params": cost.non_embedding_params,
+        "unique_params": cost.unique_params,
+        "train_flops_per_token": cost.train_flops_per_token,
+        "final_train_flops_per_token": cost.final_train_flops_per_token,
+        "tokens": tokens,
+        "steps": steps,
+        "total_train_flops": cost.total_train_flops,
+        "gpu_hours": round(cost.gpu_hours, 4),
+        "peak_memory_gb": cost.peak_memory_gb,
+        "optimizer_state_gb": cost.optimizer_state_gb,
+        "training": training,
+        "evaluation": evaluation,
+        "topology": topo.model_dump(),
+        "slurm": slurm,
+    }
+    if "looped" in arch:
+        run["loop_counts"] = resolve_loop_counts(evaluation["loop_counts"], arch["looped"]["loops"])
+    return run
+
+
+def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any]:
+    """Every run and pair of the spec, with costs and certificates. Raises PairingError."""
+    spec = ls.spec
+    runs: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any]] = []
+    for size in spec.sizes:
+        t = ls.per_size[size].training
+        base_steps = t.tokens // t.global_batch_size
+        for seed in spec.seeds:
+            base = _run_entry(ls, size, seed, "baseline", {}, "tokens", base_steps, base_steps)
+            runs.append(base)
+            for name, arch_model in spec.variants.items():
+                if arch_model.sizes is not None and size not in arch_model.sizes:
+                    continue
+                arch = arch_model.as_mapping()
+                match = spec.budget.variants.get(name, spec.budget.match)
+                steps = base_steps
+                if match == "flops":
+                    steps = acc.steps_for_flops(
+                        ls.dims[size],
+                        arch,
+                        t.sequence_length,
+                        t.global_batch_size,
+                        base["total_train_flops"],
+                    )
+                var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps)
+                runs.append(var)
+                pairs.append(_pair(base, var, match))
+    for run in runs:
+        run["certificate"] = certificate_of(run)
+    by_id = {r["run_id"]: r for r in runs}
+    for pair in pairs:
+        by_id[pair["baseline_run"]]["pairs"].append(pair["pair_id"])
+        by_id[pair["variant_run"]]["pairs"].append(pair["pair_id"])
+
+    gate = spec.gate.model_dump() if spec.gate is not None else None
+    raw_gate = ls.raw.get("gate")
+    return {
+        "schema": PLAN_SCHEMA,
+        "spec_name": spec.name,
+        "description": spec.description,
+        "spec_path": spec_path if spec_path is not None else str(ls.path),
+        "workdir": os.getcwd(),
+        "spec_sha256": ls.sha256,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "olmoablate_version": __version__,
+        "sizes": list(spec.sizes),
+        "seeds": list(spec.seeds),
+        "variants": {k: v.as_mapping() for k, v in spec.variants.items()},
+        "budget": spec.budget.model_dump(),
+        "gate": gate,
+        "gate_sha256": sha256_of(gate) if gate is not None else None,
+        "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
+        "accounting": {
+            "flops_convention": "olmo-core 3.0 num_flops_per_token (6 x params + causal/SWA attention), training",
+            "gpu_hours": "total_train_flops / (gpu_peak_tflops * assumed_mfu) per topology",
+            "peak_memory_gb": "estimate: fp32 states + AdamW (sharded under FSDP) + activations + logits",
+        },
+        "pairs": pairs,
+        "runs": runs,
+    }
+
+
+def _pair(base: dict[str, Any], var: dict[str, Any], match: str) -> dict[str, Any]:
+    check_pair(base, var, match)
+    differs = ["architecture"]
+    if base["tokens"] != var["tokens"]:
+        differs.append("tokens")
+    return {
+        "pair_id": var["pair_id"],
+        "group_id": var["group_id"],
+        "size": var["size"],
+        "seed": var["seed"],
+        "variant": var["arm"],
+        "baseline_run": base["run_id"],
+        "variant_run": var["run_id"],
+        "budget_match": match,
+        "certificate": certificate_of(var, match),
+        "differs": differs,
+    }
+
+
+def check_pair(base: dict[str, Any], var: dict[str, Any], match: str) -> None:
+    """Fail unless the two arms agree on every shared setting (architecture/budget excepted)."""
+    diff = differences(shared_settings(base, match), shared_settings(var, match))
+    if diff:
+        raise PairingError(
+            f"pair {var['pair_id']}: arms differ in more than architecture"
+            f"{' and token budget' if match == 'flops' else ''}: {', '.join(diff)}"
+        )
+
+
+def results_dir(spec_name: str, results_root: str | Path = "results") -> Path:
+    return Path(results_root) / spec_name
+
+
+def spec_name_of(path: str | Path) -> str | None:
+    """The spec's ``name:`` without full validation (used to find an existing results folder)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) else None

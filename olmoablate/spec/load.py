@@ -1,0 +1,509 @@
+"""Load a spec file: YAML with line numbers, per-size resolution, schema and cross-field checks.
+
+Every problem becomes one line ``FILE:LINE: field.path: what is wrong (allowed: ...)`` so a person
+(or an editor's quickfix list) can jump straight to it. All problems of a file are collected, not
+just the first, because a CI run that reports one typo at a time wastes everyone's afternoon.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from olmoablate.errors import UserError
+from olmoablate.spec import sizes as sizes_mod
+from olmoablate.spec.schema import (
+    PER_SIZE_SECTIONS,
+    Evaluation,
+    Slurm,
+    Spec,
+    Topology,
+    Training,
+)
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+
+
+class SpecError(UserError):
+    """One or more problems in spec files; ``str()`` is one line per problem."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass
+class SizeSettings:
+    """The per-size sections of a spec, resolved and validated for one size."""
+
+    training: Training
+    evaluation: Evaluation
+    topology: Topology
+    slurm: Slurm
+
+
+@dataclass
+class LoadedSpec:
+    path: Path
+    text: str
+    sha256: str
+    raw: dict[str, Any]
+    spec: Spec
+    dims: dict[str, sizes_mod.SizeDims]
+    per_size: dict[str, SizeSettings]
+    microbatch: dict[str, int] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# YAML with positions
+# ----------------------------------------------------------------------------------------------
+
+
+class _LineMap:
+    """Maps a field path to the 1-based line where it (or its closest existing parent) is written."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Path_, int] = {(): 1}
+        self.duplicates: list[tuple[Path_, int]] = []
+
+    def walk(self, node: yaml.Node, path: Path_ = ()) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                sub = (*path, key)
+                if key in seen:
+                    self.duplicates.append((sub, key_node.start_mark.line + 1))
+                seen.add(key)
+                self.lines[sub] = key_node.start_mark.line + 1
+                self.walk(value_node, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                sub = (*path, i)
+                self.lines[sub] = item.start_mark.line + 1
+                self.walk(item, sub)
+
+    def line_of(self, path: Path_) -> int:
+        p = tuple(path)
+        while p not in self.lines:
+            p = p[:-1]
+        return self.lines[p]
+
+
+def _dotted(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<document>"
+
+
+def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
+    """A short, actionable message for one pydantic error, with the allowed values when known."""
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    msg = str(err.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(model, err.get("loc", ())[:-1])
+        return f"unknown field (allowed: {', '.join(allowed)})" if allowed else "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        return f"invalid value {err.get('input')!r} (allowed: {ctx.get('expected', '')})"
+    if kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        return f"{msg} (got {err.get('input')!r})"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return f"{msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
+    if kind == "string_pattern_mismatch":
+        return f"invalid name {err.get('input')!r} (allowed: letters, digits, '_', '.', '-'; must start with a letter or digit)"
+    return msg
+
+
+def _allowed_fields(model: type | None, loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the pydantic model found by following ``loc`` from ``model``."""
+    from pydantic import BaseModel
+
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        info = current.model_fields.get(str(part))
+        if info is None:
+            return []
+        current = _model_in(info.annotation)
+        if current is None and isinstance(part, str):
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The BaseModel class inside ``X | None`` / ``dict[str, X]`` / ``list[X]`` annotations."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-size values
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_per_size(value: Any, size_names: set[str]) -> bool:
+    if not isinstance(value, dict) or not value:
+        return False
+    keys = {str(k) for k in value}
+    return keys <= size_names | {"default"} and bool(keys & size_names)
+
+
+def _resolve(
+    value: Any,
+    size: str,
+    size_names: set[str],
+    path: Path_,
+    origin: dict[Path_, Path_],
+    resolved_path: Path_,
+    problems: list[tuple[Path_, str]],
+) -> Any:
+    """Pick ``size``'s value from every per-size mapping inside ``value``; record where it came from."""
+    origin[resolved_path] = path
+    if _is_per_size(value, size_names):
+        keys = {str(k): k for k in value}
+        if size in keys:
+            key = keys[size]
+        elif "default" in keys:
+            key = keys["default"]
+        else:
+            given = ", ".join(str(k) for k in value)
+            problems.append(
+                (path, f"no value for size {size} (given for: {given}; add {size} or default)")
+            )
+            return None
+        return _resolve(
+            value[key], size, size_names, (*path, str(key)), origin, resolved_path, problems
+        )
+    if isinstance(value, dict):
+        return {
+            k: _resolve(
+                v, size, size_names, (*path, str(k)), origin, (*resolved_path, str(k)), problems
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            _resolve(v, size, size_names, (*path, i), origin, (*resolved_path, i), problems)
+            for i, v in enumerate(value)
+        ]
+    return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+
+def recordable_metrics(evaluation: Evaluation) -> set[str]:
+    """Metric names a run with this evaluation block records (used to check the gate metric)."""
+    names = {"train/CE loss", "train/PPL"}
+    for s in evaluation.lm_sets:
+        names |= {f"eval/lm/{s}/CE loss", f"eval/lm/{s}/PPL"}
+    return names
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Parse and fully validate one spec file. Raises SpecError listing every problem found."""
+    p = Path(path)
+    fname = str(path)
+    try:
+        data_bytes = p.read_bytes()
+    except OSError as err:
+        raise SpecError([Problem(fname, 1, "<file>", f"cannot read: {err.strerror}")]) from None
+    try:
+        text = data_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError([Problem(fname, 1, "<file>", "not UTF-8 text")]) from None
+
+    lines = _LineMap()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        raise SpecError([Problem(fname, line, "<yaml>", f"YAML syntax error: {detail}")]) from None
+    if node is not None:
+        lines.walk(node)
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else type(raw).__name__
+        raise SpecError(
+            [Problem(fname, 1, "<document>", f"a spec must be a YAML mapping, got {got}")]
+        )
+
+    problems: list[Problem] = []
+
+    def add(path: Path_, message: str) -> None:
+        problems.append(Problem(fname, lines.line_of(path), _dotted(path), message))
+
+    for dup_path, _line in lines.duplicates:
+        add(dup_path, "duplicate key (a later value would silently replace the earlier one)")
+
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as err:
+        for e in err.errors():
+            loc = tuple(e["loc"])
+            add(loc, _pydantic_message(e, Spec))
+        raise SpecError(_dedupe(problems)) from None
+
+    # ---- sizes ------------------------------------------------------------------------------
+    dims: dict[str, sizes_mod.SizeDims] = {}
+    allowed_sizes = list(sizes_mod.PRESET_NAMES) + list(spec.custom_sizes)
+    for i, name in enumerate(spec.sizes):
+        if name in spec.custom_sizes:
+            if name in sizes_mod.PRESET_NAMES:
+                add(("custom_sizes", name), f"custom size {name!r} shadows the OLMo 3 preset of that name")
+            dims[name] = sizes_mod.custom(name, spec.custom_sizes[name].model_dump())
+        elif name in sizes_mod.PRESET_NAMES:
+            dims[name] = sizes_mod.preset(name)
+        else:
+            add(("sizes", i), f"unknown size {name!r} (allowed: {', '.join(allowed_sizes)})")
+    if len(set(spec.sizes)) != len(spec.sizes):
+        add(("sizes",), "sizes must be unique")
+
+    size_names = set(sizes_mod.PRESET_NAMES) | set(spec.custom_sizes)
+    per_size: dict[str, SizeSettings] = {}
+    microbatch: dict[str, int] = {}
+    for size in dims:
+        resolved: dict[str, Any] = {}
+        origin: dict[Path_, Path_] = {}
+        for section, model in PER_SIZE_SECTIONS.items():
+            res_problems: list[tuple[Path_, str]] = []
+            value = _resolve(
+                raw.get(section, {}) or {},
+                size,
+                size_names,
+                (section,),
+                origin,
+                (section,),
+                res_problems,
+            )
+            for ppath, msg in res_problems:
+                add(ppath, msg)
+            if res_problems:
+                continue
+            try:
+                resolved[section] = model.model_validate(value)
+            except ValidationError as err:
+                for e in err.errors():
+                    rpath = (section, *e["loc"])
+                    opath = _origin_of(rpath, origin)
+                    add(opath, _pydantic_message(e, model))
+        if len(resolved) != len(PER_SIZE_SECTIONS):
+            continue
+        settings = SizeSettings(**resolved)
+        per_size[size] = settings
+        mb = _check_batch(settings, add, origin)
+        if mb:
+            microbatch[size] = mb
+        _check_architectures(spec, dims[size], add)
+        _check_tokens(settings, dims[size], add, origin)
+
+    for name, arch in spec.variants.items():
+        for i, s in enumerate(arch.sizes or []):
+            if s not in spec.sizes:
+                add(
+                    ("variants", name, "sizes", i),
+                    f"size {s!r} is not in the spec's sizes (allowed: {', '.join(spec.sizes)})",
+                )
+    _check_budget(spec, add)
+    if spec.gate is not None:
+        _check_gate(spec, per_size, add)
+    _check_downstream(per_size, add)
+
+    if problems:
+        raise SpecError(_dedupe(problems))
+    return LoadedSpec(
+        path=p,
+        text=text,
+        sha256=hashlib.sha256(data_bytes).hexdigest(),
+        raw=raw,
+        spec=spec,
+        dims=dims,
+        per_size=per_size,
+        microbatch=microbatch,
+    )
+
+
+def _origin_of(rpath: Path_, origin: dict[Path_, Path_]) -> Path_:
+    p = tuple(rpath)
+    tail: tuple[str | int, ...] = ()
+    while p and p not in origin:
+        tail = (p[-1], *tail)
+        p = p[:-1]
+    return (*origin.get(p, p), *tail)
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[int, str, str]] = set()
+    out: list[Problem] = []
+    for pr in problems:
+        key = (pr.line, pr.field, pr.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(pr)
+    return sorted(out, key=lambda pr: pr.line)
+
+
+def _check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> int | None:
+    """Global batch vs sequence length x data-parallel size; returns the per-rank microbatch."""
+    t, topo = settings.training, settings.topology
+    dp = topo.world_size
+    where = _origin_of(("training", "global_batch_size"), origin)
+    if t.global_batch_size % (t.sequence_length * dp):
+        add(
+            where,
+            f"global_batch_size={t.global_batch_size} tokens is not divisible by "
+            f"sequence_length x data-parallel size = {t.sequence_length} x {dp} "
+            f"(allowed: multiples of {t.sequence_length * dp})",
+        )
+        return None
+    rank_batch = t.global_batch_size // dp
+    if t.microbatch_size is None:
+        mb = rank_batch if topo.gpus_per_node == 0 else min(rank_batch, 2 * t.sequence_length)
+    else:
+        mb = t.microbatch_size
+    if rank_batch % mb:
+        add(
+            _origin_of(("training", "microbatch_size"), origin),
+            f"microbatch_size={mb} must divide the per-rank batch {rank_batch} tokens "
+            f"(global_batch_size / data-parallel size {dp})",
+        )
+        return None
+    return mb
+
+
+def _check_tokens(
+    settings: SizeSettings, dims: sizes_mod.SizeDims, add: Any, origin: dict[Path_, Path_]
+) -> None:
+    """EOS/PAD ids must exist in the model's vocabulary (dolma2 needs the padded 100352)."""
+    data = settings.training.data
+    eos = data.eos_token_id if data.eos_token_id is not None else sizes_mod.DOLMA2_EOS_TOKEN_ID
+    pad = data.pad_token_id if data.pad_token_id is not None else sizes_mod.DOLMA2_PAD_TOKEN_ID
+    for key, val in (("eos_token_id", eos), ("pad_token_id", pad)):
+        if val >= dims.vocab_size:
+            add(
+                _origin_of(("training", "data", key), origin),
+                f"{key}={val} is outside the vocabulary of size {dims.name} "
+                f"(vocab_size={dims.vocab_size}; dolma2 needs vocab_size >= "
+                f"{sizes_mod.DOLMA2_VOCAB_SIZE}, or set data.eos_token_id/pad_token_id for "
+                "custom token files)",
+            )
+
+
+def _check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
+    for name, arch in spec.variants.items():
+        if arch.sizes is not None and dims.name not in arch.sizes:
+            continue
+        if arch.looped is not None and arch.looped.body_layers > dims.n_layers:
+            add(
+                ("variants", name, "looped", "body_layers"),
+                f"body_layers={arch.looped.body_layers} is larger than the depth of size "
+                f"{dims.name} ({dims.n_layers} layers; allowed: multiples of 4 up to {dims.n_layers})",
+            )
+        if arch.depth_attention is not None and arch.depth_attention.stride < 1:
+            add(("variants", name, "depth_attention", "stride"), "stride must be >= 1")
+
+
+def _check_budget(spec: Spec, add: Any) -> None:
+    for name in spec.budget.variants:
+        if name not in spec.variants:
+            add(
+                ("budget", "variants", name),
+                f"unknown variant {name!r} (allowed: {', '.join(spec.variants)})",
+            )
+
+
+def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None:
+    gate = spec.gate
+    assert gate is not None
+    if gate.stage not in spec.sizes:
+        add(("gate", "stage"), f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})")
+    for i, s in enumerate(gate.promote_to):
+        if s not in spec.sizes:
+            add(("gate", "promote_to", i), f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})")
+        elif s == gate.stage:
+            add(("gate", "promote_to", i), "cannot promote to the stage size itself")
+    for key in ("variant", "reference"):
+        val = getattr(gate, key)
+        if val is not None and val not in spec.variants:
+            add(("gate", key), f"unknown variant {val!r} (allowed: {', '.join(spec.variants)})")
+    if gate.rule == "quality_per_param" and gate.reference in spec.variants:
+        ref = spec.variants[gate.reference]
+        if ref.looped is not None:
+            add(("gate", "reference"), "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`")
+        if not any(a.looped is not None for a in spec.variants.values()):
+            add(("gate", "rule"), "quality_per_param compares a looped variant with its reference, but no variant is looped")
+    settings = per_size.get(gate.stage)
+    if settings is not None:
+        allowed = recordable_metrics(settings.evaluation)
+        ok = gate.metric in allowed or any(
+            gate.metric.startswith(f"eval/downstream/{t}") for t in settings.evaluation.downstream
+        )
+        if not ok:
+            add(
+                ("gate", "metric"),
+                f"no run records metric {gate.metric!r} (allowed: {', '.join(sorted(allowed))}"
+                + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
+                + ")",
+            )
+
+
+def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
+    """Downstream tasks need the `eval` extra and the dolma2 tokenizer: fail now, not after hours."""
+    wants = [s for s, st in per_size.items() if st.evaluation.downstream]
+    if not wants:
+        return
+    if importlib.util.find_spec("olmo_eval") is None:
+        add(
+            ("evaluation", "downstream"),
+            "downstream tasks need the eval extra, which is not installed "
+            "(fix: pip install 'olmoablate[eval]')",
+        )
+    tok = Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
+    if not tok.is_file():
+        add(
+            ("evaluation", "downstream"),
+            f"downstream tasks need the dolma2 tokenizer file {tok} (fix: bash scripts/prepare-data.sh)",
+        )
+

@@ -1,0 +1,512 @@
+"""The spec language: pydantic models for one experiment spec.
+
+Why pydantic with ``extra="forbid"`` everywhere: a typo in a 7B spec (``learning_rate`` instead of
+``lr``) must fail `validate` in CI, not silently train with a default for days. Sections that may
+take per-size values (``training``, ``evaluation``, ``topology``, ``slurm``) are validated once per
+size after `olmoablate.spec.load` has picked each size's values, so every model here sees plain,
+already-resolved values.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_schema.py;
+#: kept as text so `validate` never imports olmo_core/torch).
+OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
+    "OLMoE-mix-0824",
+    "OLMoE-mix-0824-dev",
+    "dolma17",
+    "OLMo-mix-0625",
+    "OLMo-mix-0625-150Bsample",
+    "OLMo-mix-0625-700Bsample",
+    "OLMo-mix-0625-official",
+    "OLMo-mix-0925",
+    "OLMo-mix-0925-official",
+    "OLMo-midtraining-mix-0625-100B",
+    "OLMo-midtraining-mix-0925-ingredient1-100B",
+    "OLMo-midtraining-mix-0925-ingredient2-100B",
+    "OLMo-longmino-mix-0625",
+    "OLMo-longmino-mix-0925",
+    "v3-small-ppl-validation",
+    "c4-ppl-validation",
+    "code-fresh-ppl-validation",
+)
+
+_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_count(value: Any) -> int:
+    """``262144``, ``2.5e9``, ``"100M"``, ``"2.5B"``, ``"1T"`` -> int (tokens)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number of tokens")
+        return int(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMBGT]?)\s*", value.upper())
+        if m:
+            number = float(m.group(1)) * _SUFFIX.get(m.group(2), 1)
+            if number.is_integer():
+                return int(number)
+    raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M' / '2.5B' / '1T'")
+
+
+def parse_minutes(value: Any) -> int:
+    """Slurm time: minutes (int) or ``"HH:MM:SS"`` / ``"D-HH:MM:SS"`` / ``"MM:SS"`` -> minutes."""
+    if isinstance(value, bool):
+        raise ValueError("must be minutes or 'D-HH:MM:SS'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{2})(?::(\d{2}))?", value.strip())
+        if m:
+            days = int(m.group(1) or 0)
+            if m.group(4) is None:  # MM:SS or D-HH:MM
+                if m.group(1):
+                    hours, minutes, seconds = int(m.group(2)), int(m.group(3)), 0
+                else:
+                    hours, minutes, seconds = 0, int(m.group(2)), int(m.group(3))
+            else:
+                hours, minutes, seconds = int(m.group(2)), int(m.group(3)), int(m.group(4))
+            return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+        if value.strip().isdigit():
+            return int(value.strip())
+    raise ValueError("must be minutes (e.g. 2880) or a Slurm time like '2-00:00:00'")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=False)
+
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Architecture blocks
+# ----------------------------------------------------------------------------------------------
+
+
+class SiameseNorm(Strict):
+    """SiameseNorm: two residual streams sharing attention/MLP weights (see docs/models.md)."""
+
+    output_norms: bool = False
+
+
+class DepthAttention(Strict):
+    """Depth-Attention: per-token softmax over the values of layers j%stride==0 (+ recent ones)."""
+
+    stride: int = Field(8, ge=1)
+    recent_window: int = Field(0, ge=0)
+
+
+class Curriculum(Strict):
+    """Loop-count curriculum: b(step) = min(loops, start + increment * floor(step / interval_steps))."""
+
+    start: int = Field(ge=1)
+    increment: int = Field(ge=1)
+    interval_steps: int = Field(ge=1)
+
+
+class Looped(Strict):
+    """Looped OLMo: K=body_layers blocks applied `loops` times, loss on the last `tail` loops."""
+
+    body_layers: int = Field(ge=1)
+    loops: int = Field(ge=1)
+    tail: int = Field(1, ge=1)
+    input_injection: bool = True
+    state_norm: bool = False
+    curriculum: Curriculum | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Looped:
+        if self.body_layers % 4:
+            raise ValueError(
+                f"body_layers={self.body_layers} must be a multiple of 4 so one loop keeps the "
+                "[SWA, SWA, SWA, Full] cycle (allowed: 4, 8, 12, ...)"
+            )
+        if self.tail > self.loops:
+            raise ValueError(f"tail={self.tail} must be <= loops={self.loops}")
+        if self.curriculum is not None:
+            if self.curriculum.start > self.loops:
+                raise ValueError(
+                    f"curriculum.start={self.curriculum.start} must be <= loops={self.loops}"
+                )
+            if self.curriculum.start < self.tail:
+                raise ValueError(
+                    f"curriculum.start={self.curriculum.start} must be >= tail={self.tail} "
+                    "(every step supervises the last `tail` loops)"
+                )
+        return self
+
+
+class Layers(Strict):
+    """A standard OLMo 3 model with another depth, e.g. the parameter-matched reference of a loop."""
+
+    n_layers: int = Field(ge=1)
+
+
+class Architecture(Strict):
+    """A variant: a combination of architecture blocks; the empty mapping is plain OLMo 3."""
+
+    siamese_norm: SiameseNorm | None = None
+    depth_attention: DepthAttention | None = None
+    looped: Looped | None = None
+    layers: Layers | None = None
+    #: Restrict this variant to some of the spec's sizes (e.g. single-component ablations at 1B
+    #: only). Not part of the architecture itself.
+    sizes: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _combinations(self) -> Architecture:
+        if self.looped is not None and self.siamese_norm is not None:
+            raise ValueError(
+                "looped cannot be combined with siamese_norm (neither design document defines "
+                "a two-stream loop state; allowed with looped: depth_attention)"
+            )
+        if self.looped is not None and self.layers is not None:
+            raise ValueError(
+                "looped cannot be combined with layers (the loop body size is looped.body_layers)"
+            )
+        return self
+
+    def as_mapping(self) -> dict[str, Any]:
+        """Only the blocks that are set, with defaults filled in (what the plan records)."""
+        return self.model_dump(exclude_none=True, exclude={"sizes"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizes
+# ----------------------------------------------------------------------------------------------
+
+
+class CustomSize(Strict):
+    """A size defined in the spec (for CPU work). Same fields as `olmoablate.spec.sizes.SizeDims`."""
+
+    d_model: PosInt
+    n_layers: PosInt
+    n_heads: PosInt
+    n_kv_heads: PosInt | None = None
+    mlp_hidden_size: PosInt
+    sliding_window: PosInt
+    vocab_size: PosInt = 100352
+
+    @model_validator(mode="after")
+    def _check(self) -> CustomSize:
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
+            )
+        kv = self.n_kv_heads or self.n_heads
+        if self.n_heads % kv:
+            raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={kv}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"head dim d_model/n_heads={self.d_model // self.n_heads} must be even (RoPE)"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# Training (validated per size)
+# ----------------------------------------------------------------------------------------------
+
+
+class Optimizer(Strict):
+    name: Literal["adamw", "skip_step_adamw"] = "adamw"
+    lr: float = Field(gt=0)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
+        0.9,
+        0.95,
+    )
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    no_decay_embeddings: bool = True
+
+
+class Schedule(Strict):
+    name: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
+    warmup_steps: NonNegInt | None = None
+    warmup_fraction: float | None = Field(None, ge=0, le=1)
+    alpha_f: float = Field(0.1, ge=0, le=1)
+    decay_fraction: float = Field(0.1, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Schedule:
+        if self.warmup_steps is not None and self.warmup_fraction is not None:
+            raise ValueError("give warmup_steps or warmup_fraction, not both")
+        return self
+
+
+class Data(Strict):
+    paths: list[str] | None = None
+    mix: str | None = None
+    root: str | None = None
+    tokenizer: Literal["dolma2"] = "dolma2"
+    eos_token_id: NonNegInt | None = None
+    pad_token_id: NonNegInt | None = None
+    seed: int = 34521
+    vary_with_seed: bool = True
+
+    @field_validator("mix")
+    @classmethod
+    def _known_mix(cls, v: str | None) -> str | None:
+        if v is not None and v not in OLMO_CORE_DATA_MIXES:
+            raise ValueError(f"unknown OLMo-core data mix {v!r} (allowed: {', '.join(OLMO_CORE_DATA_MIXES)})")
+        return v
+
+    @field_validator("paths")
+    @classmethod
+    def _nonempty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("must list at least one token file")
+        return v
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Data:
+        if (self.paths is None) == (self.mix is None):
+            raise ValueError("give exactly one of `paths` (token files) or `mix` (an OLMo-core data mix)")
+        if self.mix is not None and not self.root:
+            raise ValueError("`mix` needs `root`, the folder (or s3/gs/weka URL) holding the mix")
+        return self
+
+
+class Stability(Strict):
+    spike_window: int = Field(50, ge=5)
+    spike_factor: float = Field(3.0, gt=0)
+    max_spikes: NonNegInt | None = None
+    stop_on_nonfinite: bool = True
+
+
+class Wandb(Strict):
+    mode: Literal["offline", "online", "disabled"] = "offline"
+    project: str = "olmoablate"
+    entity: str | None = None
+
+
+class Training(Strict):
+    sequence_length: PosInt
+    tokens: int = Field(gt=0)
+    global_batch_size: PosInt
+    microbatch_size: PosInt | None = None
+    optimizer: Optimizer
+    schedule: Schedule = Schedule()
+    grad_clip: float | None = Field(1.0, gt=0)
+    z_loss: float | None = Field(1e-5, ge=0)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    init_seed: NonNegInt = 0
+    threads: PosInt = 1
+    data: Data
+    checkpoint_interval: PosInt = 1000
+    stability: Stability = Stability()
+    wandb: Wandb = Wandb()
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens(cls, v: Any) -> int:
+        return parse_count(v)
+
+    @model_validator(mode="after")
+    def _check(self) -> Training:
+        if self.global_batch_size % self.sequence_length:
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} tokens must be a multiple of "
+                f"sequence_length={self.sequence_length}"
+            )
+        if self.tokens < self.global_batch_size:
+            raise ValueError(
+                f"tokens={self.tokens} is less than one global batch ({self.global_batch_size})"
+            )
+        if self.microbatch_size is not None and self.microbatch_size % self.sequence_length:
+            raise ValueError(
+                f"microbatch_size={self.microbatch_size} tokens must be a multiple of "
+                f"sequence_length={self.sequence_length}"
+            )
+        return self
+
+
+class Evaluation(Strict):
+    interval: PosInt = 1000
+    lm_sets: dict[str, list[str]] = {}
+    max_eval_tokens: PosInt | None = None
+    downstream: list[str] = []
+    loop_counts: list[int | str] = []
+
+    @field_validator("lm_sets")
+    @classmethod
+    def _sets(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, paths in v.items():
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"set name {name!r} must match {NAME_RE}")
+            if not paths:
+                raise ValueError(f"set {name!r} must list at least one token file")
+        return v
+
+    @field_validator("loop_counts")
+    @classmethod
+    def _loops(cls, v: list[int | str]) -> list[int | str]:
+        for item in v:
+            if isinstance(item, bool):
+                raise ValueError("loop counts are positive integers or multiples of b like '2b'")
+            if isinstance(item, int):
+                if item < 1:
+                    raise ValueError(f"loop count {item} must be >= 1")
+            elif not re.fullmatch(r"\s*([0-9]*\.?[0-9]+)?\s*b\s*", item):
+                raise ValueError(
+                    f"loop count {item!r} must be an integer >= 1 or a multiple of the trained "
+                    "loop count b like 'b', '0.5b', '2b'"
+                )
+        return v
+
+
+class Topology(Strict):
+    nodes: PosInt = 1
+    gpus_per_node: NonNegInt = 8
+    cpu_processes: PosInt = 1
+    gpu_type: str = "H100"
+    gpu_peak_tflops: float = Field(989.0, gt=0)
+    assumed_mfu: float = Field(0.4, gt=0, le=1)
+    data_parallel: Literal["ddp", "fsdp", "hsdp"] = "fsdp"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * (self.gpus_per_node if self.gpus_per_node else self.cpu_processes)
+
+
+class Slurm(Strict):
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: int | str = 60
+    constraint: str | None = None
+    exclusive: bool = False
+    cpus_per_task: PosInt | None = None
+    mem_gb: PosInt | None = None
+    max_num_timeout: NonNegInt = 3
+    signal_delay_s: PosInt = 120
+    extra: dict[str, str | int | bool] = {}
+    setup: list[str] = []
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _time(cls, v: Any) -> int:
+        minutes = parse_minutes(v)
+        if minutes < 1:
+            raise ValueError("must be at least 1 minute")
+        return minutes
+
+
+# ----------------------------------------------------------------------------------------------
+# Budget and gate
+# ----------------------------------------------------------------------------------------------
+
+
+class Budget(Strict):
+    match: Literal["tokens", "flops"] = "tokens"
+    variants: dict[str, Literal["tokens", "flops"]] = {}
+
+
+class GateNoise(Strict):
+    floor: float | None = Field(None, ge=0)
+
+
+class GateStability(Strict):
+    max_loss_spikes: NonNegInt = 3
+    max_grad_norm: float | None = Field(None, gt=0)
+    allow_nonfinite: bool = False
+
+
+class Gate(Strict):
+    stage: str
+    promote_to: list[str] = []
+    rule: Literal["quality", "quality_per_param"] = "quality"
+    metric: str = "train/CE loss"
+    direction: Literal["lower", "higher"] = "lower"
+    min_effect: float = Field(0.0, ge=0)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    last_n: PosInt = 3
+    variant: str | None = None
+    reference: str | None = None
+    tolerance: float = Field(0.02, ge=0)
+    noise: GateNoise = GateNoise()
+    stability: GateStability = GateStability()
+    max_step_time_overhead: float | None = Field(0.10, ge=0)
+    max_peak_memory_overhead: float | None = Field(0.10, ge=0)
+    max_decode_latency_overhead: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Gate:
+        if self.rule == "quality_per_param" and not self.reference:
+            raise ValueError(
+                "rule quality_per_param needs `reference`: the variant that is the "
+                "parameter-matched OLMo 3 model (e.g. `layers: {n_layers: 4}`)"
+            )
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# The spec
+# ----------------------------------------------------------------------------------------------
+
+#: Sections whose leaf values may be given per size (``{1B: ..., 3B: ..., default: ...}``).
+PER_SIZE_SECTIONS: dict[str, type[Strict]] = {
+    "training": Training,
+    "evaluation": Evaluation,
+    "topology": Topology,
+    "slurm": Slurm,
+}
+
+
+class Spec(Strict):
+    """One experiment spec. Per-size sections are kept raw here and resolved per size."""
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    description: str = ""
+    sizes: list[str] = Field(min_length=1)
+    custom_sizes: dict[str, CustomSize] = {}
+    seeds: list[NonNegInt] = [0]
+    variants: dict[str, Architecture]
+    budget: Budget = Budget()
+    training: dict[str, Any]
+    evaluation: dict[str, Any] = {}
+    topology: dict[str, Any] = {}
+    slurm: dict[str, Any] = {}
+    gate: Gate | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("must list at least one seed")
+        if len(set(v)) != len(v):
+            raise ValueError("seeds must be unique")
+        return v
+
+    @field_validator("variants")
+    @classmethod
+    def _variants(cls, v: dict[str, Architecture]) -> dict[str, Architecture]:
+        if not v:
+            raise ValueError(
+                "a spec needs at least one variant to compare with the OLMo 3 baseline "
+                "(allowed blocks: siamese_norm, depth_attention, looped, layers)"
+            )
+        for name, arch in v.items():
+            if name == "baseline":
+                raise ValueError("'baseline' is reserved for the plain OLMo 3 arm")
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"variant name {name!r} must match {NAME_RE}")
+            if not arch.as_mapping():
+                raise ValueError(
+                    f"variant {name!r} is empty, i.e. identical to the baseline "
+                    "(allowed blocks: siamese_norm, depth_attention, looped, layers)"
+                )
+        return v
