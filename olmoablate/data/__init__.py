@@ -1,0 +1,56 @@
+"""olmoablate.data: offline demo data (dolma2 tokenizer + real text -> OLMo-core token files).
+
+Public API (no torch/numpy/tokenizers imported at package import; the CLI loads this at start-up):
+
+* :func:`ensure_demo_data` — verified :class:`Manifest` of a prepared folder, or a one-line
+  UserError naming the command that fixes it (used by the training job).
+* :func:`prepare` / :func:`verify` — what `olmoablate data prepare|check` run.
+* :func:`tokenizer_path`, :func:`tokenizer_available`, :func:`load_tokenizer` — the vendored
+  dolma2 ``tokenizer.json``.
+"""
+
+from olmoablate.data.prepare import (
+    DEFAULT_DIR,
+    DEFAULT_HELDOUT_EVERY,
+    DEFAULT_SOURCE,
+    TOKEN_DTYPE,
+    Manifest,
+    PrepareResult,
+    ensure_demo_data,
+    fix_command,
+    prepare,
+    verify,
+)
+from olmoablate.data.tokenizer import (
+    TOKENIZER_SHA256,
+    load_tokenizer,
+    tokenizer_available,
+    tokenizer_path,
+)
+from olmoablate.spec.sizes import (
+    DOLMA2_EOS_TOKEN_ID,
+    DOLMA2_PAD_TOKEN_ID,
+    DOLMA2_PADDED_VOCAB_SIZE,
+    DOLMA2_VOCAB_SIZE,
+)
+
+__all__ = [
+    "DEFAULT_DIR",
+    "DEFAULT_HELDOUT_EVERY",
+    "DEFAULT_SOURCE",
+    "DOLMA2_EOS_TOKEN_ID",
+    "DOLMA2_PADDED_VOCAB_SIZE",
+    "DOLMA2_PAD_TOKEN_ID",
+    "DOLMA2_VOCAB_SIZE",
+    "TOKENIZER_SHA256",
+    "TOKEN_DTYPE",
+    "Manifest",
+    "PrepareResult",
+    "ensure_demo_data",
+    "fix_command",
+    "load_tokenizer",
+    "prepare",
+    "tokenizer_available",
+    "tokenizer_path",
+    "verify",
+]

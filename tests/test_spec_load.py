@@ -1,0 +1,124 @@
+"""Spec loading and validation: every class of mistake gives `FILE:LINE: field: message`, exit 2."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from olmoablate.spec.load import SpecError, load_spec
+
+HERE = Path(__file__).parent
+BAD = sorted((HERE / "specs" / "bad").glob("*.yaml"))
+REPO = HERE.parent
+LINE_RE = re.compile(r"^(?P<file>[^:]+\.ya?ml):(?P<line>\d+): (?P<field>[^:]+): (?P<msg>.+)$")
+
+
+def _expected_field(path: Path) -> str:
+    first = path.read_bytes().splitlines()[0].decode()
+    assert first.startswith("# expect-field: "), path
+    return first.removeprefix("# expect-field: ").strip()
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(BAD) >= 30
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_spec_names_file_line_and_field(path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    problems = info.value.problems
+    assert problems, "a SpecError must carry at least one problem"
+    expected = _expected_field(path)
+    assert expected in [p.field for p in problems], [str(p) for p in problems]
+    text_lines = path.read_bytes().splitlines()
+    for p in problems:
+        assert 1 <= p.line <= max(1, len(text_lines))
+        assert LINE_RE.match(str(p)), str(p)
+
+
+def test_bad_line_points_at_the_field() -> None:
+    """The reported line is where the offending key is written, not the top of the file."""
+    path = HERE / "specs" / "bad" / "negative_lr.yaml"
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    (problem,) = [p for p in info.value.problems if p.field == "training.optimizer.lr"]
+    assert "optimizer" in path.read_text().splitlines()[problem.line - 1]
+
+
+def test_cli_on_whole_corpus_exit_2_no_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "validate", str(HERE / "specs" / "bad")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    err_lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    for ln in err_lines:
+        assert LINE_RE.match(ln), ln
+    reported = {Path(LINE_RE.match(ln)["file"]).name for ln in err_lines}
+    assert reported == {p.name for p in BAD}
+
+
+def test_missing_file_is_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "validate", "does/not/exist.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "does/not/exist.yaml" in proc.stderr
+
+
+def test_shipped_and_good_specs_load() -> None:
+    for path in [*sorted((REPO / "specs").glob("*.yaml")), *sorted((HERE / "specs" / "good").glob("*.yaml"))]:
+        ls = load_spec(path)
+        assert ls.spec.variants and ls.per_size
+
+
+def test_per_size_values_resolve(tmp_path: Path) -> None:
+    text = (HERE / "specs" / "good" / "minimal.yaml").read_text()
+    text = text.replace("sizes: [tiny]", "sizes: [tiny, tiny2]")
+    text = text.replace(
+        "custom_sizes:\n",
+        "custom_sizes:\n  tiny2: {d_model: 64, n_layers: 4, n_heads: 4, mlp_hidden_size: 192, sliding_window: 32}\n",
+    )
+    text = text.replace("{lr: 1.0e-3}", "{lr: {tiny: 1.0e-3, default: 2.0e-3}}")
+    text = text.replace("tokens: 4096", "tokens: {tiny2: 8192, default: 4096}")
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    ls = load_spec(p)
+    assert ls.per_size["tiny"].training.optimizer.lr == 1e-3
+    assert ls.per_size["tiny2"].training.optimizer.lr == 2e-3
+    assert ls.per_size["tiny"].training.tokens == 4096
+    assert ls.per_size["tiny2"].training.tokens == 8192
+
+
+def test_token_counts_with_suffixes() -> None:
+    from olmoablate.spec.schema import parse_count, parse_minutes
+
+    assert parse_count("2.5B") == 2_500_000_000
+    assert parse_count("100M") == 100_000_000
+    assert parse_count(3e9) == 3_000_000_000
+    assert parse_minutes("2-00:00:00") == 2880
+    assert parse_minutes("01:30:00") == 90
+    with pytest.raises(ValueError):
+        parse_count("1.5")
+
+
+def test_data_mix_list_matches_olmo_core() -> None:
+    from olmo_core.data import DataMix
+
+    from olmoablate.spec.schema import OLMO_CORE_DATA_MIXES
+
+    assert set(OLMO_CORE_DATA_MIXES) == {m.value for m in DataMix}
