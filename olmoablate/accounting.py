@@ -39,8 +39,10 @@ def causal_pairs(seq_len: int, window: int | None) -> int:
 def attention_params(d: SizeDims) -> int:
     """q, k, v, o projections plus the full-width QK-norm weights (OLMo 3)."""
     hd = d.head_dim
-    return d.d_model * (d.n_heads + 2 * d.n_kv_heads) * hd + d.n_heads * hd * d.d_model + (
-        d.n_heads * hd + d.n_kv_heads * hd
+    return (
+        d.d_model * (d.n_heads + 2 * d.n_kv_heads) * hd
+        + d.n_heads * hd * d.d_model
+        + (d.n_heads * hd + d.n_kv_heads * hd)
     )
 
 
@@ -101,9 +103,10 @@ def non_embedding_param_count(d: SizeDims, arch: Mapping[str, Any] | None = None
 
 def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
     window = d.window_of(layer, n_layers)
-    attn = 6 * attention_params(d) + 12 * d.n_heads * d.head_dim * causal_pairs(
-        seq_len, window
-    ) // seq_len
+    attn = (
+        6 * attention_params(d)
+        + 12 * d.n_heads * d.head_dim * causal_pairs(seq_len, window) // seq_len
+    )
     return attn + 6 * mlp_params(d)
 
 
@@ -123,7 +126,9 @@ def loops_at_step(looped: Mapping[str, Any], step: int) -> int:
     cur = looped.get("curriculum")
     if not cur:
         return b
-    return min(b, int(cur["start"]) + int(cur["increment"]) * ((step - 1) // int(cur["interval_steps"])))
+    return min(
+        b, int(cur["start"]) + int(cur["increment"]) * ((step - 1) // int(cur["interval_steps"]))
+    )
 
 
 def train_flops_per_token(
@@ -157,7 +162,8 @@ def train_flops_per_token(
     total = sum(_layer_flops(d, layer, L, seq_len) for layer in range(L)) + head
     if da:
         total += sum(
-            _depth_flops(d, layer, int(da["stride"]), int(da["recent_window"])) for layer in range(L)
+            _depth_flops(d, layer, int(da["stride"]), int(da["recent_window"]))
+            for layer in range(L)
         )
     return total
 
@@ -175,20 +181,35 @@ class RunCost:
     optimizer_state_gb: float
 
 
+def loop_schedule(looped: Mapping[str, Any], steps: int) -> list[tuple[int, int]]:
+    """[(b, number of steps trained with b), ...] for steps 1..steps, in order (curriculum-aware)."""
+    b_max = int(looped["loops"])
+    cur = looped.get("curriculum")
+    if not cur:
+        return [(b_max, steps)] if steps > 0 else []
+    start, inc, interval = int(cur["start"]), int(cur["increment"]), int(cur["interval_steps"])
+    out: list[tuple[int, int]] = []
+    done, k = 0, 0
+    while done < steps:
+        b = min(b_max, start + inc * k)
+        n = steps - done if b == b_max else min(interval, steps - done)
+        out.append((b, n))
+        done += n
+        k += 1
+    return out
+
+
 def total_train_flops(
     d: SizeDims, arch: Mapping[str, Any] | None, seq_len: int, tokens_per_step: int, steps: int
 ) -> int:
+    """Training FLOPs of the whole run; with a loop curriculum, summed over each step's b."""
     a = _arch(arch)
     lp = a.get("looped")
-    if lp and lp.get("curriculum"):
-        cache: dict[int, int] = {}
-        total = 0
-        for s in range(1, steps + 1):
-            b = loops_at_step(lp, s)
-            if b not in cache:
-                cache[b] = train_flops_per_token(d, a, seq_len, b)
-            total += cache[b] * tokens_per_step
-        return total
+    if lp:
+        return sum(
+            train_flops_per_token(d, a, seq_len, b) * tokens_per_step * n
+            for b, n in loop_schedule(lp, steps)
+        )
     return train_flops_per_token(d, a, seq_len) * tokens_per_step * steps
 
 
@@ -202,19 +223,20 @@ def steps_for_flops(
     """The step count whose training FLOPs come closest to ``target_flops`` (>= 1)."""
     a = _arch(arch)
     lp = a.get("looped")
+    final = train_flops_per_token(d, a, seq_len) * tokens_per_step
     if not (lp and lp.get("curriculum")):
-        per_step = train_flops_per_token(d, a, seq_len) * tokens_per_step
-        return max(1, round(target_flops / per_step))
-    total, s = 0, 0
-    cache: dict[int, int] = {}
-    while True:
-        b = loops_at_step(lp, s + 1)
-        if b not in cache:
-            cache[b] = train_flops_per_token(d, a, seq_len, b) * tokens_per_step
-        if total + cache[b] / 2 >= target_flops and s >= 1:
-            return s
-        total += cache[b]
-        s += 1
+        return max(1, round(target_flops / final))
+    # Walk the curriculum's segments, then finish with the final b.
+    total, steps = 0, 0
+    probe = max(1, round(target_flops / final)) * 4  # enough steps to exceed the target
+    for b, n in loop_schedule(lp, probe):
+        per = train_flops_per_token(d, a, seq_len, b) * tokens_per_step
+        if total + per * n >= target_flops:
+            extra = max(0, round((target_flops - total) / per))
+            return max(1, steps + extra)
+        total += per * n
+        steps += n
+    return max(1, steps)
 
 
 def memory_estimate_gb(

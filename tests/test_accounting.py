@@ -75,7 +75,10 @@ def test_curriculum_loops_and_total() -> None:
     d = sizes.preset("60M")
     arch = {"looped": {"body_layers": 4, **lp}}
     total = acc.total_train_flops(d, arch, 512, 1024, 40)
-    by_hand = sum(acc.train_flops_per_token(d, arch, 512, acc.loops_at_step(lp, s)) * 1024 for s in range(1, 41))
+    by_hand = sum(
+        acc.train_flops_per_token(d, arch, 512, acc.loops_at_step(lp, s)) * 1024
+        for s in range(1, 41)
+    )
     assert total == by_hand
 
 
@@ -92,6 +95,12 @@ def test_steps_for_flops_matches_budget() -> None:
 def test_siamese_param_delta() -> None:
     d = sizes.preset("1B")
     base = acc.param_count(d)
-    assert acc.param_count(d, {"siamese_norm": {"output_norms": False}}) == base + 3 * d.d_model * 16 + 2 * d.d_model
-    assert acc.param_count(d, {"siamese_norm": {"output_norms": True}}) == base + 5 * d.d_model * 16 + 2 * d.d_model
+    assert (
+        acc.param_count(d, {"siamese_norm": {"output_norms": False}})
+        == base + 3 * d.d_model * 16 + 2 * d.d_model
+    )
+    assert (
+        acc.param_count(d, {"siamese_norm": {"output_norms": True}})
+        == base + 5 * d.d_model * 16 + 2 * d.d_model
+    )
     assert acc.param_count(d, {"depth_attention": {"stride": 8, "recent_window": 0}}) == base

@@ -81,7 +81,10 @@ def test_missing_file_is_one_line() -> None:
 
 
 def test_shipped_and_good_specs_load() -> None:
-    for path in [*sorted((REPO / "specs").glob("*.yaml")), *sorted((HERE / "specs" / "good").glob("*.yaml"))]:
+    for path in [
+        *sorted((REPO / "specs").glob("*.yaml")),
+        *sorted((HERE / "specs" / "good").glob("*.yaml")),
+    ]:
         ls = load_spec(path)
         assert ls.spec.variants and ls.per_size
 

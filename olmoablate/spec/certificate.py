@@ -39,7 +39,12 @@ ARM_KEYS: frozenset[str] = frozenset(
 )
 
 #: Keys that may differ inside a pair when the variant's budget is matched on FLOPs.
-BUDGET_KEYS: tuple[tuple[str, ...], ...] = (("tokens",), ("steps",), ("training", "tokens"), ("training", "steps"))
+BUDGET_KEYS: tuple[tuple[str, ...], ...] = (
+    ("tokens",),
+    ("steps",),
+    ("training", "tokens"),
+    ("training", "steps"),
+)
 
 
 def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> dict[str, Any]:

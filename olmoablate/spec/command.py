@@ -29,7 +29,9 @@ def find_spec_files(paths: list[Path]) -> list[Path]:
     files: list[Path] = []
     for p in paths:
         if p.is_dir():
-            files.extend(sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file()))
+            files.extend(
+                sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+            )
         elif p.exists():
             files.append(p)
         else:
@@ -201,12 +203,18 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             for k, v in var.get("architecture", {}).items()
         )
         differs = "; ".join(
-            f"architecture: {arch}" if d == "architecture" else
-            f"tokens: {_human(runs[p['baseline_run']]['tokens'])} -> {_human(var['tokens'])} (FLOPs-matched)"
+            f"architecture: {arch}"
+            if d == "architecture"
+            else f"tokens: {_human(runs[p['baseline_run']]['tokens'])} -> {_human(var['tokens'])} (FLOPs-matched)"
             for d in p["differs"]
         )
         pairs.add_row(
-            p["pair_id"], p["baseline_run"], p["variant_run"], p["budget_match"], differs, p["certificate"][:12]
+            p["pair_id"],
+            p["baseline_run"],
+            p["variant_run"],
+            p["budget_match"],
+            differs,
+            p["certificate"][:12],
         )
     console.print(pairs)
     if plan.get("gate"):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,10 +147,8 @@ def _allowed_fields(model: type | None, loc: tuple[Any, ...]) -> list[str]:
             return []
         info = current.model_fields.get(str(part))
         if info is None:
-            return []
+            continue  # a dict key or list index: `_model_in` already stepped into the values
         current = _model_in(info.annotation)
-        if current is None and isinstance(part, str):
-            return []
     if isinstance(current, type) and issubclass(current, BaseModel):
         return list(current.model_fields)
     return []
@@ -292,7 +289,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
     for i, name in enumerate(spec.sizes):
         if name in spec.custom_sizes:
             if name in sizes_mod.PRESET_NAMES:
-                add(("custom_sizes", name), f"custom size {name!r} shadows the OLMo 3 preset of that name")
+                add(
+                    ("custom_sizes", name),
+                    f"custom size {name!r} shadows the OLMo 3 preset of that name",
+                )
             dims[name] = sizes_mod.custom(name, spec.custom_sizes[name].model_dump())
         elif name in sizes_mod.PRESET_NAMES:
             dims[name] = sizes_mod.preset(name)
@@ -458,10 +458,16 @@ def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None
     gate = spec.gate
     assert gate is not None
     if gate.stage not in spec.sizes:
-        add(("gate", "stage"), f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})")
+        add(
+            ("gate", "stage"),
+            f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
+        )
     for i, s in enumerate(gate.promote_to):
         if s not in spec.sizes:
-            add(("gate", "promote_to", i), f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})")
+            add(
+                ("gate", "promote_to", i),
+                f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
+            )
         elif s == gate.stage:
             add(("gate", "promote_to", i), "cannot promote to the stage size itself")
     for key in ("variant", "reference"):
@@ -471,9 +477,15 @@ def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None
     if gate.rule == "quality_per_param" and gate.reference in spec.variants:
         ref = spec.variants[gate.reference]
         if ref.looped is not None:
-            add(("gate", "reference"), "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`")
+            add(
+                ("gate", "reference"),
+                "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`",
+            )
         if not any(a.looped is not None for a in spec.variants.values()):
-            add(("gate", "rule"), "quality_per_param compares a looped variant with its reference, but no variant is looped")
+            add(
+                ("gate", "rule"),
+                "quality_per_param compares a looped variant with its reference, but no variant is looped",
+            )
     settings = per_size.get(gate.stage)
     if settings is not None:
         allowed = recordable_metrics(settings.evaluation)
@@ -506,4 +518,3 @@ def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
             ("evaluation", "downstream"),
             f"downstream tasks need the dolma2 tokenizer file {tok} (fix: bash scripts/prepare-data.sh)",
         )
-

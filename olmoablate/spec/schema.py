@@ -203,9 +203,7 @@ class CustomSize(Strict):
     @model_validator(mode="after")
     def _check(self) -> CustomSize:
         if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}"
-            )
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         kv = self.n_kv_heads or self.n_heads
         if self.n_heads % kv:
             raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={kv}")
@@ -261,7 +259,9 @@ class Data(Strict):
     @classmethod
     def _known_mix(cls, v: str | None) -> str | None:
         if v is not None and v not in OLMO_CORE_DATA_MIXES:
-            raise ValueError(f"unknown OLMo-core data mix {v!r} (allowed: {', '.join(OLMO_CORE_DATA_MIXES)})")
+            raise ValueError(
+                f"unknown OLMo-core data mix {v!r} (allowed: {', '.join(OLMO_CORE_DATA_MIXES)})"
+            )
         return v
 
     @field_validator("paths")
@@ -274,7 +274,9 @@ class Data(Strict):
     @model_validator(mode="after")
     def _one_source(self) -> Data:
         if (self.paths is None) == (self.mix is None):
-            raise ValueError("give exactly one of `paths` (token files) or `mix` (an OLMo-core data mix)")
+            raise ValueError(
+                "give exactly one of `paths` (token files) or `mix` (an OLMo-core data mix)"
+            )
         if self.mix is not None and not self.root:
             raise ValueError("`mix` needs `root`, the folder (or s3/gs/weka URL) holding the mix")
         return self

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command (README's second command; .ci/run calls exactly this):
+# installs what it needs, starts the local Slurm dev cluster (root only), validates the shipped
+# specs, runs the whole pytest suite, and stops the cluster again.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+cluster_started=0
+if [ "$(id -u)" = "0" ]; then
+  if bash scripts/slurm-dev-cluster.sh start; then
+    cluster_started=1
+  else
+    echo "test: the local Slurm cluster did not start; Slurm tests will fail under CI=true" >&2
+  fi
+fi
+cleanup() { [ "$cluster_started" = 1 ] && bash scripts/slurm-dev-cluster.sh stop >/dev/null 2>&1; }
+trap cleanup EXIT
+
+echo "== olmoablate validate specs/"
+olmoablate validate specs/ || exit 1
+echo "== ruff"
+ruff check olmoablate tests bench scripts || exit 1
+echo "== pytest"
+python -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+[ $rc -eq 5 ] && { echo "test: pytest collected no tests" >&2; exit 1; }
+exit $rc
