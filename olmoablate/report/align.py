@@ -1,0 +1,139 @@
+"""Matched-token (and matched-FLOP) alignment of two arms' curves.
+
+Why a separate module: every number the report prints compares the arms *at the same amount of
+training*, never "at the end of whatever each run reached". Train loss is interpolated onto one
+token grid that stops where the shorter arm stops; eval points are only paired at identical token
+counts (both arms evaluate at the same steps, so no interpolation is needed or allowed). Under
+FLOPs matching the same is done on a cumulative-FLOPs axis, labelled as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Curve:
+    """y(x) of one arm, finite points only, sorted by x."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray | None, y: np.ndarray | None) -> Curve:
+        if x is None or y is None:
+            return cls(np.empty(0), np.empty(0))
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        keep = np.isfinite(x) & np.isfinite(y)
+        if not keep.all():
+            x, y = x[keep], y[keep]
+        if x.size > 1 and not np.all(x[1:] >= x[:-1]):  # metrics are sorted by step already
+            order = np.argsort(x, kind="stable")
+            x, y = x[order], y[order]
+        return cls(x, y)
+
+    def __len__(self) -> int:
+        return int(self.x.size)
+
+
+@dataclass
+class Aligned:
+    """Two arms on a shared x axis (tokens or FLOPs); ``delta`` = variant - baseline (raw)."""
+
+    x: np.ndarray
+    baseline: np.ndarray
+    variant: np.ndarray
+
+    @property
+    def delta(self) -> np.ndarray:
+        return self.variant - self.baseline
+
+    def __len__(self) -> int:
+        return int(self.x.size)
+
+
+def common_grid(b: Curve, v: Curve, points: int = 1000) -> Aligned:
+    """Interpolate both curves onto one grid spanning only the x range both arms reached."""
+    if len(b) < 2 or len(v) < 2:
+        return Aligned(np.empty(0), np.empty(0), np.empty(0))
+    lo, hi = max(b.x[0], v.x[0]), min(b.x[-1], v.x[-1])
+    if hi <= lo:
+        return Aligned(np.empty(0), np.empty(0), np.empty(0))
+    grid = np.linspace(lo, hi, points)
+    return Aligned(grid, np.interp(grid, b.x, b.y), np.interp(grid, v.x, v.y))
+
+
+def match_points(b: Curve, v: Curve) -> Aligned:
+    """Pair eval points at identical x (tokens): no interpolation."""
+    common, ib, iv = np.intersect1d(b.x, v.x, assume_unique=False, return_indices=True)
+    return Aligned(common, b.y[ib], v.y[iv])
+
+
+def interp_points(b: Curve, v: Curve) -> Aligned:
+    """Pair the baseline's points with the variant interpolated at the same x (within range).
+
+    Used only on the FLOPs axis, where the arms' eval points do not coincide.
+    """
+    if len(v) < 2 or len(b) == 0:
+        return Aligned(np.empty(0), np.empty(0), np.empty(0))
+    keep = (b.x >= v.x[0]) & (b.x <= v.x[-1])
+    x = b.x[keep]
+    return Aligned(x, b.y[keep], np.interp(x, v.x, v.y))
+
+
+def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
+    """Exponential moving average (NaNs carry the previous value) for smoothed plots."""
+    y = np.asarray(y, dtype=float)
+    if y.size == 0:
+        return y
+    import pandas as pd
+
+    return pd.Series(y).ewm(alpha=alpha, adjust=True, ignore_na=True).mean().to_numpy()
+
+
+def loss_spikes(loss: np.ndarray, window: int = 50, factor: float = 3.0) -> np.ndarray:
+    """Indices of loss spikes: points above mean + factor * std (population) of the previous
+    ``window`` finite points, the training job's own rule (StabilityCallback), so the report and
+    the job count the same spikes. The first ``window`` points are never spikes (warm-up)."""
+    y = np.asarray(loss, dtype=float)
+    idx = np.flatnonzero(np.isfinite(y))
+    if idx.size <= window or window < 2:
+        return np.empty(0, dtype=np.int64)
+    v = y[idx]
+    # rolling sums of the previous `window` values via cumulative sums, centred for precision
+    v0 = v - v.mean()
+    c1 = np.r_[0.0, np.cumsum(v0)]
+    c2 = np.r_[0.0, np.cumsum(v0 * v0)]
+    i = np.arange(window, v.size)
+    s1 = c1[i] - c1[i - window]
+    s2 = c2[i] - c2[i - window]
+    mean = s1 / window
+    std = np.sqrt(np.maximum(s2 / window - mean * mean, 0.0))
+    hit = (std > 0) & (v0[i] > mean + factor * std)
+    return idx[i[hit]]
+
+
+def cumulative_flops(
+    tokens: np.ndarray, flops_per_token: float | None, petaflops: np.ndarray | None
+) -> tuple[np.ndarray | None, str]:
+    """Cumulative training FLOPs per metrics row, and how they were obtained.
+
+    Prefers OLMo-core's own ``throughput/total petaflops`` (exact under a loop curriculum, where
+    FLOPs per step change); otherwise tokens x the plan's FLOPs/token (exact for fixed-cost
+    models, an approximation for curricula; the label says which).
+    """
+    if petaflops is not None and np.isfinite(petaflops).sum() >= 2:
+        pf = np.asarray(petaflops, dtype=float) * 1e15
+        # fill rows without the metric (SpeedMonitor starts at step 2) by tokens-proportional
+        ok = np.isfinite(pf)
+        if not ok.all():
+            pf = np.interp(tokens, tokens[ok], pf[ok])
+        return pf, "measured (throughput/total petaflops)"
+    if flops_per_token:
+        return np.asarray(tokens, dtype=float) * float(flops_per_token), (
+            "estimated (tokens x plan train_flops_per_token)"
+        )
+    return None, "unavailable"

@@ -1,0 +1,264 @@
+"""Assemble the report: compare every pair, run the gate at the stage size, plan the next sizes.
+
+Why separate from rendering: ``build`` returns plain data (also what ``gate.json`` holds), so the
+verdict logic is testable without matplotlib, and the renderers only format what is here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import write_json_atomic
+from olmoablate.report.collect import Results
+from olmoablate.report.compare import (
+    PairResult,
+    SizeRow,
+    compare_pair,
+    consistency,
+    evidence_for,
+)
+from olmoablate.report.gate import (
+    INCONCLUSIVE,
+    PROCEED,
+    PairEvidence,
+    VariantVerdict,
+    evaluate_variant,
+    overall,
+)
+
+
+@dataclass
+class Report:
+    results: Results
+    pairs: list[PairResult]
+    stage: str
+    verdict: str
+    reasons: list[str]
+    variant_verdicts: list[VariantVerdict]
+    evidence: dict[str, list[PairEvidence]]
+    primary: str | None
+    size_rows: list[SizeRow]
+    consistent: dict[str, bool | None]
+    sizes: list[str]
+    next_steps: list[str] = field(default_factory=list)
+    next_plan_path: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def invalid_pairs(self) -> list[PairResult]:
+        return [p for p in self.pairs if not p.valid]
+
+    def gate_json(self) -> dict[str, Any]:
+        g = self.results.gate
+        return {
+            "spec": self.results.spec_name,
+            "stage": self.stage,
+            "rule": g["rule"],
+            "metric": g["metric"],
+            "direction": g["direction"],
+            "verdict": self.verdict,
+            "primary_variant": self.primary,
+            "reasons": self.reasons,
+            "warnings": self.results.warnings,
+            "variants": [v.as_dict() for v in self.variant_verdicts],
+            "pairs": [
+                {
+                    "pair_id": e.pair_id,
+                    "seed": e.seed,
+                    "valid": e.valid,
+                    "invalid_reasons": e.invalid_reasons,
+                    "complete": e.complete,
+                    "improvement_last_n": e.improvement,
+                    "reference_improvement_last_n": e.reference_improvement,
+                    "variant_spikes": e.variant.spikes,
+                    "overhead": e.overhead,
+                }
+                for ev in self.evidence.values()
+                for e in ev
+            ],
+            "invalid_pairs": [
+                {"pair_id": p.pair_id, "reasons": p.invalid_reasons} for p in self.invalid_pairs
+            ],
+            "consistency": {
+                "rows": [
+                    {
+                        "variant": r.variant,
+                        "size": r.size,
+                        "estimate": r.estimate.as_dict() if r.estimate else None,
+                        "outside_noise": r.outside_noise,
+                    }
+                    for r in self.size_rows
+                ],
+                "consistent": self.consistent,
+            },
+            "next_steps": self.next_steps,
+            "notes": self.notes,
+            "gate_sha256": self.results.plan.get("gate_sha256"),
+        }
+
+
+def _ordered_unique(items: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for i in items:
+        seen.setdefault(i, None)
+    return list(seen)
+
+
+def build(results: Results) -> Report:
+    """Compare all pairs and evaluate the gate at ``gate.stage``."""
+    g = results.gate
+    stage = str(g["stage"])
+    reference = g.get("reference")
+    sizes = _ordered_unique(
+        [str(r.get("size")) for r in results.plan["runs"] if isinstance(r, dict)]
+    )
+    pair_results: list[PairResult] = []
+    for p in results.pairs:
+        r = compare_pair(results, p)
+        if r is not None:
+            pair_results.append(r)
+    at_stage = [r for r in pair_results if r.size == stage]
+    variants = _ordered_unique([r.variant_name for r in at_stage])
+    non_ref = [v for v in variants if v != reference]
+    if g.get("variant"):
+        gated = [str(g["variant"])]
+        primary: str | None = str(g["variant"])
+    else:
+        gated = non_ref
+        primary = non_ref[0] if non_ref else None
+    evidence: dict[str, list[PairEvidence]] = {}
+    verdicts: list[VariantVerdict] = []
+    for v in gated:
+        mine = [r for r in at_stage if r.variant_name == v]
+        ev: list[PairEvidence] = []
+        for r in mine:
+            ref_pair = None
+            if g["rule"] == "quality_per_param":
+                ref_pair = next(
+                    (
+                        x
+                        for x in at_stage
+                        if x.variant_name == reference
+                        and x.seed == r.seed
+                        and x.baseline.run_id == r.baseline.run_id
+                    ),
+                    None,
+                )
+            e = evidence_for(r, results, ref_pair)
+            if g["rule"] == "quality_per_param" and ref_pair is None:
+                e.valid = False
+                e.invalid_reasons.append(
+                    f"no pair of reference variant {reference!r} for seed {r.seed} at {stage}"
+                )
+            ev.append(e)
+        evidence[v] = ev
+        verdicts.append(evaluate_variant(v, ev, g))
+    verdict, reasons = overall(verdicts, primary)
+    if not at_stage:
+        verdict = INCONCLUSIVE
+        reasons = [f"no pairs at the stage size {stage!r} (sizes in the plan: {', '.join(sizes)})"]
+    size_rows, consistent = consistency(pair_results, results, sizes)
+    notes = _tradeoff_notes(at_stage, gated, reference) if g["rule"] == "quality_per_param" else []
+    report = Report(
+        results,
+        pair_results,
+        stage,
+        verdict,
+        reasons,
+        verdicts,
+        evidence,
+        primary,
+        size_rows,
+        consistent,
+        sizes,
+        notes=notes,
+    )
+    results.save_cache()
+    return report
+
+
+def _num_txt(a: Any) -> str:
+    return f"{a:.3g}" if isinstance(a, int | float) else "n/a"
+
+
+def _ratio_txt(a: Any, b: Any) -> str:
+    try:
+        return f"{float(a) / float(b):.2f}x"
+    except (TypeError, ValueError, ZeroDivisionError):
+        return "n/a"
+
+
+def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any) -> list[str]:
+    """quality_per_param: unique parameters and training FLOPs, stated separately, so that a
+    parameter saving is never read as a compute saving."""
+    notes: list[str] = []
+    for v in gated:
+        pair = next((p for p in at_stage if p.variant_name == v), None)
+        ref = next((p for p in at_stage if p.variant_name == reference), None)
+        if pair is None:
+            continue
+        ve, be = pair.variant.entry, pair.baseline.entry
+        re_ = ref.variant.entry if ref is not None else {}
+        notes.append(
+            f"{v}: unique parameters {_num_txt(ve.get('unique_params'))} = "
+            f"{_ratio_txt(ve.get('unique_params'), re_.get('unique_params'))} of reference "
+            f"{reference!r}, {_ratio_txt(ve.get('unique_params'), be.get('unique_params'))} of "
+            "the depth-matched baseline"
+        )
+        notes.append(
+            f"{v}: training FLOPs {_num_txt(ve.get('total_train_flops'))} = "
+            f"{_ratio_txt(ve.get('total_train_flops'), re_.get('total_train_flops'))} of reference "
+            f"{reference!r}, {_ratio_txt(ve.get('total_train_flops'), be.get('total_train_flops'))} "
+            "of the baseline (compute is not saved by sharing parameters)"
+        )
+    return notes
+
+
+def write_next_plan(report: Report, out_dir: Path) -> None:
+    """On ``proceed``: the plan restricted to the promoted sizes, and the submit commands."""
+    if report.verdict != PROCEED:
+        return
+    results = report.results
+    g = results.gate
+    promote = [str(s) for s in (g.get("promote_to") or [])]
+    if not promote:
+        report.next_steps.append("gate.promote_to is empty: no next size to plan")
+        return
+    keep_arms = {"baseline"}
+    keep_arms.update(v.variant for v in report.variant_verdicts if v.verdict == PROCEED)
+    if g.get("reference"):
+        keep_arms.add(str(g["reference"]))
+    runs = [
+        r
+        for r in results.plan["runs"]
+        if isinstance(r, dict) and r.get("size") in promote and r.get("arm") in keep_arms
+    ]
+    pairs = [p for p in results.pairs if p.get("size") in promote and p.get("variant") in keep_arms]
+    present = _ordered_unique([str(r.get("size")) for r in runs])
+    missing = [s for s in promote if s not in present]
+    next_plan = {
+        **results.plan,
+        "runs": runs,
+        "pairs": pairs,
+        "promoted_from": {
+            "stage": report.stage,
+            "verdict": report.verdict,
+            "variants": sorted(keep_arms - {"baseline"}),
+            "gate_sha256": results.plan.get("gate_sha256"),
+        },
+        "missing_sizes": missing,
+    }
+    path = out_dir / "next_plan.json"
+    write_json_atomic(path, next_plan)
+    report.next_plan_path = path
+    spec = str(results.plan.get("spec_path") or results.spec_name)
+    for s in present:
+        report.next_steps.append(f"olmoablate submit {shlex.quote(spec)} --size {shlex.quote(s)}")
+    if missing:
+        report.next_steps.append(
+            f"sizes {', '.join(missing)} are not in the plan: add them to the spec's `sizes` "
+            f"(same gate, same settings), then `olmoablate plan {shlex.quote(spec)}`"
+        )

@@ -1,0 +1,90 @@
+"""Matched-token alignment, EMA, spike detection and cumulative FLOPs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from olmoablate.report.align import (
+    Curve,
+    common_grid,
+    cumulative_flops,
+    ema,
+    interp_points,
+    loss_spikes,
+    match_points,
+)
+
+
+def test_common_grid_stops_at_shorter_arm() -> None:
+    b = Curve.of(np.arange(0, 1000, 10.0), np.linspace(5, 3, 100))
+    v = Curve.of(np.arange(0, 500, 10.0), np.linspace(5, 4, 50))
+    al = common_grid(b, v, points=50)
+    assert al.x[0] == 0 and al.x[-1] == 490
+    assert np.allclose(al.baseline, np.interp(al.x, b.x, b.y))
+    assert len(common_grid(b, Curve.of(np.array([1.0]), np.array([2.0])))) == 0
+
+
+def test_match_points_only_identical_tokens_and_drops_nan() -> None:
+    b = Curve.of(np.array([100.0, 200, 300, 400]), np.array([4.0, 3.5, np.nan, 3.0]))
+    v = Curve.of(np.array([200.0, 300, 400, 500]), np.array([3.4, 3.2, 2.9, 2.8]))
+    al = match_points(b, v)
+    assert al.x.tolist() == [200, 400]
+    assert al.delta.tolist() == pytest.approx([-0.1, -0.1])
+
+
+def test_interp_points_within_range_only() -> None:
+    b = Curve.of(np.array([1.0, 2, 3, 10]), np.array([1.0, 2, 3, 4]))
+    v = Curve.of(np.array([0.5, 5.0]), np.array([0.0, 9.0]))
+    al = interp_points(b, v)
+    assert al.x.tolist() == [1, 2, 3]
+    assert al.variant.tolist() == pytest.approx([1.0, 3.0, 5.0])
+
+
+def test_ema_smooths_and_keeps_length() -> None:
+    y = np.r_[np.zeros(50), np.ones(50)]
+    s = ema(y, 0.1)
+    assert s.shape == y.shape and s[49] == 0 and 0 < s[60] < 1
+
+
+def test_loss_spikes_finds_planted_spikes_only() -> None:
+    rng = np.random.default_rng(0)
+    y = 3.0 + rng.normal(0, 0.01, 1000)
+    planted = [300, 500, 777]
+    y[planted] += 1.0
+    found = loss_spikes(y, window=50, factor=3.0)
+    assert set(planted) <= set(found.tolist())
+    assert len(found) <= len(planted) + 3  # a 3-sigma rule has rare false positives
+    assert loss_spikes(y[:40], window=50).size == 0
+    y[600] = np.nan
+    assert 600 not in loss_spikes(y).tolist()
+
+
+def test_cumulative_flops_prefers_measured() -> None:
+    tok = np.array([100.0, 200, 300])
+    pf = np.array([np.nan, 2e-12, 3e-12])
+    f, label = cumulative_flops(tok, 6.0, pf)
+    assert f is not None and "measured" in label and f[1] == pytest.approx(2000.0)
+    f, label = cumulative_flops(tok, 6.0, None)
+    assert f is not None and "estimated" in label and f.tolist() == [600, 1200, 1800]
+    assert cumulative_flops(tok, None, None) == (None, "unavailable")
+
+
+def test_loss_spikes_equals_the_jobs_rule() -> None:
+    """Same answer as StabilityCallback's loop (mean + k * population std of the previous window)."""
+    import math
+    from collections import deque
+
+    rng = np.random.default_rng(1)
+    y = 3.0 + np.cumsum(rng.normal(0, 0.002, 3000)) + rng.normal(0, 0.02, 3000)
+    y[rng.integers(100, 3000, 40)] += rng.uniform(0.02, 1.0, 40)
+    hist: deque[float] = deque(maxlen=50)
+    expected = []
+    for i, v in enumerate(y):
+        if len(hist) >= 50:
+            mean = sum(hist) / len(hist)
+            std = math.sqrt(sum((x - mean) ** 2 for x in hist) / len(hist))
+            if std > 0 and v > mean + 3.0 * std:
+                expected.append(i)
+        hist.append(float(v))
+    assert loss_spikes(y, 50, 3.0).tolist() == expected

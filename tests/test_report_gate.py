@@ -1,0 +1,209 @@
+"""The gate's pure decision logic on synthetic evidence with known truth."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from olmoablate.report.gate import (
+    INCONCLUSIVE,
+    PROCEED,
+    STOP,
+    ArmHealth,
+    PairEvidence,
+    estimate,
+    evaluate_variant,
+    gate_config,
+    overall,
+    quality_check,
+    tolerance_check,
+)
+from olmoablate.report.stats import t_ppf
+
+CFG = {"stage": "1B", "metric": "eval/lm/x/CE loss", "min_effect": 0.01, "last_n": 3}
+
+
+def ev(pair: str, seed: int, imp: list[float], **kw: object) -> PairEvidence:
+    return PairEvidence(pair_id=pair, seed=seed, improvement=imp, **kw)  # type: ignore[arg-type]
+
+
+def test_defaults_filled_and_explicit_null_kept() -> None:
+    cfg = gate_config(
+        {"stage": "1B", "stability": {"max_loss_spikes": 7}, "max_step_time_overhead": None}
+    )
+    assert cfg["stability"] == {
+        "max_loss_spikes": 7,
+        "max_grad_norm": None,
+        "allow_nonfinite": False,
+    }
+    assert cfg["max_step_time_overhead"] is None  # explicitly disabled
+    assert cfg["max_peak_memory_overhead"] == 0.10
+    assert cfg["last_n"] == 3 and cfg["confidence"] == 0.95
+
+
+def test_single_seed_estimate_uses_point_spread() -> None:
+    est = estimate([[0.05, 0.06, 0.04]], 0.95)
+    assert est is not None
+    assert est.mean == pytest.approx(0.05)
+    assert est.se == pytest.approx(0.01 / math.sqrt(3))
+    assert est.dof == 2
+    assert est.lower == pytest.approx(0.05 - t_ppf(0.95, 2) * 0.01 / math.sqrt(3))
+
+
+def test_multi_seed_estimate_uses_seed_spread() -> None:
+    est = estimate([[0.05, 0.05, 0.05], [0.07, 0.07, 0.07], [0.03, 0.03, 0.03]], 0.95)
+    assert est is not None
+    assert est.n_seeds == 3 and est.dof == 2
+    assert est.mean == pytest.approx(0.05)
+    assert est.sd == pytest.approx(0.02)
+    assert est.se == pytest.approx(0.02 / math.sqrt(3))
+    assert est.within_se == pytest.approx(0.0)
+
+
+def test_clear_improvement_proceeds() -> None:
+    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], CFG)
+    assert v.verdict == PROCEED, v.reasons
+
+
+def test_delta_inside_noise_is_inconclusive_with_seed_count() -> None:
+    v = evaluate_variant("v", [ev("p0", 0, [0.02, 0.0, 0.025])], CFG)
+    assert v.verdict == INCONCLUSIVE
+    chk = v.checks[0]
+    assert chk.outcome == INCONCLUSIVE
+    assert chk.seeds_needed is not None and chk.seeds_needed >= 2
+    assert "paired seed" in chk.reason
+
+
+def test_worse_variant_stops() -> None:
+    v = evaluate_variant("v", [ev("p0", 0, [-0.05, -0.051, -0.049])], CFG)
+    assert v.verdict == STOP
+    assert "clearly below" in v.reasons[-1]
+
+
+def test_mean_below_bar_inconclusive_says_no_seed_count() -> None:
+    chk = quality_check("vs baseline", estimate([[0.0, 0.02, -0.02]], 0.95), 0.01, None, 0.95, "m")
+    assert chk.outcome == INCONCLUSIVE
+    assert chk.seeds_needed is None
+    assert "seeds needed: none (∞)" in chk.reason
+
+
+def test_fixed_noise_floor_must_also_be_exceeded() -> None:
+    cfg = {**CFG, "noise": {"floor": 0.1}}
+    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], cfg)
+    assert v.verdict == INCONCLUSIVE  # 0.05 beats min_effect but not the 0.1 floor
+
+
+def test_loss_spike_storm_stops_despite_better_loss() -> None:
+    storm = ArmHealth(spikes=25)
+    v = evaluate_variant("v", [ev("p0", 0, [0.05, 0.05, 0.05], variant=storm)], CFG)
+    assert v.verdict == STOP
+    assert any("25 loss spikes > max_loss_spikes 3" in r for r in v.reasons)
+
+
+def test_step_time_overhead_over_limit_stops() -> None:
+    e = ev("p0", 0, [0.05, 0.05, 0.05], overhead={"step_time": 0.20, "peak_memory": 0.0})
+    v = evaluate_variant("v", [e], CFG)
+    assert v.verdict == STOP
+    assert any("step time overhead +20.0%" in r and "limit 10%" in r for r in v.reasons)
+    # at 5% it passes
+    e.overhead = {"step_time": 0.05}
+    assert evaluate_variant("v", [e], CFG).verdict == PROCEED
+
+
+def test_decode_latency_only_checked_when_limit_and_measured() -> None:
+    e = ev("p0", 0, [0.05, 0.05, 0.05], overhead={"decode_latency": 0.5})
+    assert evaluate_variant("v", [e], CFG).verdict == PROCEED  # limit is null by default
+    cfg = {**CFG, "max_decode_latency_overhead": 0.2}
+    assert evaluate_variant("v", [e], cfg).verdict == STOP
+
+
+def test_nonfinite_diverged_and_grad_norm_stop() -> None:
+    for health, needle in (
+        (ArmHealth(nonfinite=True), "non-finite"),
+        (ArmHealth(diverged=True, state="diverged"), "diverged"),
+        (ArmHealth(max_grad_norm=50.0), "max grad norm"),
+    ):
+        cfg = {**CFG, "stability": {"max_grad_norm": 10.0}}
+        v = evaluate_variant("v", [ev("p0", 0, [0.05] * 3, variant=health)], cfg)
+        assert v.verdict == STOP, needle
+        assert any(needle in r for r in v.reasons)
+    allow = {**CFG, "stability": {"allow_nonfinite": True}}
+    v = evaluate_variant("v", [ev("p0", 0, [0.05] * 3, variant=ArmHealth(nonfinite=True))], allow)
+    assert v.verdict == PROCEED
+
+
+def test_invalid_pair_is_excluded() -> None:
+    bad = ev("p1", 1, [0.5, 0.5, 0.5], valid=False, invalid_reasons=["fingerprints differ"])
+    good = ev("p0", 0, [0.05, 0.052, 0.049])
+    v = evaluate_variant("v", [good, bad], CFG)
+    assert v.verdict == PROCEED
+    assert v.excluded_pairs == ["p1"]
+    assert v.checks[0].estimate is not None and v.checks[0].estimate.n_seeds == 1
+    only_bad = evaluate_variant("v", [bad], CFG)
+    assert only_bad.verdict == INCONCLUSIVE
+    assert any("INVALID" in r for r in only_bad.reasons)
+
+
+def test_incomplete_or_unstable_baseline_blocks_proceed() -> None:
+    e = ev("p0", 0, [0.05] * 3, complete=False, incomplete_reason="variant at 50%")
+    assert evaluate_variant("v", [e], CFG).verdict == INCONCLUSIVE
+    e = ev("p0", 0, [0.05] * 3, baseline=ArmHealth(diverged=True))
+    v = evaluate_variant("v", [e], CFG)
+    assert v.verdict == INCONCLUSIVE and any("baseline unstable" in r for r in v.reasons)
+
+
+def test_single_point_single_seed_cannot_estimate_noise() -> None:
+    v = evaluate_variant("v", [ev("p0", 0, [0.05])], {**CFG, "last_n": 1})
+    assert v.verdict == INCONCLUSIVE
+    assert "noise cannot be estimated" in v.reasons[-1]
+
+
+def test_two_seeds_with_opposite_signs_inconclusive() -> None:
+    v = evaluate_variant("v", [ev("a", 0, [0.05] * 3), ev("b", 1, [-0.03] * 3)], CFG)
+    assert v.verdict == INCONCLUSIVE
+
+
+def test_higher_is_better_uses_same_sign_convention() -> None:
+    # the evidence is already sign-adjusted; direction matters only upstream (compare module)
+    v = evaluate_variant("v", [ev("p0", 0, [0.05] * 2 + [0.051])], {**CFG, "direction": "higher"})
+    assert v.verdict == PROCEED
+
+
+QPP = {**CFG, "rule": "quality_per_param", "reference": "ref4", "tolerance": 0.02}
+
+
+def test_quality_per_param_proceeds_when_beating_reference_within_tolerance() -> None:
+    e = ev("p0", 0, [-0.01, -0.012, -0.008], reference_improvement=[0.05, 0.051, 0.049])
+    v = evaluate_variant("loop", [e], QPP)
+    assert v.verdict == PROCEED, v.reasons
+    assert [c.outcome for c in v.checks] == ["pass", "pass"]
+
+
+def test_quality_per_param_stops_when_far_worse_than_baseline() -> None:
+    e = ev("p0", 0, [-0.10, -0.101, -0.099], reference_improvement=[0.05, 0.051, 0.049])
+    v = evaluate_variant("loop", [e], QPP)
+    assert v.verdict == STOP
+    assert any("clearly worse than tolerance" in r for r in v.reasons)
+
+
+def test_quality_per_param_stops_when_not_beating_reference() -> None:
+    e = ev("p0", 0, [0.0, 0.001, -0.001], reference_improvement=[-0.02, -0.021, -0.019])
+    v = evaluate_variant("loop", [e], QPP)
+    assert v.verdict == STOP
+    assert v.checks[0].outcome == STOP and v.checks[1].outcome == "pass"
+
+
+def test_quality_per_param_tolerance_boundary_inconclusive() -> None:
+    e = ev("p0", 0, [-0.01, -0.03, -0.02], reference_improvement=[0.05, 0.051, 0.049])
+    chk = tolerance_check(estimate([e.improvement], 0.95), 0.02, 0.95, "m")
+    assert chk.outcome == INCONCLUSIVE
+    assert evaluate_variant("loop", [e], QPP).verdict == INCONCLUSIVE
+
+
+def test_overall_uses_primary_variant() -> None:
+    a = evaluate_variant("a", [ev("pa", 0, [-0.05] * 3)], CFG)
+    b = evaluate_variant("b", [ev("pb", 0, [0.05, 0.051, 0.049])], CFG)
+    assert overall([a, b], "b")[0] == PROCEED
+    assert overall([a, b], "a")[0] == STOP
+    assert overall([], None)[0] == INCONCLUSIVE
