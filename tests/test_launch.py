@@ -1,0 +1,341 @@
+"""Launcher without a cluster: SPEC resolution, sbatch rendering (--dry-run), sacct parsing,
+ledger rules, and the local executor with the REAL training job (Ctrl-C, cancel, resume)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
+
+from olmoablate.errors import UserError
+from olmoablate.launch import launcher
+from olmoablate.launch import slurm as sl
+from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.resolve import load_plan, resolve_results_dir
+
+CLI = [sys.executable, "-m", "olmoablate"]
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
+    )
+
+
+# ------------------------------------------------------------------------------ SPEC resolution
+
+
+def test_resolve_spec_file_name_and_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    results = make_pair_plan(tmp_path)  # results/fixture/plan.json
+    spec = tmp_path / "specs" / "x.yaml"
+    spec.parent.mkdir()
+    spec.write_text("name: fixture\nsizes: [tiny]\n")
+    assert resolve_results_dir(str(spec)) == Path("results/fixture")
+    assert resolve_results_dir("fixture") == Path("results/fixture")
+    assert resolve_results_dir(str(results)) == results
+    assert resolve_results_dir(str(results / "plan.json")) == results
+    with pytest.raises(UserError, match=r"run `olmoablate plan SPEC` first"):
+        load_plan(resolve_results_dir("other"))
+    spec.write_text("sizes: [tiny]\n")
+    with pytest.raises(UserError, match="field `name`"):
+        resolve_results_dir(str(spec))
+
+
+def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    proc = cli("submit", "nosuch", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "olmoablate plan SPEC" in proc.stderr
+    make_pair_plan(tmp_path)
+    proc = cli("submit", "fixture", "--executor", "pbs", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: --executor pbs: allowed values are local, slurm"
+    )
+    proc = cli("cancel", "fixture", "--run", "nope", cwd=tmp_path)
+    assert proc.returncode == 2 and "--run nope: not a run of this plan" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------ sbatch rendering
+
+SCALES = {
+    # name: (nodes, gpus/node, time_min, partition, extra slurm fields)
+    "1B": (1, 8, 720, "h100", {}),
+    "3B": (2, 8, 1440, "h100", {"account": "olmo", "qos": "high", "constraint": "h100&ib"}),
+    "7B": (
+        4,
+        8,
+        2880,
+        "h100-big",
+        {"exclusive": True, "mem_gb": 1800, "extra": {"reservation": "abl"}},
+    ),
+}
+
+
+def _scale_plan(tmp_path: Path) -> Path:
+    from fixtures.plan_fixture import make_plan, run_entry
+
+    runs = []
+    for name, (nodes, gpus, time_min, partition, extra) in SCALES.items():
+        for arm, arch in (("baseline", {}), ("sn", {"layers": {"n_layers": 2}})):
+            run = run_entry(
+                f"{name}-s0-{arm}", arm, arch, group_id=f"{name}-s0", pair_id=f"{name}-s0-sn"
+            )
+            run["topology"].update(nodes=nodes, gpus_per_node=gpus)
+            run["slurm"].update(partition=partition, time_min=time_min, cpus_per_task=12, **extra)
+            runs.append(run)
+    return make_plan(tmp_path, runs).parent
+
+
+def test_dry_run_renders_sbatch_for_1b_3b_7b(tmp_path: Path) -> None:
+    results = _scale_plan(tmp_path)
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no Slurm commands needed
+    env["PATH"] = f"{Path(sys.executable).parent}:/nonexistent"
+    proc = subprocess.run(
+        [*CLI, "submit", str(results), "--executor", "slurm", "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "would submit 6 job(s)" in proc.stdout
+    assert not (results / "ledger.json").exists()
+    for name, (nodes, gpus, time_min, partition, _extra) in SCALES.items():
+        text = (results / "slurm" / f"{name}-s0.sbatch").read_text()
+        lines = {ln for ln in text.splitlines() if ln.startswith("#SBATCH")}
+        expected = {
+            "#SBATCH --array=0-1%2",  # both arms of the pair in ONE array
+            f"#SBATCH --nodes={nodes}",
+            f"#SBATCH --gpus-per-node={gpus}",
+            f"#SBATCH --ntasks-per-node={gpus}",  # one task per GPU
+            "#SBATCH --cpus-per-task=12",
+            f"#SBATCH --time={time_min}",
+            f"#SBATCH --partition={partition}",
+            "#SBATCH --signal=USR2@120",
+            f"#SBATCH --job-name=olmoablate-fixture-{name}-s0",
+        }
+        if name == "3B":
+            expected |= {
+                "#SBATCH --account=olmo",
+                "#SBATCH --qos=high",
+                "#SBATCH --constraint='h100&ib'",
+            }
+        if name == "7B":
+            expected |= {"#SBATCH --exclusive", "#SBATCH --mem=1800GB", "#SBATCH --reservation=abl"}
+        assert expected <= lines, expected - lines
+        assert "srun --unbuffered" in text and "submitit.core._submit" in text
+        assert "export OMP_NUM_THREADS=1" in text
+
+
+def test_sbatch_parameters_cpu_topology() -> None:
+    from fixtures.plan_fixture import run_entry
+
+    run = run_entry("r", "baseline", {})
+    run["topology"]["cpu_processes"] = 2
+    run["slurm"]["mem_gb"] = 1.5
+    params = sl.sbatch_parameters(run, job_name="j")
+    assert params["ntasks_per_node"] == 2 and "gpus_per_node" not in params
+    assert params["mem"] == "1536MB"
+    text = sl.render_sbatch(params, Path("/tmp/x"), 1)
+    assert "--array" not in text and "#SBATCH --ntasks-per-node=2" in text
+
+
+# ------------------------------------------------------------------------------ sacct, states
+
+
+def test_parse_sacct_expands_pending_arrays() -> None:
+    text = (
+        "JobID|State|ExitCode\n12_[0-2,5%4]|PENDING|0:0\n13_0|RUNNING|0:0\n14|CANCELLED by 0|0:0\n"
+    )
+    rec = sl.parse_sacct(text)
+    assert sorted(rec) == ["12_0", "12_1", "12_2", "12_5", "13_0", "14"]
+    assert sl.map_slurm_state(rec["14"]["State"]) == "cancelled"
+    assert sl.map_slurm_state("REQUEUED") == "pending"
+    assert sl.map_slurm_state("TIMEOUT") == "failed"
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+
+
+def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
+    from fixtures.plan_fixture import make_plan, run_entry
+
+    ids = ["done", "dead", "cancel", "fail", "live", "new", "div"]
+    results = make_plan(tmp_path, [run_entry(i, "baseline", {}, steps=10) for i in ids]).parent
+    plan = load_plan(results)
+    ledger = Ledger(results, {"runs": {}})
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead_pid = finished.pid  # a process that has exited (and been reaped)
+    for rid in ids:
+        if rid != "new":
+            ledger.record_submission(rid, str(dead_pid), "local", "running")
+            ledger.runs[rid]["jobs"][-1]["host"] = socket.gethostname()
+    ledger.runs["live"]["jobs"][-1]["job_id"] = str(os.getpid())
+    ledger.set_state("cancel", "cancelled")
+    status = {
+        "done": {"state": "running", "step": 10, "total_steps": 10},  # step count decides
+        "dead": {"state": "running", "step": 4, "total_steps": 10},
+        "fail": {"state": "failed", "step": 4},
+        "div": {"state": "diverged", "step": 7},
+    }
+    for rid, st in status.items():
+        _write(results / "runs" / rid / "status.json", st)
+    views = launcher.reconcile(results, plan, ledger)
+    assert {r: v.state for r, v in views.items()} == {
+        "done": "completed",
+        "dead": "interrupted",
+        "cancel": "cancelled",
+        "fail": "failed",
+        "live": "running",
+        "new": "missing",
+        "div": "diverged",
+    }
+    send, skip = launcher.decide(views, retry_failed=False, redo=[], only=None)
+    assert send == ["dead", "cancel", "new"]
+    assert dict(skip)["fail"].startswith("failed")
+    send, _ = launcher.decide(views, retry_failed=True, redo=["div"], only=None)
+    assert send == ["dead", "cancel", "fail", "new", "div"]
+    with pytest.raises(UserError, match="--redo live: run is running"):
+        launcher.decide(views, retry_failed=False, redo=["live"], only=None)
+
+
+def test_changed_spec_is_refused_without_redo(tmp_path: Path) -> None:
+    results = make_pair_plan(tmp_path)
+    plan = load_plan(results)
+    ledger = Ledger(results, {"runs": {}, "spec_sha256": "a" * 64})
+    ledger.record_submission(PAIR[0], "1", "local", "completed")
+    with pytest.raises(UserError, match=r"spec_sha256 .* differs .* --redo RUN_ID"):
+        launcher._check_spec(ledger, plan, redo=[])
+    launcher._check_spec(ledger, plan, redo=[PAIR[0]])
+    assert ledger.data["spec_sha256"] == plan["spec_sha256"]
+
+
+# ------------------------------------------------------------------------------ local executor
+
+
+def _start_submit(results: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "submit", str(results), "--executor", "local", "--parallel", "2", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # like a terminal: SIGINT goes to this process only
+    )
+
+
+@pytest.mark.slow
+def test_local_ctrl_c_leaves_runs_resumable_and_resume_is_exact(
+    tmp_path: Path, local_reference: dict[str, Any]
+) -> None:
+    results = make_pair_plan(tmp_path)
+    proc = _start_submit(results)
+    wait_for(
+        lambda: all((read_status(results, r).get("step") or 0) >= 3 for r in PAIR),
+        120,
+        "both runs at step >= 3",
+        interval=0.1,
+    )
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    for rid in PAIR:
+        st = read_status(results, rid)
+        assert st["state"] == "cancelled" and 3 <= st["step"] < PAIR_STEPS, st
+        assert (results / "runs" / rid / "checkpoints" / f"step{st['step']}").is_dir()
+    views = json.loads(cli("status", str(results), "--json").stdout)
+    assert {v["state"] for v in views} == {"cancelled"}
+    # Resume: same command again finishes both runs from their checkpoints, bitwise equal.
+    proc = _start_submit(results, "--no-progress")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "submitted 2 job(s), skipped 0" in out, (out, err)
+    for rid in PAIR:
+        assert ce_losses(results, rid) == local_reference[rid]
+    # Completed runs are never resubmitted.
+    again = cli("submit", str(results), "--executor", "local")
+    assert again.stdout.strip().endswith("submitted 0 job(s), skipped 2"), again.stdout
+    views = {v["run_id"]: v for v in json.loads(cli("status", str(results), "--json").stdout)}
+    for rid in PAIR:
+        v = views[rid]
+        assert v["state"] == "completed" and v["step"] == v["total_steps"] == PAIR_STEPS
+        assert v["attempts"] == 2 and v["executor"] == "local" and v["last_loss"] is not None
+
+
+@pytest.mark.slow
+def test_local_cancel_one_run_from_another_process(tmp_path: Path) -> None:
+    results = make_pair_plan(tmp_path)
+    proc = _start_submit(results, "--no-progress")
+    wait_for(
+        lambda: (read_status(results, PAIR[1]).get("step") or 0) >= 2, 120, "step 2", interval=0.1
+    )
+    out = cli("cancel", str(results), "--run", PAIR[1])
+    assert out.returncode == 0 and "cancelled 1 run(s)" in out.stdout, out
+    sub_out, sub_err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (sub_out, sub_err)
+    assert read_status(results, PAIR[0])["state"] == "completed"
+    st = read_status(results, PAIR[1])
+    assert st["state"] == "cancelled" and st["step"] < PAIR_STEPS, st
+    views = {v["run_id"]: v for v in json.loads(cli("status", str(results), "--json").stdout)}
+    assert views[PAIR[1]]["state"] == "cancelled" and views[PAIR[0]]["state"] == "completed"
+    assert Ledger.read(results).runs[PAIR[1]]["state"] == "cancelled"
+
+
+# ------------------------------------------------------------------------------ job wrapper
+
+
+def test_train_run_decisions_without_a_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TrainRun's own decisions, with an in-process target (no training, no submitit handler):
+    terminal states pass through, a cancel marker wins, and repeated interruptions without
+    progress end as failed instead of requeueing for ever."""
+    from olmoablate.launch.job import TrainRun
+
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "1")
+    monkeypatch.setenv("SUBMITIT_LOCAL_GLOBALID", "0")
+    monkeypatch.setenv("SUBMITIT_LOCAL_NTASKS", "1")
+    monkeypatch.delenv("RANK", raising=False)
+    outcomes: list[dict[str, Any]] = []
+
+    def target(plan_path: str, run_id: str) -> dict[str, Any]:
+        return outcomes.pop(0)
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        _train_run_sequence(
+            tmp_path, TrainRun("plan.json", "r", str(tmp_path), target=target), outcomes
+        )
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _train_run_sequence(tmp_path: Path, run: Any, outcomes: list[dict[str, Any]]) -> None:
+    outcomes.append({"state": "diverged", "step": 3})
+    assert run()["state"] == "diverged"
+    for _ in range(3):
+        outcomes.append({"state": "interrupted", "step": 0})
+    assert run()["state"] == "interrupted"  # first interruption: would be requeued
+    assert run()["state"] == "interrupted"
+    assert run()["state"] == "interrupted"
+    outcomes.append({"state": "interrupted", "step": 0})
+    assert run()["state"] == "failed"  # no progress over 3 requeues
+    assert read_status(tmp_path, "r")["state"] == "failed"
+    (tmp_path / "runs" / "r" / ".cancel-requested").touch()
+    assert run()["state"] == "cancelled"  # marker seen before training even starts
+    assert read_status(tmp_path, "r")["state"] == "cancelled"
+    assert run.attempt == 6
