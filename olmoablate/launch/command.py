@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from olmoablate.errors import UserError
+
 SpecArg = Annotated[
     str,
     typer.Argument(help="Spec file (YAML), spec name, or results directory (results/<spec>/)."),
@@ -54,6 +56,14 @@ def submit_command(
         list[str] | None,
         typer.Option("--run", help="Submit only this run (repeatable); default: every run."),
     ] = None,
+    size: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--size",
+            "-s",
+            help="Submit only the runs of this size (repeatable), e.g. the gate's stage size.",
+        ),
+    ] = None,
     no_progress: Annotated[
         bool, typer.Option("--no-progress", help="Local executor: no live progress table.")
     ] = False,
@@ -75,6 +85,18 @@ def submit_command(
     plan = load_plan(results_dir)
     redo_ids = check_run_ids(plan, redo, "--redo")
     only = check_run_ids(plan, run, "--run") or None
+    if size:
+        sizes = sorted({r["size"] for r in plan["runs"]})
+        unknown = [s for s in size if s not in sizes]
+        if unknown:
+            raise UserError(
+                f"{results_dir / 'plan.json'}: --size {', '.join(unknown)} is not planned "
+                f"(allowed: {', '.join(sizes)})"
+            )
+        by_size = [r["run_id"] for r in plan["runs"] if r["size"] in size]
+        only = [r for r in (only or by_size) if r in by_size]
+        if not only:
+            raise UserError("--run and --size select no run together")
     console = Console()
     try:
         result = launcher.submit(
