@@ -283,8 +283,12 @@ class Data(Strict):
 
 
 class Stability(Strict):
+    """Loss-spike rule (`olmoablate.stability`) and when the job stops as `diverged`."""
+
     spike_window: int = Field(50, ge=5)
     spike_factor: float = Field(3.0, gt=0)
+    min_relative_jump: float = Field(0.05, ge=0)
+    #: Stop (diverged) after more than this many spikes; null = count only, never stop for spikes.
     max_spikes: NonNegInt | None = None
     stop_on_nonfinite: bool = True
 
