@@ -1,0 +1,352 @@
+"""The training job: one run of ``plan.json`` trained (or resumed) with OLMo-core's Trainer.
+
+``run_job(plan_path, run_id)`` is the single entry point used by the local executor, by Slurm
+through submitit (it is a picklable module-level function) and by ``torchrun``/``srun``
+(``python -m olmoablate.train.job PLAN RUN_ID``). It
+
+1. loads and checks the run entry (certificate included) - bad input is a one-line UserError;
+2. builds OLMo-core configs from the entry only (:mod:`olmoablate.train.config`): model, train
+   module (optimizer, schedule, clipping, z-loss, precision, DDP/FSDP), numpy dataset and loader,
+   trainer with checkpointing into ``runs/<run_id>/checkpoints`` and our callbacks;
+3. runs ``trainer.fit()``, which resumes from the latest checkpoint in that folder by itself;
+4. decides the outcome by step count (``completed`` iff ``global_step >= training.steps``), not by
+   exit status: OLMo-core returns normally after SIGTERM/SIGUSR2 once it has saved a checkpoint
+   (``interrupted``); a NaN/Inf or too many loss spikes is ``diverged`` (final, never retried);
+   anything else is ``failed`` and re-raised;
+5. writes ``status.json`` and ``summary.json`` atomically and returns the status dict.
+
+Paths in the plan are resolved against ``plan["workdir"]`` (the directory ``plan`` was run from)
+without changing the process's working directory, which is equivalent to the chdir of
+docs/design.md but safe when the function runs inside another program.
+
+A run whose ``status.json`` already says ``completed`` or ``diverged`` is returned as is; delete the
+run directory to train it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from olmoablate.errors import UserError
+from olmoablate.io import read_json, write_json_atomic
+from olmoablate.train.plan import RunContext, load_run
+
+log = logging.getLogger(__name__)
+
+FINAL_STATES = ("completed", "diverged")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def wandb_id(spec_name: str, run_id: str) -> str:
+    """Stable W&B id, so a requeued job resumes the same W&B run."""
+    return hashlib.sha1(f"{spec_name}/{run_id}".encode()).hexdigest()[:16]
+
+
+def _previous_status(path: Path) -> dict[str, Any]:
+    try:
+        status = read_json(path)
+    except (OSError, ValueError):
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _environment(ctx: RunContext) -> Any:
+    """CPU or CUDA, single process or torchrun/Slurm (RANK + WORLD_SIZE in the environment)."""
+    import torch
+
+    from olmoablate.train.config import Environment
+
+    gpus = (ctx.run.get("topology") or {}).get("gpus_per_node")
+    use_cuda = torch.cuda.is_available() and gpus != 0
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    distributed = ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or use_cuda
+    return Environment(
+        device_type="cuda" if use_cuda else "cpu", world_size=world, distributed=distributed
+    )
+
+
+def _param_counts(model: Any) -> dict[str, int]:
+    """Stored parameters counted once even when shared (looped bodies) and, for looped models,
+    the effective (unrolled) count; from olmoablate.models when available."""
+    try:
+        from olmoablate.models import param_counts
+    except ImportError:
+        unique = sum(p.numel() for p in model.parameters())
+        return {"unique": unique, "effective": unique}
+    return dict(param_counts(model))
+
+
+def _optimizer_state_bytes(optim: Any) -> int:
+    """Bytes of optimizer state held by this rank (local shards under FSDP)."""
+    import torch
+
+    total = 0
+    for state in optim.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                local = v.to_local() if hasattr(v, "to_local") else v
+                total += local.numel() * local.element_size()
+    return total
+
+
+def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tuple[Any, dict]:
+    """Build model, train module, data loader and trainer (with callbacks) from the run entry."""
+    from olmo_core.train import Duration, TrainerConfig
+    from olmo_core.train.callbacks import (
+        CheckpointerCallback,
+        ConsoleLoggerCallback,
+    )
+
+    from olmoablate.train import callbacks as cbs
+    from olmoablate.train import config as cfgs
+
+    run, tr, ev = ctx.run, ctx.training, ctx.evaluation
+    steps = int(tr["steps"])
+    gbs = int(tr["global_batch_size"])
+    stab = tr.get("stability") or {}
+    wb = tr.get("wandb") or {}
+
+    model_cfg = cfgs.model_config(run, env)
+    model = model_cfg.build(init_device="meta")
+    train_module = cfgs.train_module_config(run, env).build(model)
+    dataset = cfgs.dataset_config(ctx).build()
+    data_loader = cfgs.data_loader_config(ctx).build(
+        dataset, dp_process_group=train_module.dp_process_group
+    )
+
+    rd = ctx.run_dir
+    own: dict[str, Any] = {
+        "metrics": cbs.MetricsJSONLCallback(path=str(rd / "metrics.jsonl"), global_batch_size=gbs),
+        "fingerprints": cbs.FingerprintCallback(
+            path=str(rd / "fingerprints.jsonl"), global_batch_size=gbs
+        ),
+        "curriculum": cbs.LoopCurriculumCallback(),
+        "stability": cbs.StabilityCallback(
+            spike_window=int(stab.get("spike_window", 50)),
+            spike_factor=float(stab.get("spike_factor", 3.0)),
+            max_spikes=int(stab.get("max_spikes", 20)),
+            stop_on_nonfinite=bool(stab.get("stop_on_nonfinite", True)),
+        ),
+        "interrupt": cbs.InterruptCallback(),
+        "status": cbs.StatusCallback(
+            path=str(rd / "status.json"),
+            base=base_status,
+            interval=max(1, min(10, steps // 20 or 1)),
+            total_steps=steps,
+            global_batch_size=gbs,
+        ),
+        "wandb": cbs.WandBLoggerCallback(
+            run_id=ctx.run_id,
+            wandb_id=wandb_id(ctx.spec_name, ctx.run_id),
+            project=str(wb.get("project") or "olmoablate"),
+            entity=wb.get("entity"),
+            group=str(run.get("group_id")),
+            job_type=str(run.get("arm")),
+            mode=str(wb.get("mode") or "offline"),
+            directory=str(rd / "wandb"),
+            config=run,
+        ),
+    }
+    nan_step = tr.get("debug_nan_at_step")
+    if nan_step is not None:
+        own["debug_nan"] = cbs.DebugNaNCallback(at_step=int(nan_step))
+
+    trainer_cfg = TrainerConfig(
+        save_folder=str(ctx.checkpoint_dir),
+        work_dir=str(rd / "cache" / "trainer"),
+        save_overwrite=True,
+        max_duration=Duration.steps(steps),
+        metrics_collect_interval=1,
+        cancel_check_interval=1,
+    )
+    trainer_cfg = trainer_cfg.with_callback(
+        "checkpointer",
+        CheckpointerCallback(
+            save_interval=int(tr.get("checkpoint_interval") or steps),
+            save_async=False if env.device_type == "cpu" else None,
+            max_checkpoints=2,
+            pre_train_checkpoint=False,
+        ),
+    ).with_callback("console_logger", ConsoleLoggerCallback(metrics_log_interval=10))
+    eval_ds = cfgs.eval_dataset_config(ctx)
+    if eval_ds is not None:
+        max_eval_tokens = ev.get("max_eval_tokens")
+        interval = int(ev["interval"])
+        looped = bool((run.get("architecture") or {}).get("looped"))
+        trainer_cfg = trainer_cfg.with_callback(
+            "lm_evaluator",
+            cbs.LoopedLMEvaluatorCallbackConfig(
+                eval_dataset=eval_ds,
+                eval_interval=interval,
+                fixed_steps=[steps] if steps % interval else None,
+                eval_duration=(
+                    Duration.tokens(int(max_eval_tokens)) if max_eval_tokens else Duration.epochs(1)
+                ),
+                loop_counts=[int(n) for n in ev.get("loop_counts") or []] if looped else [],
+            ),
+        )
+    for name, cb in own.items():
+        trainer_cfg = trainer_cfg.with_callback(name, cb)
+    trainer = trainer_cfg.build(train_module, data_loader)
+    # The trainer holds copies of the configured callbacks; keep handles on the live ones.
+    return trainer, {name: trainer.callbacks[name] for name in own}
+
+
+def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) -> dict[str, Any]:
+    from olmoablate.train.callbacks import peak_memory_gb
+
+    model = trainer.train_module.model
+    counts = _param_counts(model)
+    times = list(own["metrics"].step_times)
+    steady = times[1:] if len(times) > 1 else times  # the first step includes warm-up
+    mean_step = sum(steady) / len(steady) if steady else None
+    gbs = int(trainer.global_batch_size)
+    return {
+        "params": int(model.num_params),
+        "non_embedding_params": int(model.num_non_embedding_params),
+        "unique_params": counts["unique"],
+        "effective_params": counts.get("effective", counts["unique"]),
+        "peak_memory_gb": peak_memory_gb(),
+        "mean_step_time_s": mean_step,
+        "tokens_per_s": gbs / mean_step if mean_step else None,
+        "steps_this_attempt": len(times),
+        "steps": steps_done,
+        "tokens": steps_done * gbs,
+        "wall_time_s": wall_s,
+        "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
+        "loss_spikes": own["stability"].spikes,
+    }
+
+
+def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
+    """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
+
+    Raises :class:`UserError` for a bad plan/run entry; other exceptions (after ``status.json``
+    says ``failed``) propagate so executors see the failure.
+    """
+    t_start = time.perf_counter()
+    ctx = load_run(plan_path, run_id)
+    status_path = ctx.run_dir / "status.json"
+    previous = _previous_status(status_path)
+    if previous.get("state") in FINAL_STATES:
+        log.info(f"{run_id} is already {previous['state']}; nothing to do")
+        return previous
+
+    import torch
+    from olmo_core.distributed.utils import get_rank
+    from olmo_core.train import prepare_training_environment, teardown_training_environment
+
+    env = _environment(ctx)
+    threads = int(ctx.training.get("threads") or 0)
+    if env.device_type == "cpu" and threads > 0:
+        torch.set_num_threads(threads)
+
+    steps = int(ctx.training["steps"])
+    gbs = int(ctx.training["global_batch_size"])
+    base = {
+        "run_id": run_id,
+        "pair_id": ctx.run.get("pair_id"),
+        "arm": ctx.run.get("arm"),
+        # The launcher's attempt counter (submitit requeues) when set, else one per call.
+        "attempt": int(
+            os.environ.get("OLMOABLATE_ATTEMPT") or int(previous.get("attempt") or 0) + 1
+        ),
+        "diverged_at_step": None,
+        "reason": None,
+    }
+
+    def write_status(state: str, step: int, **extra: Any) -> dict[str, Any]:
+        status = {
+            **base,
+            "state": state,
+            "step": step,
+            "total_steps": steps,
+            "tokens": step * gbs,
+            "last_loss": None,
+            "tokens_per_s": None,
+            "updated": _now(),
+            **extra,
+        }
+        if get_rank() == 0:
+            write_json_atomic(status_path, status)
+        return status
+
+    prepare_training_environment(
+        seed=int(ctx.training.get("init_seed", 0)),
+        # "cpu:gloo,cuda:nccl" makes OLMo-core call torch.cuda.set_device, which a CPU-only
+        # torch build lacks; plain gloo is the CPU equivalent.
+        backend=(
+            None
+            if not env.distributed
+            else ("cpu:gloo,cuda:nccl" if env.device_type == "cuda" else "gloo")
+        ),
+    )
+    trainer = None
+    try:
+        ctx.run_dir.mkdir(parents=True, exist_ok=True)
+        write_status("running", int(previous.get("step") or 0))
+        trainer, own = _build_trainer(ctx, env, base)
+        error: BaseException | None = None
+        try:
+            trainer.fit()
+        except BaseException as exc:  # noqa: BLE001 - classified below, re-raised unless diverged
+            error = exc
+        step = int(trainer.global_step)
+        metrics_cb, stability = own["metrics"], own["stability"]
+        last = metrics_cb.last_row
+        extra = {
+            "last_loss": last.get("train/CE loss"),
+            "tokens_per_s": None,
+        }
+        summary = _summary(trainer, own, time.perf_counter() - t_start, step)
+        extra["tokens_per_s"] = summary["tokens_per_s"]
+        if stability.diverged_at_step is not None:
+            state = "diverged"
+            extra.update(diverged_at_step=stability.diverged_at_step, reason=stability.reason)
+        elif error is not None:
+            write_status("failed", step, reason=f"{type(error).__name__}: {error}"[:500], **extra)
+            raise error
+        elif step >= steps:
+            state = "completed"
+        else:
+            sig = own["interrupt"].signal_received
+            state = "interrupted"
+            extra["reason"] = f"{sig} received" if sig else "training stopped before the last step"
+        if get_rank() == 0:
+            write_json_atomic(ctx.run_dir / "summary.json", {**summary, "state": state})
+        return write_status(state, step, **extra)
+    except UserError:
+        write_status("failed", int(previous.get("step") or 0), reason="bad run entry")
+        raise
+    finally:
+        teardown_training_environment()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m olmoablate.train.job PLAN RUN_ID`` (torchrun/srun entry point)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m olmoablate.train.job PLAN_JSON RUN_ID", file=sys.stderr)
+        return 2
+    try:
+        status = run_job(args[0], args[1])
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    if os.environ.get("RANK", "0") == "0":
+        print(json.dumps(status))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

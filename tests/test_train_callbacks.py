@@ -1,0 +1,118 @@
+"""Unit tests of olmoablate.train.callbacks that need no training run (the job tests cover the
+callbacks end to end)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from olmoablate.train.callbacks import (
+    MetricsJSONLCallback,
+    StabilityCallback,
+    global_batch_sha256,
+    interleave_rank_batches,
+    read_jsonl,
+    truncate_jsonl_after,
+)
+
+
+def test_truncate_keeps_rows_up_to_resume_step_and_drops_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    rows = [{"step": s, "x": s * 1.5} for s in range(8)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 8, "x"')
+    assert len(read_jsonl(path)) == 8  # the torn line is ignored
+    assert truncate_jsonl_after(path, 5) == 2
+    assert read_jsonl(path) == rows[:6]
+    assert path.read_text().endswith("\n") and '"x"\n' not in path.read_text()
+    assert truncate_jsonl_after(tmp_path / "missing.jsonl", 3) == 0
+
+
+def test_global_batch_hash_is_int64_le_of_the_global_order() -> None:
+    batch = torch.arange(8 * 5, dtype=torch.int64).reshape(8, 5) * 7919 % 100352
+    expected = hashlib.sha256(batch.numpy().astype("<i8").tobytes()).hexdigest()
+    assert global_batch_sha256(batch) == expected
+    assert global_batch_sha256(batch.to(torch.int32)) == expected  # dtype-independent
+    # What OLMo-core's loader gives DP rank r of W: rows r, r+W, ... (data_loader.py).
+    for world in (2, 4):
+        parts = [batch[r::world] for r in range(world)]
+        assert torch.equal(interleave_rank_batches(parts), batch)
+    assert global_batch_sha256(batch[[1, 0, 2, 3, 4, 5, 6, 7]]) != expected
+
+
+class _Trainer:
+    """Minimal stand-in for the Trainer attributes these callbacks touch (no Slurm/IO)."""
+
+    def __init__(self) -> None:
+        self.global_step = 0
+        self.canceled: list[str] = []
+        self.metrics: dict[str, torch.Tensor] = {}
+
+    def cancel_run(self, reason: str, no_sync: bool = False) -> None:
+        self.canceled.append(reason)
+
+    def get_metric(self, name: str) -> torch.Tensor | None:
+        return self.metrics.get(name)
+
+
+def _stability(**kw: Any) -> tuple[StabilityCallback, _Trainer]:
+    cb = StabilityCallback(**kw)
+    trainer = _Trainer()
+    cb.trainer = trainer  # type: ignore[assignment]
+    cb.post_attach()
+    return cb, trainer
+
+
+def test_spikes_are_counted_against_the_running_window() -> None:
+    cb, trainer = _stability(spike_window=5, spike_factor=3.0, max_spikes=1)
+    losses = [5.0, 5.1, 4.9, 5.0, 5.05, 9.0, 5.0, 4.95, 12.0]
+    recorded = []
+    for step, loss in enumerate(losses, start=1):
+        m = {"train/CE loss": loss}
+        cb.pre_log_metrics(step, m)
+        recorded.append(m["stability/loss spikes"])
+    assert recorded == [0, 0, 0, 0, 0, 1, 1, 1, 2]
+    assert cb.diverged_at_step == 9 and "max_spikes = 1" in (cb.reason or "")
+    assert trainer.canceled
+    # Resumable: the window and count survive a checkpoint round trip.
+    clone, _ = _stability(spike_window=5, spike_factor=3.0, max_spikes=1)
+    clone.load_state_dict(json.loads(json.dumps(cb.state_dict())))
+    assert clone.spikes == 2 and list(clone._history) == list(cb._history)
+
+
+def test_nonfinite_grad_norm_stops_at_that_step() -> None:
+    cb, trainer = _stability()
+    trainer.global_step = 3
+    trainer.metrics = {
+        "train/CE loss": torch.tensor(4.0),
+        "optim/total grad norm": torch.tensor(1.0),
+    }
+    cb.post_train_batch()
+    assert cb.diverged_at_step is None and not trainer.canceled
+    trainer.global_step = 4
+    trainer.metrics["optim/total grad norm"] = torch.tensor(math.inf)
+    cb.post_train_batch()
+    assert cb.diverged_at_step == 4 and "optim/total grad norm" in (cb.reason or "")
+    assert trainer.canceled
+
+
+def test_metrics_rows_merge_by_step_and_skip_resumed_steps(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    cb = MetricsJSONLCallback(path=str(path), global_batch_size=256)
+    cb.resume_step = 2
+    cb.log_metrics(2, {"checkpoint/save_duration_s": 0.1})  # re-emitted on resume: dropped
+    cb.log_metrics(3, {"train/CE loss": 4.0})
+    cb.log_metrics(3, {"eval/lm/x/CE loss": 3.5})  # the same step in a second record
+    cb.log_metrics(4, {"train/CE loss": 3.9})
+    cb.close()
+    rows = read_jsonl(path)
+    assert [r["step"] for r in rows] == [3, 4]
+    assert rows[0]["train/CE loss"] == 4.0 and rows[0]["eval/lm/x/CE loss"] == 3.5
+    assert rows[0]["tokens"] == 768 and rows[1]["tokens"] == 1024
+    assert all(r["peak_memory_gb"] > 0 for r in rows)
+    assert np.isfinite([r["train/CE loss"] for r in rows]).all()
