@@ -37,7 +37,6 @@ import resource
 import signal
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -47,6 +46,7 @@ from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
 
 from olmoablate.io import write_json_atomic, write_text_atomic
+from olmoablate.stability import SpikeDetector
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
@@ -269,41 +269,49 @@ class LoopCurriculumCallback(Callback):
 class StabilityCallback(Callback):
     """Loss-spike counter and NaN/Inf stop.
 
-    A spike is a train loss above ``mean + spike_factor * std`` of the previous ``spike_window``
-    losses (once the window is full). More than ``max_spikes`` spikes, or (with
-    ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it diverged:
-    non-finite values are caught right after the step's backward/optimizer step, on every rank at
-    once, so the run stops on that step. The divergence is final; the launcher must not retry it.
+    Spikes follow the project's one rule (`olmoablate.stability`: above ``mean + spike_factor·std``
+    of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
+    report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
+    (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it
+    diverged: non-finite values are caught right after the step's backward/optimizer step, on every
+    rank at once, so the run stops on that step. The divergence is final; the launcher must not
+    retry it.
     """
 
     priority: ClassVar[int] = 5
 
     spike_window: int = 50
     spike_factor: float = 3.0
-    max_spikes: int = 20
+    min_relative_jump: float = 0.05
+    max_spikes: int | None = None
     stop_on_nonfinite: bool = True
 
     spikes: int = 0
     diverged_at_step: int | None = None
     reason: str | None = None
-    _history: deque[float] = field(default_factory=deque)
+    _detector: SpikeDetector | None = None
+
+    @property
+    def detector(self) -> SpikeDetector:
+        if self._detector is None:
+            self._detector = SpikeDetector(
+                self.spike_window, self.spike_factor, self.min_relative_jump
+            )
+        return self._detector
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "spikes": self.spikes,
-            "history": list(self._history),
+            "history": self.detector.state(),
             "diverged_at_step": self.diverged_at_step,
             "reason": self.reason,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.spikes = int(state_dict.get("spikes", 0))
-        self._history = deque(state_dict.get("history", []), maxlen=self.spike_window)
+        self.detector.load(state_dict.get("history", []))
         self.diverged_at_step = state_dict.get("diverged_at_step")
         self.reason = state_dict.get("reason")
-
-    def post_attach(self) -> None:
-        self._history = deque(self._history, maxlen=self.spike_window)
 
     def _diverge(self, step: int, reason: str, *, all_ranks: bool) -> None:
         if self.diverged_at_step is None:
@@ -336,16 +344,15 @@ class StabilityCallback(Callback):
         loss = metrics.get(CE_LOSS)
         if loss is None or not math.isfinite(loss):
             return
-        hist = self._history
-        if len(hist) >= max(self.spike_window, 2):
-            mean = sum(hist) / len(hist)
-            std = math.sqrt(sum((x - mean) ** 2 for x in hist) / len(hist))
-            if std > 0 and loss > mean + self.spike_factor * std:
-                self.spikes += 1
-                log.warning(f"Loss spike at step {step}: {loss:.4f} (window mean {mean:.4f})")
-        hist.append(loss)
+        if self.detector.update(float(loss)):
+            self.spikes += 1
+            log.warning(f"Loss spike at step {step}: {loss:.4f}")
         metrics["stability/loss spikes"] = float(self.spikes)
-        if self.spikes > self.max_spikes and self.diverged_at_step is None:
+        if (
+            self.max_spikes is not None
+            and self.spikes > self.max_spikes
+            and self.diverged_at_step is None
+        ):
             self._diverge(
                 step,
                 f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",

@@ -134,7 +134,8 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         "stability": cbs.StabilityCallback(
             spike_window=int(stab.get("spike_window", 50)),
             spike_factor=float(stab.get("spike_factor", 3.0)),
-            max_spikes=int(stab.get("max_spikes", 20)),
+            min_relative_jump=float(stab.get("min_relative_jump", 0.05)),
+            max_spikes=None if stab.get("max_spikes") is None else int(stab["max_spikes"]),
             stop_on_nonfinite=bool(stab.get("stop_on_nonfinite", True)),
         ),
         "interrupt": cbs.InterruptCallback(),
