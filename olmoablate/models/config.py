@@ -1,0 +1,186 @@
+"""OLMo-core config subclasses for the ablation models, and the size/arch -> config builder.
+
+Why subclass configs instead of forking: OLMo-core records ``_CLASS_`` in every config dict, so a
+``TransformerConfig`` subclass round-trips through ``config.json`` / checkpoints, and every other
+field (blocks, attention, RoPE, sliding windows, LM head) keeps OLMo-core's exact meaning.
+
+The baseline (``arch == {}``) and ``layers``-only variants are plain ``TransformerConfig`` objects
+equal to ``TransformerConfig.olmo3_<preset>(...)`` field for field (checked in the tests), so the
+baseline model *is* OLMo-core's ``Transformer``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from typing import Any
+
+from olmo_core.config import DType
+from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionConfig
+from olmo_core.nn.feed_forward import FeedForwardConfig
+from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
+
+from olmoablate.errors import UserError
+from olmoablate.models.arch import ArchSettings, parse_arch
+from olmoablate.models.depth_attention import DepthAttentionConfig
+from olmoablate.models.siamese import SiameseNormBlockConfig
+from olmoablate.models.transformer import AblationTransformer
+from olmoablate.spec.sizes import SizeDims, resolve
+
+OLMO3_ROPE_THETA = 500_000
+OLMO3_NORM_EPS = 1e-6
+
+
+def canonical_arch(settings: ArchSettings) -> dict[str, Any]:
+    """``arch`` with defaults filled in and no None values (stable across JSON round trips)."""
+    out: dict[str, Any] = {}
+    if settings.siamese_norm is not None:
+        out["siamese_norm"] = dataclasses.asdict(settings.siamese_norm)
+    if settings.depth_attention is not None:
+        out["depth_attention"] = dataclasses.asdict(settings.depth_attention)
+    if settings.looped is not None:
+        looped = dataclasses.asdict(settings.looped)
+        if looped["curriculum"] is None:
+            del looped["curriculum"]
+        out["looped"] = looped
+    if settings.n_layers is not None:
+        out["layers"] = {"n_layers": settings.n_layers}
+    return out
+
+
+@dataclass
+class AblationTransformerConfig(TransformerConfig):
+    """``TransformerConfig`` + the canonical ``arch`` mapping; builds :class:`AblationTransformer`."""
+
+    arch: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, *, init_device: str = "cpu") -> AblationTransformer:  # type: ignore[override]
+        if self.name != TransformerType.default:
+            raise UserError(f"arch variants need the default transformer type, got {self.name}")
+        model = AblationTransformer(
+            arch=self.arch,
+            d_model=self.d_model,
+            vocab_size=self.vocab_size,
+            n_layers=self.n_layers,
+            block=self.block,
+            embedding_norm=self.embedding_norm,
+            lm_head=self.lm_head,
+            dtype=self.dtype.as_pt(),
+            init_method=self.init_method,
+            init_device=init_device,
+            init_seed=self.init_seed,
+            init_std=self.init_std,
+            embedding_init_std=self.embedding_init_std,
+            block_overrides=self.block_overrides,
+            block_pattern=self.block_pattern,
+            embed_scale=self.embed_scale,
+            tie_word_embeddings=self.tie_word_embeddings,
+        )
+        for name, param in model.named_parameters():
+            if any(fnmatch(name, pattern) for pattern in self.freeze_params or []):
+                param.requires_grad = False
+        return model
+
+    @property
+    def num_params(self) -> int:
+        settings = parse_arch(self.arch)
+        assert self.lm_head.layer_norm is not None
+        norm = self.lm_head.layer_norm.num_params(self.d_model)
+        extra = 0
+        if settings.siamese_norm is not None:
+            extra += 2 * norm  # final X and Y norms
+        if settings.looped is not None and settings.looped.state_norm:
+            extra += norm
+        return super().num_params + extra
+
+
+def resolve_attn_backend(attn_backend: str | None) -> AttentionBackendName:
+    """None = auto: ``flash_2`` when flash-attn imports and CUDA is available, else ``torch``."""
+    if attn_backend is not None:
+        try:
+            return AttentionBackendName(attn_backend)
+        except ValueError:
+            allowed = ", ".join(b.value for b in AttentionBackendName)
+            raise UserError(f"attn_backend: unknown {attn_backend!r}; allowed: {allowed}") from None
+    import torch
+    from olmo_core.nn.attention import flash_attn_api
+
+    if torch.cuda.is_available() and flash_attn_api.has_flash_attn_2():
+        return AttentionBackendName.flash_2
+    return AttentionBackendName.torch
+
+
+def olmo3_config(
+    dims: SizeDims, *, n_layers: int, attn_backend: AttentionBackendName, init_seed: int
+) -> TransformerConfig:
+    """OLMo 3 semantics for any dims (what ``TransformerConfig.olmo3_*`` builds for presets)."""
+    w = dims.sliding_window
+    return TransformerConfig.llama_like(
+        d_model=dims.d_model,
+        vocab_size=dims.vocab_size,
+        n_layers=n_layers,
+        n_heads=dims.n_heads,
+        n_kv_heads=None if dims.n_kv_heads == dims.n_heads else dims.n_kv_heads,
+        block_name=TransformerBlockType.reordered_norm,
+        qk_norm=True,
+        rope_theta=OLMO3_ROPE_THETA,
+        layer_norm_eps=OLMO3_NORM_EPS,
+        feed_forward=FeedForwardConfig(
+            hidden_size=dims.mlp_hidden_size, bias=False, dtype=DType.float32
+        ),
+        sliding_window=SlidingWindowAttentionConfig(
+            pattern=[w, w, w, -1],
+            force_full_attention_on_first_layer=False,
+            force_full_attention_on_last_layer=True,
+        ),
+        attn_backend=attn_backend,
+        init_seed=init_seed,
+    )
+
+
+def build_model_config(
+    size: str | dict[str, Any] | SizeDims,
+    arch: dict[str, Any] | ArchSettings | None,
+    *,
+    vocab_size: int | None = None,
+    init_seed: int = 0,
+    attn_backend: str | None = None,
+) -> TransformerConfig:
+    """The OLMo-core config the training job builds for ``size`` + ``arch``."""
+    try:
+        dims = resolve(size, vocab_size)
+    except KeyError:
+        raise UserError(f"size: unknown preset {size!r}") from None
+    settings = parse_arch(arch)
+    if settings.looped is not None:
+        n_layers = settings.looped.body_layers
+    else:
+        n_layers = settings.n_layers or dims.n_layers
+    base = olmo3_config(
+        dims,
+        n_layers=n_layers,
+        attn_backend=resolve_attn_backend(attn_backend),
+        init_seed=init_seed,
+    )
+    if settings.siamese_norm is None and settings.depth_attention is None and not settings.looped:
+        return base
+
+    block = base.block
+    assert not isinstance(block, dict)
+    if settings.depth_attention is not None:
+        mixer = block.sequence_mixer
+        block = dataclasses.replace(
+            block,
+            sequence_mixer=DepthAttentionConfig(
+                **{f.name: getattr(mixer, f.name) for f in dataclasses.fields(mixer)}
+            ),
+        )
+    if settings.siamese_norm is not None:
+        block = SiameseNormBlockConfig(
+            **{f.name: getattr(block, f.name) for f in dataclasses.fields(block)},
+            output_norms=settings.siamese_norm.output_norms,
+        )
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    fields["block"] = block
+    return AblationTransformerConfig(**fields, arch=canonical_arch(settings))

@@ -1,0 +1,222 @@
+"""Depth-Attention: same-token attention over the (key, mixed value) of earlier layers.
+
+Exact definition (0-based, unrolled layer index ``l``; for Looped ``l = t * K + j``)::
+
+    S_l   = {j < l : j % stride == 0}  ∪  {j : max(0, l - recent_window) <= j < l}
+    q̄_l   = mean of the query heads of each KV group (MHA: q̄ = q), after QK-norm and RoPE
+    e_j   = <q̄_l, k_j> / sqrt(head_dim)          for j in S_l ∪ {l}  (k_j: post-norm post-RoPE key)
+    α     = softmax_j(e)   in fp32, cast back to the value dtype
+    ṽ_l   = Σ_{j in S_l} α_j ṽ_j + α_l v_l        (ṽ_j: layer j's already-mixed value)
+
+``ṽ_l`` replaces ``v_l`` in the ordinary (SWA or full) attention and is what later layers and the
+KV cache see; keys are never mixed. No parameters are added. Because layer 0 is always a source
+for every ``l >= 1``, a large stride does *not* turn the mechanism off: only layer 0 (and a
+1-layer model) is unchanged.
+
+Training FLOPs added per token (what :meth:`AblationTransformer.num_flops_per_token` counts), with
+``n_l = |S_l|``: ``3 * (4 * n_kv_heads * head_dim * (n_l + 1))`` plus ``3 * n_heads * head_dim``
+when ``n_kv_heads < n_heads`` (the group mean), and 0 for a layer without sources (layer 0, which
+does no mixing). Softmax/elementwise costs are ignored.
+
+Why the state object: OLMo-core's ``Transformer`` passes one tensor from block to block, but
+layer ``l`` needs tensors produced inside the attention of earlier layers. The model creates a
+fresh :class:`DepthState` per forward pass and passes it (plus the immutable ``depth_index``)
+through the block kwargs into the attention. The state is keyed by layer index, so the re-run of
+a block under activation checkpointing overwrites its own entry with equal values and reads the
+same sources, which keeps recomputation deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from olmo_core.exceptions import OLMoConfigurationError
+from olmo_core.nn.attention import Attention, AttentionConfig, AttentionType
+from olmo_core.nn.attention.base import SequenceMixer
+from olmo_core.nn.buffer_cache import BufferCache
+
+from olmoablate.models.arch import DepthAttentionSettings
+
+
+def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
+    """Forward FLOPs per token that depth mixing adds to one layer with ``n_sources`` sources.
+
+    0 without sources (layer 0): that layer does no mixing at all.
+    """
+    if n_sources == 0:
+        return 0
+    flops = 4 * n_kv_heads * head_dim * (n_sources + 1)
+    if n_kv_heads < n_heads:
+        flops += n_heads * head_dim
+    return flops
+
+
+def group_mean_query(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """(B, T, H_q, D) -> (B, T, H_kv, D): the mean query of each GQA group (identity for MHA)."""
+    b, t, h_q, d = q.shape
+    if h_q == n_kv_heads:
+        return q
+    return q.view(b, t, n_kv_heads, h_q // n_kv_heads, d).mean(dim=3)
+
+
+def mix_values(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    source_keys: list[torch.Tensor],
+    source_values: list[torch.Tensor],
+) -> torch.Tensor:
+    """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
+
+    Per-source loops instead of one stacked tensor: the source count is small and stacking would
+    copy every source key/value once more per layer (memory and bandwidth, pitfall B.4.6).
+    """
+    if not source_keys:
+        return v
+    q_bar = group_mean_query(q, k.shape[2])
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = [(q_bar * kj).sum(dim=-1) for kj in source_keys]
+    scores.append((q_bar * k).sum(dim=-1))
+    # shape: (B, T, H_kv, n_sources + 1)
+    weights = torch.softmax(torch.stack(scores, dim=-1) * scale, dim=-1, dtype=torch.float32)
+    weights = weights.to(v.dtype)
+    mixed = weights[..., -1:] * v
+    for j, vj in enumerate(source_values):
+        mixed = mixed + weights[..., j : j + 1] * vj
+    return mixed
+
+
+class DepthState:
+    """Per-forward store of every layer's (post-RoPE key, mixed value), keyed by unrolled index."""
+
+    def __init__(self, settings: DepthAttentionSettings) -> None:
+        self.settings = settings
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+
+    def sources(self, layer: int) -> list[int]:
+        return self.settings.sources(layer)
+
+    # Kept out of torch.compile graphs: the store is a Python dict whose contents change within a
+    # forward (and a looped block runs at several depth indices), which dynamo would guard on and
+    # recompile for - or fail on. The mixing is a few elementwise kernels, cheap to run eagerly.
+    @torch.compiler.disable
+    def mix_and_store(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        src = self.sources(layer)
+        missing = [j for j in src if j not in self.keys]
+        if missing:
+            raise RuntimeError(f"depth-attention layer {layer}: sources {missing} were not stored")
+        mixed = mix_values(q, k, v, [self.keys[j] for j in src], [self.values[j] for j in src])
+        self.keys[layer] = k
+        self.values[layer] = mixed
+        return mixed
+
+
+class DepthAttention(Attention):
+    """OLMo-core ``Attention`` whose value is depth-mixed between RoPE and token attention.
+
+    ``forward`` is a trimmed copy of ``Attention.forward`` (projection -> mixing -> SDPA ->
+    output projection) instead of a hook on ``_prepare_qkv``: the mixing needs per-call inputs
+    (the state and the layer index) and passing them as arguments keeps the module stateless,
+    which is what activation checkpointing and ``torch.compile`` need. Options that the trimmed
+    path does not implement (gates, QKV recompute, MXFP8 saves) are rejected by the config.
+    """
+
+    def forward(  # type: ignore[override]
+        self,
+        x: torch.Tensor,
+        cu_doc_lens: torch.Tensor | None = None,
+        cu_doc_lens_q: torch.Tensor | None = None,
+        cu_doc_lens_k: torch.Tensor | None = None,
+        max_doc_len: int | None = None,
+        max_doc_len_q: int | None = None,
+        max_doc_len_k: int | None = None,
+        local_k_slice: slice | None = None,
+        pos_sin: torch.Tensor | None = None,
+        pos_cos: torch.Tensor | None = None,
+        freqs_cis: torch.Tensor | None = None,
+        cache_leftpad: torch.Tensor | None = None,
+        *,
+        depth_state: DepthState | None = None,
+        depth_index: int | None = None,
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        start_pos = self.kv_cache_manager.current_position() if self.kv_cache_manager else None
+        q, k, v = self._prepare_qkv(
+            x,
+            pos_sin=pos_sin,
+            pos_cos=pos_cos,
+            freqs_cis=freqs_cis,
+            start_pos=start_pos,
+            cu_doc_lens=cu_doc_lens,
+        )
+        if depth_state is not None:
+            if depth_index is None:
+                raise RuntimeError("depth_state given without depth_index")
+            v = depth_state.mix_and_store(depth_index, q, k, v)
+        att = self.sdpa(
+            q,
+            k,
+            v,
+            cu_doc_lens=cu_doc_lens,
+            cu_doc_lens_q=cu_doc_lens_q,
+            cu_doc_lens_k=cu_doc_lens_k,
+            max_doc_len=max_doc_len,
+            max_doc_len_q=max_doc_len_q,
+            max_doc_len_k=max_doc_len_k,
+            local_k_slice=local_k_slice,
+            cache_leftpad=cache_leftpad,
+        )
+        return self.w_out(att.view(b, t, -1))
+
+
+@dataclass
+class DepthAttentionConfig(AttentionConfig):
+    """``AttentionConfig`` that builds :class:`DepthAttention` (no new fields, no new params).
+
+    ``AttentionConfig.build`` constructs ``Attention(...)`` directly, so instead of copying its
+    option handling (sliding window, RoPE, backend validation) we let it build the module and
+    then swap the class: ``DepthAttention`` adds no parameters, buffers or ``__init__`` state.
+    """
+
+    def build(
+        self,
+        d_model: int,
+        *,
+        layer_idx: int,
+        n_layers: int,
+        init_device: str = "cpu",
+        cache: BufferCache | None = None,
+    ) -> SequenceMixer:
+        unsupported = {
+            "gate": self.gate is not None,
+            "use_recompute_qkv_prep": bool(self.use_recompute_qkv_prep),
+            "mxfp8_save_qkv_for_backward": bool(self.mxfp8_save_qkv_for_backward),
+            "scalable_softmax": self.scalable_softmax,
+            "attention_sinks": self.attention_sinks,
+            "clip_qkv": self.clip_qkv is not None,
+        }
+        bad = sorted(k for k, on in unsupported.items() if on)
+        if bad or self.name != AttentionType.default:
+            raise OLMoConfigurationError(
+                f"depth attention supports only default attention without {bad or [self.name]}"
+            )
+        module = super().build(
+            d_model, layer_idx=layer_idx, n_layers=n_layers, init_device=init_device, cache=cache
+        )
+        if type(module) is not Attention:
+            raise OLMoConfigurationError(f"depth attention cannot wrap {type(module).__name__}")
+        module.__class__ = DepthAttention
+        return module
+
+
+def depth_kwargs(state: DepthState | None, index: int) -> dict[str, Any]:
+    """The block kwargs that route one layer's attention through depth mixing."""
+    if state is None:
+        return {}
+    return {"depth_state": state, "depth_index": index}

@@ -1,0 +1,175 @@
+"""Greedy decoding with our own per-layer KV cache, for every variant.
+
+Why not OLMo-core's ``KVCacheManager``: it lives inside each ``Attention`` module, so a looped
+model (one module used b times per token) would share one cache slot across loop iterations, and
+it stores the raw value, while Depth-Attention must cache the *mixed* value. Instead, while an
+:class:`IncrementalDecoder` is active it replaces each attention module's ``forward`` (instance
+attribute, removed afterwards) with a cached version, and runs the model's own ``forward`` on the
+new tokens only. So SiameseNorm's streams, Looped's loop/injection logic and Depth-Attention's
+per-forward source state are exactly the code used in training.
+
+Cache layout: one ``(k, v)`` pair of tensors ``(B, max_len, n_kv_heads, head_dim)`` per *virtual*
+layer = per attention call in one forward, i.e. ``n_layers`` for ordinary models and ``b · K``
+(loop t, block j) for looped ones. Depth-Attention writes the mixed value ṽ and, at decode time,
+mixes only the new tokens using the same-token (k, ṽ) its sources produced earlier in the same
+forward - exactly what a full forward computes for those positions - so its cache has the
+baseline's shape and no extra persistent state.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from olmoablate.models.depth_attention import DepthState
+
+
+class IncrementalDecoder:
+    """Run a model over a growing sequence, one chunk at a time, with a KV cache per virtual layer.
+
+    Use as a context manager; ``step(ids)`` returns the logits of the new positions.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batch_size: int,
+        max_len: int,
+        n_loops: int | None = None,
+    ) -> None:
+        self.model = model
+        self.batch_size = batch_size
+        self.max_len = max_len
+        looped = getattr(getattr(model, "arch", None), "looped", None)
+        if n_loops is not None and looped is None:
+            raise ValueError("n_loops is only meaningful for looped models")
+        self.n_loops = (n_loops or int(model.current_loops)) if looped else None  # type: ignore[union-attr]
+        self.attentions = [blk.attention for blk in model.blocks.values()]  # type: ignore[union-attr]
+        n_virtual = len(self.attentions) * (self.n_loops or 1)
+        att0 = self.attentions[0]
+        p = att0.w_k.weight
+        shape = (batch_size, max_len, att0.n_kv_heads, att0.head_dim)
+        self.keys = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(n_virtual)]
+        self.values = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(n_virtual)]
+        self.pos = 0
+        self._counter = 0
+        self._installed = False
+
+    # ------------------------------------------------------------------ context management
+    def __enter__(self) -> IncrementalDecoder:
+        for att in self.attentions:
+            att.forward = self._make_forward(att)  # type: ignore[method-assign]
+        self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for att in self.attentions:
+            if "forward" in att.__dict__:
+                del att.forward
+        self._installed = False
+
+    def cache_bytes(self) -> int:
+        """Bytes held by the KV cache (all virtual layers, keys and values)."""
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+    # ------------------------------------------------------------------ decoding
+    @torch.no_grad()
+    def step(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids`` (B, t) at positions pos..pos+t-1; returns their logits (B, t, V)."""
+        if not self._installed:
+            raise RuntimeError("use IncrementalDecoder as a context manager")
+        if self.pos + ids.shape[1] > self.max_len:
+            raise ValueError(f"cache holds {self.max_len} positions; got {self.pos + ids.shape[1]}")
+        self._counter = 0
+        kwargs: dict[str, Any] = {}
+        if self.n_loops is not None:
+            kwargs["n_loops"] = self.n_loops
+        logits = self.model(ids, **kwargs)
+        if self._counter != len(self.keys):
+            raise RuntimeError(f"expected {len(self.keys)} attention calls, saw {self._counter}")
+        self.pos += ids.shape[1]
+        return logits
+
+    def _make_forward(self, att: nn.Module) -> Any:
+        def forward(
+            x: torch.Tensor,
+            *args: object,
+            depth_state: DepthState | None = None,
+            depth_index: int | None = None,
+            **kwargs: object,
+        ) -> torch.Tensor:
+            del args, kwargs
+            return self._cached_attention(att, x, depth_state, depth_index)
+
+        return forward
+
+    def _cached_attention(
+        self,
+        att: Any,
+        x: torch.Tensor,
+        depth_state: DepthState | None,
+        depth_index: int | None,
+    ) -> torch.Tensor:
+        u = self._counter
+        self._counter += 1
+        b, t, _ = x.shape
+        q, k, v = att._prepare_qkv(
+            x, pos_sin=None, pos_cos=None, freqs_cis=None, start_pos=self.pos, cu_doc_lens=None
+        )
+        if depth_state is not None:
+            assert depth_index is not None
+            v = depth_state.mix_and_store(depth_index, q, k, v)
+        end = self.pos + t
+        self.keys[u][:b, self.pos : end] = k
+        self.values[u][:b, self.pos : end] = v
+        keys = self.keys[u][:b, :end]
+        values = self.values[u][:b, :end]
+        group = q.shape[2] // keys.shape[2]
+        if group > 1:
+            keys = keys.repeat_interleave(group, dim=2)
+            values = values.repeat_interleave(group, dim=2)
+        q_pos = torch.arange(self.pos, end, device=x.device)[:, None]
+        k_pos = torch.arange(end, device=x.device)[None, :]
+        allowed = k_pos <= q_pos
+        if att.window_size is not None:
+            allowed = allowed & (k_pos > q_pos - att.window_size)
+        scores = torch.einsum("bihd,bjhd->bhij", q, keys) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(values.dtype)
+        out = torch.einsum("bhij,bjhd->bihd", probs, values)
+        return att.w_out(out.reshape(b, t, -1))
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: nn.Module,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    n_loops: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy continuation of ``prompt_ids`` (B, P).
+
+    Returns ``(tokens, logits)``: tokens (B, P + max_new_tokens) and the logits that chose each
+    new token, (B, max_new_tokens, V) - logits[:, i] are the next-token logits at position
+    P - 1 + i, equal (to float tolerance) to a full forward pass over the same tokens.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        b, p = prompt_ids.shape
+        tokens = prompt_ids
+        step_logits = []
+        with IncrementalDecoder(model, b, p + max_new_tokens, n_loops=n_loops) as dec:
+            logits = dec.step(prompt_ids)[:, -1]
+            for i in range(max_new_tokens):
+                step_logits.append(logits)
+                nxt = logits.argmax(dim=-1, keepdim=True)
+                tokens = torch.cat([tokens, nxt], dim=1)
+                if i + 1 < max_new_tokens:
+                    logits = dec.step(nxt)[:, -1]
+        return tokens, torch.stack(step_logits, dim=1)
+    finally:
+        model.train(was_training)

@@ -1,0 +1,254 @@
+"""``AblationTransformer``: OLMo-core's ``Transformer`` with SiameseNorm / Depth-Attention / Looped.
+
+One subclass handles every variant combination so that the forward pass stays in one readable
+place; the per-variant maths lives in :mod:`.siamese` and :mod:`.depth_attention`. The baseline is
+never built through this class: ``build_model_config({})`` returns OLMo-core's own config.
+
+Looped (K body blocks = ``self.blocks``, b loops, tail T = min(tail, b), P = embeddings)::
+
+    H_0 = 0 (input_injection) or P (plain weight tying)
+    H_{t+1} = F(H_t + P)  or  F(H_t);   optionally H_{t+1} = RMSNorm_state(H_{t+1})
+    iterations t < b - T run under torch.no_grad(); the state is detached before the last T
+    training loss = (1/T) Σ_{last T} CE(LMHead(H_t))  (the LM head's norm is the "Norm" here)
+    eval (model.eval()) loss and all returned logits = the final loop's
+
+Depth index for Depth-Attention inside the loop: the unrolled index ``t * K + j``.
+
+Training FLOPs per token (``num_flops_per_token``), all integers:
+
+* not looped: OLMo-core's ``Transformer.num_flops_per_token`` (blocks + LM head) + the
+  Depth-Attention term ``Σ_l 3 · e_l`` with ``e_l = 4·h_kv·d_h·(n_l+1) (+ h_q·d_h if GQA)`` for
+  layers with ``n_l >= 1`` sources and ``e_l = 0`` for ``n_l = 0`` (layer 0 does no mixing).
+* looped with S = Σ over the K blocks of ``block.num_flops_per_token`` and H = the LM head's::
+
+      (S · (b + 2T)) // 3 + T · H  +  Σ_{u < (b-T)·K} e_u  +  3 · Σ_{(b-T)·K <= u < b·K} e_u
+
+  (the Depth-Attention sums only with ``depth_attention``; b is the current loop count, which
+  the trainer updates through :meth:`set_train_step`). The state norm is not counted, like
+  OLMo-core's block norms.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+import torch
+from olmo_core.nn.layer_norm import LayerNormConfig
+from olmo_core.nn.lm_head import LMOutputWithLoss
+from olmo_core.nn.transformer.model import Transformer
+from olmo_core.utils import mark_dynamic, move_to_device
+
+from olmoablate.models.arch import ArchSettings, parse_arch
+from olmoablate.models.depth_attention import DepthState, depth_extra_forward_flops
+
+
+class AblationTransformer(Transformer):
+    """An OLMo 3 ``Transformer`` with the architecture changes described by ``arch``."""
+
+    def __init__(self, *, arch: dict[str, Any], **kwargs: Any) -> None:
+        settings = parse_arch(arch)
+        super().__init__(**kwargs)
+        self.arch = settings
+        lm_head_cfg = kwargs["lm_head"]
+        layer_norm = cast(LayerNormConfig, lm_head_cfg.layer_norm)
+        init_device = kwargs.get("init_device", "cpu")
+        if settings.siamese_norm is not None:
+            self.x_final_norm = layer_norm.build(self.d_model, init_device=init_device)
+            self.y_final_norm = layer_norm.build(self.d_model, init_device=init_device)
+        self.state_norm = None
+        if settings.looped is not None and settings.looped.state_norm:
+            self.state_norm = layer_norm.build(self.d_model, init_device=init_device)
+        self.current_loops = settings.looped.loops_at_step(0) if settings.looped else 1
+        self._h_norms: list[torch.Tensor] = []
+        # Transformer.__init__ cached these before the modules above existed.
+        for name in ("num_params", "num_non_embedding_params"):
+            self.__dict__.pop(name, None)
+            getattr(self, name)  # re-cache (pipeline parallelism may remove params later)
+
+    # ----------------------------------------------------------------------------- looped API
+    def set_train_step(self, step: int) -> int:
+        """Apply the loop curriculum; returns the loop count b now in force.
+
+        ``step`` is the 0-based index of the step about to run, i.e. the number of optimizer
+        steps already taken (OLMo-core's ``trainer.global_step - 1`` inside ``pre_step``, where
+        the trainer has already incremented it): ``b = min(loops, start + increment *
+        (step // interval_steps))``.
+        """
+        if self.arch.looped is not None:
+            self.current_loops = self.arch.looped.loops_at_step(step)
+        return self.current_loops
+
+    @property
+    def last_h_norms(self) -> list[float]:
+        """Mean per-token L2 norm of H after each loop of the last forward (looped only)."""
+        return [float(h) for h in self._h_norms]
+
+    def forward_all_loops(self, input_ids: torch.Tensor, n_loops: int) -> list[torch.Tensor]:
+        """Logits after every loop 1..n_loops (for per-loop evaluation)."""
+        outs = self._looped_states(self._embed(input_ids, None), n_loops, n_loops, {}, {})
+        assert self.lm_head is not None
+        return [cast(torch.Tensor, self.lm_head(h)) for h in outs]
+
+    # ----------------------------------------------------------------------------- forward
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: torch.Tensor,
+        *,
+        input_embeddings: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        loss_reduction: Literal["mean", "sum", "none"] = "mean",
+        z_loss_multiplier: float | None = None,
+        loss_div_factor: torch.Tensor | float | None = None,
+        return_logits: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        n_loops: int | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor | LMOutputWithLoss:
+        """Like ``Transformer.forward``; ``n_loops`` overrides the loop count (looped only)."""
+        input_ids, labels, all_kw, per_kw, head_kw = self._prepare_inputs(
+            input_ids,
+            labels,
+            ignore_index=ignore_index,
+            loss_reduction=loss_reduction,
+            z_loss_multiplier=z_loss_multiplier,
+            loss_div_factor=loss_div_factor,
+            return_logits=return_logits,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
+        all_kw.pop("loss_div_factor", None)
+        p = self._embed(input_ids, input_embeddings)
+        assert self.lm_head is not None
+
+        if self.arch.looped is not None:
+            b = self.current_loops if n_loops is None else n_loops
+            if b < 1:
+                raise ValueError(f"n_loops must be >= 1, got {b}")
+            tail = min(self.arch.looped.tail, b)
+            n_out = tail if (labels is not None and self.training) else 1
+            outs = self._looped_states(p, b, n_out, all_kw, per_kw, grad_tail=tail)
+            if labels is None:
+                return self.lm_head(outs[-1], **head_kw)
+            return self._mean_head_loss(outs, labels, head_kw)
+
+        state = DepthState(self.arch.depth_attention) if self.arch.depth_attention else None
+        h: Any = (p, p) if self.arch.siamese_norm is not None else p
+        for key, block in self.blocks.items():
+            idx = int(key)
+            kw = {**all_kw, **per_kw.get(idx, {})}
+            if state is not None:
+                kw.update(depth_state=state, depth_index=idx)
+            self._mark_dynamic(*(h if isinstance(h, tuple) else (h,)))
+            h = block(h, **kw)
+        if self.arch.siamese_norm is not None:
+            h = self.x_final_norm(h[0]) + self.y_final_norm(h[1])
+        if labels is not None:
+            head_kw["labels"] = labels
+        return self.lm_head(h, **head_kw)
+
+    def _mark_dynamic(self, *tensors: torch.Tensor) -> None:
+        """As OLMo-core's forward: batch/sequence sizes are dynamic for compiled blocks."""
+        if self.compile_enabled:
+            for t in tensors:
+                mark_dynamic(t, (0, 1), strict=False)
+
+    def _embed(
+        self, input_ids: torch.Tensor, input_embeddings: torch.Tensor | None
+    ) -> torch.Tensor:
+        if input_embeddings is not None:
+            return move_to_device(input_embeddings, self.device)
+        h = self.embeddings(input_ids)
+        if self.embed_scale is not None:
+            h = h * self.embed_scale
+        if self.embedding_norm is not None:
+            h = self.embedding_norm(h)
+        return h
+
+    def _looped_states(
+        self,
+        p: torch.Tensor,
+        n_loops: int,
+        n_out: int,
+        all_kw: dict[str, Any],
+        per_kw: dict[int, dict[str, Any]],
+        grad_tail: int | None = None,
+    ) -> list[torch.Tensor]:
+        """Run b loops; return the last ``n_out`` states. The first b - grad_tail run no-grad."""
+        looped = self.arch.looped
+        assert looped is not None
+        k = len(self.blocks)
+        grad_tail = n_loops if grad_tail is None else grad_tail
+        state = DepthState(self.arch.depth_attention) if self.arch.depth_attention else None
+        h = torch.zeros_like(p) if looped.input_injection else p
+        outs: list[torch.Tensor] = []
+        self._h_norms = []
+        for t in range(n_loops):
+            no_grad = t < n_loops - grad_tail
+            with torch.set_grad_enabled(torch.is_grad_enabled() and not no_grad):
+                if t > 0 and t == n_loops - grad_tail:
+                    h = h.detach()  # truncated backprop: nothing flows into earlier loops
+                h = h + p if looped.input_injection else h
+                for key, block in self.blocks.items():
+                    j = int(key)
+                    kw = {**all_kw, **per_kw.get(j, {})}
+                    if state is not None:
+                        kw.update(depth_state=state, depth_index=t * k + j)
+                    self._mark_dynamic(h)
+                    h = block(h, **kw)
+                if self.state_norm is not None:
+                    h = self.state_norm(h)
+            self._h_norms.append(h.detach().float().norm(dim=-1).mean())
+            if t >= n_loops - n_out:
+                outs.append(h)
+        return outs
+
+    def _mean_head_loss(
+        self, outs: list[torch.Tensor], labels: torch.Tensor, head_kw: dict[str, Any]
+    ) -> LMOutputWithLoss:
+        """Average the LM-head losses of several loop outputs in OLMo-core's output structure."""
+        assert self.lm_head is not None
+        results = [cast(LMOutputWithLoss, self.lm_head(h, labels=labels, **head_kw)) for h in outs]
+        n = len(results)
+        loss = sum(r.loss for r in results) / n
+        ce = sum(r.ce_loss for r in results) / n
+        z = None if results[0].z_loss is None else sum(r.z_loss for r in results) / n  # type: ignore[misc]
+        return LMOutputWithLoss(logits=results[-1].logits, loss=loss, ce_loss=ce, z_loss=z)
+
+    # ----------------------------------------------------------------------------- accounting
+    def _attention_dims(self) -> tuple[int, int, int]:
+        att = next(iter(self.blocks.values())).attention
+        return int(att.n_heads), int(att.n_kv_heads), int(att.head_dim)
+
+    def depth_flops(self, n_loops: int | None = None) -> int:
+        """Training FLOPs per token added by Depth-Attention (0 without it)."""
+        da = self.arch.depth_attention
+        if da is None:
+            return 0
+        h_q, h_kv, d_h = self._attention_dims()
+        k = len(self.blocks)
+        if self.arch.looped is None:
+            return sum(
+                3 * depth_extra_forward_flops(len(da.sources(u)), h_q, h_kv, d_h) for u in range(k)
+            )
+        b = self.current_loops if n_loops is None else n_loops
+        tail = min(self.arch.looped.tail, b)
+        total = 0
+        for u in range(b * k):
+            mult = 1 if u < (b - tail) * k else 3
+            total += mult * depth_extra_forward_flops(len(da.sources(u)), h_q, h_kv, d_h)
+        return total
+
+    def num_flops_per_token(self, seq_len: int) -> int:
+        if self.arch.looped is None:
+            return super().num_flops_per_token(seq_len) + self.depth_flops()
+        b = self.current_loops
+        tail = min(self.arch.looped.tail, b)
+        body = sum(int(blk.num_flops_per_token(seq_len)) for blk in self.blocks.values())  # type: ignore[operator]
+        head = 0 if self.lm_head is None else int(self.lm_head.num_flops_per_token(seq_len))
+        return (body * (b + 2 * tail)) // 3 + tail * head + self.depth_flops()
+
+
+def arch_of(model: torch.nn.Module) -> ArchSettings:
+    """The architecture settings of a built model (the baseline for plain ``Transformer``)."""
+    return getattr(model, "arch", ArchSettings())
