@@ -145,11 +145,11 @@ def train_flops_per_token(
     if "looped" in a:
         lp = a["looped"]
         b = int(loops if loops is not None else lp["loops"])
-        T = min(int(lp["tail"]), b)
+        T = min(int(lp.get("tail", 1)), b)
         body = sum(_layer_flops(d, j, L, seq_len) for j in range(L))
         if da:
             body_da = [
-                _depth_flops(d, t * L + j, int(da["stride"]), int(da["recent_window"]))
+                _depth_flops(d, t * L + j, int(da.get("stride", 8)), int(da.get("recent_window", 0)))
                 for t in range(b)
                 for j in range(L)
             ]
@@ -162,7 +162,7 @@ def train_flops_per_token(
     total = sum(_layer_flops(d, layer, L, seq_len) for layer in range(L)) + head
     if da:
         total += sum(
-            _depth_flops(d, layer, int(da["stride"]), int(da["recent_window"]))
+            _depth_flops(d, layer, int(da.get("stride", 8)), int(da.get("recent_window", 0)))
             for layer in range(L)
         )
     return total
@@ -273,7 +273,7 @@ def memory_estimate_gb(
     layers_with_acts = L
     readouts = 1
     if "looped" in a:
-        T = int(a["looped"]["tail"])
+        T = int(a["looped"].get("tail", 1))
         layers_with_acts = L * T
         readouts = T
     acts = microbatch_tokens * per_layer_token * layers_with_acts

@@ -16,7 +16,7 @@ want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
-  python -m pip install -q -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
+  python -m pip install -q -e ".[dev,eval]" 2>&1 | grep -v "^WARNING: Location" || true
   python -c "import torch, olmo_core, submitit, olmoablate" 2>/dev/null \
     || { echo "setup: install failed (see pip output above)" >&2; exit 1; }
   echo "$want" > "$stamp"

@@ -247,14 +247,22 @@ def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
         "tiny-s0-loop",
         "loop",
         arch,
-        steps=6,
+        steps=7,
         evaluation={"interval": 3, "loop_counts": [1, 2, 4]},
     )
     plan = make_plan(tmp_path, [entry])
     assert run_job(str(plan), "tiny-s0-loop")["state"] == "completed"
     rows = {r["step"]: r for r in _rows(_run_dir(plan, "tiny-s0-loop") / "metrics.jsonl")}
-    assert [rows[s]["train/loops"] for s in range(1, 7)] == [1, 1, 2, 2, 2, 3]
-    assert "train/H norm (loop 3)" in rows[6] and "train/H norm (loop 3)" not in rows[2]
+    # b(step) = min(loops, start + increment * floor((step - 1) / interval)), 1-based steps:
+    # the same schedule the plan's FLOPs accounting integrates over.
+    from olmoablate.accounting import loops_at_step
+
+    lp = entry["architecture"]["looped"]
+    expected = [loops_at_step(lp, s) for s in range(1, 8)]
+    assert expected == [1, 1, 1, 2, 2, 2, 3]
+    assert [rows[s]["train/loops"] for s in range(1, 8)] == expected
+    assert "train/H norm (loop 3)" in rows[7] and "train/H norm (loop 3)" not in rows[6]
+    assert "train/H norm (loop 2)" in rows[4] and "train/H norm (loop 2)" not in rows[3]
     for n in (1, 2, 4):
         assert f"eval/lm/synthetic-heldout/CE loss (loops={n})" in rows[6]
     ce = [rows[6][f"eval/lm/synthetic-heldout/CE loss (loops={n})"] for n in (1, 2, 4)]

@@ -345,6 +345,8 @@ class Evaluation(Strict):
     lm_sets: dict[str, list[str]] = {}
     max_eval_tokens: PosInt | None = None
     downstream: list[str] = []
+    #: Cap each downstream task's eval at this many batches (quick checks; default: all).
+    max_downstream_batches: PosInt | None = None
     loop_counts: list[int | str] = []
 
     @field_validator("lm_sets")

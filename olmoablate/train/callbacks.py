@@ -228,11 +228,13 @@ class LoopCurriculumCallback(Callback):
     _loops: Any = None
 
     def _set(self, step: int) -> None:
+        """``step`` is OLMo-core's 1-based step about to run; the model wants the 0-based index
+        (steps already taken), the same convention as `olmoablate.accounting.loops_at_step`."""
         model = _model_of(self.trainer)
         hook = getattr(model, "set_train_step", None)
         if not callable(hook):
             return
-        hook(step)
+        hook(step - 1)
         loops = getattr(model, "current_loops", None)
         if loops != self._loops:
             # TransformerTrainModule.num_flops_per_token is lru_cached; drop the stale value.

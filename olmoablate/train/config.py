@@ -274,3 +274,33 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
         sequence_length=int(ctx.training["sequence_length"]),
         work_dir=str(ctx.run_dir / "cache" / "eval"),
     )
+
+
+def downstream_evaluator_config(ctx: RunContext, tasks: list[str], steps: int) -> Any:
+    """OLMo-core's downstream evaluator (ai2-olmo-eval) on the offline dolma2 tokenizer file.
+
+    Same points as the LM evaluator (every ``evaluation.interval`` steps and at the end), so both
+    arms are scored on identical checkpoints. ``evaluation.max_downstream_batches`` (optional)
+    caps each task's eval for quick checks; by default every instance is scored.
+    """
+    from olmo_core.data import TokenizerConfig
+    from olmo_core.train import Duration
+    from olmo_core.train.callbacks import DownstreamEvaluatorCallbackConfig
+
+    from olmoablate.data import tokenizer_path
+
+    data = ctx.training["data"]
+    interval = int(ctx.evaluation["interval"])
+    cap = ctx.evaluation.get("max_downstream_batches")
+    return DownstreamEvaluatorCallbackConfig(
+        tasks=tasks,
+        tokenizer=TokenizerConfig(
+            vocab_size=int(data.get("vocab_size", 100352)),
+            eos_token_id=int(data.get("eos_token_id", 100257)),
+            pad_token_id=int(data.get("pad_token_id", 100277)),
+            identifier=str(tokenizer_path()),
+        ),
+        eval_interval=interval,
+        fixed_steps=[steps] if steps % interval else None,
+        eval_duration=Duration.steps(int(cap)) if cap else Duration.epochs(1),
+    )

@@ -196,6 +196,11 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
                 loop_counts=[int(n) for n in ev.get("loop_counts") or []] if looped else [],
             ),
         )
+    tasks = [str(t) for t in ev.get("downstream") or []]
+    if tasks:
+        trainer_cfg = trainer_cfg.with_callback(
+            "downstream_evaluator", cfgs.downstream_evaluator_config(ctx, tasks, steps)
+        )
     for name, cb in own.items():
         trainer_cfg = trainer_cfg.with_callback(name, cb)
     trainer = trainer_cfg.build(train_module, data_loader)

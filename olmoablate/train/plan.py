@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +65,16 @@ class RunContext:
 
         Remote URLs (s3://, gs://, http(s)://, weka://) pass through for OLMo-core's io layer.
         """
-        if "://" in path:
-            return path
-        p = Path(path).expanduser()
+        expanded = os.path.expandvars(path)
+        if "$" in expanded:
+            missing = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+            raise UserError(
+                f"{self.plan_path}: path {path!r} uses environment variable(s) "
+                f"{', '.join(missing)} that are not set in the job's environment"
+            )
+        if "://" in expanded:
+            return expanded
+        p = Path(expanded).expanduser()
         return str(p if p.is_absolute() else (self.workdir / p))
 
 

