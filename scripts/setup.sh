@@ -12,12 +12,15 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 stamp=.venv/.olmoablate-installed
-want=$(sha256sum pyproject.toml | cut -c1-16)
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  python -m pip install -q "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
-  python -m pip install -q -e ".[dev,eval]" 2>&1 | grep -v "^WARNING: Location" || true
+  log=.venv/setup.log
+  echo "setup: installing into .venv (torch 2.13 CPU, ai2-olmo-core 3.0, ...; log: $log)"
+  {
+    python -m pip install "torch==2.13.0" &&
+    python -m pip install -e ".[dev,eval]"
+  } > "$log" 2>&1 || { tail -n 30 "$log" >&2; echo "setup: pip install failed (full log: $log)" >&2; exit 1; }
   python -c "import torch, olmo_core, submitit, olmoablate" 2>/dev/null \
-    || { echo "setup: install failed (see pip output above)" >&2; exit 1; }
+    || { echo "setup: install finished but imports fail (see $log)" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

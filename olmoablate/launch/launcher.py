@@ -548,9 +548,8 @@ class LocalPool:
         reason = None
         try:
             job.result()
-        except Exception as err:  # the job raised: keep its last line as the reason
-            lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-            reason = lines[-1][:300] if lines else type(err).__name__
+        except Exception as err:  # the job raised: keep the exception line as the reason
+            reason = _exception_line(str(err)) or type(err).__name__
         with Ledger.locked(self.results_dir) as ledger:
             view = reconcile(self.results_dir, self.plan, ledger)[rid]
             state = view.state
@@ -558,6 +557,9 @@ class LocalPool:
                 state = "failed"
             if (ledger.entry(rid) or {}).get("state") != "cancelled" or state in DONE_STATES:
                 ledger.set_state(rid, state, reason)
+            own = read_status(run_dir(self.results_dir, rid) / "status.json") or {}
+            if own.get("state") == "failed" and own.get("reason"):
+                reason = own["reason"]  # the job's own one-line reason beats submitit's wrapper
             if state == "failed" and reason:
                 mark_status(
                     run_dir(self.results_dir, rid) / "status.json", state="failed", reason=reason
@@ -759,3 +761,15 @@ def status_table(views: list[RunView], title: str | None = None) -> Any:
 
 def views_json(views: list[RunView]) -> str:
     return json.dumps([v.as_dict() for v in views], indent=2)
+
+
+def _exception_line(text: str) -> str | None:
+    """The last ``SomeError: message`` line of a traceback (submitit appends log paths after it)."""
+    import re
+
+    found = None
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)):?\s*(.*)$", line)
+        if m:
+            found = f"{m.group(1)}: {m.group(2)}".strip().rstrip(":")[:300]
+    return found
