@@ -111,9 +111,23 @@ VARIANTS = {
     "siamese": {"siamese_norm": {"output_norms": False}},
     "siamese_outnorm": {"siamese_norm": {"output_norms": True}},
     "depth": {"depth_attention": {"stride": 2, "recent_window": 1}},
-    "siamese_depth": {"siamese_norm": {"output_norms": False}, "depth_attention": {"stride": 3, "recent_window": 0}},
-    "looped": {"looped": {"body_layers": 4, "loops": 3, "tail": 2, "input_injection": True, "state_norm": True}},
-    "looped_depth": {"looped": {"body_layers": 4, "loops": 3, "tail": 2}, "depth_attention": {"stride": 2, "recent_window": 0}},
+    "siamese_depth": {
+        "siamese_norm": {"output_norms": False},
+        "depth_attention": {"stride": 3, "recent_window": 0},
+    },
+    "looped": {
+        "looped": {
+            "body_layers": 4,
+            "loops": 3,
+            "tail": 2,
+            "input_injection": True,
+            "state_norm": True,
+        }
+    },
+    "looped_depth": {
+        "looped": {"body_layers": 4, "loops": 3, "tail": 2},
+        "depth_attention": {"stride": 2, "recent_window": 0},
+    },
     "layers": {"layers": {"n_layers": 4}},
 }
 
@@ -123,8 +137,15 @@ def test_variant_counts_equal_the_built_model(name: str) -> None:
     """The plan's numbers are the trained model's numbers (GQA, SWA narrower than the sequence)."""
     from olmoablate.models import build_model
 
-    size = {"d_model": 64, "n_layers": 8, "n_heads": 4, "n_kv_heads": 2, "mlp_hidden_size": 192,
-            "sliding_window": 16, "vocab_size": 1024}
+    size = {
+        "d_model": 64,
+        "n_layers": 8,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "mlp_hidden_size": 192,
+        "sliding_window": 16,
+        "vocab_size": 1024,
+    }
     arch = VARIANTS[name]
     model = build_model(size, arch)
     d = sizes.resolve(size)

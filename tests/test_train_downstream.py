@@ -35,8 +35,12 @@ def test_downstream_task_scored_at_eval_points(tmp_path: Path) -> None:
         micro_seqs=2,
         dims=dims,
         training={"data": {"vocab_size": vocab, "eos_token_id": 100257, "pad_token_id": 100277}},
-        evaluation={"interval": 2, "downstream": ["piqa"], "max_downstream_batches": 2,
-                    "max_eval_tokens": 512},
+        evaluation={
+            "interval": 2,
+            "downstream": ["piqa"],
+            "max_downstream_batches": 2,
+            "max_eval_tokens": 512,
+        },
     )
     from olmoablate.spec.certificate import certificate_of
 
@@ -44,7 +48,12 @@ def test_downstream_task_scored_at_eval_points(tmp_path: Path) -> None:
     plan = make_plan(tmp_path, [entry], vocab=vocab, eos=100257, train_tokens=20_000)
     status = run_job(str(plan), "tiny-s0-baseline")
     assert status["state"] == "completed", status
-    rows = [json.loads(x) for x in (plan.parent / "runs" / "tiny-s0-baseline" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (plan.parent / "runs" / "tiny-s0-baseline" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     scored = [r for r in rows if any(k.startswith("eval/downstream/piqa") for k in r)]
     assert [r["step"] for r in scored] == [2]
     row = scored[0]

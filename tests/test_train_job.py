@@ -74,6 +74,14 @@ def test_pair_shares_data_order_and_repeat_is_bitwise_identical(tmp_path: Path) 
     assert l_base == l_again  # bitwise: exact float equality
     assert l_base != l_var  # the architecture really changed the computation
 
+    # Decode figures at the end of training: Depth-Attention caches the mixed value in the
+    # baseline's cache shape, so the KV-cache bytes are identical (2 x layers x tokens x kv x hd x 4).
+    s_base = json.loads((_run_dir(plan, "tiny-s0-baseline") / "summary.json").read_text())
+    s_var = json.loads((_run_dir(plan, "tiny-s0-da") / "summary.json").read_text())
+    tokens = s_base["decode_prompt_tokens"] + s_base["decode_new_tokens"]
+    assert s_base["kv_cache_bytes"] == 2 * 4 * tokens * 2 * 16 * 4 == s_var["kv_cache_bytes"]
+    assert 0 < s_base["decode_latency_s"] < 5 and 0 < s_var["decode_latency_s"] < 5
+
     rows = _rows(_run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl")
     last = rows[-1]
     for key in (

@@ -557,7 +557,7 @@ class LocalPool:
                 state = "failed"
             if (ledger.entry(rid) or {}).get("state") != "cancelled" or state in DONE_STATES:
                 ledger.set_state(rid, state, reason)
-            own = read_status(run_dir(self.results_dir, rid) / "status.json") or {}
+            own = read_status(self.results_dir, rid) or {}
             if own.get("state") == "failed" and own.get("reason"):
                 reason = own["reason"]  # the job's own one-line reason beats submitit's wrapper
             if state == "failed" and reason:

@@ -234,6 +234,53 @@ def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) 
     }
 
 
+def _decode_figures(
+    model: Any, ctx: RunContext, prompt_tokens: int = 64, new_tokens: int = 16
+) -> dict[str, Any]:
+    """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1).
+
+    Measured once at the end of a completed single-process run with our KV-cache decoder
+    (`olmoablate.models.generate`; looped arms at their trained loop count, one cache per virtual
+    layer), so the report can compare arms. Content does not change the cost, so the prompt is
+    seeded random ids. Under DDP/FSDP (sharded weights) this is skipped; use bench/decode.py.
+    """
+    import torch
+
+    from olmoablate.models.generate import IncrementalDecoder
+
+    seq = int(ctx.training["sequence_length"])
+    prompt_len = max(1, min(prompt_tokens, seq - new_tokens))
+    vocab = int(ctx.training["data"].get("vocab_size") or ctx.run["size_dims"]["vocab_size"])
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, min(vocab, 100_000), (1, prompt_len), generator=gen).to(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), IncrementalDecoder(model, 1, prompt_len + new_tokens) as dec:
+            logits = dec.step(prompt)
+            nxt = logits[:, -1:].argmax(-1)
+            t0 = time.perf_counter()
+            for _ in range(new_tokens):
+                nxt = dec.step(nxt)[:, -1:].argmax(-1)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            per_token = (time.perf_counter() - t0) / new_tokens
+            cache = int(dec.cache_bytes())
+    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
+        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
+        return {}
+    finally:
+        model.train(was_training)
+    return {
+        "decode_latency_s": per_token,
+        "kv_cache_bytes": cache,
+        "decode_prompt_tokens": prompt_len,
+        "decode_new_tokens": new_tokens,
+        "decode_device": device.type,
+    }
+
+
 def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
 
@@ -328,6 +375,8 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             sig = own["interrupt"].signal_received
             state = "interrupted"
             extra["reason"] = f"{sig} received" if sig else "training stopped before the last step"
+        if state == "completed" and not env.distributed:
+            summary.update(_decode_figures(trainer.train_module.model, ctx))
         if get_rank() == 0:
             write_json_atomic(ctx.run_dir / "summary.json", {**summary, "state": state})
         return write_status(state, step, **extra)
