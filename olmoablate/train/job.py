@@ -193,7 +193,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
                 eval_duration=(
                     Duration.tokens(int(max_eval_tokens)) if max_eval_tokens else Duration.epochs(1)
                 ),
-                loop_counts=[int(n) for n in ev.get("loop_counts") or []] if looped else [],
+                loop_counts=_loop_counts(run) if looped else [],
             ),
         )
     tasks = [str(t) for t in ev.get("downstream") or []]
@@ -232,6 +232,17 @@ def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) 
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
     }
+
+
+def _loop_counts(run: dict[str, Any]) -> list[int]:
+    """Loop counts to evaluate a looped arm at: the plan's resolved list (``run["loop_counts"]``,
+    e.g. ``[2, 4, 8, 16]`` for ``[0.5b, b, 2b, 4b]``), else the spec's raw list resolved here."""
+    if run.get("loop_counts"):
+        return [int(n) for n in run["loop_counts"]]
+    from olmoablate.spec.expand import resolve_loop_counts
+
+    raw = (run.get("evaluation") or {}).get("loop_counts") or []
+    return resolve_loop_counts(list(raw), int(run["architecture"]["looped"]["loops"]))
 
 
 def _decode_figures(
