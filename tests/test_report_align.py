@@ -88,3 +88,22 @@ def test_loss_spikes_equals_the_jobs_rule() -> None:
                 expected.append(i)
         hist.append(float(v))
     assert loss_spikes(y, 50, 3.0).tolist() == expected
+
+
+@pytest.mark.parametrize("alpha", [1e-9, 1e-6, 2 / 1001, 0.05, 2 / 6, 0.9, 1.0])
+def test_ema_equals_pandas_ewm(alpha: float) -> None:
+    """The numpy EMA is pandas' ewm(adjust=True, ignore_na=True).mean() to rounding, across
+    block boundaries, with leading and inner NaNs (forward-filled) and no NaN at all."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 255, 256, 257, 5000):
+        y = 3.0 + rng.normal(0, 0.5, n) + np.linspace(8, 0, n)
+        for holes in (False, True):
+            if holes and n > 3:
+                y[0] = np.nan
+                y[rng.integers(0, n, n // 10)] = np.nan
+            got = ema(y, alpha)
+            ref = pd.Series(y).ewm(alpha=alpha, adjust=True, ignore_na=True).mean().to_numpy()
+            assert np.array_equal(np.isnan(got), np.isnan(ref))
+            ok = ~np.isnan(ref)
+            assert np.allclose(got[ok], ref[ok], rtol=1e-12, atol=0), (n, holes)

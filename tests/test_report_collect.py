@@ -42,7 +42,7 @@ def test_cache_reused_and_invalidated(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
     first = collect(root)
-    assert (root / ".report-cache" / "1B-s0-sn_da.npz").is_file()
+    assert (root / ".report-cache" / "1B-s0-sn_da.bin").is_file()
     second = collect(root)
     a, b = first.runs["1B-s0-sn_da"].metrics, second.runs["1B-s0-sn_da"].metrics
     assert a is not None and b is not None
@@ -114,3 +114,166 @@ def test_fingerprint_cache_follows_file_changes(tmp_path: Path) -> None:
     fp.write_text("\n".join(lines) + "\n")
     pair = build(collect(root)).pairs[0]
     assert not pair.valid and "first at step 8" in pair.invalid_reasons[0]
+
+
+def _assert_same_metrics(cached, fresh) -> None:  # type: ignore[no-untyped-def]
+    for rid, rd in fresh.runs.items():
+        a, b = cached.runs[rid].metrics, rd.metrics
+        assert a is not None and b is not None, rid
+        assert a.steps.tolist() == b.steps.tolist(), rid
+        assert set(a.columns) == set(b.columns), rid
+        for k in b.columns:
+            assert np.array_equal(a.columns[k], b.columns[k], equal_nan=True), (rid, k)
+        assert (a.nonfinite, a.rows_read, a.duplicate_rows) == (
+            b.nonfinite,
+            b.rows_read,
+            b.duplicate_rows,
+        ), rid
+        assert sorted(a.issues) == sorted(b.issues), rid
+
+
+def _append_rows(path: Path, steps: range, **extra: float) -> None:
+    with path.open("a") as fh:
+        for s in steps:
+            row = {"step": s, "tokens": s * 2048, "train/CE loss": 2.0 + 1.0 / s, **extra}
+            row["optim/total grad norm"] = float("nan") if s % 7 == 0 else 0.5
+            if s % 20 == 0:
+                row["eval/lm/demo-heldout/CE loss"] = 2.5 - s * 1e-4
+            fh.write(json.dumps(row) + "\n")
+
+
+def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Reports re-run while runs train: appended rows are parsed on top of the cached body, and
+    every answer equals a parse from scratch, through requeue duplicates, NaNs, torn last lines,
+    cache rewrites, files replaced atomically and files rewritten in place."""
+    import olmoablate.report.collect as mod
+
+    root = tmp_path / "synth"
+    truths = {
+        "baseline": ArmTruth(duplicate_steps=(50, 51), nonfinite_at=120),
+        "sn_da": ArmTruth(offset=-0.05, truncate_last=True, spikes_at=(90,)),
+    }
+    make_results(root, SynthSpec(steps=200), truths)
+    base = root / "runs" / "1B-s0-baseline" / "metrics.jsonl"
+    var = root / "runs" / "1B-s0-sn_da" / "metrics.jsonl"
+    calls = {"full": 0}
+    real = mod._parse_part_job
+
+    def counting(*a: object) -> object:
+        calls["full"] += 1
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mod, "_parse_part_job", counting)
+
+    def check(expect_full: int) -> None:
+        calls["full"] = 0
+        _assert_same_metrics(collect(root), collect(root, use_cache=False))
+        assert calls["full"] == expect_full
+
+    check(2)  # cold: both parsed from scratch, caches written
+    check(0)  # nothing new: cache hits
+    _append_rows(base, range(201, 260))
+    _append_rows(var, range(201, 260))  # after the torn line: one malformed line
+    check(0)  # small appends: parsed on top of the cache (cache entry kept)
+    monkeypatch.setattr(mod, "_REWRITE_MIN", 0)
+    _append_rows(base, range(260, 300), **{"train/H norm (loop 1)": 1.0})  # a new key
+    check(0)  # the cache entry is rewritten with the new rows
+    check(0)
+    with base.open("a") as fh:
+        fh.write('{"step": 299, "tokens": 1, "train/CE loss": 99.0}\n')  # a requeued step
+    check(1)  # a step repeated across the cached boundary: full parse of that file only
+    with base.open("a") as fh:
+        fh.write('{"step": 301, "tokens": 301')  # being written right now
+    check(0)
+    # the job resumed from a checkpoint: the file is replaced atomically (a new inode)
+    lines = base.read_text().splitlines()[:150]
+    tmp = base.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(base)
+    check(1)
+    # rewritten in place (same inode), longer than before but with other content
+    lines = var.read_text().splitlines()
+    lines[3] = lines[3].replace('"train/CE loss": ', '"train/CE loss": 1', 1)
+    with var.open("r+") as fh:
+        fh.write("\n".join(lines) + "\n" + "\n".join(lines[-20:]) + "\n")
+    check(1)
+
+
+def test_cache_encoding_round_trips_bit_exactly() -> None:
+    from olmoablate.report.collect import _decode, _encode, _pack, _unpack
+
+    n = 1000
+    cols = {
+        "steps": np.arange(5, 5 + n, dtype=np.int64),
+        "tokens": np.arange(5, 5 + n) * 2048.0,
+        "ratio": np.arange(n) * 0.1,  # a progression that floating point does not reproduce
+        "sparse": np.where(np.arange(n) % 50 == 0, np.arange(n) / 7, np.nan),
+        "dense": np.random.default_rng(0).normal(size=n),
+        "nan_inside": np.r_[np.arange(n - 1) * 2.0, np.nan],
+        "signed_zero": np.r_[0.0, 0.0, -0.0, np.zeros(n - 3)],
+    }
+    cols["dense"][::97] = np.inf
+    arrays: dict[str, np.ndarray] = {}
+    specs = {k: _encode(k, v, arrays) for k, v in cols.items()}
+    assert specs["steps"]["enc"] == "range" and specs["tokens"]["enc"] == "range"
+    assert specs["sparse"]["enc"] == "sparse" and specs["dense"]["enc"] == "dense"
+    meta, back = _unpack(bytearray(_pack({"specs": specs}, arrays)))
+    for k, v in cols.items():
+        got = _decode(k, meta["specs"][k], back, n)
+        assert got.dtype == v.dtype and got.tobytes() == v.tobytes(), k
+
+
+def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """While runs train, only the appended fingerprint lines are compared; the answers equal a
+    check from scratch (no cache), including the step of a first mismatch."""
+    import olmoablate.report.compare as compare_mod
+    from olmoablate.report.build import build
+
+    full_checks = {"n": 0}
+    real = compare_mod.fingerprint_problems
+
+    def counting(a: bytes | None, b: bytes | None) -> tuple[list[str], str]:
+        full_checks["n"] += 1
+        return real(a, b)
+
+    monkeypatch.setattr(compare_mod, "fingerprint_problems", counting)
+
+    root = tmp_path / "synth"
+    make_results(root, SynthSpec(steps=100), {"sn_da": ArmTruth(offset=-0.05)})
+    fb = root / "runs" / "1B-s0-baseline" / "fingerprints.jsonl"
+    fv = root / "runs" / "1B-s0-sn_da" / "fingerprints.jsonl"
+
+    def add(path: Path, steps: range, salt: str = "") -> None:
+        with path.open("a") as fh:
+            for s in steps:
+                fh.write(json.dumps({"step": s, "tokens": s, "sha256": f"h{s}{salt}"}) + "\n")
+
+    def both() -> tuple[list[str], list[str]]:
+        full_checks["n"] = 0
+        cached = build(collect(root)).pairs[0]
+        checks["cached_full"] = full_checks["n"]
+        fresh = build(collect(root, use_cache=False)).pairs[0]
+        assert (cached.valid, cached.invalid_reasons, cached.notes) == (
+            fresh.valid,
+            fresh.invalid_reasons,
+            fresh.notes,
+        )
+        return cached.invalid_reasons, cached.notes
+
+    checks = {"cached_full": 0}
+    assert both() == ([], ["data fingerprints match on 100 common steps"])
+    assert checks["cached_full"] == 1
+    add(fb, range(101, 131))
+    add(fv, range(101, 121))  # the variant is behind: 120 common steps
+    assert both() == ([], ["data fingerprints match on 120 common steps"])
+    assert checks["cached_full"] == 0  # only the appended lines were compared
+    with fv.open("a") as fh:
+        fh.write('{"step": 121, "tok')  # a torn line is not compared yet
+    assert both() == ([], ["data fingerprints match on 120 common steps"])
+    with fv.open("a") as fh:
+        fh.write('ens": 121, "sha256": "h121"}\n')
+    add(fv, range(122, 126), salt="other data")
+    reasons, _ = both()
+    assert checks["cached_full"] == 1  # the appended lines differ: the full check says where
+    assert len(reasons) == 1 and "first at step 122" in reasons[0]
+    assert "differ at 4 of 125 common steps" in reasons[0]

@@ -171,3 +171,78 @@ def test_large_uniform_files_take_the_vectorised_path(tmp_path: Path, monkeypatc
     m = read_metrics(p)
     assert len(m) == 5000
     assert calls["n"] < 200  # eval rows (100) + representatives, not 5000 lines
+
+
+def _same(a, b) -> None:  # type: ignore[no-untyped-def]
+    """Two Metrics hold exactly the same numbers (NaN where NaN) and the same bookkeeping."""
+    assert a.steps.tolist() == b.steps.tolist()
+    assert set(a.columns) == set(b.columns)
+    for k in a.columns:
+        assert np.array_equal(a.columns[k], b.columns[k], equal_nan=True), k
+    assert a.nonfinite == b.nonfinite
+    assert (a.rows_read, a.duplicate_rows) == (b.rows_read, b.duplicate_rows)
+    assert sorted(a.issues) == sorted(b.issues)
+
+
+def test_parts_appended_equal_the_full_parse(tmp_path: Path) -> None:
+    """Parsing a file in two parts (the incremental cache's path) gives the full parse's
+    numbers at every split, or None where only a full parse is exact (a step repeated across
+    the split: per-key last-row-wins)."""
+    from olmoablate.report.jsonl import append, read_part
+
+    lines = _rows(700, random.Random(4))  # NaN / +-Infinity values, eval rows, constant column
+    lines[100] = lines[100][:40]  # torn lines in the middle
+    lines[300] = lines[300][:40]
+    for at, steps in ((503, (500, 501)), (203, (200,))):  # requeue duplicates: resumed rows last
+        stale = [json.dumps({"step": s, "tokens": 1, "train/CE loss": -1.0}) for s in steps]
+        lines[at:at] = stale
+    text = "\n".join(lines) + "\n" + '{"step": 999, "tokens": 12'  # truncated last line
+    full = tmp_path / "growing.jsonl"
+    full.write_text(text)
+    reference = read_metrics(full)
+    assert reference.duplicate_rows == 3 and len(reference.issues) == 3
+
+    def step_of(line: str) -> int | None:
+        try:
+            return int(json.loads(line)["step"])
+        except ValueError:
+            return None
+
+    steps = [step_of(line) for line in lines]
+    offsets = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    n_exact = n_refused = 0
+    for k in [*range(0, len(offsets), 23), 203, 204, 499, 500, 505, 506, len(offsets) - 1]:
+        cut = offsets[k]
+        growing = tmp_path / "growing.jsonl"  # the same file, read before and after appends
+        growing.write_text(text[:cut])
+        first = read_part(growing, None)
+        assert first.end == cut and first.lines == k and len(first.tail) == 0
+        growing.write_text(text)
+        rest = read_part(growing, None, start=cut, first_line=first.lines)
+        body = append(first.body, rest.body)
+        joined = append(body, rest.tail) if body is not None else None
+        before = [s for s in steps[:k] if s is not None]
+        after = [s for s in steps[k:] if s is not None]
+        overlap = bool(before and after and min(after) <= max(before))
+        assert (joined is None) == overlap, k  # refused exactly where a step repeats across
+        if joined is None:
+            n_refused += 1
+            continue
+        n_exact += 1
+        _same(joined, reference)  # numbers and the issues' wording
+    assert n_exact > 25 and n_refused >= 2
+
+
+def test_append_with_a_new_key_and_empty_parts(tmp_path: Path) -> None:
+    from olmoablate.report.jsonl import Metrics, append
+
+    a = Metrics(np.array([1, 2]), {"x": np.array([1.0, np.nan])}, ["a"], 2, 0, {"x": 1})
+    b = Metrics(np.array([3]), {"y": np.array([5.0])}, [], 1, 0, {})
+    m = append(a, b)
+    assert m is not None and m.steps.tolist() == [1, 2, 3]
+    assert np.array_equal(m.columns["x"], [1.0, np.nan, np.nan], equal_nan=True)
+    assert np.array_equal(m.columns["y"], [np.nan, np.nan, 5.0], equal_nan=True)
+    assert m.nonfinite == {"x": 1} and m.rows_read == 3 and m.issues == ["a"]
+    empty = Metrics(np.empty(0, np.int64))
+    assert append(a, empty) is not None and append(empty, b) is not None
+    assert append(b, a) is None  # steps not after the first part's

@@ -121,3 +121,30 @@ def test_headless_chromium_screenshot(rendered: Path, tmp_path: Path) -> None:
     # a page with plots is not blank: many distinct pixel values, not only white
     assert img[..., :3].std() > 0.05
     shutil.copy(out, rendered / "screenshot.png")
+
+
+def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -> None:
+    root = tmp_path / "two"
+    spec = SynthSpec(name="two", variants={"a": {}, "b": {"siamese_norm": {}}}, steps=120)
+    make_results(root, spec, {"a": ArmTruth(offset=-0.02), "b": ArmTruth(offset=0.01)})
+    out = tmp_path / "out"
+    write_all(build(collect(root)), out, ["md"])
+    figs = {p.name: p.stat().st_ino for p in (out / "plots").glob("*.png")}
+    assert {"1B__a.png", "1B__b.png", "consistency.png"} <= set(figs)
+    write_all(build(collect(root)), out, ["md"])  # nothing changed: group figures not redrawn
+    again = {p.name: p.stat().st_ino for p in (out / "plots").glob("*.png")}
+    assert again["1B__a.png"] == figs["1B__a.png"] and again["1B__b.png"] == figs["1B__b.png"]
+    # the baseline and "a" log more steps: a's figure is redrawn (atomic write: a new file),
+    # b's is not (the comparison stops where b stops: nothing it draws changed)...
+    for arm in ("baseline", "a"):
+        with (root / "runs" / f"1B-s0-{arm}" / "metrics.jsonl").open("a") as fh:
+            for s in range(121, 131):
+                fh.write(json.dumps({"step": s, "tokens": s * 2048, "train/CE loss": 2.0}) + "\n")
+    write_all(build(collect(root)), out, ["md"])
+    third = {p.name: p.stat().st_ino for p in (out / "plots").glob("*.png")}
+    assert third["1B__a.png"] != again["1B__a.png"]
+    assert third["1B__b.png"] == again["1B__b.png"]
+    # ...and a deleted figure is drawn again
+    (out / "plots" / "1B__b.png").unlink()
+    write_all(build(collect(root)), out, ["md"])
+    assert (out / "plots" / "1B__b.png").is_file()

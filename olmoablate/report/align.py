@@ -85,13 +85,62 @@ def interp_points(b: Curve, v: Curve) -> Aligned:
 
 
 def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    """Exponential moving average (NaNs carry the previous value) for smoothed plots."""
+    """Exponential moving average (NaNs carry the previous value) for smoothed plots.
+
+    The same quantity as pandas' ``ewm(alpha, adjust=True, ignore_na=True).mean()`` (the
+    weighted mean of the points so far, weights ``(1 - alpha)**age`` counted over finite points
+    only), to floating-point rounding, computed blockwise in numpy: importing pandas for this
+    alone costs more than smoothing a whole ladder's curves.
+    """
     y = np.asarray(y, dtype=float)
     if y.size == 0:
         return y
-    import pandas as pd
+    ok = ~np.isnan(y)
+    v = y[ok]
+    if v.size == 0:
+        return np.full(y.size, np.nan)
+    beta = 1.0 - float(alpha)
+    if beta <= 0.0:
+        smooth = v.copy()
+    else:
+        smooth = _weighted_mean_blocks(v, beta)
+    if v.size == y.size:
+        return smooth
+    out = np.full(y.size, np.nan)
+    out[ok] = smooth
+    # a NaN point repeats the last average (forward fill); leading NaNs stay NaN
+    idx = np.where(ok, np.arange(y.size), -1)
+    np.maximum.accumulate(idx, out=idx)
+    have = idx >= 0
+    out[have] = out[idx[have]]
+    return out
 
-    return pd.Series(y).ewm(alpha=alpha, adjust=True, ignore_na=True).mean().to_numpy()
+
+def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
+    """sum_{i<=t} beta**(t-i) v_i / sum_{i<=t} beta**(t-i) for every t, without a Python loop
+    per point: within a block the sum is beta**j * cumsum(beta**-i * v_i) (the block is short
+    enough that beta**-i stays below e**30), and blocks are chained by a short scalar loop.
+    Powers go through log1p/expm1 so that beta close to 1 keeps full precision."""
+    n = v.size
+    lb = np.log1p(-(1.0 - beta)) if beta < 1.0 else 0.0  # log(beta), accurate near 1
+    width = int(min(256, max(1, 30.0 / max(-lb, 1e-300))))
+    n_blocks = -(-n // width)
+    pad = np.zeros(n_blocks * width)
+    pad[:n] = v
+    j = np.arange(width, dtype=float)
+    decay = np.exp(lb * j)
+    local = np.cumsum(pad.reshape(n_blocks, width) * np.exp(-lb * j), axis=1)
+    local *= decay  # sums over each block's own points
+    carry = np.empty(n_blocks)  # the whole sum just before each block
+    total = 0.0
+    step = float(np.exp(lb * width))
+    for b, end in enumerate(local[:, -1].tolist()):
+        carry[b] = total
+        total = end + step * total
+    local += carry[:, None] * (decay * beta)[None, :]
+    t1 = np.arange(1, n + 1, dtype=float)
+    weights = -np.expm1(lb * t1) / (1.0 - beta) if beta < 1.0 else t1
+    return local.ravel()[:n] / weights
 
 
 def loss_spikes(loss: np.ndarray, window: int = 50, factor: float = 3.0) -> np.ndarray:
@@ -107,13 +156,14 @@ def loss_spikes(loss: np.ndarray, window: int = 50, factor: float = 3.0) -> np.n
     v0 = v - v.mean()
     c1 = np.r_[0.0, np.cumsum(v0)]
     c2 = np.r_[0.0, np.cumsum(v0 * v0)]
-    i = np.arange(window, v.size)
-    s1 = c1[i] - c1[i - window]
-    s2 = c2[i] - c2[i - window]
+    # point i (i >= window) against points i-window .. i-1; slices, not index arrays: the same
+    # numbers without four 100k-element gathers
+    s1 = c1[window : v.size] - c1[: v.size - window]
+    s2 = c2[window : v.size] - c2[: v.size - window]
     mean = s1 / window
     std = np.sqrt(np.maximum(s2 / window - mean * mean, 0.0))
-    hit = (std > 0) & (v0[i] > mean + factor * std)
-    return idx[i[hit]]
+    hit = (std > 0) & (v0[window:] > mean + factor * std)
+    return idx[window + np.flatnonzero(hit)]
 
 
 def cumulative_flops(

@@ -4,16 +4,17 @@ Why only these files: results are often copied off a cluster (``rsync results/de
 on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
 gate block. Missing runs, missing files, truncated lines and requeue duplicates become "data
 issues" in the report, never an exception. Metrics files are parsed in parallel (one process per
-core) and cached per run in ``.report-cache/`` keyed by file identity, so re-running the report
-while training continues only re-reads files that changed.
+core) and cached per run in ``.report-cache/``; since the files are append-only while runs train,
+re-running the report parses only the rows (and compares only the data fingerprints) appended
+since the last report, with the same numbers as a parse from scratch.
 """
 
 from __future__ import annotations
 
-import io
+import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_of, write_bytes_atomic
 from olmoablate.report.gate import gate_config
-from olmoablate.report.jsonl import Metrics, read_metrics
+from olmoablate.report.jsonl import Metrics, Part, append, read_metrics, read_part
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -38,7 +39,7 @@ BASE_KEYS = (
 PREFIXES = ("eval/", "train/H norm")
 #: Read from metrics only when summary.json lacks the measured value.
 COST_KEYS = ("step_time_s", "peak_memory_gb", "throughput/device/TPS")
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 
 
 @dataclass
@@ -108,7 +109,8 @@ class Results:
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """Compare two arms' data fingerprints, reusing the cached answer for unchanged files
-        (each file is ~100 bytes per step, and a baseline serves several pairs)."""
+        (each file is ~100 bytes per step, and a baseline serves several pairs), and, while
+        runs train, comparing only the lines appended since the last matching check."""
         from olmoablate.report.compare import fingerprint_problems
 
         ib, iv = base.fingerprint_identity(), var.fingerprint_identity()
@@ -116,9 +118,28 @@ class Results:
         if ib is not None and iv is not None and key in self.fp_cache:
             problems, note = self.fp_cache[key]
             return list(problems), str(note)
-        problems, note = fingerprint_problems(base.fingerprint_bytes(), var.fingerprint_bytes())
+        pb = base.directory / "fingerprints.jsonl"
+        pv = var.directory / "fingerprints.jsonl"
+        prefix_key = sha256_of([_CACHE_VERSION, "prefix", str(pb), str(pv)])
+        if ib is not None and iv is not None:
+            grown = _fingerprints_grown(pb, pv, self.fp_cache.get(prefix_key))
+            if grown is not None:
+                n_common, entry = grown
+                note = f"data fingerprints match on {n_common} common steps"
+                if n_common == 0:
+                    note = "data order unverified: no common fingerprint steps yet"
+                self.fp_cache[key] = [[], note]
+                self.fp_cache[prefix_key] = entry
+                return [], note
+        data_b, data_v = base.fingerprint_bytes(), var.fingerprint_bytes()
+        problems, note = fingerprint_problems(data_b, data_v)
         if ib is not None and iv is not None:
             self.fp_cache[key] = [problems, note]
+            self.fp_cache.pop(prefix_key, None)
+            if not problems and data_b is not None and data_v is not None:
+                entry = _fingerprint_prefix(pb, pv, data_b, data_v)
+                if entry is not None:
+                    self.fp_cache[prefix_key] = entry
         return problems, note
 
     def save_cache(self) -> None:
@@ -138,6 +159,63 @@ class Results:
     @property
     def budget_match(self) -> str:
         return str((self.plan.get("budget") or {}).get("match") or "tokens")
+
+
+def _complete_end(path: Path) -> int:
+    """Offset after the last newline of ``path`` (complete lines only)."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        pos, width = size, 4096
+        while pos > 0:
+            lo = max(0, pos - width)
+            fh.seek(lo)
+            nl = fh.read(pos - lo).rfind(b"\n")
+            if nl >= 0:
+                return lo + nl + 1
+            pos, width = lo, width * 4
+    return 0
+
+
+def _fingerprint_prefix(pb: Path, pv: Path, data_b: bytes, data_v: bytes) -> list[Any] | None:
+    """After a full check found no mismatch: how far the two files are byte-identical (the
+    shorter one's complete lines, when it is a prefix of the other), with what is needed to
+    trust that prefix next time. None when they match per step but not byte for byte."""
+    short, long_ = (data_b, data_v) if len(data_b) <= len(data_v) else (data_v, data_b)
+    if not long_.startswith(short):
+        return None
+    try:
+        common = len(short)
+        ids = [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)]
+        return [common, short.count(b"\n"), ids, _probe(pb, common), _probe(pv, common)]
+    except OSError:
+        return None
+
+
+def _fingerprints_grown(pb: Path, pv: Path, entry: Any) -> tuple[int, list[Any]] | None:
+    """(common steps, new entry) when both files still start with the prefix that matched last
+    time and their appended complete lines agree too; None when a full check is needed."""
+    try:
+        common, n_lines, ids, probe_b, probe_v = entry
+        if [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)] != ids:
+            return None
+        ends = [_complete_end(pb), _complete_end(pv)]
+        if min(ends) < common:
+            return None
+        if _probe(pb, common) != probe_b or _probe(pv, common) != probe_v:
+            return None
+        new_common = min(ends)
+        with pb.open("rb") as fb, pv.open("rb") as fv:
+            fb.seek(common)
+            fv.seek(common)
+            tail_b = fb.read(new_common - common)
+            tail_v = fv.read(new_common - common)
+        if tail_b != tail_v:
+            return None  # a mismatch (or a requeue rewrite): the full check says where
+        n_common = n_lines + tail_b.count(b"\n")
+        new_entry = [new_common, n_common, ids, _probe(pb, new_common), _probe(pv, new_common)]
+        return n_common, new_entry
+    except (OSError, TypeError, ValueError):
+        return None
 
 
 def resolve_results_dir(spec: str, results_root: str | Path = "results") -> Path:
@@ -197,52 +275,217 @@ def _want_spec(
     return tuple(sorted(set(keys))), PREFIXES
 
 
-def _parse_job(path: str, keys: tuple[str, ...], prefixes: tuple[str, ...]) -> Metrics:
+def _wanted(keys: tuple[str, ...], prefixes: tuple[str, ...]) -> Callable[[str], bool]:
     wanted = frozenset(keys)
-    return read_metrics(path, lambda k: k in wanted or k.startswith(prefixes))
+    return lambda k: k in wanted or k.startswith(prefixes)
 
 
-def _cache_key(path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...]) -> str:
-    st = path.stat()
-    return sha256_of([_CACHE_VERSION, st.st_size, st.st_mtime_ns, st.st_ino, keys, prefixes])
+def _parse_job(path: str, keys: tuple[str, ...], prefixes: tuple[str, ...]) -> Metrics:
+    return read_metrics(path, _wanted(keys, prefixes))
 
 
-def _cache_load(cache: Path, key: str) -> Metrics | None:
+def _parse_part_job(path: str, keys: tuple[str, ...], prefixes: tuple[str, ...]) -> Part:
+    return read_part(path, _wanted(keys, prefixes))
+
+
+# ----------------------------------------------------------------------------------------------
+# the per-run parse cache
+#
+# Why incremental: metrics.jsonl is append-only while a run trains (a resumed job rewrites it
+# atomically: a new inode), so a cache entry records how far it parsed (the end of the last
+# complete line) and the next report parses only the bytes after that, as long as the file is
+# the same file (device, inode) and its first and last 4 KiB before that offset are unchanged.
+# Rows whose steps do not come strictly after the cached ones (a copied file with requeue
+# duplicates) make the whole file be parsed again: per-key last-row-wins needs every row.
+# ----------------------------------------------------------------------------------------------
+
+_PROBE_BYTES = 4096
+
+
+def _probe(path: Path, offset: int) -> str:
+    """Hash of the first and the last 4 KiB before ``offset``: detects a rewritten file."""
+    with path.open("rb") as fh:
+        head = fh.read(min(_PROBE_BYTES, offset))
+        fh.seek(max(0, offset - _PROBE_BYTES))
+        tail = fh.read(min(_PROBE_BYTES, offset))
+    return hashlib.sha256(head + b"|" + tail).hexdigest()
+
+
+def _encode(name: str, arr: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Store a column compactly but losslessly: arithmetic progression (``tokens``, ``step``),
+    sparse (eval rows: NaN elsewhere) or dense. Decoding recomputes exactly the expression that
+    was checked here, so the round trip is bit-identical."""
+    n = int(arr.size)
+    if n >= 2 and arr.dtype.kind in "fi":
+        a0, d = arr[0], arr[1] - arr[0]
+        if np.isfinite(a0) and np.isfinite(d):
+            prog = a0 + d * np.arange(n, dtype=arr.dtype)
+            if prog.tobytes() == np.ascontiguousarray(arr).tobytes():  # bitwise (-0.0 too)
+                return {"enc": "range", "dtype": arr.dtype.str, "a0": a0.item(), "d": d.item()}
+    if arr.dtype.kind == "f" and n:
+        present = ~np.isnan(arr)
+        k = int(present.sum())
+        if k * 4 < n:
+            idx = np.flatnonzero(present)
+            arrays[f"{name}_i"] = idx
+            arrays[f"{name}_v"] = arr[idx]
+            return {"enc": "sparse"}
+    arrays[name] = arr
+    return {"enc": "dense"}
+
+
+def _decode(name: str, spec: dict[str, Any], arrays: dict[str, np.ndarray], n: int) -> np.ndarray:
+    enc = spec["enc"]
+    if enc == "range":
+        dt = np.dtype(spec["dtype"])
+        return dt.type(spec["a0"]) + dt.type(spec["d"]) * np.arange(n, dtype=dt)
+    if enc == "sparse":
+        out = np.full(n, np.nan)
+        out[arrays[f"{name}_i"]] = arrays[f"{name}_v"]
+        return out
+    return arrays[name]
+
+
+_MAGIC = b"OABCACHE"
+
+
+def _pack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
+    """One file: magic, header length, JSON header (meta + array table), raw arrays.
+
+    Why not npz: loading a ladder's cache is on the critical path of every report, and zip
+    CRC checks and per-member parsing cost more than the data copy itself."""
+    table = []
+    blobs = []
+    pos = 0
+    for name, arr in arrays.items():
+        a = np.ascontiguousarray(arr)
+        table.append([name, a.dtype.str, int(a.size), pos])
+        blobs.append(a.tobytes())
+        pos += a.nbytes
+    head = json.dumps({"meta": meta, "arrays": table}).encode("utf-8")
+    return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *blobs])
+
+
+def _unpack(data: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    if bytes(data[:8]) != _MAGIC:
+        raise ValueError("not a cache file")
+    n = int.from_bytes(data[8:16], "little")
+    head = json.loads(bytes(data[16 : 16 + n]))
+    base = 16 + n
+    arrays = {}
+    for name, dtype, count, pos in head["arrays"]:
+        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=base + pos)
+    return head["meta"], arrays
+
+
+@dataclass
+class _Cached:
+    body: Metrics
+    offset: int
+    lines: int
+
+
+def _cache_load(
+    cache: Path, path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...]
+) -> _Cached | None:
+    """The cached body of ``path`` if it is still a prefix of the file, else None."""
     try:
-        with np.load(cache, allow_pickle=False) as z:
-            meta = json.loads(str(z["__meta__"]))
-            if meta.get("key") != key:
-                return None
-            cols = {name: z[f"c{i}"] for i, name in enumerate(meta["columns"])}
-            return Metrics(
-                z["steps"],
-                cols,
-                list(meta["issues"]),
-                int(meta["rows_read"]),
-                int(meta["duplicate_rows"]),
-                dict(meta["nonfinite"]),
-            )
-    except (OSError, KeyError, ValueError):
+        st = path.stat()
+        with cache.open("rb") as fh:
+            data = bytearray(os.fstat(fh.fileno()).st_size)
+            fh.readinto(data)  # a bytearray: the arrays are writable views, no copy
+        meta, arrays = _unpack(data)
+        if (
+            meta.get("version") != _CACHE_VERSION
+            or tuple(meta["prefixes"]) != prefixes
+            or not set(keys) <= set(meta["keys"])
+            or [meta["dev"], meta["ino"]] != [st.st_dev, st.st_ino]
+            or st.st_size < int(meta["offset"])
+            or _probe(path, int(meta["offset"])) != meta["probe"]
+        ):
+            return None
+        n = int(meta["n"])
+        wanted = _wanted(keys, prefixes)
+        cols = {
+            name: _decode(f"c{i}", spec, arrays, n)
+            for i, (name, spec) in enumerate(meta["columns"])
+            if wanted(name)
+        }
+        body = Metrics(
+            _decode("steps", meta["steps"], arrays, n),
+            cols,
+            list(meta["issues"]),
+            int(meta["rows_read"]),
+            int(meta["duplicate_rows"]),
+            {k: int(v) for k, v in meta["nonfinite"].items() if wanted(k)},
+        )
+        return _Cached(body, int(meta["offset"]), int(meta["lines"]))
+    except (OSError, KeyError, ValueError, TypeError, IndexError):
         return None
 
 
-def _cache_store(cache: Path, key: str, m: Metrics) -> None:
-    names = sorted(m.columns)
-    meta = {
-        "key": key,
-        "columns": names,
-        "issues": m.issues,
-        "rows_read": m.rows_read,
-        "duplicate_rows": m.duplicate_rows,
-        "nonfinite": m.nonfinite,
-    }
-    buf = io.BytesIO()
-    arrays = {f"c{i}": m.columns[n] for i, n in enumerate(names)}
-    np.savez(buf, steps=m.steps, __meta__=np.array(json.dumps(meta)), **arrays)
+def _cache_store(
+    cache: Path,
+    path: Path,
+    keys: tuple[str, ...],
+    prefixes: tuple[str, ...],
+    body: Metrics,
+    offset: int,
+    lines: int,
+) -> None:
     try:
-        write_bytes_atomic(cache, buf.getvalue())
+        st = path.stat()
+        arrays: dict[str, np.ndarray] = {}
+        meta = {
+            "version": _CACHE_VERSION,
+            "keys": list(keys),
+            "prefixes": list(prefixes),
+            "dev": st.st_dev,
+            "ino": st.st_ino,
+            "offset": offset,
+            "lines": lines,
+            "probe": _probe(path, offset),
+            "n": int(body.steps.size),
+            "steps": _encode("steps", body.steps, arrays),
+            "columns": [
+                [name, _encode(f"c{i}", body.columns[name], arrays)]
+                for i, name in enumerate(sorted(body.columns))
+            ],
+            "issues": body.issues,
+            "rows_read": body.rows_read,
+            "duplicate_rows": body.duplicate_rows,
+            "nonfinite": body.nonfinite,
+        }
+        write_bytes_atomic(cache, _pack(meta, arrays))
     except OSError:
         pass  # a read-only results copy still gets its report
+
+
+def _finish(path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...], part: Part) -> Metrics:
+    """Body + unterminated last line; a last line that repeats a step needs the full parse."""
+    joined = append(part.body, part.tail)
+    return joined if joined is not None else _parse_job(str(path), keys, prefixes)
+
+
+def _incremental(
+    cached: _Cached, cache: Path, path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...]
+) -> Metrics | None:
+    """Parse only what was appended since ``cached``; None when only a full parse is exact."""
+    part = read_part(path, _wanted(keys, prefixes), cached.offset, cached.lines)
+    body = append(cached.body, part.body)
+    if body is None:
+        return None
+    if part.end - cached.offset > _REWRITE_MIN:
+        # the old entry stays valid (a prefix of an append-only file): rewrite it only when the
+        # rows parsed on top of it each time have grown, not on every report of a running job
+        _cache_store(cache, path, keys, prefixes, body, part.end, cached.lines + part.lines)
+    return _finish(path, keys, prefixes, Part(body, part.tail, part.end, 0))
+
+
+#: Appended bytes up to this size (~1000 rows: a few ms to parse) do not rewrite the cache.
+_REWRITE_MIN = 512 * 2**10
+#: Appended bytes up to this size are parsed in the main process (no pool start-up).
+_INCREMENTAL_MAX = 8 * 2**20
 
 
 def load_metrics_many(
@@ -251,31 +494,41 @@ def load_metrics_many(
     workers: int | None = None,
     min_parallel_bytes: int = 32 * 2**20,
 ) -> dict[str, Metrics]:
-    """Parse many metrics files; cached results are reused, the rest run in a process pool."""
+    """Parse many metrics files: cached bodies are reused and extended with the appended rows;
+    files parsed from scratch go through a process pool (one process per core)."""
     out: dict[str, Metrics] = {}
-    todo: list[tuple[str, Path, tuple[str, ...], tuple[str, ...], str]] = []
+    todo: list[tuple[str, Path, tuple[str, ...], tuple[str, ...]]] = []
     for run_id, path, keys, prefixes in jobs:
-        key = _cache_key(path, keys, prefixes)
-        hit = _cache_load(cache_dir / f"{run_id}.npz", key) if cache_dir else None
-        if hit is not None:
-            out[run_id] = hit
-        else:
-            todo.append((run_id, path, keys, prefixes, key))
+        cache = cache_dir / f"{run_id}.bin" if cache_dir is not None else None
+        cached = _cache_load(cache, path, keys, prefixes) if cache is not None else None
+        if cached is not None and cache is not None:
+            if path.stat().st_size - cached.offset <= _INCREMENTAL_MAX:
+                m = _incremental(cached, cache, path, keys, prefixes)
+                if m is not None:
+                    out[run_id] = m
+                    continue
+        todo.append((run_id, path, keys, prefixes))
     n_workers = workers if workers is not None else min(len(todo), os.cpu_count() or 1, 8)
     total = sum(t[1].stat().st_size for t in todo)
+    fn = _parse_part_job if cache_dir is not None else _parse_job
     if n_workers > 1 and len(todo) > 1 and total >= min_parallel_bytes:
         import multiprocessing
 
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
-            futures = {t[0]: pool.submit(_parse_job, str(t[1]), t[2], t[3]) for t in todo}
+            futures = {t[0]: pool.submit(fn, str(t[1]), t[2], t[3]) for t in todo}
             parsed = {rid: f.result() for rid, f in futures.items()}
     else:
-        parsed = {t[0]: _parse_job(str(t[1]), t[2], t[3]) for t in todo}
-    for run_id, _path, _k, _p, key in todo:
-        out[run_id] = parsed[run_id]
-        if cache_dir is not None:
-            _cache_store(cache_dir / f"{run_id}.npz", key, parsed[run_id])
+        parsed = {t[0]: fn(str(t[1]), t[2], t[3]) for t in todo}
+    for run_id, path, keys, prefixes in todo:
+        res = parsed[run_id]
+        if isinstance(res, Part):
+            assert cache_dir is not None
+            _cache_store(
+                cache_dir / f"{run_id}.bin", path, keys, prefixes, res.body, res.end, res.lines
+            )
+            res = _finish(path, keys, prefixes, res)
+        out[run_id] = res
     return out
 
 

@@ -244,7 +244,12 @@ class PairResult:
 
 
 def _curve(run: RunData, key: str, x: str = "tokens") -> Curve:
-    return Curve.of(run.column(x), run.column(key))
+    """``key`` against ``x`` (finite points), computed once per run: a baseline serves every
+    variant of its (size, seed), and each pair asks for the same curves several times."""
+    memo_key = f"curve:{x}:{key}"
+    if memo_key not in run.memo:
+        run.memo[memo_key] = Curve.of(run.column(x), run.column(key))
+    return run.memo[memo_key]
 
 
 def _span_alpha(n: int) -> float:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,43 +59,183 @@ def read_metrics(path: str | Path, want: Callable[[str], bool] | None = None) ->
     ``step`` is always read. Never raises on content problems; they are listed in ``issues``.
     """
     path = Path(path)
-    keep: Callable[[str], bool] = want or (lambda _k: True)
-    data = path.read_bytes()
+    acc = _Accumulator(want or (lambda _k: True))
     issues: list[str] = []
+    data = _read_from(path, 0)
     end = data.rfind(b"\n") + 1
-    tail = data[end:]
-    acc = _Accumulator(keep)
     n_body = _parse_body(data[:end], acc, issues, path)
-    if tail.strip():
-        try:
-            obj = json.loads(tail)
-            if not isinstance(obj, dict):
-                raise ValueError("not an object")
-            acc.add_row(n_body, obj)
-        except ValueError:
-            issues.append(
-                f"{path}: truncated last line ignored ({len(tail)} bytes, file copied mid-write?)"
-            )
+    _parse_tail(data[end:], acc, issues, path, n_body)
     return acc.finish(issues, n_body + 1)
+
+
+_DUP_ISSUE = "{} duplicate step rows (requeue/resume); the last row of a step wins"
+_BAD_ISSUE = "{}: {} malformed line(s) skipped (line {})"
+_DUP_RE = re.compile(r"^(\d+) duplicate step rows \(requeue/resume\)")
+_BAD_RE = re.compile(r"^(.*): (\d+) malformed line\(s\) skipped \(line ([\d, ]+)( \.\.\.)?\)$")
+
+
+def _line_list(first: list[int], total: int) -> str:
+    return ", ".join(str(n) for n in first[:5]) + (" ..." if total > 5 else "")
+
+
+def _merge_issues(a: list[str], b: list[str]) -> list[str]:
+    """The issues of two parts of one file, worded as one parse of the whole file would word
+    them (one duplicate-rows line, one malformed-lines line with the first five line numbers)."""
+    out: list[str] = []
+    dup = 0
+    bad_path = ""
+    bad_n = 0
+    bad_lines: list[int] = []
+    for issue in a + b:
+        if m := _DUP_RE.match(issue):
+            dup += int(m.group(1))
+        elif m := _BAD_RE.match(issue):
+            bad_path = m.group(1)
+            bad_n += int(m.group(2))
+            bad_lines += [int(x) for x in m.group(3).split(", ")]
+        else:
+            out.append(issue)
+    if bad_n:
+        out.insert(0, _BAD_ISSUE.format(bad_path, bad_n, _line_list(bad_lines, bad_n)))
+    if dup:
+        out.append(_DUP_ISSUE.format(dup))
+    return out
+
+
+@dataclass
+class Part:
+    """``read_part``'s answer: the complete lines from ``start`` (cacheable: a later call can
+    continue at ``end``) and, separately, an unterminated last line (never cached: the writer
+    may still be completing it)."""
+
+    body: Metrics
+    tail: Metrics
+    end: int
+    lines: int
+
+
+def read_part(
+    path: str | Path, want: Callable[[str], bool] | None, start: int = 0, first_line: int = 0
+) -> Part:
+    """Parse ``path`` from byte ``start`` (the beginning of a line) to its end.
+
+    Why: metrics.jsonl is append-only while a run trains, so a report re-run only needs the
+    rows written since the last one; ``append`` joins the parts exactly when they do not
+    overlap in steps (``first_line`` numbers lines in issue messages).
+    """
+    path = Path(path)
+    keep: Callable[[str], bool] = want or (lambda _k: True)
+    data = _read_from(path, start)
+    rel_end = data.rfind(b"\n") + 1
+    acc = _Accumulator(keep)
+    issues: list[str] = []
+    n_body = _parse_body(data[:rel_end], acc, issues, path, first_line)
+    body = acc.finish(issues, n_body)
+    tail_acc = _Accumulator(keep)
+    tail_issues: list[str] = []
+    _parse_tail(data[rel_end:], tail_acc, tail_issues, path, 0)
+    tail = tail_acc.finish(tail_issues, 1)
+    end = start + rel_end
+    return Part(body, tail, end, n_body)
+
+
+def append(a: Metrics, b: Metrics) -> Metrics | None:
+    """``a`` followed by ``b`` (rows of a later part of the same file), or None when ``b``
+    has a step at or before ``a``'s last one (then only a full parse is exact: per-key
+    last-row-wins needs to know which keys each duplicate row had)."""
+    if len(b) and len(a) and int(b.steps[0]) <= int(a.steps[-1]):
+        return None
+    if not len(b):
+        return Metrics(
+            a.steps,
+            a.columns,
+            _merge_issues(a.issues, b.issues),
+            a.rows_read,
+            a.duplicate_rows,
+            a.nonfinite,
+        )
+    if not len(a):
+        return Metrics(
+            b.steps,
+            b.columns,
+            _merge_issues(a.issues, b.issues),
+            b.rows_read,
+            b.duplicate_rows,
+            b.nonfinite,
+        )
+    columns: dict[str, np.ndarray] = {}
+    for key in sorted(set(a.columns) | set(b.columns)):
+        ca = a.columns.get(key)
+        cb = b.columns.get(key)
+        columns[key] = np.concatenate(
+            [
+                ca if ca is not None else np.full(a.steps.size, np.nan),
+                cb if cb is not None else np.full(b.steps.size, np.nan),
+            ]
+        )
+    nonfinite = dict(a.nonfinite)
+    for k, v in b.nonfinite.items():
+        nonfinite[k] = nonfinite.get(k, 0) + v
+    return Metrics(
+        np.concatenate([a.steps, b.steps]),
+        columns,
+        _merge_issues(a.issues, b.issues),
+        a.rows_read + b.rows_read,
+        a.duplicate_rows + b.duplicate_rows,
+        nonfinite,
+    )
+
+
+def _read_from(path: Path, start: int) -> bytes:
+    """The bytes of ``path`` from ``start`` to its current end (a plain read, not an mmap: a file
+    truncated while it is read must not crash the report with SIGBUS)."""
+    with path.open("rb") as fh:
+        fh.seek(start)
+        return fh.read()
+
+
+def _parse_tail(tail: bytes, acc: _Accumulator, issues: list[str], path: Path, row: int) -> None:
+    """A last line without newline: kept if it is a complete object, else reported."""
+    if not tail.strip():
+        return
+    try:
+        obj = json.loads(tail)
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+        acc.add_row(row, obj)
+    except ValueError:
+        issues.append(
+            f"{path}: truncated last line ignored ({len(tail)} bytes, file copied mid-write?)"
+        )
 
 
 class _Accumulator:
     """Collects (row index, value) per key from both parse paths, then de-duplicates by step."""
 
     def __init__(self, keep: Callable[[str], bool]) -> None:
-        self.keep = keep
+        self._keep = keep
+        self._kept: dict[str, bool] = {}  # rows repeat the same ~20 keys: decide each once
+        self._layouts: dict[tuple[str, ...], list[str]] = {}
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.slow_rows: dict[str, list[int]] = {}
         self.slow_vals: dict[str, list[float]] = {}
+
+    def keep(self, key: str) -> bool:
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = bool(self._keep(key))
+        return kept
 
     def add_column(self, key: str, rows: np.ndarray, values: np.ndarray) -> None:
         self.parts.setdefault(key, []).append((rows, values))
 
     def add_row(self, row: int, obj: dict[str, object]) -> None:
-        for key, value in obj.items():
-            if key != "step" and not self.keep(key):
-                continue
-            num = _as_float(value)
+        layout = tuple(obj)
+        kept = self._layouts.get(layout)
+        if kept is None:  # rows share a handful of key layouts: filter each layout once
+            kept = self._layouts[layout] = [k for k in layout if k == "step" or self.keep(k)]
+        for key in kept:
+            num = _as_float(obj[key])
             if num is None:
                 continue
             self.slow_rows.setdefault(key, []).append(row)
@@ -131,9 +272,7 @@ class _Accumulator:
             unique_steps = np.unique(steps_seen)
         dup = int(steps_seen.size - unique_steps.size)
         if dup:
-            issues.append(
-                f"{dup} duplicate step rows (requeue/resume); the last row of a step wins"
-            )
+            issues.append(_DUP_ISSUE.format(dup))
         columns: dict[str, np.ndarray] = {}
         nonfinite: dict[str, int] = {}
         for key in sorted(keys):
@@ -169,7 +308,7 @@ def _slow_rows(
     """json.loads the given rows; returns the rows that are not valid JSON objects."""
     bad: list[int] = []
     for r in rows.tolist():
-        text = body[starts[r] : ends[r]]
+        text = bytes(body[starts[r] : ends[r]])
         if not text.strip():
             continue
         try:
@@ -184,13 +323,17 @@ def _slow_rows(
     return bad
 
 
-def _parse_body(body: bytes, acc: _Accumulator, issues: list[str], path: Path) -> int:
-    """Parse complete lines of ``body`` into ``acc``; returns the number of lines."""
+def _parse_body(
+    body: bytes, acc: _Accumulator, issues: list[str], path: Path, first_line: int = 0
+) -> int:
+    """Parse complete lines of ``body`` into ``acc``; returns the number of lines
+    (``first_line``: lines before ``body`` in the file, for the line numbers of issues)."""
     if not body:
         return 0
     n = len(body)
-    buf = np.zeros(n + 64, dtype=np.uint8)  # zero padding: gathers near the end never overrun
+    buf = np.empty(n + 64, dtype=np.uint8)
     buf[:n] = np.frombuffer(body, dtype=np.uint8)
+    buf[n:] = 0  # zero padding: gathers near the end never overrun
     ends = np.flatnonzero(buf[:n] == 10)
     n_rows = int(ends.size)
     starts = np.r_[0, ends[:-1] + 1]
@@ -214,8 +357,8 @@ def _parse_body(body: bytes, acc: _Accumulator, issues: list[str], path: Path) -
     rest = np.flatnonzero(~handled)
     bad = _slow_rows(body, starts, ends, rest, acc)
     if bad:
-        lines = ", ".join(str(b + 1) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        issues.append(f"{path}: {len(bad)} malformed line(s) skipped (line {lines})")
+        lines = _line_list([first_line + b + 1 for b in bad[:5]], len(bad))
+        issues.append(_BAD_ISSUE.format(path, len(bad), lines))
     return n_rows
 
 
