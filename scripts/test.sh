@@ -9,6 +9,13 @@ bash scripts/setup.sh || exit 1
 . .venv/bin/activate
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
+# Headless Chromium checks that report.html really renders its plots (Debian package).
+if [ "$(id -u)" = "0" ] && ! command -v chromium >/dev/null 2>&1; then
+  echo "test: installing chromium (report screenshot test)"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    > .venv/chromium-install.log 2>&1 || echo "test: chromium install failed (see .venv/chromium-install.log)" >&2
+fi
+
 cluster_started=0
 if [ "$(id -u)" = "0" ]; then
   if bash scripts/slurm-dev-cluster.sh start; then

@@ -485,6 +485,10 @@ def _submit_local(
             _prepare_run_dir(results_dir, rid, fresh=rid in redo)
     if not send:
         return SubmitResult([], skip, [], [])
+    # Longest runs first (by planned training FLOPs): with `parallel` slots this keeps the
+    # slowest arm from starting last and stretching the whole batch.
+    cost = {r["run_id"]: r.get("total_train_flops") or 0 for r in plan["runs"]}
+    send = sorted(send, key=lambda rid: -cost.get(rid, 0))
     pool = LocalPool(results_dir, plan, send, parallel, target)
     submitted = pool.run(progress=progress)
     return SubmitResult(submitted, skip, [], [])
