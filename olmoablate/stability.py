@@ -73,14 +73,17 @@ def spike_indices(
     xf = x[finite]
     if xf.size <= window:
         return []
-    c1 = np.concatenate([[0.0], np.cumsum(xf)])
-    c2 = np.concatenate([[0.0], np.cumsum(xf * xf)])
-    i = np.arange(window, xf.size)
-    s1 = c1[i] - c1[i - window]
-    s2 = c2[i] - c2[i - window]
-    mean = s1 / window
-    var = np.maximum(s2 / window - mean * mean, 0.0)
-    std = np.sqrt(var)
+    # rolling sums of the previous `window` values via cumulative sums of centred values (for
+    # precision), as slices rather than index arrays
+    centre = float(xf.mean())
+    v0 = xf - centre
+    c1 = np.concatenate([[0.0], np.cumsum(v0)])
+    c2 = np.concatenate([[0.0], np.cumsum(v0 * v0)])
+    s1 = c1[window : xf.size] - c1[: xf.size - window]
+    s2 = c2[window : xf.size] - c2[: xf.size - window]
+    mean0 = s1 / window
+    std = np.sqrt(np.maximum(s2 / window - mean0 * mean0, 0.0))
+    mean = mean0 + centre
     cur = xf[window:]
     hit = (cur > mean + factor * std) & (cur > mean * (1.0 + min_relative_jump)) & (cur > mean)
     return [int(k) for k in idx_f[window:][hit]]

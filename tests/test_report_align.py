@@ -71,23 +71,17 @@ def test_cumulative_flops_prefers_measured() -> None:
 
 
 def test_loss_spikes_equals_the_jobs_rule() -> None:
-    """Same answer as StabilityCallback's loop (mean + k * population std of the previous window)."""
-    import math
-    from collections import deque
+    """Same answer as the training job's StabilityCallback, which feeds every step's loss to
+    `olmoablate.stability.SpikeDetector` (mean + k·std of the previous window and a 5 % floor)."""
+    from olmoablate.stability import SpikeDetector
 
     rng = np.random.default_rng(1)
     y = 3.0 + np.cumsum(rng.normal(0, 0.002, 3000)) + rng.normal(0, 0.02, 3000)
     y[rng.integers(100, 3000, 40)] += rng.uniform(0.02, 1.0, 40)
-    hist: deque[float] = deque(maxlen=50)
-    expected = []
-    for i, v in enumerate(y):
-        if len(hist) >= 50:
-            mean = sum(hist) / len(hist)
-            std = math.sqrt(sum((x - mean) ** 2 for x in hist) / len(hist))
-            if std > 0 and v > mean + 3.0 * std:
-                expected.append(i)
-        hist.append(float(v))
-    assert loss_spikes(y, 50, 3.0).tolist() == expected
+    det = SpikeDetector(window=50, factor=3.0, min_relative_jump=0.05)
+    expected = [i for i, v in enumerate(y) if det.update(float(v))]
+    assert 10 <= len(expected) <= 40  # the big injected jumps, not the noise
+    assert loss_spikes(y, 50, 3.0, 0.05).tolist() == expected
 
 
 @pytest.mark.parametrize("alpha", [1e-9, 1e-6, 2 / 1001, 0.05, 2 / 6, 0.9, 1.0])

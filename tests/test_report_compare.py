@@ -88,3 +88,27 @@ def test_metric_direction() -> None:
     assert metric_direction("eval/downstream/hellaswag/accuracy") == "higher"
     assert metric_direction("optim/LR (group 0)") is None
     assert improvement_sign("lower") == -1.0 and improvement_sign("higher") == 1.0
+
+
+def test_real_plan_pairs_are_valid_including_flops_matched() -> None:
+    """Every pair `plan` makes from the shipped specs passes the report's certificate check,
+    including FLOPs-matched pairs whose baseline is shared with token-matched pairs."""
+    from pathlib import Path
+
+    from olmoablate.report.compare import certificate_problems
+    from olmoablate.spec.expand import build_plan
+    from olmoablate.spec.load import load_spec
+
+    plan = build_plan(load_spec(Path(__file__).parent.parent / "specs" / "looped_olmo.yaml"))
+    runs = {r["run_id"]: r for r in plan["runs"]}
+    assert any(p["budget_match"] == "flops" for p in plan["pairs"])
+    for p in plan["pairs"]:
+        assert (
+            certificate_problems(runs[p["baseline_run"]], runs[p["variant_run"]], p["budget_match"])
+            == []
+        )
+    base = dict(runs["1B-s0-baseline"])
+    base["training"] = {**base["training"], "grad_clip": 0.5}
+    problems = certificate_problems(base, runs["1B-s0-looped_flops"], "flops")
+    assert any("training.grad_clip" in x for x in problems)
+    assert any("no longer matches its recorded certificate" in x for x in problems)

@@ -143,27 +143,17 @@ def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
     return local.ravel()[:n] / weights
 
 
-def loss_spikes(loss: np.ndarray, window: int = 50, factor: float = 3.0) -> np.ndarray:
-    """Indices of loss spikes: points above mean + factor * std (population) of the previous
-    ``window`` finite points, the training job's own rule (StabilityCallback), so the report and
-    the job count the same spikes. The first ``window`` points are never spikes (warm-up)."""
-    y = np.asarray(loss, dtype=float)
-    idx = np.flatnonzero(np.isfinite(y))
-    if idx.size <= window or window < 2:
-        return np.empty(0, dtype=np.int64)
-    v = y[idx]
-    # rolling sums of the previous `window` values via cumulative sums, centred for precision
-    v0 = v - v.mean()
-    c1 = np.r_[0.0, np.cumsum(v0)]
-    c2 = np.r_[0.0, np.cumsum(v0 * v0)]
-    # point i (i >= window) against points i-window .. i-1; slices, not index arrays: the same
-    # numbers without four 100k-element gathers
-    s1 = c1[window : v.size] - c1[: v.size - window]
-    s2 = c2[window : v.size] - c2[: v.size - window]
-    mean = s1 / window
-    std = np.sqrt(np.maximum(s2 / window - mean * mean, 0.0))
-    hit = (std > 0) & (v0[window:] > mean + factor * std)
-    return idx[window + np.flatnonzero(hit)]
+def loss_spikes(
+    loss: np.ndarray,
+    window: int = 50,
+    factor: float = 3.0,
+    min_relative_jump: float = 0.05,
+) -> np.ndarray:
+    """Indices of loss spikes under the project's one rule (`olmoablate.stability`), the same
+    rule the training job's StabilityCallback counts with, so report and job agree."""
+    from olmoablate.stability import spike_indices
+
+    return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
 
 def cumulative_flops(

@@ -28,33 +28,11 @@ from olmoablate.report.align import (
 )
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.gate import ArmHealth, Estimate, PairEvidence, estimate
+from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 
 LOSS = "train/CE loss"
 _LOOP_EVAL = re.compile(r"^(eval/lm/.+/CE loss) \(loops=(\d+)\)$")
 _H_NORM = re.compile(r"^train/H norm \(loop (\d+)\)$")
-#: Plan entry keys that may differ between the arms of a pair (fallback when the lead's
-#: certificate module is unavailable): identity, architecture and derived costs.
-_ARM_KEYS = frozenset(
-    {
-        "run_id",
-        "pair_id",
-        "pairs",
-        "arm",
-        "architecture",
-        "certificate",
-        "budget_match",
-        "params",
-        "non_embedding_params",
-        "unique_params",
-        "train_flops_per_token",
-        "final_train_flops_per_token",
-        "total_train_flops",
-        "gpu_hours",
-        "peak_memory_gb",
-        "optimizer_state_gb",
-        "loop_counts",
-    }
-)
 
 
 def metric_direction(name: str) -> str | None:
@@ -77,66 +55,32 @@ def improvement_sign(direction: str) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-def _strip(entry: Mapping[str, Any], budget_flops: bool) -> dict[str, Any]:
-    out = {k: v for k, v in entry.items() if k not in _ARM_KEYS}
-    if budget_flops:
-        out.pop("tokens", None)
-        out.pop("steps", None)
-        training = dict(out.get("training") or {})
-        training.pop("tokens", None)
-        training.pop("steps", None)
-        out["training"] = training
-    return out
-
-
-def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b)):
-            path = f"{prefix}.{k}" if prefix else str(k)
-            out.extend(_differences(a.get(k, "<missing>"), b.get(k, "<missing>"), path))
-        return out
-    return [] if a == b else [prefix or "<root>"]
-
-
 def certificate_problems(
     baseline: Mapping[str, Any], variant: Mapping[str, Any], budget_match: str
 ) -> list[str]:
     """Why the two plan entries do not form a valid pair (empty list = valid).
 
-    Uses the lead's ``olmoablate.spec.certificate`` when importable (the same hash ``plan``
-    wrote); otherwise compares the stored certificates and the non-architecture keys directly.
+    Recomputes the pairing certificate (`olmoablate.spec.certificate`, the same hash `plan`
+    wrote) of both arms under the pair's budget rule, and checks each entry still matches the
+    certificate recorded for it (a plan.json edited after planning is caught here).
     """
-    flops = budget_match == "flops"
     problems: list[str] = []
-    try:
-        from olmoablate.spec.certificate import certificate_of, shared_settings
-    except ImportError:
-        certificate_of = None  # type: ignore[assignment]
-        shared_settings = None  # type: ignore[assignment]
-    if certificate_of is not None and shared_settings is not None:
-        cb = certificate_of(baseline, budget_match)
-        cv = certificate_of(variant, budget_match)
-        if cb != cv:
-            diff = _differences(
-                shared_settings(baseline, budget_match), shared_settings(variant, budget_match)
-            )
-            diff = _allow_reference_depth(diff, baseline, variant)
-            if diff:
-                problems.append(f"settings differ beyond the architecture: {', '.join(diff[:8])}")
-        for who, entry, cert in (("baseline", baseline, cb), ("variant", variant, cv)):
-            if entry.get("certificate") and entry["certificate"] != cert:
-                problems.append(
-                    f"{who} {entry.get('run_id')}: plan entry no longer matches its recorded "
-                    "certificate (plan.json edited after planning?)"
-                )
-    else:
-        if baseline.get("certificate") != variant.get("certificate"):
-            problems.append("stored certificates differ")
-        diff = _differences(_strip(baseline, flops), _strip(variant, flops))
+    cb = certificate_of(baseline, budget_match)
+    cv = certificate_of(variant, budget_match)
+    if cb != cv:
+        diff = differences(
+            shared_settings(baseline, budget_match), shared_settings(variant, budget_match)
+        )
         diff = _allow_reference_depth(diff, baseline, variant)
         if diff:
             problems.append(f"settings differ beyond the architecture: {', '.join(diff[:8])}")
+    for who, entry in (("baseline", baseline), ("variant", variant)):
+        recorded = entry.get("certificate")
+        if recorded and recorded != certificate_of(entry):
+            problems.append(
+                f"{who} {entry.get('run_id')}: plan entry no longer matches its recorded "
+                "certificate (plan.json edited after planning?)"
+            )
     return problems
 
 
@@ -275,9 +219,12 @@ def _compute_arm_stats(run: RunData) -> ArmStats:
     stab = ((run.entry.get("training") or {}).get("stability")) or {}
     window = int(stab.get("spike_window") or 50)
     factor = float(stab.get("spike_factor") or 3.0)
+    min_jump = float(stab.get("min_relative_jump", 0.05))
     loss = run.column(LOSS)
     steps = run.metrics.steps if run.metrics is not None else np.empty(0, np.int64)
-    spikes = loss_spikes(loss, window, factor) if loss is not None else np.empty(0, np.int64)
+    spikes = (
+        loss_spikes(loss, window, factor, min_jump) if loss is not None else np.empty(0, np.int64)
+    )
     nonfinite = False
     gmax = None
     skipped = 0

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from olmoablate.io import sha256_of, write_json_atomic, write_text_atomic
+from olmoablate.spec.certificate import certificate_of
 
 
 @dataclass
@@ -106,19 +107,11 @@ def _entry(
         "evaluation": {"interval": spec.eval_interval, "lm_sets": {spec.eval_set: ["x.bin"]}},
         "topology": {"nodes": 1, "gpus_per_node": 8},
     }
-    entry["certificate"] = _certificate(entry, spec.budget_match)
+    # As `plan` does: a run's own certificate under its own budget rule (the baseline always
+    # keeps the spec's token budget; variants follow the spec's budget.match).
+    entry["budget_match"] = "tokens" if arm == "baseline" else spec.budget_match
+    entry["certificate"] = certificate_of(entry)
     return entry
-
-
-def _certificate(entry: Mapping[str, Any], budget_match: str) -> str:
-    try:
-        from olmoablate.spec.certificate import certificate_of
-
-        return certificate_of(entry, budget_match)
-    except ImportError:
-        from olmoablate.report.compare import _strip
-
-        return sha256_of(_strip(entry, budget_match == "flops"))
 
 
 def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
@@ -140,7 +133,8 @@ def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
                         "variant": v,
                         "baseline_run": f"{group}-baseline",
                         "variant_run": f"{group}-{v}",
-                        "certificate": runs[-1]["certificate"],
+                        "budget_match": spec.budget_match,
+                        "certificate": certificate_of(runs[-1], spec.budget_match),
                         "differs": ["architecture"]
                         + (["tokens"] if spec.budget_match == "flops" else []),
                     }
