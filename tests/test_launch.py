@@ -135,6 +135,7 @@ def test_dry_run_renders_sbatch_for_1b_3b_7b(tmp_path: Path) -> None:
         assert expected <= lines, expected - lines
         assert "srun --unbuffered" in text and "submitit.core._submit" in text
         assert "export OMP_NUM_THREADS=1" in text
+        assert "MALLOC_MMAP_MAX_" not in text  # GPU runs keep glibc's defaults
 
 
 def test_sbatch_parameters_cpu_topology() -> None:
@@ -148,6 +149,11 @@ def test_sbatch_parameters_cpu_topology() -> None:
     assert params["mem"] == "1536MB"
     text = sl.render_sbatch(params, Path("/tmp/x"), 1)
     assert "--array" not in text and "#SBATCH --ntasks-per-node=2" in text
+    # CPU runs keep big blocks in the heap (see slurm.CPU_MALLOC_ENV); the spec's setup lines follow
+    assert "export MALLOC_MMAP_MAX_=0" in text
+    run["slurm"]["setup"] = ["module load cuda/12.4"]
+    text = sl.render_sbatch(sl.sbatch_parameters(run, job_name="j"), Path("/tmp/x"), 1)
+    assert text.index("export OMP_NUM_THREADS=1") < text.index("module load cuda/12.4")
 
 
 # ------------------------------------------------------------------------------ sacct, states

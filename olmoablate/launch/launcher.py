@@ -535,6 +535,9 @@ class LocalPool:
                 signal_delay_s=int((run.get("slurm") or {}).get("signal_delay_s") or 90),
             )
             gpus = int((run.get("topology") or {}).get("gpus_per_node") or 0)
+            # submitit's local jobs inherit this process's environment at start-up
+            for key, value in sl.job_env(run).items():
+                os.environ.setdefault(key, value)
             fn = TrainRun(
                 str((self.results_dir / PLAN_FILE).resolve()),
                 rid,
