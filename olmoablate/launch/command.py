@@ -97,7 +97,7 @@ def submit_command(
         only = [r for r in (only or by_size) if r in by_size]
         if not only:
             raise UserError("--run and --size select no run together")
-    console = Console()
+    console = Console(width=max(Console().width, 160))
     try:
         result = launcher.submit(
             results_dir,
@@ -172,7 +172,9 @@ def status_command(
     if as_json:
         typer.echo(launcher.views_json(views))
         return
-    Console().print(launcher.status_table(views, title=f"{results_dir}"))
+    Console(width=max(Console().width, 160)).print(
+        launcher.status_table(views, title=f"{results_dir}")
+    )
 
 
 def cancel_command(

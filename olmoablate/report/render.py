@@ -838,7 +838,7 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
+    con = Console(highlight=False, width=max(Console().width, 160))  # readable in CI logs too
     for w in report.results.warnings:
         con.print(f"[bold red]WARNING: {w}[/]")
     for p in report.invalid_pairs:
