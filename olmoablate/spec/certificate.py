@@ -9,7 +9,6 @@ is part of the certificate — so a new setting is covered by default, not forgo
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,12 +52,19 @@ def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> 
     ``budget_match`` is the pair's budget rule (default: the run's own ``budget_match``); under
     ``"flops"`` the token budget and step count are allowed to differ and are left out.
     """
-    shared = {k: copy.deepcopy(v) for k, v in run.items() if k not in ARM_KEYS}
+    # Shallow copies only: hashing never mutates, and the budget keys are dropped from fresh
+    # dicts along their path (the run entry itself is left untouched).
+    shared = {k: v for k, v in run.items() if k not in ARM_KEYS}
     if (budget_match or run.get("budget_match")) == "flops":
         for path in BUDGET_KEYS:
             node: Any = shared
             for key in path[:-1]:
-                node = node.get(key, {})
+                child = node.get(key)
+                if not isinstance(child, dict):
+                    node = None
+                    break
+                node[key] = dict(child)
+                node = node[key]
             if isinstance(node, dict):
                 node.pop(path[-1], None)
     return shared

@@ -248,9 +248,13 @@ def load_spec(path: str | Path) -> LoadedSpec:
         raise SpecError([Problem(fname, 1, "<file>", "not UTF-8 text")]) from None
 
     lines = _LineMap()
+    # One parse with libyaml's safe loader when available (pure-Python PyYAML otherwise): the node
+    # tree gives line numbers, and the same tree is constructed into plain data (safe tags only).
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader_cls(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
+        node = loader.get_single_node()
+        raw = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -258,6 +262,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
         context = getattr(err, "context", None)
         detail = f"{context}: {problem}" if context else problem
         raise SpecError([Problem(fname, line, "<yaml>", f"YAML syntax error: {detail}")]) from None
+    finally:
+        loader.dispose()
     if node is not None:
         lines.walk(node)
     if not isinstance(raw, dict):
