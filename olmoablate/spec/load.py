@@ -109,6 +109,9 @@ class _LineMap:
 def _dotted(path: Path_) -> str:
     out = ""
     for part in path:
+        if part == "[key]":  # pydantic's marker for an invalid mapping key
+            out += " (key)"
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "<document>"
 

@@ -84,7 +84,11 @@ def parse_minutes(value: Any) -> int:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=False)
+    """Unknown keys, type coercions (``true`` as 1, ``"8"`` as 8) and inf/nan are errors."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=False
+    )
 
 
 PosInt = Annotated[int, Field(gt=0)]
@@ -222,10 +226,9 @@ class CustomSize(Strict):
 class Optimizer(Strict):
     name: Literal["adamw", "skip_step_adamw"] = "adamw"
     lr: float = Field(gt=0)
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
-        0.9,
-        0.95,
-    )
+    betas: Annotated[
+        list[Annotated[float, Field(ge=0, lt=1)]], Field(min_length=2, max_length=2)
+    ] = [0.9, 0.95]
     eps: float = Field(1e-8, gt=0)
     weight_decay: float = Field(0.1, ge=0)
     no_decay_embeddings: bool = True
