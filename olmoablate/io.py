@@ -52,6 +52,15 @@ def sha256_of(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
 
 
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks (token files are hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int | None = 2) -> None:
     write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
 

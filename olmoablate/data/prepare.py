@@ -42,7 +42,7 @@ from olmoablate.data.tokenizer import (
     load_tokenizer,
 )
 from olmoablate.errors import UserError
-from olmoablate.io import file_lock, read_json, write_bytes_atomic, write_json_atomic
+from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from olmoablate.spec.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
@@ -205,14 +205,6 @@ def _make_readable(path: Path) -> None:
     os.chmod(path, 0o644)
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify(directory: Path | str) -> Manifest:
     """Read ``manifest.json`` in ``directory`` and check every file against it.
 
@@ -260,7 +252,7 @@ def verify(directory: Path | str) -> Manifest:
                 f"{path}: {size} bytes, manifest says {entry['bytes']} "
                 f"({manifest.tokens[split]} tokens x 4); corrupt or truncated; run: {fix}"
             )
-        if _sha256_file(path) != entry["sha256"]:
+        if sha256_file(path) != entry["sha256"]:
             raise UserError(f"{path}: sha256 does not match manifest (corrupt); run: {fix}")
     return manifest
 

@@ -11,12 +11,12 @@ This module imports nothing heavy at top level: the CLI imports it at start-up.
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from olmoablate.errors import UserError
+from olmoablate.io import sha256_file
 from olmoablate.spec.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
@@ -39,18 +39,10 @@ def tokenizer_path() -> Path:
     return Path(__file__).resolve().parent / TOKENIZER_FILENAME
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @lru_cache(maxsize=1)
 def _verified_sha256(path: str, size: int, mtime_ns: int) -> str:
     """Hash the file once per (path, size, mtime): `tokenizer_available` is called often."""
-    return _file_sha256(Path(path))
+    return sha256_file(Path(path))
 
 
 def tokenizer_sha256() -> str | None:

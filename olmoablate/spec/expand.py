@@ -14,8 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from olmoablate import __version__
 from olmoablate import accounting as acc
 from olmoablate.errors import UserError
@@ -238,13 +236,3 @@ def check_pair(base: dict[str, Any], var: dict[str, Any], match: str) -> None:
 
 def results_dir(spec_name: str, results_root: str | Path = "results") -> Path:
     return Path(results_root) / spec_name
-
-
-def spec_name_of(path: str | Path) -> str | None:
-    """The spec's ``name:`` without full validation (used to find an existing results folder)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-    name = data.get("name") if isinstance(data, dict) else None
-    return name if isinstance(name, str) else None

@@ -449,8 +449,6 @@ def _check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None
                 f"body_layers={arch.looped.body_layers} is larger than the depth of size "
                 f"{dims.name} ({dims.n_layers} layers; allowed: multiples of 4 up to {dims.n_layers})",
             )
-        if arch.depth_attention is not None and arch.depth_attention.stride < 1:
-            add(("variants", name, "depth_attention", "stride"), "stride must be >= 1")
 
 
 def _check_budget(spec: Spec, add: Any) -> None:
