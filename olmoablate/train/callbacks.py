@@ -14,6 +14,8 @@ training loop itself stays OLMo-core's. What each one is for:
 * :class:`StatusCallback` -> ``status.json`` while training.
 * :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
   the same held-out loss at every loop count in ``evaluation.loop_counts``.
+* :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
+  (ai2-olmo-eval) evaluator: every task at every extra loop count.
 * :class:`WandBLoggerCallback`: optional, never required.
 
 Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
@@ -43,7 +45,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
-from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
+from olmo_core.train.callbacks import (
+    Callback,
+    DownstreamEvaluatorCallbackConfig,
+    EvaluatorCallback,
+    LMEvaluatorCallbackConfig,
+)
 
 from olmoablate.io import write_json_atomic, write_text_atomic
 from olmoablate.stability import SpikeDetector
@@ -471,6 +478,9 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
     """
 
     loop_counts: list[int]
+    #: Skip the pass at the loop count the model trains with: its numbers are the standard pass's
+    #: (plain names). The downstream suite is expensive enough that the duplicate pass matters.
+    skip_trained_loops: bool = False
 
     def perform_eval(self, prefix: str = "eval") -> None:
         super().perform_eval(prefix)
@@ -483,6 +493,8 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
         trained_loops = model.current_loops
         try:
             for n in self.loop_counts:
+                if self.skip_trained_loops and int(n) == int(trained_loops):
+                    continue
                 model.current_loops = int(n)  # forward() uses it when n_loops is not given
                 for evaluator in self.evaluators:
                     evaluator.reset_metrics()
@@ -513,22 +525,42 @@ class LoopedLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
     loop_counts: list[int] = field(default_factory=list)
 
     def build(self, trainer: Trainer) -> Callback | None:
-        base = super().build(trainer)
-        if base is None or not self.loop_counts:
-            return base
-        assert isinstance(base, EvaluatorCallback)
-        cb = LoopedEvaluatorCallback(
-            evaluators=base.evaluators,
-            eval_interval=base.eval_interval,
-            fixed_steps=base.fixed_steps,
-            eval_on_startup=base.eval_on_startup,
-            eval_on_finish=base.eval_on_finish,
-            cancel_after_first_eval=base.cancel_after_first_eval,
-            eval_duration=base.eval_duration,
-            log_interval=base.log_interval,
-        )
-        cb.loop_counts = list(self.loop_counts)
-        return cb
+        return _with_loop_counts(super().build(trainer), self.loop_counts)
+
+
+@dataclass
+class LoopedDownstreamEvaluatorCallbackConfig(DownstreamEvaluatorCallbackConfig):
+    """:class:`DownstreamEvaluatorCallbackConfig` whose callback also scores a looped model at
+    each extra loop count: ``eval/downstream/<task> (<metric>) (loops=<n>)``. The trained count
+    is the standard pass (plain names), so it is not scored twice."""
+
+    loop_counts: list[int] = field(default_factory=list)
+
+    def build(self, trainer: Trainer) -> Callback | None:
+        return _with_loop_counts(super().build(trainer), self.loop_counts, skip_trained=True)
+
+
+def _with_loop_counts(
+    base: Callback | None, loop_counts: list[int], skip_trained: bool = False
+) -> Callback | None:
+    """OLMo-core's evaluator callback as a :class:`LoopedEvaluatorCallback` (same evaluators and
+    schedule) when there are loop counts to evaluate; else unchanged."""
+    if base is None or not loop_counts:
+        return base
+    assert isinstance(base, EvaluatorCallback)
+    cb = LoopedEvaluatorCallback(
+        evaluators=base.evaluators,
+        eval_interval=base.eval_interval,
+        fixed_steps=base.fixed_steps,
+        eval_on_startup=base.eval_on_startup,
+        eval_on_finish=base.eval_on_finish,
+        cancel_after_first_eval=base.cancel_after_first_eval,
+        eval_duration=base.eval_duration,
+        log_interval=base.log_interval,
+    )
+    cb.loop_counts = list(loop_counts)
+    cb.skip_trained_loops = skip_trained
+    return cb
 
 
 @dataclass

@@ -198,8 +198,12 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         )
     tasks = [str(t) for t in ev.get("downstream") or []]
     if tasks:
+        looped = bool((run.get("architecture") or {}).get("looped"))
         trainer_cfg = trainer_cfg.with_callback(
-            "downstream_evaluator", cfgs.downstream_evaluator_config(ctx, tasks, steps)
+            "downstream_evaluator",
+            cfgs.downstream_evaluator_config(
+                ctx, tasks, steps, _loop_counts(run) if looped else None
+            ),
         )
     for name, cb in own.items():
         trainer_cfg = trainer_cfg.with_callback(name, cb)
