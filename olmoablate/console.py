@@ -18,10 +18,12 @@ MAX_WIDTH = 100_000
 
 
 def make_console(stderr: bool = False, file: IO[str] | None = None) -> Any:
-    """A rich Console for our output; ``file`` (tests) or stdout/stderr."""
+    """A rich Console for our output (``file``: tests; else stdout/stderr). Text lines are not
+    wrapped (a log viewer wraps them; a wrapped line breaks grep), tables go through
+    :func:`print_whole`."""
     from rich.console import Console
 
-    return Console(file=file, stderr=stderr, highlight=False)
+    return Console(file=file, stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def is_terminal(stream: Any = None) -> bool:

@@ -835,10 +835,11 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
 
 def print_terminal(report: Report, written: dict[str, Path]) -> None:
     """The verdict table (rich), loud warnings, then `gate verdict: ...` and the report path."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, width=max(Console().width, 160))  # readable in CI logs too
+    from olmoablate.console import make_console, print_whole
+
+    con = make_console()  # readable in CI logs too: no cut cells, no wrapped lines
     for w in report.results.warnings:
         con.print(f"[bold red]WARNING: {w}[/]")
     for p in report.invalid_pairs:
@@ -853,7 +854,7 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     for row in _verdict_rows(report):
         style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(str(row[1]), "")
         table.add_row(*[_fmt(x) for x in row], style=style)
-    con.print(table)
+    print_whole(con, table)
     for reason in report.reasons:
         con.print(f"  - {reason}", markup=False)
     if report.results.issues:
