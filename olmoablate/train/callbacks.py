@@ -16,7 +16,7 @@ training loop itself stays OLMo-core's. What each one is for:
   the same held-out loss at every loop count in ``evaluation.loop_counts``.
 * :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
   (ai2-olmo-eval) evaluator: every task at every extra loop count.
-* :class:`WandBLoggerCallback`: optional, never required.
+* W&B logging is its own module, :mod:`olmoablate.train.wandb_log` (optional, never required).
 
 Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
 the checkpoint of step *k*, each file is first rewritten atomically without its rows of step > *k*
@@ -34,7 +34,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import resource
 import signal
 import sys
@@ -561,69 +560,3 @@ def _with_loop_counts(
     cb.loop_counts = list(loop_counts)
     cb.skip_trained_loops = skip_trained
     return cb
-
-
-@dataclass
-class WandBLoggerCallback(Callback):
-    """One W&B run per arm; optional. Any failure to import or init wandb only logs a warning.
-
-    The id is stable across requeues (derived from spec name + run id) and ``resume="allow"``,
-    so a resumed job continues the same W&B run. ``mode`` defaults to offline; ``WANDB_MODE`` in
-    the environment wins over the plan.
-    """
-
-    priority: ClassVar[int] = 3
-
-    run_id: str = ""
-    wandb_id: str = ""
-    project: str = "olmoablate"
-    entity: str | None = None
-    group: str | None = None
-    job_type: str | None = None
-    mode: str = "offline"
-    directory: str = "."
-    config: dict[str, Any] = field(default_factory=dict)
-    _run: Any = None
-
-    def pre_train(self) -> None:
-        if get_rank() != 0:
-            return
-        mode = os.environ.get("WANDB_MODE") or self.mode
-        if mode == "disabled":
-            return
-        try:
-            import wandb
-
-            Path(self.directory).mkdir(parents=True, exist_ok=True)
-            self._run = wandb.init(
-                id=self.wandb_id,
-                name=self.run_id,
-                resume="allow",
-                project=self.project,
-                entity=self.entity,
-                group=self.group,
-                job_type=self.job_type,
-                config=self.config,
-                mode=mode,  # type: ignore[arg-type]
-                dir=self.directory,
-            )
-        except Exception as err:  # noqa: BLE001 - wandb is optional by design
-            log.warning(f"wandb disabled for this run ({type(err).__name__}: {err})")
-            self._run = None
-
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if self._run is None:
-            return
-        try:
-            self._run.log(dict(metrics), step=step)
-        except Exception as err:  # noqa: BLE001
-            log.warning(f"wandb logging failed, disabling ({err})")
-            self._run = None
-
-    def close(self) -> None:
-        if self._run is not None:
-            try:
-                self._run.finish()
-            except Exception as err:  # noqa: BLE001
-                log.warning(f"wandb finish failed ({err})")
-            self._run = None
