@@ -24,6 +24,7 @@ import numpy as np
 from olmoablate.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare import LOSS, PairResult, metric_direction
+from olmoablate.report.links import wandb_section
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
 
@@ -684,6 +685,9 @@ def _sections(
         secs.append(
             (f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables, [])
         )
+    wandb = wandb_section(report.results)
+    if wandb is not None:
+        secs.append(wandb)
     return secs
 
 

@@ -30,13 +30,13 @@ from typing import Any, ClassVar
 from olmo_core.distributed.utils import get_rank
 from olmo_core.train.callbacks import Callback
 
-from olmoablate.io import write_json_atomic
+from olmoablate.io import WANDB_LINK_FILE, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 TOKENS = "tokens"
 TRAIN_FLOPS = "train FLOPs"
-LINK_FILE = "wandb.json"
+LINK_FILE = WANDB_LINK_FILE
 
 
 def wandb_id(spec_name: str, run_id: str) -> str:
