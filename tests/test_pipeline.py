@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.plan_fixture import write_tokens
+from fixtures.results_check import check_against_report
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parent.parent
@@ -113,3 +114,9 @@ def test_spec_to_report(tmp_path: Path) -> None:
     for name in ("report.md", "report.html", "comparison.csv"):
         assert (res / name).stat().st_size > 0
     assert "gate verdict:" in rep.stdout
+
+    # the notebook API on this real folder says what comparison.csv and gate.json say
+    rs = check_against_report(res)
+    looped_rows = rs.metrics[rs.metrics["run"] == "micro-s0-looped"]
+    assert "eval/lm/held/CE loss (loops=4)" in set(looped_rows["metric"])
+    assert set(rs.runs["state"]) == {"completed"}
