@@ -283,12 +283,28 @@ class ResultSet:
 
     @functools.cached_property
     def gate(self) -> pd.DataFrame:
+        """One row per gated variant and check (e.g. "vs baseline", "vs reference"), with the
+        check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...)."""
         g = self.gate_json
-        rows = pd.json_normalize(g.get("variants") or [], sep=".")
-        for key in ("stage", "rule", "metric", "direction"):
-            rows.insert(0, key, g.get(key))
-        rows["overall_verdict"] = g.get("verdict")
-        return rows
+        rows: list[dict[str, Any]] = []
+        for v in g.get("variants") or []:
+            head = {
+                "stage": g.get("stage"),
+                "rule": g.get("rule"),
+                "metric": g.get("metric"),
+                "direction": g.get("direction"),
+                "variant": v.get("variant"),
+                "verdict": v.get("verdict"),
+            }
+            checks = v.get("checks") or [{}]
+            for c in checks:
+                flat = pd.json_normalize(
+                    {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
+                )
+                rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
+        out = pd.DataFrame(rows)
+        out["overall_verdict"] = g.get("verdict")
+        return out
 
     def __repr__(self) -> str:
         return (
