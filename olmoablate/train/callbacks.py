@@ -100,12 +100,50 @@ def _model_of(trainer: Trainer) -> Any:
     return trainer.train_module.model  # type: ignore[attr-defined]
 
 
+def collect_due(trainer: Trainer, step: int, first_step: int) -> bool:
+    """Steps at which cross-rank work (fingerprint gathering, the non-finite check) is done.
+
+    The same steps at which OLMo-core itself syncs and logs metrics: the first step of an
+    attempt, every ``metrics_collect_interval`` steps, the last step, and every checkpoint step
+    (the trainer logs metrics right before saving, so nothing buffered is ever older than the
+    checkpoint a resume starts from).
+    """
+    if step == first_step or step % max(1, int(trainer.metrics_collect_interval)) == 0:
+        return True
+    max_steps = trainer.max_steps
+    if max_steps is not None and step >= max_steps:
+        return True
+    ckpt = trainer.callbacks.get("checkpointer")
+    interval = getattr(ckpt, "save_interval", None) if getattr(ckpt, "enabled", False) else None
+    return bool(interval) and step % int(interval) == 0
+
+
+def cuda_timing() -> bool:
+    """Whether step times come from CUDA events (GPU work is asynchronous to the host)."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 @dataclass
 class MetricsJSONLCallback(Callback):
-    """Per-step metrics rows for ``metrics.jsonl`` (rank 0 writes; see module docstring)."""
+    """Per-step metrics rows for ``metrics.jsonl`` (rank 0 writes; see module docstring).
+
+    ``step_time_s`` is the time of the step's training work only (forward, backward, optimizer
+    step): the window opens in ``pre_step`` (after the batch is loaded) and closes in
+    ``post_train_batch`` (before evaluation, checkpointing and the other post-step hooks), the
+    same for every arm. On CUDA the window is a pair of CUDA events on the current stream,
+    read once the trainer has synchronised for its metrics (no extra per-step sync): this is the
+    device's real time for the step whether the GPU or the kernel launches are the bottleneck,
+    where a host clock would only measure how long queueing the kernels took. On CPU it is
+    ``perf_counter``. ``step_cpu_time_s`` is the process's CPU seconds over the same window.
+    ``step_in_attempt`` (1 = first step after a start or resume) lets readers drop warm-up
+    steps (compilation, allocator growth) of every attempt: steady-state steps are those with
+    ``step_in_attempt > WARMUP_STEPS``.
+    """
 
     #: Runs first, so a step's timing is taken before e.g. the checkpointer flushes metrics.
     priority: ClassVar[int] = 100
+    #: Steps of each attempt that are warm-up, not steady state (summary.json's mean skips them).
+    WARMUP_STEPS: ClassVar[int] = 5
 
     path: str = "metrics.jsonl"
     global_batch_size: int = 0
@@ -115,32 +153,65 @@ class MetricsJSONLCallback(Callback):
     _pending: dict[str, Any] | None = None
     _step_start: float = 0.0
     _cpu_start: float = 0.0
+    _start_event: Any = None
+    _first_step: int = 1
+    _events: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     _step_times: dict[int, float] = field(default_factory=dict)
     _cpu_times: dict[int, float] = field(default_factory=dict)
-    #: Measured wall time of every step trained in this attempt (for summary.json).
+    #: Measured time of every step trained in this attempt, in step order (for summary.json).
     step_times: list[float] = field(default_factory=list)
     last_row: dict[str, Any] = field(default_factory=dict)
 
     def pre_train(self) -> None:
         self.resume_step = self.trainer.global_step if self.trainer.global_step > 0 else None
+        self._first_step = self.trainer.global_step + 1
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             truncate_jsonl_after(Path(self.path), self.trainer.global_step)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
         del batch
-        self._step_start = time.perf_counter()
         self._cpu_start = time.process_time()
+        if cuda_timing():
+            self._start_event = torch.cuda.Event(enable_timing=True)
+            self._start_event.record()
+        else:
+            self._start_event = None
+            self._step_start = time.perf_counter()
 
     def post_train_batch(self) -> None:
-        dt = time.perf_counter() - self._step_start
-        self._step_times[self.step] = dt
         # CPU seconds of all threads: on a shared CPU box wall time alone overstates the cost.
         self._cpu_times[self.step] = time.process_time() - self._cpu_start
-        self.step_times.append(dt)
+        if self._start_event is not None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events[self.step] = (self._start_event, end)
+            self._start_event = None
+        else:
+            dt = time.perf_counter() - self._step_start
+            self._step_times[self.step] = dt
+            self.step_times.append(dt)
+
+    def _resolve_events(self, up_to: int) -> None:
+        """Turn recorded event pairs of steps <= ``up_to`` into seconds (waits for the GPU)."""
+        for step in sorted(s for s in self._events if s <= up_to):
+            start, end = self._events.pop(step)
+            end.synchronize()
+            dt = float(start.elapsed_time(end)) / 1000.0
+            self._step_times[step] = dt
+            self.step_times.append(dt)
+
+    def steady_step_times(self) -> list[float]:
+        """Step times of this attempt without its warm-up steps (all of them if that is empty)."""
+        self._resolve_events(self.trainer.global_step)
+        steady = self.step_times[self.WARMUP_STEPS :]
+        return steady or self.step_times[1:] or self.step_times
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self._resolve_events(step)  # every rank, so no rank accumulates events
         if get_rank() != 0:
+            self._step_times.pop(step, None)
+            self._cpu_times.pop(step, None)
             return
         if self.resume_step is not None and step <= self.resume_step:
             return  # already in the file from the attempt that saved the checkpoint
@@ -152,6 +223,7 @@ class MetricsJSONLCallback(Callback):
         if step in self._step_times:
             self._pending["step_time_s"] = self._step_times.pop(step)
             self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
+            self._pending["step_in_attempt"] = step - self._first_step + 1
         self._pending["peak_memory_gb"] = peak_memory_gb()
 
     def _flush(self) -> None:
@@ -172,43 +244,90 @@ def interleave_rank_batches(parts: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(parts, dim=1).reshape(-1, parts[0].shape[-1])
 
 
-def global_batch_sha256(input_ids: torch.Tensor, group: Any = None) -> str:
-    """sha256 of the global batch's token ids (int64 little-endian, global instance order).
+def instance_digests(input_ids: torch.Tensor) -> torch.Tensor:
+    """sha256 of each instance (row) of token ids as int64 little-endian: a (rows, 32) uint8
+    tensor on the CPU. Hashing rows locally means ranks exchange 32 bytes per instance, not ids."""
+    arr = input_ids.detach().to("cpu", torch.int64).numpy().astype("<i8", copy=False)
+    rows = [hashlib.sha256(row.tobytes()).digest() for row in arr.reshape(arr.shape[0], -1)]
+    return torch.frombuffer(bytearray(b"".join(rows)), dtype=torch.uint8).reshape(-1, 32)
+
+
+def batch_sha256(digests: torch.Tensor) -> str:
+    """The global batch's fingerprint: sha256 of its instances' sha256s in global order."""
+    return hashlib.sha256(digests.contiguous().numpy().tobytes()).hexdigest()
+
+
+def gather_global_digests(local: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Per-instance digests of the global batch (or of several steps' batches stacked along
+    dim 0), in global instance order, from every DP rank's local ones: one collective.
 
     OLMo-core's loader gives DP rank r the instances ``r, r + W, r + 2W, …`` of the global batch,
-    so gathering the local batches and interleaving them restores the global order. The hash is
-    therefore independent of the number of ranks.
+    so interleaving restores the global order and the fingerprint does not depend on W.
     """
-    ids = input_ids.detach()
     if is_distributed() and get_world_size(group) > 1:
-        parts = [torch.empty_like(ids) for _ in range(get_world_size(group))]
-        torch.distributed.all_gather(parts, ids.contiguous(), group=group)
-        ids = interleave_rank_batches(parts)
-    arr = ids.to("cpu", torch.int64).numpy().astype("<i8", copy=False)
-    return hashlib.sha256(arr.tobytes()).hexdigest()
+        parts = [torch.empty_like(local) for _ in range(get_world_size(group))]
+        torch.distributed.all_gather(parts, local.contiguous(), group=group)
+        return torch.stack(parts, dim=1).reshape(-1, *local.shape[1:])
+    return local
+
+
+def global_batch_sha256(input_ids: torch.Tensor, group: Any = None) -> str:
+    """Fingerprint of one global batch from this rank's local batch (collective when W > 1)."""
+    return batch_sha256(gather_global_digests(instance_digests(input_ids), group))
 
 
 @dataclass
 class FingerprintCallback(Callback):
-    """Appends ``{"step", "tokens", "sha256"}`` for every global batch to ``fingerprints.jsonl``."""
+    """Appends ``{"step", "tokens", "sha256"}`` for every global batch to ``fingerprints.jsonl``.
+
+    Each rank hashes its instances in ``pre_step`` (host only, the ids are still on the CPU);
+    the digests of all pending steps are gathered in one collective at the trainer's metrics
+    steps (:func:`collect_due`) and at the end, instead of an all-gather every step.
+    """
+
+    #: After the metrics timing (100), before the checkpointer (1) saves at the same step.
+    priority: ClassVar[int] = 50
 
     path: str = "fingerprints.jsonl"
     global_batch_size: int = 0
+    _pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    _first_step: int = 1
 
     def pre_train(self) -> None:
+        self._first_step = self.trainer.global_step + 1
+        self._pending = []
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             truncate_jsonl_after(Path(self.path), self.trainer.global_step)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
-        digest = global_batch_sha256(batch["input_ids"], self.trainer.dp_process_group)
-        if get_rank() == 0:
-            row = {
-                "step": self.step,
-                "tokens": self.step * self.global_batch_size,
-                "sha256": digest,
-            }
-            with open(self.path, "a", encoding="utf-8") as fh:
+        self._pending.append((self.step, instance_digests(batch["input_ids"])))
+
+    def post_train_batch(self) -> None:
+        if collect_due(self.trainer, self.step, self._first_step):
+            self._flush()
+
+    def post_train(self) -> None:
+        self._flush()  # every rank reaches post_train together (not on errors)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        steps = [s for s, _ in self._pending]
+        # (local rows, steps, 32): one collective for all pending steps (fixed-size batches).
+        stacked = torch.stack([d for _, d in self._pending], dim=1)
+        self._pending = []
+        gathered = gather_global_digests(stacked, self.trainer.dp_process_group)
+        per_step = [gathered[:, i] for i in range(len(steps))]
+        if get_rank() != 0:
+            return
+        with open(self.path, "a", encoding="utf-8") as fh:
+            for step, digests in zip(steps, per_step, strict=True):
+                row = {
+                    "step": step,
+                    "tokens": step * self.global_batch_size,
+                    "sha256": batch_sha256(digests),
+                }
                 fh.write(json.dumps(row) + "\n")
 
 
@@ -267,6 +386,21 @@ class LoopCurriculumCallback(Callback):
             self.trainer.record_metric("train/loops", float(loops))
 
 
+def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
+    """1.0 where a metric is NaN/Inf, on the metrics' own device (a missing metric, e.g. no grad
+    norm without clipping, counts as finite): no host sync, no CPU/CUDA mix."""
+    present = [v for v in values if v is not None]
+    device = present[0].device if present else torch.device("cpu")
+    return torch.stack(
+        [
+            (~torch.isfinite(v.detach().float().reshape(()))).float()
+            if v is not None
+            else torch.zeros((), device=device)
+            for v in values
+        ]
+    )
+
+
 @dataclass
 class StabilityCallback(Callback):
     """Loss-spike counter and NaN/Inf stop.
@@ -275,9 +409,10 @@ class StabilityCallback(Callback):
     of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
     report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
     (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it
-    diverged: non-finite values are caught right after the step's backward/optimizer step, on every
-    rank at once, so the run stops on that step. The divergence is final; the launcher must not
-    retry it.
+    diverged: non-finite values are flagged on the device right after each step's optimizer step
+    and checked with one all-reduce at the trainer's metrics steps (:func:`collect_due`), on every
+    rank at once, so all ranks stop together within ``topology.metrics_interval`` steps and the
+    first bad step is recorded. The divergence is final; the launcher must not retry it.
     """
 
     priority: ClassVar[int] = 5
@@ -292,6 +427,8 @@ class StabilityCallback(Callback):
     diverged_at_step: int | None = None
     reason: str | None = None
     _detector: SpikeDetector | None = None
+    _first_step: int = 1
+    _flags: list[tuple[int, torch.Tensor, list[Any]]] = field(default_factory=list)
 
     @property
     def detector(self) -> SpikeDetector:
@@ -322,25 +459,48 @@ class StabilityCallback(Callback):
             log.error(f"Run diverged at step {step}: {reason}")
         self.trainer.cancel_run(f"diverged: {reason}", no_sync=all_ranks)
 
+    def pre_train(self) -> None:
+        self._first_step = self.trainer.global_step + 1
+        self._flags = []
+
     def post_train_batch(self) -> None:
         if not self.stop_on_nonfinite or self.diverged_at_step is not None:
             return
         found = [self.trainer.get_metric(name) for name in (CE_LOSS, GRAD_NORM)]
-        values = [
-            v.detach().float().reshape(()) if v is not None else torch.zeros(()) for v in found
-        ]
-        flags = torch.stack([(~torch.isfinite(v)).float() for v in values])
-        if is_distributed():  # same decision on every rank, so all can stop together
+        self._flags.append((self.step, nonfinite_flags(found), found))
+        if collect_due(self.trainer, self.step, self._first_step):
+            self._check(cancel=True)
+
+    def post_train(self) -> None:
+        if self.stop_on_nonfinite and self.diverged_at_step is None:
+            self._check(cancel=False)  # the last steps of a cancelled/finished attempt
+
+    def _check(self, *, cancel: bool) -> None:
+        """One all-reduce (and host sync) for all steps since the last check: same decision on
+        every rank, so all stop together; the first bad step is the divergence step."""
+        if not self._flags:
+            return
+        pending, self._flags = self._flags, []
+        flags = torch.stack([f for _, f, _ in pending])
+        if is_distributed():
             flags = flags.to(self.trainer.device)
             torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        bad = [name for name, f in zip((CE_LOSS, GRAD_NORM), flags.tolist(), strict=True) if f > 0]
-        if bad:
+        for (step, _, found), row in zip(pending, flags.tolist(), strict=True):
+            bad = [name for name, f in zip((CE_LOSS, GRAD_NORM), row, strict=True) if f > 0]
+            if not bad:
+                continue
             shown = ", ".join(
                 f"{n} = {float(v):g}"
-                for n, v, f in zip((CE_LOSS, GRAD_NORM), values, found, strict=True)
-                if f is not None
+                for n, v in zip((CE_LOSS, GRAD_NORM), found, strict=True)
+                if v is not None
             )
-            self._diverge(self.step, f"non-finite {' and '.join(bad)} ({shown})", all_ranks=True)
+            reason = f"non-finite {' and '.join(bad)} ({shown})"
+            if cancel:
+                self._diverge(step, reason, all_ranks=True)
+            elif self.diverged_at_step is None:
+                self.diverged_at_step, self.reason = step, reason
+                log.error(f"Run diverged at step {step}: {reason}")
+            return
 
     def pre_log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         loss = metrics.get(CE_LOSS)
@@ -360,6 +520,34 @@ class StabilityCallback(Callback):
                 f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",
                 all_ranks=False,
             )
+
+
+@dataclass
+class ComputeDtypeCallback(Callback):
+    """Records the dtype the model actually computes in: the output dtype of the first linear
+    layer in the first training forward. Evidence for ``summary.json`` that a run trained in
+    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here)."""
+
+    compute_dtype: str | None = None
+    _handle: Any = None
+
+    def pre_train(self) -> None:
+        linear = next(
+            (m for m in _model_of(self.trainer).modules() if isinstance(m, torch.nn.Linear)), None
+        )
+        if linear is not None and self.compute_dtype is None:
+            self._handle = linear.register_forward_hook(self._hook)
+
+    def _hook(self, module: Any, args: Any, output: Any) -> None:
+        del module, args
+        if isinstance(output, torch.Tensor) and torch.is_grad_enabled():
+            self.compute_dtype = str(output.dtype).removeprefix("torch.")
+            self.close()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
 
 @dataclass
