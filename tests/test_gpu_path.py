@@ -35,7 +35,14 @@ CLI = [sys.executable, "-m", "olmoablate"]
 def clean_env() -> Any:
     """setup_distributed_env writes os.environ directly; restore it afterwards."""
     saved = dict(os.environ)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for key in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ):
         os.environ.pop(key, None)
     yield os.environ
     os.environ.clear()
@@ -96,7 +103,10 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
 
     runs = [
         run_entry(rid, arm, arch, steps=1)
-        for rid, arm, arch in (("g-base", "baseline", {}), ("g-var", "v", {"layers": {"n_layers": 1}}))
+        for rid, arm, arch in (
+            ("g-base", "baseline", {}),
+            ("g-var", "v", {"layers": {"n_layers": 1}}),
+        )
     ]
     for r in runs:
         r["topology"]["gpus_per_node"] = 2
@@ -178,7 +188,10 @@ def test_activation_checkpointing_and_official_intervals() -> None:
     run = _gpu_run("fsdp", activation_checkpointing="full")
     tm = cfgs.train_module_config(run, cfgs.Environment("cuda", 8, True))
     assert tm.ac_config is not None and tm.ac_config.mode == "full"
-    assert cfgs.trainer_intervals(run) == {"metrics_collect_interval": 10, "cancel_check_interval": 10}
+    assert cfgs.trainer_intervals(run) == {
+        "metrics_collect_interval": 10,
+        "cancel_check_interval": 10,
+    }
     assert cfgs.execution(run).data_workers == 8
     cpu = run_entry("r", "baseline", {})
     assert cfgs.trainer_intervals(cpu)["metrics_collect_interval"] == 1
@@ -212,7 +225,11 @@ topology: {topology}
 @pytest.mark.parametrize(
     ("topology", "training", "message"),
     [
-        ("{gpus_per_node: 8, attention_backend: flash_2}", "precision: fp32", "does not run in fp32"),
+        (
+            "{gpus_per_node: 8, attention_backend: flash_2}",
+            "precision: fp32",
+            "does not run in fp32",
+        ),
         ("{gpus_per_node: 0, attention_backend: flash_2}", "", "needs CUDA GPUs"),
         ("{gpus_per_node: 8, nodes: 1, data_parallel: hsdp}", "", "needs nodes >= 2"),
     ],
@@ -355,7 +372,10 @@ def test_fingerprints_are_gathered_at_metrics_steps_only(tmp_path: Path) -> None
     cb = cbs.FingerprintCallback(path=str(path), global_batch_size=4)
     cb.trainer = _FakeTrainer(interval=5, max_steps=7)  # type: ignore[assignment]
     cb.pre_train()
-    batches = {s: torch.randint(0, 100, (2, 3), generator=torch.Generator().manual_seed(s)) for s in range(1, 8)}
+    batches = {
+        s: torch.randint(0, 100, (2, 3), generator=torch.Generator().manual_seed(s))
+        for s in range(1, 8)
+    }
     counts = []
     for s in range(1, 8):
         cb.trainer.global_step = s
@@ -389,20 +409,31 @@ def test_depth_attention_activation_checkpointing_saves_memory_same_grads() -> N
 
     from olmoablate.models import build_model_config
 
-    dims = {"d_model": 64, "n_layers": 8, "n_heads": 4, "n_kv_heads": 4, "mlp_hidden_size": 128,
-            "sliding_window": 16, "vocab_size": 256}
+    dims = {
+        "d_model": 64,
+        "n_layers": 8,
+        "n_heads": 4,
+        "n_kv_heads": 4,
+        "mlp_hidden_size": 128,
+        "sliding_window": 16,
+        "vocab_size": 256,
+    }
     arch = {"depth_attention": {"stride": 2, "recent_window": 1}}
     ids = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     results = []
     for ac in (False, True):
-        model = build_model_config(dims, arch, attn_backend="torch", init_seed=3).build(init_device="cpu")
+        model = build_model_config(dims, arch, attn_backend="torch", init_seed=3).build(
+            init_device="cpu"
+        )
         model.init_weights(device=torch.device("cpu"), max_seq_len=32)
         if ac:
             model.apply_activation_checkpointing(TransformerActivationCheckpointingMode.full)
         results.append(_saved_bytes(model, ids))
     (plain, g0), (ckpt, g1) = results
     assert ckpt < plain / 2, (plain, ckpt)
-    assert len(g0) == len(g1) and all(torch.allclose(a, b, atol=1e-6) for a, b in zip(g0, g1))
+    assert len(g0) == len(g1) and all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(g0, g1, strict=True)
+    )
 
 
 # ----------------------------------------------------------------------------- FSDP2 bf16, 7
@@ -412,17 +443,33 @@ def test_depth_attention_activation_checkpointing_saves_memory_same_grads() -> N
 def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
     """A real 2-rank gloo FSDP2 job with bf16 parameter dtype through the project's config:
     it computes in bf16 and, although distributed, records decode figures (defect 7)."""
-    entry = run_entry("tiny-s0-baseline", "baseline", {}, steps=3, evaluation={"interval": 3},
-                      training={"precision": "bf16"})
+    entry = run_entry(
+        "tiny-s0-baseline",
+        "baseline",
+        {},
+        steps=3,
+        evaluation={"interval": 3},
+        training={"precision": "bf16"},
+    )
     entry["topology"].update(cpu_processes=2, data_parallel="fsdp")
     entry["certificate"] = certificate_of(entry, "tokens")
     plan = make_plan(tmp_path, [entry])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")
     proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "olmoablate.train.job",
-         str(plan), "tiny-s0-baseline"],
-        capture_output=True, text=True, env=env, timeout=400,
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "olmoablate.train.job",
+            str(plan),
+            "tiny-s0-baseline",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     run_dir = plan.parent / "runs" / "tiny-s0-baseline"
