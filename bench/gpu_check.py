@@ -5,7 +5,7 @@ Run on a GPU node (no GPU was available when this was written, so it has never r
 one H100/H200 and checks what CPU tests cannot:
 
 1. **Training through ``run_job``** (the job Slurm/local executors run), for the OLMo 3 1B
-   baseline, SiameseNorm + Depth-Attention and Looped (K4 b4 T2) at the 1B preset, sequence 4096,
+   baseline, SiameseNorm + Depth-Attention and Looped (K4 b4 T2) at the 1B preset, sequence 8192,
    on 1 GPU and, when the node has more, on all of them with torchrun (FSDP, bf16 mixed
    precision): every job must complete, compute in bf16 with bf16 FSDP parameters, and record
    decode latency / KV-cache bytes (distributed: through the unsharded replica).
@@ -35,7 +35,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED_1B_TOKENS_PER_S_PER_GPU = 55_000
-SEQ = 4096
+SEQ = 8192  # OLMo 3 pretraining context: with window 4096 the SWA layers are active
 VARIANTS: dict[str, dict[str, Any]] = {
     "sn_da": {"siamese_norm": {}, "depth_attention": {"stride": 8, "recent_window": 0}},
     "looped": {"looped": {"body_layers": 4, "loops": 4, "tail": 2}},
@@ -43,11 +43,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def write_spec(out: Path, gpus: int, steps: int) -> Path:
-    """A 1B spec on this node's ``gpus`` GPUs: 4 sequences per GPU and step, no evals."""
+    """A 1B spec on this node's ``gpus`` GPUs: 2 sequences per GPU and step, no evals."""
     from olmoablate.spec.schema import Training
 
     tokens_file = out / "tokens.bin"
-    gbs = gpus * 4 * SEQ
+    gbs = gpus * 2 * SEQ
     need = gbs * (steps + 2)
     if not tokens_file.exists() or tokens_file.stat().st_size < need * 4:
         rng = np.random.default_rng(0)
@@ -172,7 +172,7 @@ def backend_parity(seq: int = 1024) -> bool:
         for backend in ("torch", "flash_2"):
             model = build_model(small_1b(), arch, init_seed=0, attn_backend=backend, device="cuda")
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                res = model(ids, labels=ids)
+                res = model(ids, labels=ids, return_logits=True)
             res.loss.backward()
             grads = [p.grad.float() for p in model.parameters() if p.grad is not None]
             out[backend] = (res.logits.float().detach(), grads)
