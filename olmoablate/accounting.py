@@ -149,9 +149,7 @@ def train_flops_per_token(
         body = sum(_layer_flops(d, j, L, seq_len) for j in range(L))
         if da:
             body_da = [
-                _depth_flops(
-                    d, t * L + j, int(da.get("stride", 8)), int(da.get("recent_window", 0))
-                )
+                _depth_flops(d, t * L + j, int(da.get("stride", 8)), int(da.get("recent_window", 0)))
                 for t in range(b)
                 for j in range(L)
             ]
