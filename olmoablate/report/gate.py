@@ -23,7 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.report.noise import FLOOR, NONE, Estimate, NoiseSource, estimate, jitter
+from olmoablate.report.noise import (
+    FLOOR,
+    NONE,
+    Estimate,
+    NoiseSource,
+    estimate,
+    floor_source,
+    jitter,
+)
 from olmoablate.report.overhead import ArmTiming, OverheadCheck, step_time_check
 from olmoablate.report.stats import p_above, seeds_needed
 
@@ -316,8 +324,15 @@ def evaluate_variant(
     noise: NoiseSource | None = None,
     way_out: str = "",
 ) -> VariantVerdict:
-    """Verdict for one variant at the stage size from all its pairs (one per seed)."""
+    """Verdict for one variant at the stage size from all its pairs (one per seed).
+
+    ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
+    baselines are measured by the caller, `olmoablate.report.gate_inputs`).
+    """
     cfg = gate_config(cfg)
+    floor = (cfg.get("noise") or {}).get("floor")
+    if noise is None and floor is not None:
+        noise = floor_source(float(floor))
     reasons: list[str] = []
     stops: list[str] = []
     blockers: list[str] = []

@@ -74,8 +74,9 @@ def way_out(results: Results, cfg: Mapping[str, Any], variants: list[str]) -> st
     stage = str(cfg["stage"])
     base = _gpu_hours(results, stage, "baseline")
     var = sum(h for h in (_gpu_hours(results, stage, v) for v in variants) if h is not None)
-    aa = f"+{base:.4g} GPU-h" if base is not None else "one baseline run"
-    pair = f"+{base + var:.4g} GPU-h" if base is not None else "one run per arm"
+    aa = f"+1 run, {base:.4g} GPU-h" if base else "+1 run"
+    n_pair = 1 + len(variants)
+    pair = f"+{n_pair} runs, {base + var:.4g} GPU-h" if base else f"+{n_pair} runs"
     return (
         f"cheapest ways out: an A/A pair (gate.noise.measure: {{aa_seeds: 1}}, one more baseline "
         f"at {stage} with another seed, {aa}; 1 dof, so wide: more A/A seeds tighten it), or one "
