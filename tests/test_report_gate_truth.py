@@ -108,7 +108,7 @@ def test_one_aa_pair_is_honest_and_wide(tmp_path: Path) -> None:
     width = chk.estimate.mean - chk.estimate.lower
     # two runs 0.01 apart: sd_run = 0.01 / sqrt(2), paired-delta sd = 0.01, t with 1 dof
     assert width == pytest.approx(t_ppf(0.95, 1) * 0.01, rel=0.1)
-    assert "conservative" in chk.estimate.source_detail
+    assert "conservative" in chk.estimate.source_detail.lower()
     assert rep.verdict == "inconclusive"
 
 
