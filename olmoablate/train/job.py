@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -231,6 +232,8 @@ def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) 
         "wall_time_s": wall_s,
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
+        # the node the steps were timed on: the report says when two arms ran on different ones
+        "hostname": socket.gethostname(),
     }
 
 
