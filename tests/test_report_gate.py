@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import (
     INCONCLUSIVE,
     PROCEED,
@@ -16,7 +17,6 @@ from olmoablate.report.gate import (
     estimate,
     evaluate_variant,
     gate_config,
-    overall,
     quality_check,
     tolerance_check,
 )
@@ -247,9 +247,12 @@ def test_quality_per_param_tolerance_boundary_inconclusive() -> None:
     assert evaluate_variant("loop", [e], QPP).verdict == INCONCLUSIVE
 
 
-def test_overall_uses_primary_variant() -> None:
-    a = evaluate_variant("a", [ev("pa", 0, [-0.05] * 3)], CFG)
-    b = evaluate_variant("b", [ev("pb", 0, [0.05, 0.051, 0.049])], CFG)
-    assert overall([a, b], "b")[0] == PROCEED
-    assert overall([a, b], "a")[0] == STOP
-    assert overall([], None)[0] == INCONCLUSIVE
+def test_primary_variant_decides_and_holm_without_one() -> None:
+    evidence = {"a": [ev("pa", 0, [-0.05] * 3)], "b": [ev("pb", 0, [0.05, 0.051, 0.049])]}
+    out = evaluate_gate(CFG, evidence, ["b"], ["a"])
+    assert out.verdict == PROCEED and out.family_note == ""
+    assert [(v.variant, v.role) for v in out.verdicts] == [("b", "primary"), ("a", "exploratory")]
+    assert evaluate_gate(CFG, evidence, ["a"], ["b"]).verdict == STOP
+    both = evaluate_gate(CFG, evidence, ["a", "b"])
+    assert both.verdict == PROCEED and "Holm over 2" in both.reasons[0]
+    assert evaluate_gate(CFG, {}, []).verdict == INCONCLUSIVE

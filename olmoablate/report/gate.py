@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from olmoablate.report.noise import (
     FLOOR,
     NONE,
@@ -32,7 +30,7 @@ from olmoablate.report.noise import (
     floor_source,
     jitter,
 )
-from olmoablate.report.overhead import ArmTiming, OverheadCheck, step_time_check
+from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
 from olmoablate.report.stats import p_above, seeds_needed
 
 __all__ = ["Estimate", "estimate"]
@@ -268,55 +266,6 @@ def stability_stops(health: ArmHealth, cfg: Mapping[str, Any], who: str) -> list
     return out
 
 
-_POINT_LIMITS = (
-    ("peak_memory", "max_peak_memory_overhead", "peak memory"),
-    ("decode_latency", "max_decode_latency_overhead", "decode latency"),
-)
-
-
-def overhead_checks(
-    pairs: Sequence[PairEvidence], cfg: Mapping[str, Any]
-) -> tuple[list[str], list[str], OverheadCheck | None]:
-    """(hard stops, blockers, the step-time check) from the measured overheads.
-
-    Step time: a ratio with an interval from steady-state per-step times (stop only when the
-    whole interval is above the limit, inconclusive when it straddles); without per-step times a
-    point ratio over the limit blocks proceed but cannot stop. Peak memory and decode latency are
-    one deterministic measurement per run (the allocator's high-water mark, a fixed decode):
-    compared as point ratios (mean over seeds).
-    """
-    stops: list[str] = []
-    blockers: list[str] = []
-    conf = float(cfg.get("confidence") or 0.95)
-    limit = cfg.get("max_step_time_overhead")
-    timed = [(p.pair_id, *p.timing) for p in pairs if p.timing is not None]
-    check = step_time_check(timed, limit, conf)
-    if check is not None:
-        if check.outcome == STOP:
-            stops.append(check.reason)
-        elif check.outcome == INCONCLUSIVE:
-            blockers.append(check.reason)
-    elif limit is not None:
-        vals = [p.overhead.get("step_time") for p in pairs]
-        vals = [v for v in vals if v is not None and math.isfinite(v)]
-        if vals and float(np.mean(vals)) > limit:
-            blockers.append(
-                f"step time overhead {float(np.mean(vals)):+.1%} (point ratio of mean step "
-                f"times; no per-step times for an interval) > limit {limit:.0%}: cannot tell "
-                "noise from overhead"
-            )
-    for key, limit_key, label in _POINT_LIMITS:
-        lim = cfg.get(limit_key)
-        vals = [p.overhead.get(key) for p in pairs]
-        vals = [v for v in vals if v is not None and math.isfinite(v)]
-        if lim is None or not vals:
-            continue
-        mean = float(np.mean(vals))
-        if mean > lim:
-            stops.append(f"{label} overhead {mean:+.1%} over baseline > limit {lim:.0%}")
-    return stops, blockers, check
-
-
 def evaluate_variant(
     variant: str,
     evidence: Sequence[PairEvidence],
@@ -352,7 +301,9 @@ def evaluate_variant(
             )
         if not p.complete:
             blockers.append(f"pair {p.pair_id}: not complete ({p.incomplete_reason})")
-    o_stops, o_blockers, step_check = overhead_checks(valid, cfg)
+    o_stops, o_blockers, step_check = overhead_checks(
+        [(p.pair_id, p.timing, p.overhead) for p in valid], cfg
+    )
     stops.extend(o_stops)
     blockers.extend(o_blockers)
     checks: list[QualityCheck] = []
@@ -416,14 +367,6 @@ def combine(stops: Sequence[str], blockers: Sequence[str], checks: Sequence[Qual
     if not blockers and checks and all(c.outcome == "pass" for c in checks):
         return PROCEED
     return INCONCLUSIVE
-
-
-def overall(verdicts: Sequence[VariantVerdict], primary: str | None) -> tuple[str, list[str]]:
-    """The headline verdict: the primary (gated) variant's verdict, with its reasons."""
-    if not verdicts:
-        return INCONCLUSIVE, ["no variant to gate (no pairs at the stage size)"]
-    chosen = next((v for v in verdicts if v.variant == primary), verdicts[0])
-    return chosen.verdict, [f"[{chosen.variant}] {r}" for r in chosen.reasons]
 
 
 def _fmt(x: float) -> str:

@@ -218,3 +218,53 @@ def step_time_check(
             "(longer runs or a quieter machine narrow the interval)",
         )
     return OverheadCheck(outcome, reason, math.exp(mean) - 1.0, lo, hi, notes)
+
+
+_POINT_LIMITS = (
+    ("peak_memory", "max_peak_memory_overhead", "peak memory"),
+    ("decode_latency", "max_decode_latency_overhead", "decode latency"),
+)
+
+
+def overhead_checks(
+    pairs: Sequence[tuple[str, tuple[ArmTiming, ArmTiming] | None, Mapping[str, float | None]]],
+    cfg: Mapping[str, Any],
+) -> tuple[list[str], list[str], OverheadCheck | None]:
+    """(hard stops, blockers, the step-time check) from the measured overheads.
+
+    Step time: a ratio with an interval from steady-state per-step times (stop only when the
+    whole interval is above the limit, inconclusive when it straddles); without per-step times a
+    point ratio over the limit blocks proceed but cannot stop. Peak memory and decode latency are
+    one deterministic measurement per run (the allocator's high-water mark, a fixed decode):
+    compared as point ratios (mean over seeds).
+    """
+    stops: list[str] = []
+    blockers: list[str] = []
+    conf = float(cfg.get("confidence") or 0.95)
+    limit = cfg.get("max_step_time_overhead")
+    timed = [(pid, *timing) for pid, timing, _ in pairs if timing is not None]
+    check = step_time_check(timed, limit, conf)
+    if check is not None:
+        if check.outcome == "stop":
+            stops.append(check.reason)
+        elif check.outcome == "inconclusive":
+            blockers.append(check.reason)
+    elif limit is not None:
+        vals = [o.get("step_time") for _, _, o in pairs]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if vals and float(np.mean(vals)) > limit:
+            blockers.append(
+                f"step time overhead {float(np.mean(vals)):+.1%} (point ratio of mean step "
+                f"times; no per-step times for an interval) > limit {limit:.0%}: cannot tell "
+                "noise from overhead"
+            )
+    for key, limit_key, label in _POINT_LIMITS:
+        lim = cfg.get(limit_key)
+        vals = [o.get(key) for _, _, o in pairs]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if lim is None or not vals:
+            continue
+        mean = float(np.mean(vals))
+        if mean > lim:
+            stops.append(f"{label} overhead {mean:+.1%} over baseline > limit {lim:.0%}")
+    return stops, blockers, check
