@@ -231,3 +231,20 @@ def test_edited_plan_and_spec_gate_breaks_preregistration(tmp_path: Path) -> Non
     rep = _edited(tmp_path, {"min_effect": 0.2})
     assert rep.verdict == "inconclusive"
     assert rep.reasons[0].startswith("pre-registration broken")
+
+
+def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> None:
+    from olmoablate.report.render import render_html, render_markdown
+
+    spec = SynthSpec(gate={**BASE, "noise": {"measure": {"aa_seeds": 1}}}, aa_seeds=1)
+    truths = {"sn_da": ArmTruth(offset=-0.03), "1B-s1-baseline": ArmTruth(offset=0.01)}
+    rep = report(tmp_path, spec, truths)
+    assert rep.verdict == "inconclusive", rep.reasons
+    md = render_markdown(rep, [], tmp_path)
+    page = render_html(rep, [])
+    for text in (md, page):
+        assert "noise source: A/A baselines" in text
+        assert "seeds needed: about" in text and "toward proceed" in text
+        assert "A/A baselines at matched tokens" in text
+        assert "step time overhead" in text
+    assert json.loads(json.dumps(rep.gate_json()))["noise_source"]["kind"] == "A/A baselines"

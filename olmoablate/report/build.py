@@ -23,6 +23,7 @@ from olmoablate.report.compare import (
 from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
+from olmoablate.report.noise import NoiseSource
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
+    noise: NoiseSource | None = None  # the one-seed noise source (floor or A/A), if declared
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -61,6 +63,7 @@ class Report:
             "reasons": self.reasons,
             "family": self.family_note,
             "noise_notes": self.noise_notes,
+            "noise_source": self.noise.as_dict() if self.noise else None,
             "preregistration_broken": self.results.prereg_broken,
             "warnings": self.results.warnings,
             "variants": [v.as_dict() for v in self.variant_verdicts],
@@ -184,6 +187,7 @@ def build(results: Results) -> Report:
         notes=notes,
         family_note=outcome.family_note,
         noise_notes=noise_notes,
+        noise=noise,
     )
     results.save_cache()
     return report

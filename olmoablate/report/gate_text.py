@@ -28,5 +28,9 @@ def statistics_lines(report: Report) -> list[str]:
         if v.jitter:
             out.append(f"{tag} {v.jitter}")
         out.extend(f"{tag} {n}" for n in dict.fromkeys(v.notes))
+    src = report.noise
+    if src is not None and src.runs:
+        vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
+        out.append(f"A/A baselines at matched tokens (last_n mean of the gate metric): {vals}")
     out.extend(report.noise_notes)
     return out
