@@ -248,3 +248,16 @@ def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> No
         assert "A/A baselines at matched tokens" in text
         assert "step time overhead" in text
     assert json.loads(json.dumps(rep.gate_json()))["noise_source"]["kind"] == "A/A baselines"
+
+
+def test_unfinished_aa_baseline_is_left_out_not_compared_early(tmp_path: Path) -> None:
+    spec = SynthSpec(gate={**BASE, "noise": {"measure": {"aa_seeds": 2}}}, aa_seeds=2)
+    truths = {
+        "1B-s1-baseline": ArmTruth(offset=0.01),
+        "1B-s2-baseline": ArmTruth(offset=0.5, state="running", stop_at=100),
+        "sn_da": ArmTruth(offset=-0.05),
+    }
+    rep = report(tmp_path, spec, truths)
+    assert rep.noise is not None and rep.noise.runs == ["1B-s0-baseline", "1B-s1-baseline"]
+    assert rep.noise.dof == 1
+    assert any("1B-s2-baseline not yet at" in n for n in rep.noise_notes)

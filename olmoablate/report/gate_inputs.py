@@ -40,6 +40,15 @@ def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource 
     runs = [rd for rd in stage_baselines(results, stage) if len(_curve(rd, metric))]
     want = int(measure["aa_seeds"]) + 1
     have = len(stage_baselines(results, stage))
+    if runs:  # matched tokens: only baselines that reached the furthest eval point
+        last = max(float(_curve(rd, metric).x[-1]) for rd in runs)
+        behind = [rd.run_id for rd in runs if float(_curve(rd, metric).x[-1]) < last]
+        if behind:
+            notes.append(
+                f"A/A noise: {', '.join(behind)} not yet at {last:.4g} tokens; left out so the "
+                "baselines are compared at matched tokens"
+            )
+        runs = [rd for rd in runs if rd.run_id not in behind]
     if len(runs) < 2:
         notes.append(
             f"A/A noise: only {len(runs)} of {max(want, have)} stage baselines have {metric!r} "
