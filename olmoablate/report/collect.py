@@ -41,7 +41,7 @@ PREFIXES = ("eval/", "train/H norm")
 #: Read from metrics only when summary.json lacks the measured value.
 COST_KEYS = ("step_time_s", "peak_memory_gb", "throughput/device/TPS")
 #: Always read: steady-state step times give the step-time overhead its interval.
-STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s")
+STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s", "step_in_attempt")
 _CACHE_VERSION = 2
 
 

@@ -108,7 +108,7 @@ def _ledger(results: Results) -> dict[str, Any]:
 def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
-    cols = {k: rd.column(k) for k in ("step_time_s", "step_cpu_time_s")}
+    cols = {k: rd.column(k) for k in ("step_time_s", "step_cpu_time_s", "step_in_attempt")}
     led = _ledger(results).get(rd.run_id)
     return arm_timing(
         rd.run_id,

@@ -7,8 +7,9 @@ into ``blocks`` contiguous batches and only the batch means are treated as (appr
 independent -- the classical batch-means method. The log of the ratio of means gets a
 delta-method standard error from each arm's batch means, Welch-Satterthwaite dof, and a t bound.
 
-Steady state: warm-up steps of the LR schedule, the first step, eval and checkpoint steps and the
-step right after each (cold caches) are dropped. CPU runs use ``step_cpu_time_s`` (the process's
+Steady state: warm-up steps of the LR schedule, the first steps of every attempt (start or
+resume: compilation, allocator growth), eval and checkpoint steps and the step right after each
+(cold caches) are dropped. CPU runs use ``step_cpu_time_s`` (the process's
 CPU seconds) when both arms have it, because their wall time includes whatever else ran on the
 machine; GPU runs use ``step_time_s`` (wall, synchronised on the device).
 """
@@ -25,6 +26,10 @@ import numpy as np
 from olmoablate.report.stats import t_ppf
 
 WALL, CPU = "step_time_s", "step_cpu_time_s"
+ATTEMPT = "step_in_attempt"
+#: Steps of every attempt (start or resume) that are warm-up; the training job's
+#: ``MetricsJSONLCallback.WARMUP_STEPS`` (a test keeps the two equal; the report has no torch).
+ATTEMPT_WARMUP_STEPS = 5
 MIN_BLOCKS, MAX_BLOCKS, MIN_BLOCK_LEN = 4, 10, 3
 
 
@@ -41,9 +46,15 @@ class ArmTiming:
 
 
 def steady_steps(
-    steps: np.ndarray, entry: Mapping[str, Any], times: np.ndarray
+    steps: np.ndarray,
+    entry: Mapping[str, Any],
+    times: np.ndarray,
+    in_attempt: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Times of steady-state steps (see module docstring) and how many steps were dropped."""
+    """Times of steady-state steps (see module docstring) and how many steps were dropped.
+
+    ``in_attempt`` (metrics ``step_in_attempt``): also drop the first steps after every resume.
+    """
     tr = entry.get("training") or {}
     warm = int((tr.get("schedule") or {}).get("warmup_steps") or 0)
     ev = int((entry.get("evaluation") or {}).get("interval") or 0)
@@ -51,6 +62,10 @@ def steady_steps(
     s = np.asarray(steps, dtype=np.int64)
     t = np.asarray(times, dtype=float)
     drop = (s <= max(1, warm)) | ~np.isfinite(t) | (t <= 0)
+    if in_attempt is not None:
+        drop |= (
+            np.nan_to_num(np.asarray(in_attempt, dtype=float), nan=np.inf) <= ATTEMPT_WARMUP_STEPS
+        )
     for every in (ev, ck):
         if every > 0:
             drop |= (s % every == 0) | ((s - 1) % every == 0)
@@ -82,7 +97,7 @@ def arm_timing(
     times = columns.get(col)
     if steps is None or times is None:
         return None
-    t, dropped = steady_steps(steps, entry, times)
+    t, dropped = steady_steps(steps, entry, times, columns.get(ATTEMPT))
     host = executor = None
     for d in info:
         if not d:
