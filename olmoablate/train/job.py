@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -278,6 +279,8 @@ def _summary(
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
         "execution": _execution_record(trainer, own, env),
+        # the node the steps were timed on: the report says when two arms ran on different ones
+        "hostname": socket.gethostname(),
     }
 
 
