@@ -38,9 +38,10 @@ import numpy as np
 import pandas as pd
 
 from olmoablate.report.align import cumulative_flops
-from olmoablate.report.build import Report, build
+from olmoablate.report.build import Report
 from olmoablate.report.collect import Results, collect, resolve_results_dir
 from olmoablate.report.compare import LOSS
+from olmoablate.report.gates import build_all
 from olmoablate.report.jsonl import read_metrics
 from olmoablate.report.links import wandb_links
 from olmoablate.report.render import comparison_rows
@@ -71,7 +72,7 @@ def load(
     """
     root = resolve_results_dir(str(path), results_root)
     results = collect(root)
-    return ResultSet(root, results, build(results), all_metrics)
+    return ResultSet(root, results, build_all(results), all_metrics)
 
 
 def _pairs_of(results: Results) -> dict[str, list[str | None]]:
@@ -283,33 +284,40 @@ class ResultSet:
 
     @functools.cached_property
     def gate(self) -> pd.DataFrame:
-        """One row per gated variant and check (e.g. "vs baseline", "vs reference"), with the
-        check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...)."""
-        g = self.gate_json
+        """One row per gate, gated variant and check (e.g. "vs baseline", "vs reference"), with
+        the check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...);
+        ``gate_verdict`` is that gate's verdict (several gates: one per proposal)."""
+        top = self.gate_json
         rows: list[dict[str, Any]] = []
-        for v in g.get("variants") or []:
-            head = {
-                "stage": g.get("stage"),
-                "rule": g.get("rule"),
-                "metric": g.get("metric"),
-                "direction": g.get("direction"),
-                "variant": v.get("variant"),
-                "verdict": v.get("verdict"),
-            }
-            checks = v.get("checks") or [{}]
-            for c in checks:
-                flat = pd.json_normalize(
-                    {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
-                )
-                rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
-        out = pd.DataFrame(rows)
-        out["overall_verdict"] = g.get("verdict")
-        return out
+        for g in top.get("gates") or [top]:
+            for v in g.get("variants") or []:
+                head = {
+                    "gate": g.get("name"),
+                    "stage": g.get("stage"),
+                    "rule": g.get("rule"),
+                    "metric": g.get("metric"),
+                    "direction": g.get("direction"),
+                    "variant": v.get("variant"),
+                    "verdict": v.get("verdict"),
+                }
+                for c in v.get("checks") or [{}]:
+                    flat = pd.json_normalize(
+                        {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
+                    )
+                    rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
+            for r in rows:
+                if r["gate"] == g.get("name"):
+                    r["gate_verdict"] = g.get("verdict")
+        return pd.DataFrame(rows)
 
     def __repr__(self) -> str:
+        verdicts = self.gate_json.get("verdicts") or {
+            self.gate_json.get("name"): self.gate_json.get("verdict")
+        }
+        shown = ", ".join(f"{k}: {v}" for k, v in verdicts.items())
         return (
             f"ResultSet({self.root}: {len(self.results.runs)} runs, {len(self.results.pairs)} "
-            f"pairs, gate {self.gate_json.get('verdict')})"
+            f"pairs, gate {shown})"
         )
 
 

@@ -52,6 +52,7 @@ def validate_command(
     """
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.gateplan import gate_lines
+    from olmoablate.spec.gates import gate_views
     from olmoablate.spec.load import SpecError, load_spec
 
     files = find_spec_files(paths)
@@ -76,8 +77,10 @@ def validate_command(
             f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
             f"sizes {', '.join(ls.spec.sizes)})"
         )
-        for w in gate_lines(plan)[1]:
-            typer.echo(f"warning: {f}: gate: {w}", err=True)
+        for name, view in gate_views(plan):
+            where = "gate" if len(plan.get("gates") or []) < 2 else f"gates.{name}"
+            for w in gate_lines(view)[1]:
+                typer.echo(f"warning: {f}: {where}: {w}", err=True)
     if failed:
         raise typer.Exit(2)
 
@@ -224,20 +227,25 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
         )
     print_whole(console, pairs)
     render_evaluation(plan, console)
-    if plan.get("gate"):
-        g = plan["gate"]
-        console.print(
-            f"gate (pre-registered): stage {g['stage']} -> {', '.join(g['promote_to']) or '-'}; "
-            f"rule {g['rule']}; metric '{g['metric']}' ({g['direction']} is better), "
-            f"min effect {g['min_effect']}, confidence {g['confidence']}"
-        )
-        from olmoablate.spec.gateplan import gate_lines
+    from olmoablate.spec.gateplan import gate_lines
+    from olmoablate.spec.gates import gate_views
 
-        info, warnings = gate_lines(plan)
+    views = gate_views(plan)
+    for name, view in views:
+        g = view["gate"]
+        label = "gate" if len(views) == 1 else f"gate {name!r}"
+        console.print(
+            f"{label} (pre-registered, sha256 {str(view.get('gate_sha256'))[:12]}): "
+            f"variant {g.get('variant') or '(all)'}; stage {g['stage']} -> "
+            f"{', '.join(g['promote_to']) or '-'}; rule {g['rule']}; metric '{g['metric']}' "
+            f"({g['direction']} is better), min effect {g['min_effect']}, confidence {g['confidence']}",
+            markup=False,
+        )
+        info, warnings = gate_lines(view)
         for line in info:
             console.print(f"  {line}", markup=False, highlight=False)
         for w in warnings:
-            console.print(f"[bold red]WARNING: gate: {w}[/]")
+            console.print(f"[bold red]WARNING: {label}: {w}[/]")
 
 
 def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
