@@ -144,7 +144,7 @@ def build(results: Results) -> Report:
     if g.get("variant"):
         primary: str | None = str(g["variant"])
         family = [primary]
-        exploratory = [v for v in non_ref if v != primary]
+        exploratory = [v for v in non_ref if v != primary and v not in results.other_gated]
     else:
         family, exploratory = non_ref, []
         primary = non_ref[0] if len(non_ref) == 1 else None

@@ -112,6 +112,8 @@ class Results:
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
+    #: variants decided by another gate of the plan (`gates:`): not exploratory here
+    other_gated: list[str] = field(default_factory=list)
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """Compare two arms' data fingerprints, reusing the cached answer for unchanged files

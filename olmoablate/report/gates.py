@@ -40,8 +40,15 @@ def build_all(results: Results) -> Report:
         report.gates = [report]
         return report
     reports = []
+    # the variants (and references) of each gate: decided there, so not exploratory elsewhere
+    gated = [
+        [str(x) for x in ((v.get("gate") or {}).get(k) for k in ("variant", "reference")) if x]
+        for _, v in views
+    ]
     for i, (name, view) in enumerate(views):
-        r = build(results if i == 0 else results_for_gate(results, view))
+        res = results if i == 0 else results_for_gate(results, view)
+        res.other_gated = [x for j, g in enumerate(gated) if j != i for x in g]
+        r = build(res)
         r.gate_name = name
         reports.append(r)
     reports[0].gates = reports
