@@ -24,7 +24,14 @@ import numpy as np
 from olmoablate.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare import LOSS, PairResult, metric_direction
-from olmoablate.report.gate_text import statistics_lines
+from olmoablate.report.gate_text import (
+    GATES_HEADER,
+    GATES_TEXT,
+    gate_tag,
+    gate_text,
+    gates_rows,
+    statistics_lines,
+)
 from olmoablate.report.links import wandb_section
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
@@ -518,71 +525,6 @@ _VERDICT_HEADER = [
 ]
 
 
-def _gate_text(report: Report) -> str:
-    g = report.results.gate
-    txt = (
-        f"Variant `{g.get('variant') or '(all)'}`, stage **{report.stage}**, rule `{g['rule']}`, "
-        f"metric `{g['metric']}` ({g['direction']} is better), min_effect {g['min_effect']}, "
-        f"confidence {g['confidence']}, last_n {g['last_n']}"
-        + (f", reference `{g['reference']}`" if g.get("reference") else "")
-        + f"; pre-registered (sha256 {str(report.results.plan.get('gate_sha256'))[:12]})."
-    )
-    if report.notes:
-        txt += " " + " ".join(f"{n}." for n in report.notes)
-    return txt
-
-
-_GATES_TEXT = (
-    "One pre-registered gate per proposal, each decided on its own (its rule, variant, "
-    "reference and metric); the effect is the gated variant's improvement (positive = better) "
-    "with its one-sided interval."
-)
-_GATES_HEADER = [
-    "gate (proposal)",
-    "variant",
-    "rule",
-    "metric",
-    "verdict",
-    "effect",
-    "lower",
-    "upper",
-    "seeds",
-    "deciding reason",
-]
-
-
-def _gates_rows(report: Report) -> list[list[Any]]:
-    """One row per gate (``report.gates``): proposal, rule, verdict, effect with interval, why."""
-    rows = []
-    for r in report.gates:
-        g = r.results.gate
-        v = next(
-            (x for x in r.variant_verdicts if x.variant == g.get("variant")),
-            r.variant_verdicts[0] if r.variant_verdicts else None,
-        )
-        est = v.checks[0].estimate if v is not None and v.checks else None
-        rows.append(
-            [
-                r.gate_name,
-                v.variant if v is not None else g.get("variant"),
-                g["rule"],
-                g["metric"],
-                r.verdict.upper(),
-                est.mean if est else None,
-                est.lower if est else None,
-                est.upper if est else None,
-                est.n_seeds if est else 0,
-                r.reasons[0] if r.reasons else "—",
-            ]
-        )
-    return rows
-
-
-def _tag(report: Report, gate_report: Report) -> str:
-    """``[gate] `` in front of a line when the spec has several gates."""
-    return f"[{gate_report.gate_name}] " if len(report.gates) > 1 else ""
-
-
 def _plots_after(report: Report) -> int:
     """Plots go after the gate section(s), Pairs and Consistency, before the per-pair details."""
     return _PLOTS_AFTER + (len(report.gates) if len(report.gates) > 1 else 0)
@@ -594,13 +536,13 @@ def _sections(
     """(title, text, tables, plot names) per section, shared by the md and html renderers."""
     secs: list[tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]]] = []
     if len(report.gates) > 1:  # one verdict per proposal: the overview first, then each gate
-        secs.append(("Verdicts", _GATES_TEXT, [(_GATES_HEADER, _gates_rows(report))], []))
+        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))], []))
         for r in report.gates:
             secs.append(
-                (f"Gate {r.gate_name}", _gate_text(r), [(_VERDICT_HEADER, _verdict_rows(r))], [])
+                (f"Gate {r.gate_name}", gate_text(r), [(_VERDICT_HEADER, _verdict_rows(r))], [])
             )
     else:
-        secs.append(("Gate", _gate_text(report), [(_VERDICT_HEADER, _verdict_rows(report))], []))
+        secs.append(("Gate", gate_text(report), [(_VERDICT_HEADER, _verdict_rows(report))], []))
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
@@ -783,7 +725,7 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
             + "; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates)
             + "**"
         )
-        lines += ["", _md_table(_GATES_HEADER, _gates_rows(r))]
+        lines += ["", _md_table(GATES_HEADER, gates_rows(r))]
     else:
         lines.append(
             f"**Gate verdict at {r.stage}: {r.verdict.upper()}**"
@@ -796,9 +738,11 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
         lines.append(f"> **INVALID PAIR {p.pair_id}: {'; '.join(p.invalid_reasons)}**")
     lines.append("")
     lines.append("Reasons:")
-    lines.extend(f"- {_tag(r, g)}{line}" for g in r.gates or [r] for line in g.reasons)
+    lines.extend(f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in g.reasons)
     lines += ["", "Gate statistics (docs/gate-statistics.md):"]
-    lines.extend(f"- {_tag(r, g)}{line}" for g in r.gates or [r] for line in statistics_lines(g))
+    lines.extend(
+        f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in statistics_lines(g)
+    )
     if r.next_steps:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = _sections(r)
@@ -847,7 +791,7 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         else "<div class='banner' style='background:#444'>Gate verdicts: "
         + e("; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates))
         + "</div>"
-        + _html_table(_GATES_HEADER, _gates_rows(r)),
+        + _html_table(GATES_HEADER, gates_rows(r)),
     ]
     for w in r.results.warnings:
         parts.append(f"<div class='warn'>WARNING: {e(w)}</div>")
@@ -858,12 +802,12 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
     gates = r.gates or [r]
     parts.append(
         "<h3>Reasons</h3><ul>"
-        + "".join(f"<li>{e(_tag(r, g) + x)}</li>" for g in gates for x in g.reasons)
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in g.reasons)
         + "</ul>"
     )
     parts.append(
         "<h3>Gate statistics</h3><ul>"
-        + "".join(f"<li>{e(_tag(r, g) + x)}</li>" for g in gates for x in statistics_lines(g))
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in statistics_lines(g))
         + "</ul>"
     )
     if r.next_steps:
@@ -964,9 +908,9 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
             table.add_row(*[_fmt(x) for x in row], style=style)
         print_whole(con, table)
         for reason in r.reasons:
-            con.print(f"  - {_tag(report, r)}{reason}", markup=False)
+            con.print(f"  - {gate_tag(report, r)}{reason}", markup=False)
         for line in statistics_lines(r):
-            con.print(f"  * {_tag(report, r)}{line}", markup=False)
+            con.print(f"  * {gate_tag(report, r)}{line}", markup=False)
     if report.results.issues:
         con.print(f"data issues: {len(report.results.issues)} (listed in the report)")
     for step in report.next_steps:
@@ -974,9 +918,9 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     path = written.get("html") or written.get("md") or written.get("json")
     if len(gates) > 1:
         overview = Table(title=f"{report.results.spec_name}: one verdict per proposal")
-        for h in _GATES_HEADER:
+        for h in GATES_HEADER:
             overview.add_column(h)
-        for row in _gates_rows(report):
+        for row in gates_rows(report):
             overview.add_row(*[_fmt(x) for x in row])
         print_whole(con, overview)
         shown = "; ".join(f"{r.gate_name}: {r.verdict}" for r in gates)
