@@ -133,7 +133,7 @@ def decide_stop(
             return StopDecision(
                 "cancel", "SIGTERM received (scancel --signal=TERM): stopped by user"
             )
-        return StopDecision("cancel", f"cancelled by scancel (Slurm job {state})")
+        return StopDecision("cancel", "cancelled by scancel")  # Slurm: COMPLETING/CANCELLED
     return StopDecision("stop", "training stopped before the last step")
 
 
