@@ -114,9 +114,15 @@ def test_two_node_pair_matches_one_process(
         rows = ce_losses(results, rid)
         assert [s for s, _ in rows] == list(range(1, PAIR_STEPS + 1))
         ref = dict(local_reference[rid])
-        # Same data, gradients averaged over 2 ranks: equal up to float reduction order.
-        worst = max(abs(loss - ref[step]) / max(1.0, abs(ref[step])) for step, loss in rows)
-        assert worst < 1e-3, (rid, worst, rows)
+        # Same data, gradients averaged over 2 ranks: equal up to float reduction order. The first
+        # steps agree to ~1e-6; later the tiny model's loss spikes amplify that noise, so only a
+        # loose bound holds there (as for 2 tasks on one node; a DDP that did not average
+        # gradients, or fed the ranks other data, is off by far more from step 2 on).
+        diffs = {step: abs(loss - ref[step]) for step, loss in rows}
+        for step, diff in diffs.items():
+            tol = 1e-4 if step <= 7 else 1e-2 * abs(ref[step])
+            assert diff <= tol, (rid, step, diffs)
+        print(f"{rid}: max |loss - one process| = {max(diffs.values()):.2e}")
         assert fingerprints(results, rid) == fingerprints(local_reference_dir, rid)
         # Really two nodes: rank 1 ran on n2 in a world of 2, rendezvous at n1, our code.
         job_id = ledger.runs[rid]["job_ids"][-1]

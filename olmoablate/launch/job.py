@@ -184,7 +184,8 @@ class TrainRun(submitit.helpers.Checkpointable):
 
             # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
             # environment export); one line in the job log.
-            log.info(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
+            # (print: logging is configured only later, by the training job)
+            print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
         if self.cancel_requested():
             return self._cancelled(
                 {"state": "cancelled", "run_id": self.run_id}, rank0, "cancelled by user"
