@@ -52,6 +52,7 @@ def wait_mid_run(results: Path, run_id: str, low: int = 3, high: int = PAIR_STEP
         st = read_status(results, run_id)
         step = st.get("step") or 0
         assert step < high or st.get("state") != "running", f"{run_id} got past step {high}: {st}"
+        assert st.get("state") not in ("failed", "diverged", "completed"), st
         if st.get("state") == "running" and low <= step < high:
             return int(step)
         time.sleep(0.05)
@@ -85,3 +86,31 @@ def sacct_state(job_id: str) -> str:
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def kill_training_processes(job_id: str) -> list[int]:
+    """SIGKILL the training processes of one job (what the OOM killer does): the submitit
+    workers whose environment says SLURM_JOB_ID is this job. Not `scancel --signal=KILL`: Slurm
+    turns that into a full cancel (SIGTERM first)."""
+    import os
+    import re
+    import signal
+
+    rec = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True
+    ).stdout
+    raw = re.search(r"\bJobId=(\d+)", rec).group(1)  # an array task's own id
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"submitit.core._submit" in cmd and f"SLURM_JOB_ID={raw}".encode() in env:
+            os.kill(int(entry), signal.SIGKILL)
+            killed.append(int(entry))
+    assert killed, f"no training process of job {job_id} (id {raw}) found"
+    return killed

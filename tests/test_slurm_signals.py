@@ -2,7 +2,7 @@
 tests/test_slurm_multinode.py do not already cover, and `status` reasons, on the REAL cluster.
 
 * `scancel --signal=TERM` (the user's graceful stop) ends `cancelled`, never requeued;
-* a training process killed by signal 9 (what the OOM killer does) shows Slurm's FAILED and the
+* a training process killed by signal 9 (what the OOM killer does; `kill -9` here) shows Slurm's FAILED and the
   signal, the step it died at and the checkpoint `--retry-failed` resumes from, and resumes
   bitwise; a timed-out run whose requeue budget (`slurm.max_num_timeout: 0`) is spent says so;
 * a run that fails before training starts says that, with the exception's line.
@@ -10,18 +10,18 @@ tests/test_slurm_multinode.py do not already cover, and `status` reasons, on the
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, make_pair_plan, read_status, wait_for
+from conftest import PAIR, pair_runs, read_status, wait_for
 from fixtures.plan_fixture import make_plan, run_entry
 from slurm_helpers import (
     assert_same_as_reference,
     cli,
     job_log,
+    kill_training_processes,
     sacct_state,
     status_json,
     wait_mid_run,
@@ -32,6 +32,7 @@ from olmoablate.launch import launcher
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.resolve import load_plan
 from olmoablate.launch.runstate import latest_checkpoint_step
+from olmoablate.spec.certificate import certificate_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -66,17 +67,17 @@ def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
     # No requeue after a timeout; a limit short enough that submitit counts a USR2 as a timeout
     # (past min(0.8 limit, limit - 10 min)), long enough that Slurm's own warning stays away.
     slurm = {"time_min": 5, "max_num_timeout": 0, "signal_delay_s": 30}
-    results = make_pair_plan(tmp_path)
-    plan = load_plan(results)
-    for run in plan["runs"]:
+    runs = pair_runs()
+    for run in runs:
         run["slurm"].update(slurm)
-    (results / "plan.json").write_text(json.dumps(plan))
+        run["certificate"] = certificate_of(run, "tokens")  # the slurm block is part of it
+    results = make_plan(tmp_path, runs).parent
     jobs = dict(launcher.submit(results, load_plan(results), "slurm").submitted)
     killed, timed_out = PAIR
     wait_mid_run(results, timed_out)
     submitit.SlurmJob(folder=results / "submitit", job_id=jobs[timed_out])._interrupt(timeout=True)
     wait_mid_run(results, killed, low=6)  # past the step-5 checkpoint
-    subprocess.run(["scancel", "--signal=KILL", jobs[killed]], check=True, timeout=30)
+    kill_training_processes(jobs[killed])
     views = wait_states(results, {"failed"}, timeout=180)
     hint = {}
     for rid in PAIR:
