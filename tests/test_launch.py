@@ -408,8 +408,19 @@ def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
             (ck / f"step{step}" / part).parent.mkdir(parents=True, exist_ok=True)
             (ck / f"step{step}" / part).write_text("x")
     (ck / "step15" / "train").mkdir(parents=True)  # half-written (killed mid-save): not counted
-    killed = {"JobID": "7_0", "State": "FAILED", "ExitCode": "9:0", "DerivedExitCode": "0:9"}
+    # What sacct printed here for an array task whose training process got SIGKILL.
+    text = (
+        "JobID|State|ExitCode|DerivedExitCode|Elapsed|Start|End|NodeList\n"
+        "17_0|FAILED|9:0|0:0|00:00:40|x|y|n1\n"
+        "17_0.batch|FAILED|9:0||00:00:40|x|y|n1\n"
+        "17_0.0|CANCELLED|0:9||00:00:39|x|y|n1\n"
+        "17_1|FAILED|1:0|1:0|00:00:40|x|y|n2\n"
+    )
+    records = sl.parse_sacct(text)
+    assert sorted(records) == ["17_0", "17_1"] and records["17_0"]["StepExitCodes"] == "9:0,0:9"
+    killed = records["17_0"]
     assert exit_text(killed) == "signal 9"
+    assert exit_text(records["17_1"]) == "exit code 1"
     assert exit_text({"ExitCode": "1:0", "DerivedExitCode": "0:0"}) == "exit code 1"
     running = {"state": "running", "step": 12, "reason": None}
     assert reason_for(tmp_path, "r", "failed", running, killed, None) == (

@@ -24,13 +24,15 @@ OWN_FINAL_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", 
 
 
 def exit_text(record: dict[str, str]) -> str:
-    """``signal 9`` / ``exit code 1`` from a sacct record (ExitCode and DerivedExitCode are
-    ``code:signal``; the steps' signal is in DerivedExitCode, the batch script's code in
-    ExitCode)."""
+    """``signal 9`` / ``exit code 1`` from a sacct record (ExitCode, DerivedExitCode and the
+    steps' StepExitCodes are ``code:signal``; a killed task's signal shows in its step, while the
+    batch script's own ExitCode then reads ``9:0``): a signal wins over an exit code."""
     codes: list[int] = []
     signals: list[int] = []
-    for field in ("ExitCode", "DerivedExitCode"):
-        code, _, sig = str(record.get(field) or "").partition(":")
+    values = [str(record.get(f) or "") for f in ("ExitCode", "DerivedExitCode")]
+    values += str(record.get("StepExitCodes") or "").split(",")
+    for value in values:
+        code, _, sig = value.partition(":")
         if code.isdigit():
             codes.append(int(code))
         if sig.isdigit():

@@ -171,16 +171,29 @@ def _expand_array_ids(job_id: str) -> list[str]:
 
 
 def parse_sacct(text: str) -> dict[str, dict[str, str]]:
-    """Parse `sacct --parsable2 -X -o SACCT_FIELDS` output into {job_id: record}."""
+    """Parse `sacct --parsable2 -o SACCT_FIELDS` output into {job_id: record}.
+
+    Step lines (``12_0.batch``, ``12_0.0``) are folded into their job's record as
+    ``StepExitCodes`` (comma-separated ``code:signal``): a training task killed by signal 9
+    shows only there (the job line says the batch script's ``9:0``).
+    """
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return {}
     header = lines[0].split("|")
     out: dict[str, dict[str, str]] = {}
+    steps: dict[str, list[str]] = {}
     for line in lines[1:]:
         rec = dict(zip(header, line.split("|"), strict=False))
-        for jid in _expand_array_ids(rec.get("JobID", "")):
+        job, dot, _ = rec.get("JobID", "").partition(".")
+        if dot:
+            steps.setdefault(job, []).append(rec.get("ExitCode", ""))
+            continue
+        for jid in _expand_array_ids(job):
             out[jid] = {**rec, "JobID": jid}
+    for job, codes in steps.items():
+        if job in out:
+            out[job]["StepExitCodes"] = ",".join(c for c in codes if c)
     return out
 
 
@@ -205,7 +218,7 @@ def sacct_states(
         return None
     try:
         proc = subprocess.run(
-            ["sacct", "-X", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
+            ["sacct", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
             capture_output=True,
             text=True,
             timeout=CMD_TIMEOUT_S,
