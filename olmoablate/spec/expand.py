@@ -171,6 +171,8 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
                 var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps)
                 runs.append(var)
                 pairs.append(_pair(base, var, match))
+    aa = aa_runs(ls)
+    runs.extend(aa)
     for run in runs:
         run["certificate"] = certificate_of(run)
     by_id = {r["run_id"]: r for r in runs}
@@ -196,6 +198,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "gate": gate,
         "gate_sha256": sha256_of(gate) if gate is not None else None,
         "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
+        "aa_runs": [r["run_id"] for r in aa],
         "accounting": {
             "flops_convention": "olmo-core 3.0 num_flops_per_token (6 x params + causal/SWA attention), training",
             "gpu_hours": "total_train_flops / (gpu_peak_tflops * assumed_mfu) per topology",
@@ -204,6 +207,34 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "pairs": pairs,
         "runs": runs,
     }
+
+
+def aa_seeds(seeds: list[int], k: int) -> list[int]:
+    """The k seeds of the A/A baselines: the next integers above the spec's seeds."""
+    start = max(seeds) + 1
+    return list(range(start, start + k))
+
+
+def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
+    """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
+
+    Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
+    settings and certificate are that baseline's (adding the seed later reuses it); ``role: aa``
+    marks it as belonging to no pair. The report takes the run-to-run sd from these and the
+    pairs' baselines (`olmoablate.report.noise`).
+    """
+    gate = ls.spec.gate
+    if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
+        return []
+    size = gate.stage
+    t = ls.per_size[size].training
+    steps = t.tokens // t.global_batch_size
+    out = []
+    for seed in aa_seeds(list(ls.spec.seeds), gate.noise.measure.aa_seeds):
+        run = _run_entry(ls, size, seed, "baseline", {}, "tokens", steps, steps)
+        run["role"] = "aa"
+        out.append(run)
+    return out
 
 
 def _pair(base: dict[str, Any], var: dict[str, Any], match: str) -> dict[str, Any]:

@@ -471,8 +471,29 @@ class Budget(Strict):
     variants: dict[str, Literal["tokens", "flops"]] = {}
 
 
+class GateNoiseMeasure(Strict):
+    """Measure the run-to-run noise now: ``plan`` adds ``aa_seeds`` extra baselines at the stage
+    size with other seeds (A/A runs, priced like any run)."""
+
+    aa_seeds: PosInt
+
+
 class GateNoise(Strict):
-    floor: float | None = Field(None, ge=0)
+    """Where a one-seed gate's noise comes from (docs/gate-statistics.md).
+
+    ``floor``: the standard deviation of the paired delta (variant - baseline, last_n mean)
+    across seeds for this recipe, measured earlier. ``measure``: A/A baselines measured now.
+    Several paired seeds need neither (their spread is used).
+    """
+
+    floor: float | None = Field(None, gt=0)
+    measure: GateNoiseMeasure | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> GateNoise:
+        if self.floor is not None and self.measure is not None:
+            raise ValueError("give noise.floor (measured earlier) or noise.measure, not both")
+        return self
 
 
 class GateStability(Strict):

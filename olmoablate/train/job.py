@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -275,6 +276,8 @@ def _summary(
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
         "execution": _execution_record(trainer, own, env),
+        # the node the steps were timed on: the report says when two arms ran on different ones
+        "hostname": socket.gethostname(),
     }
 
 
