@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README's second command; .ci/run calls exactly this):
-# installs what it needs, starts the local Slurm dev cluster (root only), validates the shipped
+# installs what it needs, starts the local 2-node Slurm dev cluster (root only), validates the shipped
 # specs, runs the whole pytest suite, and stops the cluster again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,8 @@ fi
 
 cluster_started=0
 if [ "$(id -u)" = "0" ]; then
-  if bash scripts/slurm-dev-cluster.sh start; then
+  # Two nodes, each a slurmd in its own network namespace: the multi-node tests need them.
+  if bash scripts/slurm-dev-cluster.sh start --nodes 2; then
     cluster_started=1
   else
     echo "test: the local Slurm cluster did not start; Slurm tests will fail under CI=true" >&2

@@ -1,8 +1,10 @@
 """Shared fixtures: the real local Slurm cluster, tiny plans, and an uninterrupted local reference.
 
-`slurm_cluster` starts scripts/slurm-dev-cluster.sh once per session. It skips (with the reason)
-only when a cluster cannot be started here, e.g. not root; under CI=true it fails instead, so a
-CI machine that lost its cluster cannot silently pass the Slurm tests.
+`slurm_cluster` starts scripts/slurm-dev-cluster.sh once per session with SLURM_NODES (2) nodes,
+each a real slurmd in its own network namespace, so single-node and multi-node jobs run against
+the same real cluster. It skips (with the script's reason) only when a cluster cannot be started
+here, e.g. not root or no network namespaces; under CI=true it fails instead, so a CI machine
+that lost its cluster cannot silently pass the Slurm tests.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fixtures.plan_fixture import make_plan, run_entry  # noqa: E402
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
 PAIR = ("tiny-s0-baseline", "tiny-s0-shallow")
 PAIR_STEPS = 20
+SLURM_NODES = 2
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -37,7 +40,7 @@ def _skip_or_fail(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> dict[str, Any]:
-    """A running single-node Slurm cluster (munge, slurmctld, slurmd, slurmdbd for sacct)."""
+    """A running Slurm cluster of SLURM_NODES nodes (munge, slurmctld, slurmd, slurmdbd)."""
     if os.geteuid() != 0:
         _skip_or_fail("needs root to install and start the daemons")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
@@ -45,7 +48,7 @@ def slurm_cluster() -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         proc = subprocess.run(
-            ["bash", str(CLUSTER_SCRIPT), "start"],
+            ["bash", str(CLUSTER_SCRIPT), "start", "--nodes", str(SLURM_NODES)],
             capture_output=True,
             text=True,
             timeout=600,
@@ -53,9 +56,11 @@ def slurm_cluster() -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired:
         _skip_or_fail("scripts/slurm-dev-cluster.sh start did not finish in 600 s")
+    if proc.returncode == 3:  # the script's "cannot run here" (no root, no namespaces)
+        _skip_or_fail(proc.stderr.strip().splitlines()[-1])
     if proc.returncode != 0:
         _skip_or_fail(f"slurm-dev-cluster.sh start failed: {proc.stderr.strip()[-500:]}")
-    return {"start_s": time.monotonic() - t0, "log": proc.stderr}
+    return {"start_s": time.monotonic() - t0, "log": proc.stderr, "nodes": SLURM_NODES}
 
 
 def pair_runs(steps: int = PAIR_STEPS, **kw: Any) -> list[dict[str, Any]]:
@@ -109,14 +114,21 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 
 
 @pytest.fixture(scope="session")
-def local_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[int, float]]]:
-    """The tiny pair trained once, uninterrupted, with the local executor (real training job)."""
+def local_reference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Results dir of the tiny pair trained once, uninterrupted, with the local executor."""
     from olmoablate.launch import launcher
     from olmoablate.launch.resolve import load_plan
 
     results = make_pair_plan(tmp_path_factory.mktemp("reference"))
     res = launcher.submit(results, load_plan(results), "local", parallel=2, progress=False)
     assert sorted(r for r, _ in res.submitted) == sorted(PAIR)
+    return results
+
+
+@pytest.fixture(scope="session")
+def local_reference(local_reference_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, loss) rows of the uninterrupted local pair (real training job)."""
+    results = local_reference_dir
     out = {}
     for rid in PAIR:
         assert read_status(results, rid).get("state") == "completed", read_status(results, rid)

@@ -333,15 +333,110 @@ def test_train_run_decisions_without_a_scheduler(
 def _train_run_sequence(tmp_path: Path, run: Any, outcomes: list[dict[str, Any]]) -> None:
     outcomes.append({"state": "diverged", "step": 3})
     assert run()["state"] == "diverged"
+    usr2 = ["SIGUSR2"]  # a time-limit warning / preemption: the only stop that requeues
     for _ in range(3):
-        outcomes.append({"state": "interrupted", "step": 0})
+        outcomes.append({"state": "interrupted", "step": 0, "signals": usr2})
     assert run()["state"] == "interrupted"  # first interruption: would be requeued
     assert run()["state"] == "interrupted"
     assert run()["state"] == "interrupted"
-    outcomes.append({"state": "interrupted", "step": 0})
+    outcomes.append({"state": "interrupted", "step": 0, "signals": usr2})
     assert run()["state"] == "failed"  # no progress over 3 requeues
     assert read_status(tmp_path, "r")["state"] == "failed"
+    # SIGTERM alone (no scheduler to ask here) is a user's stop: cancelled, never requeued.
+    outcomes.append({"state": "interrupted", "step": 4, "signals": ["SIGTERM"]})
+    assert run()["state"] == "cancelled"
+    assert read_status(tmp_path, "r")["reason"] == "SIGTERM received: stopped by user"
     (tmp_path / "runs" / "r" / ".cancel-requested").touch()
     assert run()["state"] == "cancelled"  # marker seen before training even starts
     assert read_status(tmp_path, "r")["state"] == "cancelled"
-    assert run.attempt == 6
+    assert run.attempt == 7
+
+
+def test_decide_stop_table() -> None:
+    """The signal table of docs/slurm.md as the job wrapper decides it from what it observes
+    (the rows are exercised end to end on the real cluster in tests/test_slurm_*.py)."""
+    from olmoablate.launch.job import decide_stop
+
+    running = {"JobState": "RUNNING", "Restarts": "0"}
+    cancelled = {"JobState": "COMPLETING", "Restarts": "0"}  # plain scancel, seen from the job
+    requeued = {"JobState": "COMPLETING", "Restarts": "1"}  # scontrol requeue, seen from the job
+    rows = [
+        (["SIGTERM"], True, running, "cancel"),  # olmoablate cancel (marker first)
+        (["SIGTERM"], False, cancelled, "cancel"),  # scancel JOBID
+        (["SIGTERM"], False, running, "cancel"),  # scancel --signal=TERM JOBID
+        (["SIGUSR2"], False, running, "requeue"),  # time-limit warning
+        (["SIGTERM", "SIGUSR2"], False, running, "requeue"),  # preemption (submitit's order)
+        (["SIGTERM"], False, requeued, "slurm"),  # scontrol requeue / PreemptMode=REQUEUE
+        (["SIGUSR2"], True, running, "cancel"),  # the user's cancel wins over a requeue
+        ([], False, None, "stop"),  # stopped without a signal: resumable, not requeued
+        (["SIGTERM"], False, None, "cancel"),  # local executor: SIGTERM is a user's stop
+    ]
+    for signals, marker, job, action in rows:
+        got = decide_stop(signals, marker, job, restarts_at_start=0)
+        assert got.action == action, (signals, marker, job, got)
+    # A job already restarted once by Slurm is not "requeued again" by its own restart count.
+    assert decide_stop(["SIGTERM"], False, requeued, restarts_at_start=1).action == "cancel"
+
+
+def test_slurm_settings_keep_zero_and_schema_defaults() -> None:
+    """Regression: `max_num_timeout: 0` reached submitit as 3 (`or 3`), and a plan without
+    signal_delay_s rendered --signal=USR2@90 instead of the schema's 120."""
+    from fixtures.plan_fixture import run_entry
+
+    from olmoablate.spec.schema import Slurm
+
+    run = run_entry("r", "baseline", {})
+    run["slurm"]["max_num_timeout"] = 0
+    assert sl.slurm_setting(run, "max_num_timeout") == 0
+    del run["slurm"]["signal_delay_s"]
+    del run["slurm"]["max_num_timeout"]
+    assert sl.slurm_setting(run, "max_num_timeout") == Slurm().max_num_timeout == 3
+    params = sl.sbatch_parameters(run, job_name="x")
+    assert params["signal_delay_s"] == Slurm().signal_delay_s == 120
+    script = sl.render_sbatch(params, Path("/tmp/f"), 1)
+    assert "#SBATCH --signal=USR2@120" in script
+
+
+def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
+    """The reason line: Slurm's state and signal when the job died outside the training loop,
+    the job's own reason otherwise, each with the checkpoint it resumes from and the command."""
+    from olmoablate.launch.reasons import exit_text, reason_for
+
+    ck = tmp_path / "runs" / "r" / "checkpoints"
+    for step in (5, 10):
+        for part in ("train/rank0.pt", "model_and_optim/.metadata", ".metadata.json"):
+            (ck / f"step{step}" / part).parent.mkdir(parents=True, exist_ok=True)
+            (ck / f"step{step}" / part).write_text("x")
+    (ck / "step15" / "train").mkdir(parents=True)  # half-written (killed mid-save): not counted
+    # What sacct printed here for an array task whose training process got SIGKILL.
+    text = (
+        "JobID|State|ExitCode|DerivedExitCode|Elapsed|Start|End|NodeList\n"
+        "17_0|FAILED|9:0|0:0|00:00:40|x|y|n1\n"
+        "17_0.batch|FAILED|9:0||00:00:40|x|y|n1\n"
+        "17_0.0|CANCELLED|0:9||00:00:39|x|y|n1\n"
+        "17_1|FAILED|1:0|1:0|00:00:40|x|y|n2\n"
+    )
+    records = sl.parse_sacct(text)
+    assert sorted(records) == ["17_0", "17_1"] and records["17_0"]["StepExitCodes"] == "9:0,0:9"
+    killed = records["17_0"]
+    assert exit_text(killed) == "signal 9"
+    assert exit_text(records["17_1"]) == "exit code 1"
+    assert exit_text({"ExitCode": "1:0", "DerivedExitCode": "0:0"}) == "exit code 1"
+    running = {"state": "running", "step": 12, "reason": None}
+    assert reason_for(tmp_path, "r", "failed", running, killed, None) == (
+        f"FAILED, signal 9 at step 12; resumable from checkpoint step 10: "
+        f"olmoablate submit {tmp_path} --retry-failed"
+    )
+    own = {"state": "cancelled", "step": 11, "reason": "cancelled by scancel (Slurm job X)"}
+    cancelled = {"State": "CANCELLED by 0", "ExitCode": "0:15"}
+    assert reason_for(tmp_path, "r", "cancelled", own, cancelled, None) == (
+        f"cancelled by scancel (Slurm job X); resumable from checkpoint step 10: "
+        f"olmoablate submit {tmp_path}"
+    )
+    early = {"state": "failed", "step": 0, "reason": "failed before training started: OSError: x"}
+    assert reason_for(tmp_path, "q", "failed", early, {"State": "FAILED"}, None) == (
+        "failed before training started: OSError: x; no checkpoint, restarts from step 0: "
+        f"olmoablate submit {tmp_path} --retry-failed"
+    )
+    assert reason_for(tmp_path, "r", "running", running, None, None) is None
+    assert reason_for(tmp_path, "r", "completed", {"state": "completed"}, None, None) is None

@@ -12,13 +12,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
+from conftest import (
+    PAIR,
+    PAIR_STEPS,
+    SLURM_NODES,
+    ce_losses,
+    make_pair_plan,
+    read_status,
+    wait_for,
+)
+from slurm_helpers import CLI, assert_same_as_reference, cli, wait_states
 
 from olmoablate.launch import launcher
 from olmoablate.launch.ledger import Ledger
@@ -26,49 +34,10 @@ from olmoablate.launch.resolve import load_plan
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-CLI = [sys.executable, "-m", "olmoablate"]
-
-
-def cli(
-    *args: str, cwd: Path | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
-    )
-    if check:
-        assert proc.returncode == 0, f"{args}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def status_json(results: Path) -> dict[str, dict[str, Any]]:
-    out = cli("status", str(results), "--json", "--max-age", "0").stdout
-    return {v["run_id"]: v for v in json.loads(out)}
-
-
-def wait_states(results: Path, states: set[str], timeout: float) -> dict[str, dict[str, Any]]:
-    """Poll `olmoablate status --json` until every run is in `states`; fail fast on a failure."""
-
-    def check() -> dict[str, dict[str, Any]] | None:
-        views = status_json(results)
-        bad = {r: v for r, v in views.items() if v["state"] in {"failed", "diverged"} - states}
-        assert not bad, f"runs ended badly: {bad}"
-        return views if all(v["state"] in states for v in views.values()) else None
-
-    return wait_for(check, timeout, f"all runs in {states}", interval=1.0)
-
-
-def assert_same_as_reference(results: Path, reference: dict[str, Any]) -> None:
-    for rid in PAIR:
-        rows = ce_losses(results, rid)
-        steps = [s for s, _ in rows]
-        assert steps == list(range(1, PAIR_STEPS + 1)), f"{rid}: duplicated/missing steps {steps}"
-        assert rows == reference[rid], f"{rid}: losses differ from the local uninterrupted run"
-
-
 def test_cluster_script_is_idempotent(slurm_cluster: dict[str, Any]) -> None:
     t0 = time.monotonic()
     proc = subprocess.run(
-        ["bash", "scripts/slurm-dev-cluster.sh", "start"],
+        ["bash", "scripts/slurm-dev-cluster.sh", "start", "--nodes", str(SLURM_NODES)],
         capture_output=True,
         text=True,
         timeout=120,

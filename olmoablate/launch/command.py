@@ -165,7 +165,10 @@ def status_command(
     """Show one line per run: state, step/total, tokens, last loss, tokens/s, ETA, job id.
 
     State comes from Slurm (one squeue + one cached sacct call for all jobs) or the local process,
-    reconciled with the run's own status.json; completion is decided by the step count.
+    reconciled with the run's own status.json; completion is decided by the step count. Every run
+    that is not running or completed gets one line of reason (also `reason` in --json): the job's
+    own, or Slurm's state and exit code/signal when the job died outside the training loop, with
+    the checkpoint it would resume from and the command that resumes it.
     """
     from olmoablate.console import make_console, print_whole
     from olmoablate.launch import launcher
@@ -182,7 +185,11 @@ def status_command(
     if as_json:
         typer.echo(launcher.views_json(views))
         return
-    print_whole(make_console(), launcher.status_table(views, title=f"{results_dir}"))
+    console = make_console()
+    print_whole(console, launcher.status_table(views, title=f"{results_dir}"))
+    for v in views:  # one line of reason per run that is not running or completed
+        if v.reason:
+            console.print(f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True)
 
 
 def cancel_command(

@@ -1,37 +1,56 @@
 """The callable submitit runs on the compute node (local or Slurm): one training run.
 
-Signal interplay (why this class exists). submitit installs, before calling us, a SIGUSR2 handler
-that calls ``checkpoint()``, dumps the returned DelayedSubmission, requeues the job
-(``scontrol requeue`` / local exit code 144) and exits; SIGTERM is only logged. The training job
-``run_job`` then installs its *own* SIGTERM/SIGUSR2 handlers, because the model state must be
-saved by OLMo-core at a step boundary, not from inside a signal handler. So a preemption
-(SIGTERM then USR2) or a timeout warning (USR2) makes ``run_job`` save a checkpoint and return
-``state="interrupted"``. Only then do we hand over to submitit's handler (captured before
-``run_job`` replaced it) so submitit does the requeue bookkeeping exactly as it would have: the
-timeout countdown, the new pickle, the requeue. The requeued job calls ``run_job`` again, which
-resumes from the checkpoint.
+Signal interplay (why this class exists; the table is in docs/slurm.md). submitit installs, before
+calling us, a SIGUSR2 handler that calls ``checkpoint()``, dumps the returned DelayedSubmission,
+requeues the job (``scontrol requeue`` / local exit code 144) and exits; SIGTERM is only logged.
+The training job ``run_job`` installs its *own* SIGTERM/SIGUSR2 handlers while it trains, because
+the model state must be saved by OLMo-core at a step boundary, not inside a signal handler: any
+of the two makes it save a checkpoint and return ``state="interrupted"`` with the signals seen.
+Then this class decides, from what the job can observe, what the stop meant:
 
-A stop the *user* asked for (``olmoablate cancel`` or Ctrl-C on a local submit) also arrives as
-SIGTERM; the launcher writes ``runs/<id>/.cancel-requested`` first, so we can tell the two apart
-and leave the run cancelled (resumable by the next ``submit``) instead of requeueing it.
+* SIGUSR2 seen (time-limit warning, preemption, submitit's own signal): hand over to submitit's
+  handler (captured before ``run_job`` replaced it) for the requeue bookkeeping exactly as it
+  would have done: the timeout countdown (``max_num_timeout``), the new pickle, the requeue. When
+  the budget is spent the run ends ``failed`` with that reason.
+* Slurm's restart count for this job grew since we started (``scontrol requeue``, a node failure
+  with requeue, ``PreemptMode=REQUEUE``): Slurm requeues the job itself; the run stays
+  ``interrupted`` and the next start resumes from the checkpoint. We never requeue it again.
+* SIGTERM alone (``scancel``, ``scancel --signal=TERM``, ``olmoablate cancel``, Ctrl-C): the user
+  stopped it. The run ends ``cancelled`` with its checkpoint and is never requeued; ``submit``
+  resumes it later. A preemption that sends SIGTERM then SIGUSR2 is told apart by waiting
+  ``USR2_GRACE_S`` for the USR2 while Slurm still says RUNNING.
+
 A run that ends ``completed``, ``diverged`` or ``failed`` is never requeued.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import submitit
 
-from olmoablate.launch.runstate import CANCEL_MARKER, DEFAULT_TARGET, mark_status
+from olmoablate.launch import slurm as sl
+from olmoablate.launch.runstate import (
+    CANCEL_MARKER,
+    DEFAULT_TARGET,
+    FIT_STARTED_ENV,
+    mark_status,
+)
+
+log = logging.getLogger(__name__)
 
 TERMINAL_STATES = frozenset({"completed", "diverged", "failed"})
 MAX_REQUEUES_WITHOUT_PROGRESS = 3
+#: After a SIGTERM while Slurm still says RUNNING, how long to wait for the SIGUSR2 that would make
+#: it a preemption (submitit and Slurm's send_user_signal send it right after the SIGTERM).
+USR2_GRACE_S = 3.0
 
 
 def resolve_target(target: str | Callable[[str, str], dict[str, Any]]) -> Callable[..., Any]:
@@ -83,6 +102,49 @@ def setup_distributed_env(gpus_per_node: int) -> dict[str, str]:
     }
 
 
+class StopDecision:
+    """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
+    itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        self.action = action
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"StopDecision({self.action!r}, {self.reason!r})"
+
+
+def decide_stop(
+    signals: list[str],
+    cancel_requested: bool,
+    slurm_job: dict[str, Any] | None,
+    restarts_at_start: int,
+) -> StopDecision:
+    """The meaning of a stop, from what the job can observe (see the module docstring).
+
+    ``slurm_job`` is :func:`olmoablate.launch.slurm.scontrol_job` for this job (None off Slurm or
+    when the controller cannot be asked); ``restarts_at_start`` is SLURM_RESTART_COUNT at start.
+    """
+    if cancel_requested:
+        return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
+    if "SIGUSR2" in signals:
+        return StopDecision("requeue", "SIGUSR2 (time limit or preemption): requeued")
+    if slurm_job is not None and int(slurm_job.get("Restarts") or 0) > restarts_at_start:
+        return StopDecision(
+            "slurm", f"requeued by Slurm (restart {slurm_job['Restarts']}); resumes from checkpoint"
+        )
+    if "SIGTERM" in signals:
+        if slurm_job is None:
+            return StopDecision("cancel", "SIGTERM received: stopped by user")
+        state = str(slurm_job.get("JobState") or "UNKNOWN")
+        if state == "RUNNING":
+            return StopDecision(
+                "cancel", "SIGTERM received (scancel --signal=TERM): stopped by user"
+            )
+        return StopDecision("cancel", "cancelled by scancel")  # Slurm: COMPLETING/CANCELLED
+    return StopDecision("stop", "training stopped before the last step")
+
+
 class TrainRun(submitit.helpers.Checkpointable):
     """One run of the plan, as a requeueable submitit job.
 
@@ -107,6 +169,8 @@ class TrainRun(submitit.helpers.Checkpointable):
         self.requeues = 0
         self.stalled_requeues = 0
         self.last_step = -1
+        self.restarts_at_start = 0
+        self._signals: list[str] = []  # signals that reached this class's own handlers
 
     @property
     def run_dir(self) -> Path:
@@ -116,41 +180,78 @@ class TrainRun(submitit.helpers.Checkpointable):
         return (self.run_dir / CANCEL_MARKER).exists()
 
     def __call__(self) -> dict[str, Any]:
-        self.attempt += 1
+        # Slurm's own requeues rerun the same pickle: count them from SLURM_RESTART_COUNT.
+        self.restarts_at_start = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        self.attempt = max(self.attempt + 1, self.restarts_at_start + 1)
+        self._signals = []
         os.environ["OLMOABLATE_ATTEMPT"] = str(self.attempt)
+        os.environ.pop(FIT_STARTED_ENV, None)
         rank0 = submitit.JobEnvironment().global_rank == 0
+        if rank0:
+            import olmoablate
+
+            # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
+            # environment export); one line in the job log.
+            # (print: logging is configured only later, by the training job)
+            print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
         if self.cancel_requested():
-            return self._cancelled({"state": "cancelled", "run_id": self.run_id}, rank0)
-        # Until the training job installs its own handlers (imports take seconds), a user's
-        # cancel (SIGTERM + marker) would be swallowed by submitit's log-only SIGTERM handler.
-        signal.signal(signal.SIGTERM, self._early_sigterm)
+            return self._cancelled(
+                {"state": "cancelled", "run_id": self.run_id}, rank0, "cancelled by user"
+            )
+        # Until the training job installs its own handlers (imports take seconds) and after it
+        # restored ours, a SIGTERM lands here (submitit's own handler would only log it).
+        signal.signal(signal.SIGTERM, self._outside_training)
         submitit_usr2 = signal.getsignal(signal.SIGUSR2)
         try:
             setup_distributed_env(self.gpus_per_node)
             result = resolve_target(self.target)(self.plan_path, self.run_id)
         except Exception as err:
             # Errors before the training job could write its own status (bad plan entry, import
-            # error) must still show up in `status` with their one-line reason.
+            # error, missing data) must still show up in `status` with their one-line reason.
             if rank0:
                 lines = [ln for ln in str(err).splitlines() if ln.strip()]
-                mark_status(
-                    self.run_dir / "status.json",
-                    state="failed",
-                    reason=f"{type(err).__name__}: {lines[0] if lines else ''}"[:500],
-                )
+                why = f"{type(err).__name__}: {lines[0] if lines else ''}"[:500]
+                if not os.environ.get(FIT_STARTED_ENV):
+                    why = f"failed before training started: {why}"
+                mark_status(self.run_dir / "status.json", state="failed", reason=why)
             raise
         if not isinstance(result, dict):
             result = {"state": "failed", "reason": f"job returned {type(result).__name__}"}
         state = str(result.get("state"))
         if state in TERMINAL_STATES:
             return result
-        # Interrupted. From here on, further TERM/USR2 (preemption sends both) must not re-enter
-        # the training job's handlers; the decision below is final.
+        return self._interrupted(result, submitit_usr2)
+
+    def _interrupted(self, result: dict[str, Any], submitit_usr2: Any) -> dict[str, Any]:
+        """Decide what the stop meant (module docstring) and act on it; the decision is final."""
+        rank = int(os.environ.get("RANK", "0"))
+        signals = [*(result.get("signals") or []), *self._signals]
+        record = self._record
+        signal.signal(signal.SIGTERM, record)
+        signal.signal(signal.SIGUSR2, record)
+        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        decision = decide_stop(signals, self.cancel_requested(), slurm_job, self.restarts_at_start)
+        if decision.action == "cancel" and slurm_job is not None:
+            deadline = time.monotonic() + USR2_GRACE_S
+            while slurm_job.get("JobState") == "RUNNING" and time.monotonic() < deadline:
+                if "SIGUSR2" in self._signals:  # a preemption: SIGTERM, then USR2
+                    break
+                time.sleep(0.1)
+            signals = [*(result.get("signals") or []), *self._signals]
+            decision = decide_stop(
+                signals, self.cancel_requested(), slurm_job, self.restarts_at_start
+            )
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-        rank = int(os.environ.get("RANK", "0"))
-        if self.cancel_requested():
-            return self._cancelled(result, rank == 0)
+        log.info(f"{self.run_id} stopped after signals {signals}: {decision}")
+        if decision.action == "cancel":
+            return self._cancelled(result, rank == 0, decision.reason)
+        if decision.action in ("slurm", "stop"):
+            if rank == 0:
+                mark_status(
+                    self.run_dir / "status.json", state="interrupted", reason=decision.reason
+                )
+            return result
         step = int(result.get("step") or 0)
         if step <= self.last_step:
             self.stalled_requeues += 1
@@ -169,24 +270,52 @@ class TrainRun(submitit.helpers.Checkpointable):
             self.requeues += 1
             # submitit's own handler: checkpoint() -> dump -> requeue -> sys.exit. It raises
             # UncompletedJobError instead when the timeout budget (max_num_timeout) is spent.
-            submitit_usr2(signal.SIGUSR2, None)
+            try:
+                submitit_usr2(signal.SIGUSR2, None)
+            except submitit.core.utils.UncompletedJobError as err:
+                mark_status(
+                    self.run_dir / "status.json",
+                    state="failed",
+                    reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
+                )
+                raise
         return result
 
-    def _cancelled(self, result: dict[str, Any], rank0: bool) -> dict[str, Any]:
+    def _record(self, signum: int, frame: Any) -> None:
+        del frame
+        self._signals.append(signal.Signals(signum).name)
+
+    def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
         if rank0:
-            mark_status(self.run_dir / "status.json", state="cancelled", reason="cancelled by user")
+            mark_status(self.run_dir / "status.json", state="cancelled", reason=reason)
         return {**result, "state": "cancelled"}
 
-    def _early_sigterm(self, signum: int, frame: Any) -> None:
-        """SIGTERM before training started: stop at once if the user cancelled (nothing to
-        save yet), otherwise ignore it like submitit does (a preemption's USR2 follows)."""
-        if self.cancel_requested():
-            if os.environ.get("RANK", "0") == "0":
-                mark_status(
-                    self.run_dir / "status.json", state="cancelled", reason="cancelled by user"
-                )
-            raise SystemExit(0)
+    def _outside_training(self, signum: int, frame: Any) -> None:
+        """SIGTERM while the training job's handlers are not installed.
+
+        After training (``fit`` returned, status not written yet): only recorded, the decision
+        follows in ``_interrupted``. Before training started there is nothing to save: decide now
+        and stop at once (Slurm's own requeue or a cancel), except that a preemption's SIGUSR2
+        may follow within ``USR2_GRACE_S`` (submitit's handler then requeues the job).
+        """
+        self._record(signum, frame)
+        if os.environ.get(FIT_STARTED_ENV):
+            return
+        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        if slurm_job is not None and slurm_job.get("JobState") == "RUNNING":
+            time.sleep(USR2_GRACE_S)  # a USR2 arriving now runs submitit's requeue handler
+        decision = decide_stop(
+            self._signals, self.cancel_requested(), slurm_job, self.restarts_at_start
+        )
+        if os.environ.get("RANK", "0") == "0":
+            state = "cancelled" if decision.action == "cancel" else "interrupted"
+            mark_status(self.run_dir / "status.json", state=state, reason=decision.reason)
+        raise SystemExit(0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Requeue this same callable; the training job resumes from its own checkpoint."""
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _on_slurm() -> bool:
+    return os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and bool(os.environ.get("SLURM_JOB_ID"))

@@ -27,6 +27,7 @@ from olmoablate.io import canonical_json
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import check_local_capacity, local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger, now_iso
+from olmoablate.launch.reasons import reason_for
 from olmoablate.launch.resolve import PLAN_FILE, read_status, run_dir, runs_by_id
 from olmoablate.launch.runstate import CANCEL_MARKER, DEFAULT_TARGET, mark_status
 
@@ -158,7 +159,6 @@ def reconcile(
             last_loss=status.get("last_loss"),
             tokens_per_s=status.get("tokens_per_s"),
             eta_s=_eta(status, total_tokens),
-            reason=status.get("reason") or entry.get("reason"),
         )
         views[rid] = view
         own = status.get("state")
@@ -212,6 +212,10 @@ def reconcile(
             view.state = "interrupted" if sched is not None or own else "unknown"
         elif status:
             view.state = "interrupted"  # trained before, without a ledger (e.g. ledger moved)
+        record = (
+            acct.get(job["job_id"]) if acct and job and job.get("executor") == "slurm" else None
+        )
+        view.reason = reason_for(results_dir, rid, view.state, status, record, entry.get("reason"))
     return views
 
 
@@ -377,7 +381,7 @@ def _submit_slurm(
             ledger.forget(rid)
         rendered = render_all(results_dir, plan, send) if send else []
         for gid, params, runs in group_batches(plan, send, spec_name):
-            max_timeout = int((runs[0].get("slurm") or {}).get("max_num_timeout") or 3)
+            max_timeout = int(sl.slurm_setting(runs[0], "max_num_timeout"))
             ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_timeout)
             ex.update_parameters(**params)
             for run in runs:
@@ -540,14 +544,14 @@ class LocalPool:
                 return  # cancelled while waiting in our queue
             ex = _local_executor_class()(
                 folder=(self.results_dir / "submitit").resolve(),
-                max_num_timeout=int((run.get("slurm") or {}).get("max_num_timeout") or 3),
+                max_num_timeout=int(sl.slurm_setting(run, "max_num_timeout")),
             )
             ex.update_parameters(
                 timeout_min=7
                 * 24
                 * 60,  # no wall-clock limit locally (submitit's default is 2 min)
                 tasks_per_node=sl.tasks_per_node(run),
-                signal_delay_s=int((run.get("slurm") or {}).get("signal_delay_s") or 90),
+                signal_delay_s=int(sl.slurm_setting(run, "signal_delay_s")),
             )
             gpus = _gpus_of(run)
             slot = min(set(range(self.parallel)) - set(self.slots.values()))

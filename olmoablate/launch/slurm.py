@@ -21,8 +21,24 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json, write_json_atomic
 
 SACCT_CACHE = ".sacct-cache.json"
-SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,Start,End,NodeList"
+# DerivedExitCode: the highest exit code / signal of the job's steps (a SIGKILLed training task
+# shows as 0:9 there while the batch script's own ExitCode says 9:0).
+SACCT_FIELDS = "JobID,State,ExitCode,DerivedExitCode,Elapsed,Start,End,NodeList"
 CMD_TIMEOUT_S = 30
+
+
+def slurm_setting(run: dict[str, Any], key: str) -> Any:
+    """``run["slurm"][key]``, or the spec schema's default when the plan lacks it.
+
+    The default lives in one place (``olmoablate.spec.schema.Slurm``); a value the plan gives is
+    used as is, 0 included (``max_num_timeout: 0`` = never requeue after a timeout).
+    """
+    value = (run.get("slurm") or {}).get(key)
+    if value is not None:
+        return value
+    from olmoablate.spec.schema import Slurm
+
+    return Slurm.model_fields[key].default
 
 
 def tasks_per_node(run: dict[str, Any]) -> int:
@@ -46,7 +62,7 @@ def sbatch_parameters(run: dict[str, Any], job_name: str) -> dict[str, Any]:
         "time": int(slurm.get("time_min") or 60),
         "nodes": int(topo.get("nodes") or 1),
         "ntasks_per_node": tasks_per_node(run),
-        "signal_delay_s": int(slurm.get("signal_delay_s") or 90),
+        "signal_delay_s": int(slurm_setting(run, "signal_delay_s")),
     }
     if gpus > 0:
         params["gpus_per_node"] = gpus
@@ -155,16 +171,29 @@ def _expand_array_ids(job_id: str) -> list[str]:
 
 
 def parse_sacct(text: str) -> dict[str, dict[str, str]]:
-    """Parse `sacct --parsable2 -X -o SACCT_FIELDS` output into {job_id: record}."""
+    """Parse `sacct --parsable2 -o SACCT_FIELDS` output into {job_id: record}.
+
+    Step lines (``12_0.batch``, ``12_0.0``) are folded into their job's record as
+    ``StepExitCodes`` (comma-separated ``code:signal``): a training task killed by signal 9
+    shows only there (the job line says the batch script's ``9:0``).
+    """
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return {}
     header = lines[0].split("|")
     out: dict[str, dict[str, str]] = {}
+    steps: dict[str, list[str]] = {}
     for line in lines[1:]:
         rec = dict(zip(header, line.split("|"), strict=False))
-        for jid in _expand_array_ids(rec.get("JobID", "")):
+        job, dot, _ = rec.get("JobID", "").partition(".")
+        if dot:
+            steps.setdefault(job, []).append(rec.get("ExitCode", ""))
+            continue
+        for jid in _expand_array_ids(job):
             out[jid] = {**rec, "JobID": jid}
+    for job, codes in steps.items():
+        if job in out:
+            out[job]["StepExitCodes"] = ",".join(c for c in codes if c)
     return out
 
 
@@ -189,7 +218,7 @@ def sacct_states(
         return None
     try:
         proc = subprocess.run(
-            ["sacct", "-X", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
+            ["sacct", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
             capture_output=True,
             text=True,
             timeout=CMD_TIMEOUT_S,
@@ -206,6 +235,30 @@ def sacct_states(
 
 def invalidate_sacct_cache(results_dir: Path) -> None:
     (results_dir / SACCT_CACHE).unlink(missing_ok=True)
+
+
+def scontrol_job(job_id: str) -> dict[str, str] | None:
+    """``scontrol show job -o JOB``: the controller's live record of one job as {Key: value}
+    (JobState, Restarts, Reason...), None when it cannot be asked. Used by the job itself to tell
+    a user's scancel (state leaves RUNNING) from Slurm's own requeue (Restarts grows)."""
+    try:
+        proc = subprocess.run(
+            ["scontrol", "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    record: dict[str, str] = {}
+    for token in proc.stdout.split("\n", 1)[0].split():
+        key, sep, value = token.partition("=")
+        if sep and key not in record:
+            record[key] = value
+    return record
 
 
 def squeue_state(job_id: str) -> str | None:

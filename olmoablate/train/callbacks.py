@@ -34,6 +34,7 @@ the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -163,21 +164,26 @@ class InterruptCallback(Callback):
 
     OLMo-core already handles SIGTERM; Slurm (``--signal``) and submitit send SIGUSR2 before a
     time limit or preemption, so USR2 gets the same treatment. The previous handlers (e.g.
-    submitit's requeue handler) are restored in ``close`` and recorded in ``signal_received`` so
-    the job can report ``interrupted`` and the launcher can requeue.
+    submitit's requeue handler) are restored in ``close``. Every signal is recorded in
+    ``signals`` (a preemption sends SIGTERM then SIGUSR2), so the job wrapper
+    (olmoablate.launch.job) can tell a user's stop from a requeue; ``signal_received`` is the last.
     """
 
     signal_received: str | None = None
+    signals: list[str] = field(default_factory=list)
     _previous: dict[int, Any] = field(default_factory=dict)
 
     def _handle(self, signum: int, frame: Any) -> None:
         del frame
         name = signal.Signals(signum).name
         self.signal_received = name
+        self.signals.append(name)
         log.warning(f"{name} received: saving a checkpoint and stopping")
         self.trainer.cancel_run(f"{name} received")
 
     def pre_train(self) -> None:
+        # Tells the job wrapper that from now on a stop is a checkpoint, not a bare exit.
+        os.environ["OLMOABLATE_FIT_STARTED"] = "1"
         for sig in (signal.SIGTERM, signal.SIGUSR2):
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)

@@ -483,13 +483,15 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             sig = own["interrupt"].signal_received
             state = "interrupted"
             extra["reason"] = f"{sig} received" if sig else "training stopped before the last step"
+            # All of them, in order: the job wrapper decides cancel vs requeue from these.
+            extra["signals"] = list(own["interrupt"].signals)
         if state == "completed":
             summary.update(_decode_figures(trainer, ctx, env))
         if get_rank() == 0:
             write_json_atomic(ctx.run_dir / "summary.json", {**summary, "state": state})
         return write_status(state, step, **extra)
-    except UserError:
-        write_status("failed", int(previous.get("step") or 0), reason="bad run entry")
+    except UserError as err:
+        write_status("failed", int(previous.get("step") or 0), reason=f"bad run entry: {err}"[:500])
         raise
     finally:
         teardown_training_environment()

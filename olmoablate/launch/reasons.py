@@ -1,0 +1,88 @@
+"""One line of reason for every run that is not running or completed (`olmoablate status`).
+
+Two sources, in this order: the training job's own word (``status.json`` ``reason``, written by the
+training loop or the job wrapper: a signal, a cancel, a divergence, the requeue budget spent, an
+exception before training started), and, when the job ended outside the training loop (SIGKILL,
+out of memory, node failure: the run never wrote a final state), Slurm's accounting record: its
+state and exit code or signal. Either way the line ends with where the run would resume and the
+command that resumes it, because that is what the user wants to do next. No torch, no submitit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from olmoablate.launch.resolve import run_dir
+from olmoablate.launch.runstate import latest_checkpoint_step
+
+#: States that carry a reason line (live and finished-good runs speak for themselves).
+EXPLAINED_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", "unknown"})
+#: Run states the training job writes only from inside the job: anything else means the job
+#: ended without writing its final word.
+OWN_FINAL_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", "completed"})
+
+
+def exit_text(record: dict[str, str]) -> str:
+    """``signal 9`` / ``exit code 1`` from a sacct record (ExitCode, DerivedExitCode and the
+    steps' StepExitCodes are ``code:signal``; a killed task's signal shows in its step, while the
+    batch script's own ExitCode then reads ``9:0``): a signal wins over an exit code."""
+    codes: list[int] = []
+    signals: list[int] = []
+    values = [str(record.get(f) or "") for f in ("ExitCode", "DerivedExitCode")]
+    values += str(record.get("StepExitCodes") or "").split(",")
+    for value in values:
+        code, _, sig = value.partition(":")
+        if code.isdigit():
+            codes.append(int(code))
+        if sig.isdigit():
+            signals.append(int(sig))
+    if any(signals):
+        return f"signal {max(signals)}"
+    if any(codes):
+        return f"exit code {max(codes)}"
+    return "exit code 0"
+
+
+def resume_hint(results_dir: Path, run_id: str, state: str) -> str:
+    """Where the run resumes and the command that does it."""
+    step = latest_checkpoint_step(run_dir(results_dir, run_id) / "checkpoints")
+    flag = " --retry-failed" if state == "failed" else ""
+    cmd = f"olmoablate submit {results_dir}{flag}"
+    if state == "diverged":
+        return ""  # final: never retried (use --redo to start over)
+    if step is None:
+        return f"; no checkpoint, restarts from step 0: {cmd}"
+    return f"; resumable from checkpoint step {step}: {cmd}"
+
+
+def reason_for(
+    results_dir: Path,
+    run_id: str,
+    state: str,
+    own: dict[str, Any],
+    sacct: dict[str, str] | None,
+    ledger_reason: str | None,
+) -> str | None:
+    """The reason line of one run in state ``state`` (None for running/completed/pending runs).
+
+    ``own`` is the run's status.json, ``sacct`` Slurm's record of its last job (None when there
+    is none), ``ledger_reason`` what the launcher recorded (local jobs, cancels).
+    """
+    if state not in EXPLAINED_STATES:
+        return None
+    own_state = own.get("state")
+    step = own.get("step")
+    at = f" at step {step}" if isinstance(step, int) and step > 0 else " before training started"
+    cause: str | None = None
+    if own_state == state or (own_state in OWN_FINAL_STATES and own.get("reason")):
+        cause = own.get("reason")
+    if cause is None and sacct is not None and sacct.get("State"):
+        # The job ended outside the training loop: Slurm's word.
+        slurm_state = str(sacct["State"]).split()[0]
+        cause = f"{slurm_state}, {exit_text(sacct)}{at}"
+    if cause is None:
+        cause = own.get("reason") or ledger_reason
+    if cause is None:
+        cause = f"job ended{at} without a final state"
+    return f"{cause}{resume_hint(results_dir, run_id, state)}"
