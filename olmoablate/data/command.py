@@ -12,9 +12,6 @@ from pathlib import Path
 import typer
 
 from olmoablate.data.corpus import SOURCES
-from olmoablate.data.vocab import VOCABS
-from olmoablate.errors import UserError
-from olmoablate.spec.tokens import scan_token_file
 from olmoablate.data.prepare import (
     DEFAULT_DIR,
     DEFAULT_HELDOUT_EVERY,
@@ -23,6 +20,9 @@ from olmoablate.data.prepare import (
     prepare,
     verify,
 )
+from olmoablate.data.vocab import VOCABS
+from olmoablate.errors import UserError
+from olmoablate.spec.tokens import scan_token_file
 
 data_app = typer.Typer(
     help="Prepare the offline demo data (dolma2 or the demo BPE + real English text).",

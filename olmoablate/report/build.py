@@ -20,6 +20,7 @@ from olmoablate.report.compare import (
     consistency,
     evidence_for,
 )
+from olmoablate.report.evalcover import coverage_lines
 from olmoablate.report.gate import (
     INCONCLUSIVE,
     PROCEED,
@@ -46,6 +47,8 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: eval coverage / unigram-entropy lines (`olmoablate.report.evalcover`)
+    eval_lines: list[str] = field(default_factory=list)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -96,6 +99,7 @@ class Report:
             },
             "next_steps": self.next_steps,
             "notes": self.notes,
+            "eval_coverage": self.eval_lines,
             "gate_sha256": self.results.plan.get("gate_sha256"),
         }
 
@@ -175,6 +179,7 @@ def build(results: Results) -> Report:
         consistent,
         sizes,
         notes=notes,
+        eval_lines=coverage_lines(results),
     )
     results.save_cache()
     return report

@@ -711,6 +711,9 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     lines.append("")
     lines.append("Reasons:")
     lines.extend(f"- {x}" for x in r.reasons)
+    if r.eval_lines:
+        lines += ["", "Held-out evaluation (tokens scored per eval point; CE vs unigram entropy):", ""]
+        lines.extend(f"- {x}" for x in r.eval_lines)
     if r.next_steps:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = _sections(r)
@@ -763,6 +766,12 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
             f"<div class='warn'>INVALID PAIR {e(p.pair_id)} (excluded from the gate): {e('; '.join(p.invalid_reasons))}</div>"
         )
     parts.append("<h3>Reasons</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in r.reasons) + "</ul>")
+    if r.eval_lines:
+        parts.append(
+            "<h3>Held-out evaluation</h3><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in r.eval_lines)
+            + "</ul>"
+        )
     if r.next_steps:
         parts.append("<h3>Next steps</h3><pre>" + e("\n".join(r.next_steps)) + "</pre>")
     secs = _sections(r)
@@ -856,6 +865,8 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     con.print(table)
     for reason in report.reasons:
         con.print(f"  - {reason}", markup=False)
+    for line in report.eval_lines:
+        con.print(line, style="bold red" if line.startswith("WARNING") else None, markup=False)
     if report.results.issues:
         con.print(f"data issues: {len(report.results.issues)} (listed in the report)")
     for step in report.next_steps:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.errors import UserError
+from olmoablate.spec import datacheck
 from olmoablate.spec import sizes as sizes_mod
 from olmoablate.spec.schema import (
     PER_SIZE_SECTIONS,
@@ -68,6 +69,8 @@ class LoadedSpec:
     dims: dict[str, sizes_mod.SizeDims]
     per_size: dict[str, SizeSettings]
     microbatch: dict[str, int] = field(default_factory=dict)
+    #: per size: what each LM eval set holds (tokens an eval point scores, unigram entropy).
+    eval_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,6 +315,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     size_names = set(sizes_mod.PRESET_NAMES) | set(spec.custom_sizes)
     per_size: dict[str, SizeSettings] = {}
     microbatch: dict[str, int] = {}
+    eval_sets: dict[str, dict[str, Any]] = {}
     for size in dims:
         resolved: dict[str, Any] = {}
         origin: dict[Path_, Path_] = {}
@@ -345,7 +349,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
         if mb:
             microbatch[size] = mb
         _check_architectures(spec, dims[size], add)
-        _check_tokens(settings, dims[size], add, origin)
+        data_problems, facts = datacheck.check_size(settings, dims[size], mb)
+        for ppath, msg in data_problems:
+            add(_origin_of(ppath, origin), msg)
+        eval_sets[size] = {name: f.to_dict() for name, f in facts.items()}
 
     for name, arch in spec.variants.items():
         for i, s in enumerate(arch.sizes or []):
@@ -370,6 +377,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
         dims=dims,
         per_size=per_size,
         microbatch=microbatch,
+        eval_sets=eval_sets,
     )
 
 
@@ -419,24 +427,6 @@ def _check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -
         )
         return None
     return mb
-
-
-def _check_tokens(
-    settings: SizeSettings, dims: sizes_mod.SizeDims, add: Any, origin: dict[Path_, Path_]
-) -> None:
-    """EOS/PAD ids must exist in the model's vocabulary (dolma2 needs the padded 100352)."""
-    data = settings.training.data
-    eos = data.eos_token_id if data.eos_token_id is not None else sizes_mod.DOLMA2_EOS_TOKEN_ID
-    pad = data.pad_token_id if data.pad_token_id is not None else sizes_mod.DOLMA2_PAD_TOKEN_ID
-    for key, val in (("eos_token_id", eos), ("pad_token_id", pad)):
-        if val >= dims.vocab_size:
-            add(
-                _origin_of(("training", "data", key), origin),
-                f"{key}={val} is outside the vocabulary of size {dims.name} "
-                f"(vocab_size={dims.vocab_size}; dolma2 needs vocab_size >= "
-                f"{sizes_mod.DOLMA2_VOCAB_SIZE}, or set data.eos_token_id/pad_token_id for "
-                "custom token files)",
-            )
 
 
 def _check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:

@@ -134,6 +134,32 @@ def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
     return int(len(n) + extra.sum())
 
 
+def chunk_bounds(tokens: Any, eos_token_id: int, sequence_length: int) -> Any:
+    """(start, end) of every eval sequence of a token array: the rule :func:`eval_sequences` counts.
+
+    Documents end at EOS (a trailing piece without EOS is a document too). Documents of one token
+    have nothing to predict and give no sequence.
+    """
+    import numpy as np
+
+    arr = np.asarray(tokens)
+    n = len(arr)
+    ends = np.flatnonzero(arr == eos_token_id) + 1
+    if not len(ends) or ends[-1] != n:
+        ends = np.append(ends, n)
+    starts = np.concatenate([[0], ends[:-1]])
+    keep = ends - starts > 1
+    starts, ends = starts[keep], ends[keep]
+    step = max(1, sequence_length - 1)
+    per_doc = 1 + np.maximum(0, -(-(ends - starts - sequence_length) // step))
+    doc = np.repeat(np.arange(len(starts)), per_doc)
+    first = np.cumsum(per_doc) - per_doc
+    j = np.arange(int(per_doc.sum())) - np.repeat(first, per_doc)
+    chunk_starts = starts[doc] + j * step
+    chunk_ends = np.minimum(chunk_starts + sequence_length, ends[doc])
+    return np.stack([chunk_starts, chunk_ends], axis=1).astype(np.int64)
+
+
 def scan_token_file(
     path: Path, dtype: str, eos_token_id: int, sequence_length: int, vocab_size: int
 ) -> TokenFileScan:

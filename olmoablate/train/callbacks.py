@@ -43,10 +43,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
-from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
+from olmo_core.train.callbacks import Callback, EvaluatorCallback
 
 from olmoablate.io import write_json_atomic, write_text_atomic
 from olmoablate.stability import SpikeDetector
+from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
@@ -507,8 +508,9 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
 
 
 @dataclass
-class LoopedLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
-    """:class:`LMEvaluatorCallbackConfig` that builds a :class:`LoopedEvaluatorCallback`."""
+class LoopedLMEvaluatorCallbackConfig(WholeSetLMEvaluatorCallbackConfig):
+    """The whole-set LM evaluator (`olmoablate.train.eval_data`), as a
+    :class:`LoopedEvaluatorCallback` for looped arms."""
 
     loop_counts: list[int] = field(default_factory=list)
 
