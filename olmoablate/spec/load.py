@@ -502,6 +502,12 @@ def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
     from olmoablate.spec import downstream
 
     for st in per_size.values():
+        if st.evaluation.downstream and st.training.data.tokenizer != "dolma2":
+            add(
+                ("evaluation", "downstream"),
+                "downstream tasks are tokenized with dolma2, but training.data.tokenizer is "
+                f"{st.training.data.tokenizer!r} (allowed: tokenizer dolma2, or no downstream)",
+            )
         for index, message in downstream.problems(st.evaluation.downstream):
             path: Path_ = (
                 ("evaluation", "downstream")
