@@ -24,6 +24,7 @@ import numpy as np
 from olmoablate.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare import LOSS, PairResult, metric_direction
+from olmoablate.report.gate_text import statistics_lines
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
 
@@ -488,12 +489,14 @@ def _verdict_rows(report: Report) -> list[list[Any]]:
         rows.append(
             [
                 v.variant,
+                v.role,
                 v.verdict.upper(),
                 est.mean if est else None,
                 est.lower if est else None,
                 est.upper if est else None,
                 est.n_seeds if est else 0,
                 len(v.excluded_pairs),
+                est.source if est else "—",
                 "; ".join(c.outcome for c in v.checks) or "—",
             ]
         )
@@ -502,12 +505,14 @@ def _verdict_rows(report: Report) -> list[list[Any]]:
 
 _VERDICT_HEADER = [
     "variant",
+    "role",
     "verdict",
     "improvement",
     "lower bound",
     "upper bound",
     "seeds",
     "invalid pairs",
+    "noise",
     "checks",
 ]
 
@@ -711,6 +716,8 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     lines.append("")
     lines.append("Reasons:")
     lines.extend(f"- {x}" for x in r.reasons)
+    lines += ["", "Gate statistics (docs/gate-statistics.md):"]
+    lines.extend(f"- {x}" for x in statistics_lines(r))
     if r.eval_lines:
         lines += ["", "Held-out evaluation (tokens scored per eval point; CE vs unigram entropy):", ""]
         lines.extend(f"- {x}" for x in r.eval_lines)
@@ -766,6 +773,11 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
             f"<div class='warn'>INVALID PAIR {e(p.pair_id)} (excluded from the gate): {e('; '.join(p.invalid_reasons))}</div>"
         )
     parts.append("<h3>Reasons</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in r.reasons) + "</ul>")
+    parts.append(
+        "<h3>Gate statistics</h3><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in statistics_lines(r))
+        + "</ul>"
+    )
     if r.eval_lines:
         parts.append(
             "<h3>Held-out evaluation</h3><ul>"
@@ -860,11 +872,13 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     for h in _VERDICT_HEADER:
         table.add_column(h)
     for row in _verdict_rows(report):
-        style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(str(row[1]), "")
+        style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(str(row[2]), "")
         table.add_row(*[_fmt(x) for x in row], style=style)
     con.print(table)
     for reason in report.reasons:
         con.print(f"  - {reason}", markup=False)
+    for line in statistics_lines(report):
+        con.print(f"  * {line}", markup=False)
     for line in report.eval_lines:
         con.print(line, style="bold red" if line.startswith("WARNING") else None, markup=False)
     if report.results.issues:

@@ -51,6 +51,7 @@ def validate_command(
     so a spec whose arms would differ in more than architecture fails here too.
     """
     from olmoablate.spec.expand import build_plan
+    from olmoablate.spec.gateplan import gate_lines
     from olmoablate.spec.load import SpecError, load_spec
 
     files = find_spec_files(paths)
@@ -69,10 +70,14 @@ def validate_command(
             failed += 1
             typer.echo(f"{f}:1: <pairs>: {err}", err=True)
             continue
+        for w in ls.warnings:
+            typer.echo(str(w), err=True)
         typer.echo(
             f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
             f"sizes {', '.join(ls.spec.sizes)})"
         )
+        for w in gate_lines(plan)[1]:
+            typer.echo(f"warning: {f}: gate: {w}", err=True)
     if failed:
         raise typer.Exit(2)
 
@@ -180,8 +185,8 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
     for r in plan["runs"]:
         table.add_row(
             r["run_id"],
-            r["pair_id"],
-            r["arm"],
+            r["pair_id"] if r.get("role") != "aa" else "A/A (gate noise)",
+            r["arm"] + (" (role aa)" if r.get("role") == "aa" else ""),
             _human(r["params"]),
             _human(r["non_embedding_params"]),
             _human(r["train_flops_per_token"]),
@@ -224,3 +229,10 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             f"rule {g['rule']}; metric '{g['metric']}' ({g['direction']} is better), "
             f"min effect {g['min_effect']}, confidence {g['confidence']}"
         )
+        from olmoablate.spec.gateplan import gate_lines
+
+        info, warnings = gate_lines(plan)
+        for line in info:
+            console.print(f"  {line}", markup=False, highlight=False)
+        for w in warnings:
+            console.print(f"[bold red]WARNING: gate: {w}[/]")

@@ -21,6 +21,7 @@ from olmoablate.io import sha256_of
 from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 from olmoablate.spec.datacheck import resolve_ids
 from olmoablate.spec.load import LoadedSpec
+from olmoablate.spec.schema import computes_in_bf16
 from olmoablate.spec.tokens import narrowest_dtype
 
 PLAN_SCHEMA = 1
@@ -104,7 +105,7 @@ def _run_entry(
         microbatch_tokens=ls.microbatch[size],
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=t.precision == "bf16" or (t.precision == "auto" and topo.gpus_per_node > 0),
+        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
     )
@@ -171,6 +172,8 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
                 var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps)
                 runs.append(var)
                 pairs.append(_pair(base, var, match))
+    aa = aa_runs(ls)
+    runs.extend(aa)
     for run in runs:
         run["certificate"] = certificate_of(run)
     by_id = {r["run_id"]: r for r in runs}
@@ -199,6 +202,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         # Per size: what each LM eval set holds (measured from its files at plan time), so the
         # report can check that every eval point scored the whole set.
         "eval_sets": ls.eval_sets,
+        "aa_runs": [r["run_id"] for r in aa],
         "accounting": {
             "flops_convention": "olmo-core 3.0 num_flops_per_token (6 x params + causal/SWA attention), training",
             "gpu_hours": "total_train_flops / (gpu_peak_tflops * assumed_mfu) per topology",
@@ -207,6 +211,34 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "pairs": pairs,
         "runs": runs,
     }
+
+
+def aa_seeds(seeds: list[int], k: int) -> list[int]:
+    """The k seeds of the A/A baselines: the next integers above the spec's seeds."""
+    start = max(seeds) + 1
+    return list(range(start, start + k))
+
+
+def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
+    """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
+
+    Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
+    settings and certificate are that baseline's (adding the seed later reuses it); ``role: aa``
+    marks it as belonging to no pair. The report takes the run-to-run sd from these and the
+    pairs' baselines (`olmoablate.report.noise`).
+    """
+    gate = ls.spec.gate
+    if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
+        return []
+    size = gate.stage
+    t = ls.per_size[size].training
+    steps = t.tokens // t.global_batch_size
+    out = []
+    for seed in aa_seeds(list(ls.spec.seeds), gate.noise.measure.aa_seeds):
+        run = _run_entry(ls, size, seed, "baseline", {}, "tokens", steps, steps)
+        run["role"] = "aa"
+        out.append(run)
+    return out
 
 
 def _pair(base: dict[str, Any], var: dict[str, Any], match: str) -> dict[str, Any]:
