@@ -48,14 +48,29 @@ class Report:
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
     noise: NoiseSource | None = None  # the one-seed noise source (floor or A/A), if declared
+    #: this gate's name (``gates:`` key, or the variant of a ``gate:`` spec)
+    gate_name: str = "gate"
+    #: every gate's report, this one first, when the spec declares several (`report.gates`)
+    gates: list[Report] = field(default_factory=list)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
         return [p for p in self.pairs if not p.valid]
 
     def gate_json(self) -> dict[str, Any]:
+        """gate.json: this gate's verdict; with several gates also ``gates`` (one entry per
+        gate, each the full record of that gate) and ``verdicts`` (name -> verdict)."""
+        out = self._gate_record()
+        if len(self.gates) > 1:
+            out["gates"] = [r._gate_record() for r in self.gates]
+            out["verdicts"] = {r.gate_name: r.verdict for r in self.gates}
+        return out
+
+    def _gate_record(self) -> dict[str, Any]:
         g = self.results.gate
         return {
+            "name": self.gate_name,
+            "variant": g.get("variant"),
             "spec": self.results.spec_name,
             "stage": self.stage,
             "rule": g["rule"],
@@ -133,7 +148,7 @@ def build(results: Results) -> Report:
     if g.get("variant"):
         primary: str | None = str(g["variant"])
         family = [primary]
-        exploratory = [v for v in non_ref if v != primary]
+        exploratory = [v for v in non_ref if v != primary and v not in results.other_gated]
     else:
         family, exploratory = non_ref, []
         primary = non_ref[0] if len(non_ref) == 1 else None

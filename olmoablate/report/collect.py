@@ -27,6 +27,7 @@ from olmoablate.io import read_json, sha256_of, write_bytes_atomic
 from olmoablate.report.gate import gate_config
 from olmoablate.report.jsonl import Metrics, Part, append, read_metrics, read_part
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.spec.gates import gate_entries, gate_views
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -111,6 +112,8 @@ class Results:
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
+    #: variants decided by another gate of the plan (`gates:`): not exploratory here
+    other_gated: list[str] = field(default_factory=list)
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """Compare two arms' data fingerprints, reusing the cached answer for unchanged files
@@ -553,8 +556,11 @@ def _read_optional_json(path: Path, issues: list[str]) -> dict[str, Any] | None:
 def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -> Results:
     """Everything the report needs from ``root`` (= results/<spec>)."""
     plan = load_plan(root)
-    prereg = resolve_gate(plan, root)
+    views = gate_views(plan)
+    first = views[0][1] if views else plan  # the first gate (of `gates:`), where `gate:` is
+    prereg = resolve_gate(first, root)
     gate = gate_config(prereg.gate)
+    other_metrics = {str(gate_config(e.get("gate"))["metric"]) for e in gate_entries(plan)[1:]}
     issues: list[str] = []
     runs: dict[str, RunData] = {}
     jobs: list[tuple[str, Path, tuple[str, ...], tuple[str, ...]]] = []
@@ -570,6 +576,7 @@ def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -
         if mpath.is_file():
             budget = str((plan.get("budget") or {}).get("match") or "tokens")
             keys, prefixes = _want_spec(entry, rd.summary, str(gate["metric"]), budget)
+            keys = tuple(sorted(set(keys) | other_metrics))  # the metrics of further gates
             jobs.append((rid, mpath, keys, prefixes))
         elif rd.directory.is_dir():
             rd.issues.append(f"{rid}: no metrics.jsonl yet (state {rd.state})")
@@ -587,7 +594,7 @@ def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -
                 issues.append(f"pair {p.get('pair_id')}: {arm} {p.get(arm)!r} is not in plan runs")
     for rd in runs.values():
         issues.extend(rd.issues)
-    warnings = check_gate_unchanged(plan, root) + prereg.warnings
+    warnings = check_gate_unchanged(first, root) + prereg.warnings
     fp_cache: dict[str, list[Any]] = {}
     if cache_dir is not None and (cache_dir / "fingerprints.json").is_file():
         try:

@@ -36,12 +36,21 @@ def _spec_path(plan: Mapping[str, Any]) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def _spec_gate(path: Path) -> tuple[Any, dict[str, Any] | None]:
+def _raw_gate(doc: Any, name: str | None) -> Any:
+    """The spec's block of gate ``name`` (``gates.<name>``), or its ``gate:`` block."""
+    if not isinstance(doc, dict):
+        return None
+    if name is not None and isinstance(doc.get("gates"), dict):
+        return doc["gates"].get(name)
+    return doc.get("gate")
+
+
+def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, dict[str, Any] | None]:
     """(raw gate block, validated gate block or None) of the spec file."""
     import yaml
 
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    raw = doc.get("gate") if isinstance(doc, dict) else None
+    raw = _raw_gate(doc, name)
     if not isinstance(raw, dict):
         return raw, None
     from pydantic import ValidationError
@@ -65,7 +74,7 @@ def resolve_gate(plan: Mapping[str, Any], root: Path) -> PreRegistered:
     path = _spec_path(plan)
     if path is not None:
         try:
-            raw, validated = _spec_gate(path)
+            raw, validated = _spec_gate(path, plan.get("gate_name"))
             spec_same = plan.get("spec_sha256") == sha256_file(path)
         except Exception as err:  # noqa: BLE001 - reported: an unreadable spec breaks recovery
             raw, validated, spec_same = None, None, False
@@ -122,7 +131,7 @@ def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
     except Exception as err:  # noqa: BLE001 - reported, never fatal
         out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
         return out
-    raw = doc.get("gate") if isinstance(doc, dict) else None
+    raw = _raw_gate(doc, plan.get("gate_name"))
     if plan.get("gate_raw_sha256"):
         changed = sha256_of(raw) != plan["gate_raw_sha256"]
     elif plan.get("gate_sha256") and sha256_of(raw) == plan["gate_sha256"]:

@@ -24,7 +24,15 @@ import numpy as np
 from olmoablate.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare import LOSS, PairResult, metric_direction
-from olmoablate.report.gate_text import statistics_lines
+from olmoablate.report.gate_text import (
+    GATES_HEADER,
+    GATES_TEXT,
+    gate_tag,
+    gate_text,
+    gates_rows,
+    statistics_lines,
+)
+from olmoablate.report.links import wandb_section
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
 
@@ -517,19 +525,24 @@ _VERDICT_HEADER = [
 ]
 
 
+def _plots_after(report: Report) -> int:
+    """Plots go after the gate section(s), Pairs and Consistency, before the per-pair details."""
+    return _PLOTS_AFTER + (len(report.gates) if len(report.gates) > 1 else 0)
+
+
 def _sections(
     report: Report,
 ) -> list[tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]]]:
     """(title, text, tables, plot names) per section, shared by the md and html renderers."""
-    g = report.results.gate
     secs: list[tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]]] = []
-    gate_txt = (
-        f"Stage **{report.stage}**, rule `{g['rule']}`, metric `{g['metric']}` ({g['direction']} is better), "
-        f"min_effect {g['min_effect']}, confidence {g['confidence']}, last_n {g['last_n']}."
-    )
-    if report.notes:
-        gate_txt += " " + " ".join(f"{n}." for n in report.notes)
-    secs.append(("Gate", gate_txt, [(_VERDICT_HEADER, _verdict_rows(report))], []))
+    if len(report.gates) > 1:  # one verdict per proposal: the overview first, then each gate
+        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))], []))
+        for r in report.gates:
+            secs.append(
+                (f"Gate {r.gate_name}", gate_text(r), [(_VERDICT_HEADER, _verdict_rows(r))], [])
+            )
+    else:
+        secs.append(("Gate", gate_text(report), [(_VERDICT_HEADER, _verdict_rows(report))], []))
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
@@ -689,6 +702,9 @@ def _sections(
         secs.append(
             (f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables, [])
         )
+    wandb = wandb_section(report.results)
+    if wandb is not None:
+        secs.append(wandb)
     return secs
 
 
@@ -703,11 +719,18 @@ def _issues(report: Report) -> list[str]:
 def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     r = report
     lines = [f"# olmoablate report: {r.results.spec_name}", ""]
-    color = r.verdict.upper()
-    lines.append(
-        f"**Gate verdict at {r.stage}: {color}**"
-        + (f" (primary variant `{r.primary}`)" if r.primary else "")
-    )
+    if len(r.gates) > 1:
+        lines.append(
+            "**Gate verdicts: "
+            + "; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates)
+            + "**"
+        )
+        lines += ["", _md_table(GATES_HEADER, gates_rows(r))]
+    else:
+        lines.append(
+            f"**Gate verdict at {r.stage}: {r.verdict.upper()}**"
+            + (f" (primary variant `{r.primary}`)" if r.primary else "")
+        )
     lines.append("")
     for w in r.results.warnings:
         lines.append(f"> **WARNING: {w}**")
@@ -715,9 +738,11 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
         lines.append(f"> **INVALID PAIR {p.pair_id}: {'; '.join(p.invalid_reasons)}**")
     lines.append("")
     lines.append("Reasons:")
-    lines.extend(f"- {x}" for x in r.reasons)
+    lines.extend(f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in g.reasons)
     lines += ["", "Gate statistics (docs/gate-statistics.md):"]
-    lines.extend(f"- {x}" for x in statistics_lines(r))
+    lines.extend(
+        f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in statistics_lines(g)
+    )
     if r.eval_lines:
         lines += ["", "Held-out evaluation (tokens scored per eval point; CE vs unigram entropy):", ""]
         lines.extend(f"- {x}" for x in r.eval_lines)
@@ -725,7 +750,7 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = _sections(r)
     for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
-        if i == min(_PLOTS_AFTER, len(secs)):
+        if i == min(_plots_after(r), len(secs)):
             lines += ["", "## Plots", ""]
             lines += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots]
         if not title:
@@ -764,7 +789,12 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         f"<h1>olmoablate report: {e(r.results.spec_name)}</h1>",
         f"<div class='banner' style='background:{col}'>Gate verdict at {e(r.stage)}: {e(r.verdict.upper())}"
         + (f" (primary variant {e(r.primary)})" if r.primary else "")
-        + "</div>",
+        + "</div>"
+        if len(r.gates) <= 1
+        else "<div class='banner' style='background:#444'>Gate verdicts: "
+        + e("; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates))
+        + "</div>"
+        + _html_table(GATES_HEADER, gates_rows(r)),
     ]
     for w in r.results.warnings:
         parts.append(f"<div class='warn'>WARNING: {e(w)}</div>")
@@ -772,10 +802,15 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         parts.append(
             f"<div class='warn'>INVALID PAIR {e(p.pair_id)} (excluded from the gate): {e('; '.join(p.invalid_reasons))}</div>"
         )
-    parts.append("<h3>Reasons</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in r.reasons) + "</ul>")
+    gates = r.gates or [r]
+    parts.append(
+        "<h3>Reasons</h3><ul>"
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in g.reasons)
+        + "</ul>"
+    )
     parts.append(
         "<h3>Gate statistics</h3><ul>"
-        + "".join(f"<li>{e(x)}</li>" for x in statistics_lines(r))
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in statistics_lines(g))
         + "</ul>"
     )
     if r.eval_lines:
@@ -788,7 +823,7 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         parts.append("<h3>Next steps</h3><pre>" + e("\n".join(r.next_steps)) + "</pre>")
     secs = _sections(r)
     for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
-        if i == min(_PLOTS_AFTER, len(secs)):
+        if i == min(_plots_after(r), len(secs)):
             parts.append("<h2>Plots</h2>")
             for p in plots:
                 data = base64.b64encode(p.read_bytes()).decode("ascii")
@@ -856,29 +891,35 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
 
 def print_terminal(report: Report, written: dict[str, Path]) -> None:
     """The verdict table (rich), loud warnings, then `gate verdict: ...` and the report path."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, width=max(Console().width, 160))  # readable in CI logs too
+    from olmoablate.console import make_console, print_whole
+
+    con = make_console()  # readable in CI logs too: no cut cells, no wrapped lines
     for w in report.results.warnings:
         con.print(f"[bold red]WARNING: {w}[/]")
     for p in report.invalid_pairs:
         con.print(
             f"[bold red]INVALID PAIR {p.pair_id} (excluded from the gate): {'; '.join(p.invalid_reasons)}[/]"
         )
-    table = Table(
-        title=f"{report.results.spec_name}: gate at {report.stage} ({report.results.gate['metric']})"
-    )
-    for h in _VERDICT_HEADER:
-        table.add_column(h)
-    for row in _verdict_rows(report):
-        style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(str(row[2]), "")
-        table.add_row(*[_fmt(x) for x in row], style=style)
-    con.print(table)
-    for reason in report.reasons:
-        con.print(f"  - {reason}", markup=False)
-    for line in statistics_lines(report):
-        con.print(f"  * {line}", markup=False)
+    gates = report.gates or [report]
+    for r in gates:
+        title = f"{report.results.spec_name}: gate at {r.stage} ({r.results.gate['metric']})"
+        if len(gates) > 1:
+            title = f"{report.results.spec_name}: gate {r.gate_name} ({r.results.gate['rule']}) at {r.stage} ({r.results.gate['metric']})"
+        table = Table(title=title)
+        for h in _VERDICT_HEADER:
+            table.add_column(h)
+        for row in _verdict_rows(r):
+            style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(
+                str(row[2]), ""
+            )
+            table.add_row(*[_fmt(x) for x in row], style=style)
+        print_whole(con, table)
+        for reason in r.reasons:
+            con.print(f"  - {gate_tag(report, r)}{reason}", markup=False)
+        for line in statistics_lines(r):
+            con.print(f"  * {gate_tag(report, r)}{line}", markup=False)
     for line in report.eval_lines:
         con.print(line, style="bold red" if line.startswith("WARNING") else None, markup=False)
     if report.results.issues:
@@ -886,7 +927,17 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     for step in report.next_steps:
         con.print(f"next: {step}", markup=False)
     path = written.get("html") or written.get("md") or written.get("json")
-    con.print(f"gate verdict: {report.verdict} ({path})", markup=False)
+    if len(gates) > 1:
+        overview = Table(title=f"{report.results.spec_name}: one verdict per proposal")
+        for h in GATES_HEADER:
+            overview.add_column(h)
+        for row in gates_rows(report):
+            overview.add_row(*[_fmt(x) for x in row])
+        print_whole(con, overview)
+        shown = "; ".join(f"{r.gate_name}: {r.verdict}" for r in gates)
+        con.print(f"gate verdicts: {shown} ({path})", markup=False)
+    else:
+        con.print(f"gate verdict: {report.verdict} ({path})", markup=False)
 
 
 def metric_label(name: str) -> str:

@@ -183,6 +183,21 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
 
     gate = spec.gate.model_dump() if spec.gate is not None else None
     raw_gate = ls.raw.get("gate")
+    raw_gates = ls.raw.get("gates") if isinstance(ls.raw.get("gates"), dict) else {}
+    gates = []
+    for name, g, where in spec.all_gates():  # each pre-registered with its own hash
+        block = g.model_dump()
+        raw = raw_gates.get(name) if where[0] == "gates" else raw_gate
+        gates.append(
+            {
+                "name": name,
+                "gate": block,
+                "gate_sha256": sha256_of(block),
+                "gate_raw_sha256": sha256_of(raw) if raw is not None else None,
+            }
+        )
+    if raw_gate is None and gates:
+        raw_gate = raw_gates.get(gates[0]["name"])
     return {
         "schema": PLAN_SCHEMA,
         "spec_name": spec.name,
@@ -202,6 +217,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         # Per size: what each LM eval set holds (measured from its files at plan time), so the
         # report can check that every eval point scored the whole set.
         "eval_sets": ls.eval_sets,
+        "gates": gates,
         "aa_runs": [r["run_id"] for r in aa],
         "accounting": {
             "flops_convention": "olmo-core 3.0 num_flops_per_token (6 x params + causal/SWA attention), training",
