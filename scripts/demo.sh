@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job (README's first command): the bundled demo spec end to end on CPU.
-#   setup -> demo data (dolma2 tokenizer + Python docs, offline after set-up)
+#   setup -> demo data (Python docs; the shipped 4,096-entry BPE; offline after set-up)
 #   -> validate -> plan -> train every arm with OLMo-core through submitit's local executor
 #   -> report with the gate verdict.
 # Running it again resumes/skips finished runs and re-reports.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare the offline demo data: dolma2 token files from the Python 3.11 documentation.
+# Prepare the offline demo data from the Python 3.11 documentation: dolma2 token files in data/demo
+# and the demo BPE (4,096 entries, shipped in olmoablate/data/) token files in data/demo/bpe4096.
 #
 #   bash scripts/prepare-data.sh [--out data/demo] [--max-tokens N] [...]   (args go to `data prepare`)
 #

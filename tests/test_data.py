@@ -303,3 +303,79 @@ def test_prepare_cli_with_source_dir(tmp_path: Path) -> None:
     bad = _run_cli("prepare", "--out", str(out), "--source", "nope", module="olmoablate.data")
     assert bad.returncode == 2 and "allowed: python-docs" in bad.stderr
     assert oct(os.stat(out / "train.bin").st_mode & 0o777) == "0o644"
+
+
+# ---- the demo's 4,096-entry BPE --------------------------------------------------------------
+
+
+def test_prepare_bpe_writes_uint16_files_that_decode_back(tmp_path: Path) -> None:
+    from olmoablate.data.vocab import BPE4096, DOLMA2
+
+    src = _write_corpus(tmp_path)
+    m = prepare(tmp_path / "bpe", source_dir=src, heldout_every=3, tokenizer="bpe4096").manifest
+    assert (m.dtype, m.eos_token_id, m.pad_token_id, m.vocab_size) == ("uint16", 0, 1, 4096)
+    tok = BPE4096.load()
+    held = np.frombuffer(m.heldout_path.read_bytes(), dtype="<u2")
+    assert len(held) == m.tokens["heldout"] and held[-1] == 0
+    docs = np.split(held, np.flatnonzero(held == 0) + 1)[:-1]
+    texts = [tok.decode(d[:-1].tolist(), skip_special_tokens=False) for d in docs]
+    assert texts == [DOCS["a.rst.txt"], DOCS["e.rst.txt"]]  # lossless; literal EOS text kept
+    assert int((held == 0).sum()) == m.documents["heldout"] == 2
+    entropy = m.stats["heldout_unigram_entropy_nats"]
+    assert isinstance(entropy, float) and 0 < entropy < np.log(4096) + 1
+    assert verify(tmp_path / "bpe").tokenizer_name == "python-docs-bpe4096"
+    with pytest.raises(UserError, match="made with another tokenizer"):
+        verify(tmp_path / "bpe", expect=DOLMA2)
+    # the tiny corpus cannot re-train 4,094 merges: recorded, not fatal
+    assert m.tokenizer_extra["reproduced"] is False
+
+
+def test_check_cli_checks_both_tokenizers(tmp_path: Path) -> None:
+    src = _write_corpus(tmp_path)
+    runner = CliRunner()
+    out = tmp_path / "out"
+    args = ["prepare", "--out", str(out), "--source-dir", str(src), "--heldout-every", "3"]
+    assert runner.invoke(data_app, args).exit_code == 0
+    assert (out / "bpe4096" / "manifest.json").is_file() and (out / "manifest.json").is_file()
+    res = runner.invoke(data_app, ["check", "--dir", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "dolma2, dtype uint32" in res.output and "python-docs-bpe4096, dtype uint16" in res.output
+
+
+_TRAIN_BPE = """
+import hashlib, sys
+from olmoablate.data.bpe import to_json_bytes, train_bpe
+texts = [f"word{i % 97} and thing{i % 13}, value {i * 7 % 1000}; " * 3 for i in range(400)]
+print(hashlib.sha256(to_json_bytes(train_bpe(texts, 600))).hexdigest())
+"""
+
+
+def test_bpe_training_is_deterministic_across_processes() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    shas = {
+        subprocess.run(
+            [sys.executable, "-c", _TRAIN_BPE],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**env, "PYTHONHASHSEED": str(seed), "RAYON_NUM_THREADS": str(threads)},
+        ).stdout.strip()
+        for seed, threads in ((0, 1), (1, 2))
+    }
+    assert len(shas) == 1 and len(next(iter(shas))) == 64
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/doc/python3.11/html/_sources").is_dir(), reason="python3.11-doc missing"
+)
+def test_shipped_bpe_is_reproduced_from_the_train_documents() -> None:
+    """The pinned file is what `train_bpe` makes from the demo's train split (Debian package)."""
+    from olmoablate.data.bpe import to_json_bytes, train_bpe
+    from olmoablate.data.corpus import get_source, list_documents, read_text
+    from olmoablate.data.vocab import BPE_SHA256
+
+    texts = [t for t in map(read_text, list_documents(get_source("python-docs"))) if t.strip()]
+    train = [t for i, t in enumerate(texts) if i % 20]
+    if len(texts) != 497:
+        pytest.skip(f"another python3.11-doc version ({len(texts)} documents)")
+    assert hashlib.sha256(to_json_bytes(train_bpe(train))).hexdigest() == BPE_SHA256

@@ -1,4 +1,4 @@
-"""olmoablate.data: offline demo data (dolma2 tokenizer + real text -> OLMo-core token files).
+"""olmoablate.data: offline demo data (dolma2 or the demo BPE + real text -> OLMo-core token files).
 
 Public API (no torch/numpy/tokenizers imported at package import; the CLI loads this at start-up):
 
@@ -7,6 +7,8 @@ Public API (no torch/numpy/tokenizers imported at package import; the CLI loads 
 * :func:`prepare` / :func:`verify` — what `olmoablate data prepare|check` run.
 * :func:`tokenizer_path`, :func:`tokenizer_available`, :func:`load_tokenizer` — the vendored
   dolma2 ``tokenizer.json``.
+* :data:`VOCABS`, :func:`bpe_path` — the tokenizers `data prepare` writes with (dolma2, uint32;
+  the shipped 4,096-entry byte-level BPE, uint16, for CPU-scale work).
 """
 
 from olmoablate.data.prepare import (
@@ -27,6 +29,7 @@ from olmoablate.data.tokenizer import (
     tokenizer_available,
     tokenizer_path,
 )
+from olmoablate.data.vocab import BPE4096, DOLMA2, VOCABS, Vocab, bpe_path
 from olmoablate.spec.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
@@ -35,6 +38,11 @@ from olmoablate.spec.sizes import (
 )
 
 __all__ = [
+    "BPE4096",
+    "DOLMA2",
+    "VOCABS",
+    "Vocab",
+    "bpe_path",
     "DEFAULT_DIR",
     "DEFAULT_HELDOUT_EVERY",
     "DEFAULT_SOURCE",

@@ -20,6 +20,7 @@ identical on every machine.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,11 +37,7 @@ from olmoablate.data.corpus import (
     list_documents,
     read_text,
 )
-from olmoablate.data.tokenizer import (
-    TOKENIZER_ORIGIN,
-    TOKENIZER_SHA256,
-    load_tokenizer,
-)
+from olmoablate.data.vocab import BY_SHA256, DOLMA2, VOCABS, Vocab
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 from olmoablate.spec.sizes import (
@@ -49,19 +46,21 @@ from olmoablate.spec.sizes import (
     DOLMA2_PADDED_VOCAB_SIZE,
     DOLMA2_VOCAB_SIZE,
 )
+from olmoablate.spec.tokens import unigram_entropy
 
-MANIFEST_SCHEMA = 1
+MANIFEST_SCHEMA = 2
 DEFAULT_DIR = Path("data/demo")
 DEFAULT_SOURCE = "python-docs"
 DEFAULT_HELDOUT_EVERY = 20
 MANIFEST_NAME = "manifest.json"
 SPLITS: tuple[str, ...] = ("train", "heldout")
-#: numpy dtype string of the token files: little-endian uint32 (see module docstring).
-TOKEN_DTYPE = "uint32"
-_NP_DTYPE = "<u4"
+#: numpy dtype string of dolma2 token files: little-endian uint32 (see module docstring); other
+#: tokenizers use the narrowest dtype for their vocabulary (`Vocab.dtype`, uint16 for the BPE).
+TOKEN_DTYPE = DOLMA2.dtype
 #: documents per ``encode_batch`` call: large enough for the Rust thread pool, small enough that
 #: ``--max-tokens`` stops early without tokenizing the whole corpus.
 _BATCH_DOCS = 64
+log = logging.getLogger(__name__)
 
 
 def fix_command(out_dir: Path | str) -> str:
@@ -93,6 +92,7 @@ class Manifest:
     max_tokens: int | None
     truncated: bool
     tokenizer_sha256: str
+    tokenizer_name: str = "dolma2"
     dtype: str = TOKEN_DTYPE
     eos_token_id: int = DOLMA2_EOS_TOKEN_ID
     pad_token_id: int = DOLMA2_PAD_TOKEN_ID
@@ -102,6 +102,9 @@ class Manifest:
     seconds: float = 0.0
     schema: int = MANIFEST_SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
+    #: held-out unigram entropy etc. (see :func:`_stats`); tokenizer provenance checks.
+    stats: dict[str, Any] = field(default_factory=dict)
+    tokenizer_extra: dict[str, Any] = field(default_factory=dict)
 
     def path_of(self, split: str) -> Path:
         """Path of a split's token file (``"train"`` or ``"heldout"``)."""
@@ -129,8 +132,8 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema,
-            "format": "OLMo-core numpy token file: raw little-endian uint32 ids, no header, "
-            "EOS after every document",
+            "format": f"OLMo-core numpy token file: raw little-endian {self.dtype} ids, no "
+            "header, EOS after every document",
             "dtype": self.dtype,
             "byte_order": "little",
             "eos_token_id": self.eos_token_id,
@@ -138,9 +141,10 @@ class Manifest:
             "vocab_size": self.vocab_size,
             "padded_vocab_size": self.padded_vocab_size,
             "tokenizer": {
-                "name": "dolma2",
+                "name": self.tokenizer_name,
                 "sha256": self.tokenizer_sha256,
-                "origin": TOKENIZER_ORIGIN,
+                "origin": _vocab_of(self).origin if _vocab_of(self) else "?",
+                **self.tokenizer_extra,
             },
             "source": {
                 "name": self.source,
@@ -160,6 +164,7 @@ class Manifest:
             "documents": dict(self.documents),
             "tokens": dict(self.tokens),
             "files": {k: dict(v) for k, v in self.files.items()},
+            "stats": dict(self.stats),
             "created": self.created,
             "seconds": self.seconds,
         }
@@ -188,6 +193,11 @@ class Manifest:
             max_tokens=None if data["max_tokens"] is None else int(data["max_tokens"]),
             truncated=bool(data["truncated"]),
             tokenizer_sha256=str(data["tokenizer"]["sha256"]),
+            tokenizer_name=str(data["tokenizer"].get("name", "dolma2")),
+            tokenizer_extra={
+                k: v for k, v in data["tokenizer"].items() if k not in {"name", "sha256", "origin"}
+            },
+            stats=dict(data.get("stats") or {}),
             dtype=str(data["dtype"]),
             eos_token_id=int(data["eos_token_id"]),
             pad_token_id=int(data["pad_token_id"]),
@@ -200,18 +210,23 @@ class Manifest:
         )
 
 
+def _vocab_of(manifest: Manifest) -> Vocab | None:
+    return BY_SHA256.get(manifest.tokenizer_sha256)
+
+
 def _make_readable(path: Path) -> None:
     """0644: the atomic writer's temp file is 0600, but jobs may run as another user (Slurm)."""
     os.chmod(path, 0o644)
 
 
-def verify(directory: Path | str) -> Manifest:
+def verify(directory: Path | str, expect: Vocab | None = None) -> Manifest:
     """Read ``manifest.json`` in ``directory`` and check every file against it.
 
     Returns the manifest; raises UserError with one line naming the first problem found and the
     command that fixes it. Checks: folder and manifest exist and parse, schema and tokenizer
     match this version, each ``.bin`` exists with the recorded size (= 4 bytes x tokens) and
-    sha256, and the dtype is the one OLMo-core will infer (uint32).
+    sha256, and the dtype is the one OLMo-core will infer from the tokenizer's vocabulary
+    (uint32 for dolma2, uint16 for the BPE). ``expect`` also pins which tokenizer it must be.
     """
     directory = Path(directory)
     fix = fix_command(directory)
@@ -229,16 +244,18 @@ def verify(directory: Path | str) -> Manifest:
             f"{manifest_path}: schema {manifest.schema}, this olmoablate expects "
             f"{MANIFEST_SCHEMA}; run: {fix}"
         )
-    if manifest.tokenizer_sha256 != TOKENIZER_SHA256:
+    vocab = _vocab_of(manifest)
+    if vocab is None or (expect is not None and vocab is not expect):
+        want = expect or DOLMA2
         raise UserError(
             f"{manifest_path}: made with another tokenizer (sha256 "
-            f"{manifest.tokenizer_sha256[:12]}…, expected dolma2 {TOKENIZER_SHA256[:12]}…); "
+            f"{manifest.tokenizer_sha256[:12]}…, expected {want.name} {want.sha256[:12]}…); "
             f"run: {fix}"
         )
-    if manifest.dtype != TOKEN_DTYPE:
+    if manifest.dtype != vocab.dtype:
         raise UserError(
-            f"{manifest_path}: dtype {manifest.dtype!r}, OLMo-core reads dolma2 token files "
-            f"as {TOKEN_DTYPE!r}; run: {fix}"
+            f"{manifest_path}: dtype {manifest.dtype!r}, OLMo-core reads {vocab.name} token "
+            f"files as {vocab.dtype!r}; run: {fix}"
         )
     for split in SPLITS:
         entry = manifest.files[split]
@@ -246,11 +263,12 @@ def verify(directory: Path | str) -> Manifest:
         if not path.is_file():
             raise UserError(f"{path}: missing; run: {fix}")
         size = path.stat().st_size
-        expected = manifest.tokens[split] * 4
+        expected = manifest.tokens[split] * vocab.itemsize
         if size != int(entry["bytes"]) or size != expected:
             raise UserError(
                 f"{path}: {size} bytes, manifest says {entry['bytes']} "
-                f"({manifest.tokens[split]} tokens x 4); corrupt or truncated; run: {fix}"
+                f"({manifest.tokens[split]} tokens x {vocab.itemsize}); corrupt or truncated; "
+                f"run: {fix}"
             )
         if sha256_file(path) != entry["sha256"]:
             raise UserError(f"{path}: sha256 does not match manifest (corrupt); run: {fix}")
@@ -283,9 +301,12 @@ def prepare(
     max_tokens: int | None = None,
     heldout_every: int = DEFAULT_HELDOUT_EVERY,
     force: bool = False,
+    tokenizer: str = "dolma2",
 ) -> PrepareResult:
     """Tokenize ``source`` into ``out_dir`` (train.bin, heldout.bin, manifest.json).
 
+    ``tokenizer`` is ``dolma2`` (uint32 files, real OLMo 3 ids) or ``bpe4096`` (the shipped
+    4,096-entry BPE, uint16 files; re-trained here on the train documents as a provenance check).
     Idempotent: when ``out_dir`` already verifies and was made from the same inputs (corpus
     hash, tokenizer, split rule, ``max_tokens``) nothing is rewritten. ``max_tokens`` caps the
     *train* split at whole documents (a single first document longer than the cap is cut so
@@ -293,6 +314,9 @@ def prepare(
     """
     out = Path(out_dir)
     src = get_source(source)
+    if tokenizer not in VOCABS:
+        raise UserError(f"--tokenizer: unknown {tokenizer!r} (allowed: {', '.join(VOCABS)})")
+    vocab = VOCABS[tokenizer]
     if max_tokens is not None and max_tokens < 2:
         raise UserError(f"--max-tokens: must be >= 2 (got {max_tokens})")
     if heldout_every < 2:
@@ -301,7 +325,7 @@ def prepare(
     docs = list_documents(src, sdir)
     # Two concurrent `prepare` runs must not mix one's train.bin with the other's manifest.
     with file_lock(out / ".prepare.lock"):
-        return _prepare_locked(out, src, sdir, docs, max_tokens, heldout_every, force)
+        return _prepare_locked(out, src, sdir, docs, max_tokens, heldout_every, force, vocab)
 
 
 def _prepare_locked(
@@ -312,6 +336,7 @@ def _prepare_locked(
     max_tokens: int | None,
     heldout_every: int,
     force: bool,
+    vocab: Vocab = DOLMA2,
 ) -> PrepareResult:
     """The body of :func:`prepare`, run while holding the folder's lock."""
     import numpy as np
@@ -322,13 +347,13 @@ def _prepare_locked(
         "schema": MANIFEST_SCHEMA,
         "source": src.name,
         "source_sha256": source_hash,
-        "tokenizer_sha256": TOKENIZER_SHA256,
+        "tokenizer_sha256": vocab.sha256,
         "heldout_every": heldout_every,
         "max_tokens": max_tokens,
     }
     if not force and (out / MANIFEST_NAME).exists():
         try:
-            existing = verify(out)
+            existing = verify(out, expect=vocab)
         except UserError as err:
             reason = f"rebuilding: {err}"
         else:
@@ -338,11 +363,13 @@ def _prepare_locked(
     else:
         reason = "forced rebuild" if force else "new"
 
-    tok = load_tokenizer(encode_special_tokens=True)
-    eos = np.array([DOLMA2_EOS_TOKEN_ID], dtype=np.uint32)
+    tok = vocab.load()
+    np_dtype = np.dtype(vocab.dtype).newbyteorder("<")
+    eos = np.array([vocab.eos_token_id], dtype=np_dtype)
     chunks: dict[str, list[Any]] = {s: [] for s in SPLITS}
     n_docs = {s: 0 for s in SPLITS}
     n_tok = {s: 0 for s in SPLITS}
+    train_texts: list[str] = []  # every train-split document (for the BPE provenance check)
     index = 0  # over non-empty documents: decides the split
     empty = 0
     truncated = False
@@ -350,22 +377,29 @@ def _prepare_locked(
         texts = [read_text(d) for d in batch]
         kept = [t for t in texts if t.strip()]
         empty += len(texts) - len(kept)
-        for enc in tok.encode_batch(kept, add_special_tokens=False):
-            ids = np.asarray(enc.ids, dtype=np.uint32)
+        encoded = tok.encode_batch(kept, add_special_tokens=False)
+        for text, enc in zip(kept, encoded, strict=True):
             split = "heldout" if index % heldout_every == 0 else "train"
             index += 1
+            if split == "train":
+                train_texts.append(text)
+            if truncated:
+                continue  # past the cap: only collect train texts for the BPE check
+            ids = np.asarray(enc.ids, dtype=np.int64)
             if split == "train" and max_tokens is not None:
                 room = max_tokens - n_tok["train"]
                 if ids.size + 1 > room:
                     truncated = True
                     if n_docs["train"] > 0:
-                        break
+                        continue
                     ids = ids[: room - 1]  # first train document alone exceeds the cap
-            chunks[split].append(ids)
+            if ids.size and int(ids.max()) >= vocab.vocab_size:
+                raise UserError(f"tokenizer produced id {int(ids.max())} >= {vocab.vocab_size}")
+            chunks[split].append(ids.astype(np_dtype))
             chunks[split].append(eos)
             n_docs[split] += 1
             n_tok[split] += int(ids.size) + 1
-        if truncated:
+        if truncated and vocab.name == "dolma2":
             break
     for split in SPLITS:
         if n_docs[split] == 0:
@@ -375,10 +409,10 @@ def _prepare_locked(
             )
 
     files: dict[str, dict[str, Any]] = {}
+    arrays: dict[str, Any] = {}
     for split in SPLITS:
-        arr = np.concatenate(chunks[split]).astype(_NP_DTYPE, copy=False)
-        if int(arr.max()) >= DOLMA2_VOCAB_SIZE:
-            raise UserError(f"tokenizer produced id {int(arr.max())} >= {DOLMA2_VOCAB_SIZE}")
+        arr = np.concatenate(chunks[split])
+        arrays[split] = arr
         data = arr.tobytes()
         name = f"{split}.bin"
         write_bytes_atomic(out / name, data)
@@ -402,7 +436,13 @@ def _prepare_locked(
         heldout_every=heldout_every,
         max_tokens=max_tokens,
         truncated=truncated,
-        tokenizer_sha256=TOKENIZER_SHA256,
+        tokenizer_sha256=vocab.sha256,
+        tokenizer_name=vocab.name,
+        dtype=vocab.dtype,
+        eos_token_id=vocab.eos_token_id,
+        pad_token_id=vocab.pad_token_id,
+        vocab_size=vocab.vocab_size,
+        padded_vocab_size=vocab.padded_vocab_size,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         seconds=round(time.perf_counter() - started, 3),
         extra={
@@ -410,10 +450,51 @@ def _prepare_locked(
             "debian_package": src.debian_package,
             "licence": src.licence,
         },
+        stats=_stats(arrays, vocab.vocab_size),
+        tokenizer_extra=_bpe_provenance(vocab, train_texts),
     )
     write_json_atomic(out / MANIFEST_NAME, manifest.to_dict())
     _make_readable(out / MANIFEST_NAME)
     return PrepareResult(manifest, False, reason)
+
+
+def _stats(arrays: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """Held-out unigram entropy under the train unigram (what the report prints beside CE)."""
+    import numpy as np
+
+    counts = {s: np.bincount(a, minlength=vocab_size) for s, a in arrays.items()}
+    return {
+        "heldout_unigram_entropy_nats": round(
+            unigram_entropy(counts["train"], counts["heldout"], vocab_size), 4
+        ),
+        "unigram_rule": "cross-entropy of heldout.bin under train.bin's unigram, add-0.5 smoothing",
+    }
+
+
+def _bpe_provenance(vocab: Vocab, train_texts: list[str]) -> dict[str, Any]:
+    """Re-train the BPE on the train documents and say whether it reproduces the shipped file."""
+    if vocab.name == "dolma2":
+        return {}
+    from olmoablate.data.bpe import to_json_bytes, train_bpe
+
+    try:
+        trained = hashlib.sha256(
+            to_json_bytes(train_bpe(train_texts, vocab.vocab_size))
+        ).hexdigest()
+    except ValueError as err:  # e.g. a corpus too small for 4,094 merges
+        log.warning(f"BPE provenance check skipped: {err}; token files use the shipped tokenizer")
+        return {"retrained_sha256": None, "reproduced": False, "retrain_error": str(err)}
+    if trained != vocab.sha256:
+        log.warning(
+            f"BPE re-trained on this corpus has sha256 {trained[:12]}…, not the shipped "
+            f"{vocab.sha256[:12]}… (another corpus or tokenizers version); token files use the "
+            "shipped tokenizer, which the specs name"
+        )
+    return {
+        "trained_on": "every train-split document (none held out)",
+        "retrained_sha256": trained,
+        "reproduced": trained == vocab.sha256,
+    }
 
 
 def describe(manifest: Manifest) -> str:

@@ -20,6 +20,7 @@ from olmoablate.report.compare import (
     consistency,
     evidence_for,
 )
+from olmoablate.report.evalcover import coverage_lines
 from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
@@ -42,6 +43,8 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: eval coverage / unigram-entropy lines (`olmoablate.report.evalcover`)
+    eval_lines: list[str] = field(default_factory=list)
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
     noise: NoiseSource | None = None  # the one-seed noise source (floor or A/A), if declared
@@ -114,6 +117,7 @@ class Report:
             },
             "next_steps": self.next_steps,
             "notes": self.notes,
+            "eval_coverage": self.eval_lines,
             "gate_sha256": self.results.plan.get("gate_sha256"),
         }
 
@@ -200,6 +204,7 @@ def build(results: Results) -> Report:
         consistent,
         sizes,
         notes=notes,
+        eval_lines=coverage_lines(results),
         family_note=outcome.family_note,
         noise_notes=noise_notes,
         noise=noise,

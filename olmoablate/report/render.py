@@ -743,6 +743,9 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     lines.extend(
         f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in statistics_lines(g)
     )
+    if r.eval_lines:
+        lines += ["", "Held-out evaluation (tokens scored per eval point; CE vs unigram entropy):", ""]
+        lines.extend(f"- {x}" for x in r.eval_lines)
     if r.next_steps:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = _sections(r)
@@ -810,6 +813,12 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in statistics_lines(g))
         + "</ul>"
     )
+    if r.eval_lines:
+        parts.append(
+            "<h3>Held-out evaluation</h3><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in r.eval_lines)
+            + "</ul>"
+        )
     if r.next_steps:
         parts.append("<h3>Next steps</h3><pre>" + e("\n".join(r.next_steps)) + "</pre>")
     secs = _sections(r)
@@ -911,6 +920,8 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
             con.print(f"  - {gate_tag(report, r)}{reason}", markup=False)
         for line in statistics_lines(r):
             con.print(f"  * {gate_tag(report, r)}{line}", markup=False)
+    for line in report.eval_lines:
+        con.print(line, style="bold red" if line.startswith("WARNING") else None, markup=False)
     if report.results.issues:
         con.print(f"data issues: {len(report.results.issues)} (listed in the report)")
     for step in report.next_steps:

@@ -18,10 +18,11 @@ from olmoablate import __version__
 from olmoablate import accounting as acc
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.spec import sizes as sizes_mod
 from olmoablate.spec.certificate import certificate_of, differences, shared_settings
+from olmoablate.spec.datacheck import resolve_ids
 from olmoablate.spec.load import LoadedSpec
 from olmoablate.spec.schema import computes_in_bf16
+from olmoablate.spec.tokens import narrowest_dtype
 
 PLAN_SCHEMA = 1
 
@@ -66,10 +67,10 @@ def _run_entry(
     data = t.data.model_dump()
     data["seed"] = data["seed"] + (seed if data.pop("vary_with_seed") else 0)
     data["vocab_size"] = dims.vocab_size
-    if data["eos_token_id"] is None:
-        data["eos_token_id"] = sizes_mod.DOLMA2_EOS_TOKEN_ID
-    if data["pad_token_id"] is None:
-        data["pad_token_id"] = sizes_mod.DOLMA2_PAD_TOKEN_ID
+    # EOS/PAD from the tokenizer file (validated by load_spec); the dtype OLMo-core will read.
+    info, data["eos_token_id"], data["pad_token_id"] = resolve_ids(st, dims)
+    data["tokenizer_sha256"] = info.sha256 or None
+    data["dtype"] = narrowest_dtype(dims.vocab_size)
     schedule = t.schedule.model_dump()
     schedule["warmup_steps"] = _warmup_steps(schedule, base_steps)
     schedule.pop("warmup_fraction")
@@ -213,6 +214,9 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "gate": gate,
         "gate_sha256": sha256_of(gate) if gate is not None else None,
         "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
+        # Per size: what each LM eval set holds (measured from its files at plan time), so the
+        # report can check that every eval point scored the whole set.
+        "eval_sets": ls.eval_sets,
         "gates": gates,
         "aa_runs": [r["run_id"] for r in aa],
         "accounting": {

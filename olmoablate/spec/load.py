@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.errors import UserError
+from olmoablate.spec import datacheck
 from olmoablate.spec import sizes as sizes_mod
 from olmoablate.spec.schema import (
     PER_SIZE_SECTIONS,
@@ -69,6 +70,8 @@ class LoadedSpec:
     dims: dict[str, sizes_mod.SizeDims]
     per_size: dict[str, SizeSettings]
     microbatch: dict[str, int] = field(default_factory=dict)
+    #: per size: what each LM eval set holds (tokens an eval point scores, unigram entropy).
+    eval_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Problems that do not stop the spec (``validate`` prints them with ``warning:``).
     warnings: list[Problem] = field(default_factory=list)
 
@@ -319,6 +322,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     size_names = set(sizes_mod.PRESET_NAMES) | set(spec.custom_sizes)
     per_size: dict[str, SizeSettings] = {}
     microbatch: dict[str, int] = {}
+    eval_sets: dict[str, dict[str, Any]] = {}
     for size in dims:
         resolved: dict[str, Any] = {}
         origin: dict[Path_, Path_] = {}
@@ -352,7 +356,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
         if mb:
             microbatch[size] = mb
         _check_architectures(spec, dims[size], add)
-        _check_tokens(settings, dims[size], add, origin)
+        data_problems, facts = datacheck.check_size(settings, dims[size], mb)
+        for ppath, msg in data_problems:
+            add(_origin_of(ppath, origin), msg)
+        eval_sets[size] = {name: f.to_dict() for name, f in facts.items()}
         _check_execution(settings, add, origin)
         if dims[size].sliding_window >= settings.training.sequence_length:
             warn(
@@ -385,6 +392,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
         dims=dims,
         per_size=per_size,
         microbatch=microbatch,
+        eval_sets=eval_sets,
         warnings=_dedupe(warnings),
     )
 
@@ -462,24 +470,6 @@ def _check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_
         )
 
 
-def _check_tokens(
-    settings: SizeSettings, dims: sizes_mod.SizeDims, add: Any, origin: dict[Path_, Path_]
-) -> None:
-    """EOS/PAD ids must exist in the model's vocabulary (dolma2 needs the padded 100352)."""
-    data = settings.training.data
-    eos = data.eos_token_id if data.eos_token_id is not None else sizes_mod.DOLMA2_EOS_TOKEN_ID
-    pad = data.pad_token_id if data.pad_token_id is not None else sizes_mod.DOLMA2_PAD_TOKEN_ID
-    for key, val in (("eos_token_id", eos), ("pad_token_id", pad)):
-        if val >= dims.vocab_size:
-            add(
-                _origin_of(("training", "data", key), origin),
-                f"{key}={val} is outside the vocabulary of size {dims.name} "
-                f"(vocab_size={dims.vocab_size}; dolma2 needs vocab_size >= "
-                f"{sizes_mod.DOLMA2_VOCAB_SIZE}, or set data.eos_token_id/pad_token_id for "
-                "custom token files)",
-            )
-
-
 def _check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
     for name, arch in spec.variants.items():
         if arch.sizes is not None and dims.name not in arch.sizes:
@@ -554,6 +544,12 @@ def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
     from olmoablate.spec import downstream
 
     for st in per_size.values():
+        if st.evaluation.downstream and st.training.data.tokenizer != "dolma2":
+            add(
+                ("evaluation", "downstream"),
+                "downstream tasks are tokenized with dolma2, but training.data.tokenizer is "
+                f"{st.training.data.tokenizer!r} (allowed: tokenizer dolma2, or no downstream)",
+            )
         for index, message in downstream.problems(st.evaluation.downstream):
             path: Path_ = (
                 ("evaluation", "downstream")

@@ -252,7 +252,9 @@ class Data(Strict):
     paths: list[str] | None = None
     mix: str | None = None
     root: str | None = None
-    tokenizer: Literal["dolma2"] = "dolma2"
+    #: ``dolma2`` (real runs) or a path to a Hugging Face ``tokenizer.json`` (small-vocab CPU
+    #: work); vocab size, EOS and PAD are read from it at validate (spec/tokens.py).
+    tokenizer: str = Field("dolma2", min_length=1)
     eos_token_id: NonNegInt | None = None
     pad_token_id: NonNegInt | None = None
     seed: int = 34521

@@ -46,10 +46,10 @@ from olmo_core.train.callbacks import (
     Callback,
     DownstreamEvaluatorCallbackConfig,
     EvaluatorCallback,
-    LMEvaluatorCallbackConfig,
 )
 
 from olmoablate.io import write_json_atomic
+from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.train.guards import (
     ComputeDtypeCallback,
     DebugNaNCallback,
@@ -294,8 +294,9 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
 
 
 @dataclass
-class LoopedLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
-    """:class:`LMEvaluatorCallbackConfig` that builds a :class:`LoopedEvaluatorCallback`."""
+class LoopedLMEvaluatorCallbackConfig(WholeSetLMEvaluatorCallbackConfig):
+    """The whole-set LM evaluator (`olmoablate.train.eval_data`), as a
+    :class:`LoopedEvaluatorCallback` for looped arms."""
 
     loop_counts: list[int] = field(default_factory=list)
 

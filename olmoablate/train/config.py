@@ -320,8 +320,9 @@ def data_loader_config(ctx: RunContext) -> NumpyDataLoaderConfig:
 
 
 def eval_dataset_config(ctx: RunContext) -> Any | None:
-    """All held-out LM sets as one padded dataset; each file carries its set name as label."""
-    from olmo_core.data import NumpyPaddedFSLDatasetConfig
+    """All held-out LM sets as one dataset scored whole (`olmoablate.train.eval_data`); each file
+    carries its set name as label."""
+    from olmoablate.train.eval_data import WholeSetEvalDatasetConfig
 
     sets = ctx.evaluation.get("lm_sets") or {}
     if not sets:
@@ -333,7 +334,7 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
         for f in files:
             paths.append(ctx.resolve(f))
             metadata.append({"label": str(label)})
-    return NumpyPaddedFSLDatasetConfig(
+    return WholeSetEvalDatasetConfig(
         tokenizer=tokenizer_config(ctx.run),
         paths=paths,
         metadata=metadata,

@@ -1,0 +1,256 @@
+"""What `validate` knows about a spec's tokenizer and token files, read before anything trains.
+
+Why here: a token file written with another tokenizer or dtype trains without complaint on
+garbage ids (or crashes hours later in an embedding lookup), and an eval set smaller than one
+batch gives NaN. Both are cheap to detect from the files themselves, so `validate`/`plan` do it.
+
+* :func:`tokenizer_info` — vocab size, EOS and PAD of ``data.tokenizer`` (``dolma2`` or a path to
+  a Hugging Face ``tokenizer.json``, read as plain JSON: no ``tokenizers``/torch import).
+* :func:`scan_token_file` — dtype (the one OLMo-core infers from ``vocab_size``), largest id,
+  document count, eval sequences and unigram counts of one local token file (numpy memmap).
+* :func:`eval_sequences` — how many sequences of at most ``sequence_length`` tokens the eval
+  dataset (`olmoablate.train.eval_data`) cuts a file into; the same rule, in one place.
+
+Only local files that exist are scanned (remote URLs and files made later on the cluster are
+checked by the job); files above :data:`FULL_SCAN_BYTES` are checked on their first
+:data:`FULL_SCAN_BYTES` only, and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import sha256_file
+from olmoablate.spec import sizes as sizes_mod
+
+#: Larger files are scanned on their first this-many bytes only (validate must stay fast).
+FULL_SCAN_BYTES = 1 << 30
+_EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eos|>")
+_PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>")
+_DTYPES = ("uint8", "uint16", "uint32", "uint64")
+_ITEMSIZE = {"uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}
+
+
+def narrowest_dtype(vocab_size: int) -> str:
+    """numpy dtype OLMo-core reads token files with: the smallest uint holding ``vocab_size - 1``.
+
+    Mirrors ``NumpyDatasetConfig.get_dtype`` (uint16 for vocabularies up to 65,536, uint32 for
+    dolma2's 100,352), so `data prepare` writes exactly what training reads.
+    """
+    for name in _DTYPES:
+        if vocab_size - 1 < 1 << (8 * _ITEMSIZE[name]):
+            return name
+    raise ValueError(f"vocab_size {vocab_size} does not fit uint64")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """Ids that training and the token files depend on."""
+
+    name: str  # "dolma2" or the path as written in the spec
+    vocab_size: int  # ids 0..vocab_size-1 (special tokens included)
+    eos_token_id: int | None
+    pad_token_id: int | None
+    sha256: str
+
+
+def tokenizer_info(tokenizer: str) -> TokenizerInfo:
+    """Vocab size / EOS / PAD of ``dolma2`` or of a ``tokenizer.json`` path (ValueError when bad)."""
+    if tokenizer == "dolma2":
+        from olmoablate.data.tokenizer import TOKENIZER_SHA256
+
+        return TokenizerInfo(
+            "dolma2",
+            sizes_mod.DOLMA2_VOCAB_SIZE,
+            sizes_mod.DOLMA2_EOS_TOKEN_ID,
+            sizes_mod.DOLMA2_PAD_TOKEN_ID,
+            TOKENIZER_SHA256,
+        )
+    path = Path(tokenizer).expanduser()
+    if not path.is_file():
+        raise ValueError(f"tokenizer file {tokenizer} not found (allowed: dolma2 or a tokenizer.json path)")
+    stat = path.stat()
+    return _read_tokenizer(str(path.resolve()), stat.st_size, stat.st_mtime_ns, tokenizer)
+
+
+@lru_cache(maxsize=16)
+def _read_tokenizer(path: str, size: int, mtime_ns: int, name: str) -> TokenizerInfo:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        model = data["model"]
+        vocab = model["vocab"]
+        if isinstance(vocab, dict):
+            ids = {str(k): int(v) for k, v in vocab.items()}
+        else:  # Unigram: a list of [piece, score]; the id is the position
+            ids = {str(piece[0]): i for i, piece in enumerate(vocab)}
+        for added in data.get("added_tokens") or []:
+            ids[str(added["content"])] = int(added["id"])
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        raise ValueError(f"tokenizer file {name} is not a Hugging Face tokenizer.json ({err})") from None
+    if not ids:
+        raise ValueError(f"tokenizer file {name} has an empty vocabulary")
+
+    def first(names: tuple[str, ...]) -> int | None:
+        return next((ids[n] for n in names if n in ids), None)
+
+    return TokenizerInfo(
+        name, max(ids.values()) + 1, first(_EOS_NAMES), first(_PAD_NAMES), sha256_file(Path(path))
+    )
+
+
+@dataclass(frozen=True)
+class TokenFileScan:
+    """Facts about one token file read as ``dtype``."""
+
+    path: str
+    dtype: str
+    tokens: int
+    max_id: int
+    documents: int
+    sequences: int  # eval sequences of <= sequence_length tokens (see eval_sequences)
+    scored: int  # tokens an LM eval scores (all but each document's first token)
+    complete: bool  # False when only the first FULL_SCAN_BYTES were read
+    counts: Any = None  # numpy unigram counts (vocab_size bins) or None
+
+
+def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
+    """Sequences the eval dataset makes from documents of these lengths (EOS included).
+
+    A document of n tokens gives chunks starting at 0, L-1, 2(L-1), ... (L = sequence_length), each
+    overlapping the previous by one token, so every token but the document's first is predicted
+    exactly once: 1 chunk when n <= L, else 1 + ceil((n - L) / (L - 1)).
+    """
+    import numpy as np
+
+    n = np.asarray(doc_lengths, dtype=np.int64)
+    n = n[n > 1]
+    step = max(1, sequence_length - 1)
+    extra = np.maximum(0, -(-(n - sequence_length) // step))
+    return int(len(n) + extra.sum())
+
+
+def chunk_bounds(tokens: Any, eos_token_id: int, sequence_length: int) -> Any:
+    """(start, end) of every eval sequence of a token array: the rule :func:`eval_sequences` counts.
+
+    Documents end at EOS (a trailing piece without EOS is a document too). Documents of one token
+    have nothing to predict and give no sequence.
+    """
+    import numpy as np
+
+    arr = np.asarray(tokens)
+    n = len(arr)
+    ends = np.flatnonzero(arr == eos_token_id) + 1
+    if not len(ends) or ends[-1] != n:
+        ends = np.append(ends, n)
+    starts = np.concatenate([[0], ends[:-1]])
+    keep = ends - starts > 1
+    starts, ends = starts[keep], ends[keep]
+    step = max(1, sequence_length - 1)
+    per_doc = 1 + np.maximum(0, -(-(ends - starts - sequence_length) // step))
+    doc = np.repeat(np.arange(len(starts)), per_doc)
+    first = np.cumsum(per_doc) - per_doc
+    j = np.arange(int(per_doc.sum())) - np.repeat(first, per_doc)
+    chunk_starts = starts[doc] + j * step
+    chunk_ends = np.minimum(chunk_starts + sequence_length, ends[doc])
+    return np.stack([chunk_starts, chunk_ends], axis=1).astype(np.int64)
+
+
+def scan_token_file(
+    path: Path, dtype: str, eos_token_id: int, sequence_length: int, vocab_size: int
+) -> TokenFileScan:
+    """Read a token file as ``dtype`` (memmap, at most FULL_SCAN_BYTES) and count what matters."""
+    stat = path.stat()
+    return _scan(
+        str(path.resolve()), stat.st_size, stat.st_mtime_ns, dtype, eos_token_id,
+        sequence_length, vocab_size,
+    )  # fmt: skip
+
+
+@lru_cache(maxsize=32)
+def _scan(
+    path: str, size: int, mtime_ns: int, dtype: str, eos: int, seq: int, vocab: int
+) -> TokenFileScan:
+    import numpy as np
+
+    item = _ITEMSIZE[dtype]
+    n = min(size, FULL_SCAN_BYTES) // item
+    if n == 0:
+        return TokenFileScan(path, dtype, 0, -1, 0, 0, 0, True)
+    arr = np.memmap(path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r", shape=(n,))
+    max_id = int(arr.max())
+    ends = np.flatnonzero(arr == eos) + 1
+    if not len(ends) or ends[-1] != n:
+        ends = np.append(ends, n)
+    lengths = np.diff(ends, prepend=0)
+    counts = np.bincount(arr, minlength=vocab) if max_id < vocab else None
+    return TokenFileScan(
+        path=path,
+        dtype=dtype,
+        tokens=int(n),
+        max_id=max_id,
+        documents=int(len(lengths)),
+        sequences=eval_sequences(lengths, seq),
+        scored=int(np.maximum(lengths - 1, 0).sum()),
+        complete=size <= FULL_SCAN_BYTES,
+        counts=counts,
+    )
+
+
+def wider_reading_fits(path: Path, dtype: str, vocab_size: int) -> str | None:
+    """The wider dtype this file also reads as with every id < vocab_size, if any.
+
+    Why: a uint32 file of small ids read as uint16 has only valid ids (each high half is 0), so
+    the max-id check passes; reading it as uint32 reveals the real layout.
+    """
+    import numpy as np
+
+    i = _DTYPES.index(dtype)
+    size = path.stat().st_size
+    for wider in _DTYPES[i + 1 :]:
+        item = _ITEMSIZE[wider]
+        n = min(size, FULL_SCAN_BYTES) // item
+        if size % item or n < 16:
+            continue
+        arr = np.memmap(path, dtype=np.dtype(wider).newbyteorder("<"), mode="r", shape=(n,))
+        if int(arr.max()) < vocab_size:
+            return wider
+    return None
+
+
+def manifest_entry(path: Path) -> dict[str, Any] | None:
+    """What a `data prepare` manifest beside ``path`` says about it (dtype, tokenizer sha256)."""
+    manifest = path.parent / "manifest.json"
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+        for entry in data["files"].values():
+            if entry["path"] == path.name:
+                return {
+                    "manifest": str(manifest),
+                    "dtype": str(data["dtype"]),
+                    "tokenizer_sha256": str(data["tokenizer"]["sha256"]),
+                    "tokenizer": str(data["tokenizer"].get("name", "?")),
+                    "stats": data.get("stats") or {},
+                }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def unigram_entropy(train_counts: Any, heldout_counts: Any, vocab_size: int) -> float:
+    """Held-out cross-entropy (nats/token) of the train unigram with add-0.5 smoothing.
+
+    The floor a model that learned only token frequencies reaches; a demo whose CE is not well
+    below it has learned nothing else.
+    """
+    import numpy as np
+
+    tc = np.asarray(train_counts, dtype=np.float64)[:vocab_size]
+    hc = np.asarray(heldout_counts, dtype=np.float64)[:vocab_size]
+    p = (tc + 0.5) / (tc.sum() + 0.5 * vocab_size)
+    total = hc.sum()
+    return float(-(hc * np.log(p)).sum() / total) if total else math.nan
