@@ -3,7 +3,8 @@
 Every side effect of the job lives here, as OLMo-core :class:`Callback` subclasses, so the
 training loop itself stays OLMo-core's. What each one is for:
 
-* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`.
+* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`
+  (plus its columnar copy ``metrics.parquet``, see :mod:`olmoablate.columnar`).
 * :class:`FingerprintCallback` -> ``fingerprints.jsonl``: sha256 of each global batch, the
   evidence that both arms of a pair saw the same tokens in the same order.
 * :class:`LoopCurriculumCallback`: drives a looped model's loop count b(step) and records the
@@ -45,6 +46,7 @@ import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
 
+from olmoablate import columnar
 from olmoablate.io import write_json_atomic, write_text_atomic
 from olmoablate.stability import SpikeDetector
 
@@ -120,12 +122,23 @@ class MetricsJSONLCallback(Callback):
     #: Measured wall time of every step trained in this attempt (for summary.json).
     step_times: list[float] = field(default_factory=list)
     last_row: dict[str, Any] = field(default_factory=dict)
+    _rows_since_copy: int = 0
 
     def pre_train(self) -> None:
         self.resume_step = self.trainer.global_step if self.trainer.global_step > 0 else None
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             truncate_jsonl_after(Path(self.path), self.trainer.global_step)
+            self._update_copy()
+
+    def _update_copy(self) -> None:
+        """Refresh ``metrics.parquet`` (olmoablate.columnar): a cache for the report, so a
+        failure is logged and training goes on; the report then parses the JSON itself."""
+        self._rows_since_copy = 0
+        try:
+            columnar.update_copy(self.path)
+        except Exception as err:  # noqa: BLE001 - never fatal for training
+            log.warning("metrics.parquet not updated (%s: %s)", type(err).__name__, err)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
         del batch
@@ -161,10 +174,14 @@ class MetricsJSONLCallback(Callback):
             fh.write(json.dumps(self._pending) + "\n")
         self.last_row = self._pending
         self._pending = None
+        self._rows_since_copy += 1
+        if self._rows_since_copy >= columnar.ROWS_PER_UPDATE:
+            self._update_copy()
 
     def close(self) -> None:
         if get_rank() == 0:
             self._flush()
+            self._update_copy()
 
 
 def interleave_rank_batches(parts: list[torch.Tensor]) -> torch.Tensor:
