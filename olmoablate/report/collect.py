@@ -302,6 +302,7 @@ def _parse_part_job(path: str, keys: tuple[str, ...], prefixes: tuple[str, ...])
 # duplicates) make the whole file be parsed again: per-key last-row-wins needs every row.
 # ----------------------------------------------------------------------------------------------
 
+
 def _encode(name: str, arr: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """Store a column compactly but losslessly: arithmetic progression (``tokens``, ``step``),
     sparse (eval rows: NaN elsewhere) or dense. Decoding recomputes exactly the expression that

@@ -332,6 +332,13 @@ class Training(Strict):
     def _tokens(cls, v: Any) -> int:
         return parse_count(v)
 
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, v: Any) -> Any:
+        if v is True or v is False or v == "auto":
+            return v
+        raise ValueError(f"invalid value {v!r} (allowed: auto, true, false)")
+
     @model_validator(mode="after")
     def _check(self) -> Training:
         if self.global_batch_size % self.sequence_length:
