@@ -35,7 +35,10 @@ def test_truncate_keeps_rows_up_to_resume_step_and_drops_torn_line(tmp_path: Pat
 
 def test_global_batch_hash_is_int64_le_of_the_global_order() -> None:
     batch = torch.arange(8 * 5, dtype=torch.int64).reshape(8, 5) * 7919 % 100352
-    expected = hashlib.sha256(batch.numpy().astype("<i8").tobytes()).hexdigest()
+    # sha256 over the instances' sha256s (each row as int64 little-endian), in global order:
+    # ranks only exchange 32 bytes per instance.
+    rows = [hashlib.sha256(r.numpy().astype("<i8").tobytes()).digest() for r in batch]
+    expected = hashlib.sha256(b"".join(rows)).hexdigest()
     assert global_batch_sha256(batch) == expected
     assert global_batch_sha256(batch.to(torch.int32)) == expected  # dtype-independent
     # What OLMo-core's loader gives DP rank r of W: rows r, r+W, ... (data_loader.py).
@@ -52,6 +55,9 @@ class _Trainer:
         self.global_step = 0
         self.canceled: list[str] = []
         self.metrics: dict[str, torch.Tensor] = {}
+        self.metrics_collect_interval = 1
+        self.max_steps = 100
+        self.callbacks: dict[str, Any] = {}
 
     def cancel_run(self, reason: str, no_sync: bool = False) -> None:
         self.canceled.append(reason)
@@ -65,6 +71,7 @@ def _stability(**kw: Any) -> tuple[StabilityCallback, _Trainer]:
     trainer = _Trainer()
     cb.trainer = trainer  # type: ignore[assignment]
     cb.post_attach()
+    cb.pre_train()
     return cb, trainer
 
 

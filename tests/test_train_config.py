@@ -115,22 +115,20 @@ def test_skip_step_and_decay_on_embeddings() -> None:
 
 def test_parallelism_and_precision() -> None:
     run = run_entry("r", "baseline", {}, batch_seqs=8, micro_seqs=8)
+    run["topology"]["data_parallel"] = "ddp"
     ddp = cfgs.train_module_config(run, cfgs.Environment("cpu", world_size=2, distributed=True))
     assert ddp.dp_config is not None and ddp.dp_config.name == "ddp"
     assert ddp.rank_microbatch_size == 4 * 64  # clamped to the rank batch
-    run["topology"]["data_parallel"] = "fsdp"
+    del run["topology"]["data_parallel"]  # the schema's default on one node: fsdp
     fsdp = cfgs.train_module_config(run, cfgs.Environment("cpu", world_size=2, distributed=True))
     assert fsdp.dp_config.name == "fsdp" and fsdp.dp_config.param_dtype is None  # fp32 on CPU
+    run["topology"]["gpus_per_node"] = 1  # precision follows the plan's topology (auto -> bf16)
     gpu = cfgs.train_module_config(run, cfgs.Environment("cuda", world_size=1, distributed=True))
     assert gpu.dp_config.param_dtype == "bfloat16" and gpu.dp_config.reduce_dtype == "float32"
     with pytest.raises(UserError, match="cannot be split"):
         cfgs.train_module_config(run, cfgs.Environment("cpu", world_size=3, distributed=True))
-    run["training"]["precision"] = "bf16"
-    with pytest.raises(UserError, match="precision = 'bf16' needs CUDA"):
-        cfgs.train_module_config(run, CPU)
     run["topology"]["data_parallel"] = "tp"
-    run["training"]["precision"] = "auto"
-    with pytest.raises(UserError, match="allowed: ddp, fsdp"):
+    with pytest.raises(UserError, match="topology.data_parallel"):
         cfgs.train_module_config(run, cfgs.Environment("cpu", world_size=2, distributed=True))
 
 

@@ -24,7 +24,13 @@ def submit_command(
         str, typer.Option("--executor", "-e", help="Where to run: local or slurm.")
     ] = "local",
     parallel: Annotated[
-        int, typer.Option("--parallel", "-j", help="Local executor: runs trained at the same time.")
+        int,
+        typer.Option(
+            "--parallel",
+            "-j",
+            help="Local executor: runs trained at the same time (a GPU run gets its own "
+            "gpus_per_node GPUs of CUDA_VISIBLE_DEVICES, or of all GPUs when unset).",
+        ),
     ] = 1,
     dry_run: Annotated[
         bool,

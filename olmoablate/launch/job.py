@@ -50,13 +50,21 @@ def setup_distributed_env(gpus_per_node: int) -> dict[str, str]:
     checkpoint folder is on a shared filesystem (OLMO_SHARED_FS=1). The training job then picks
     NCCL on GPU and gloo on CPU. Single-task jobs get nothing: OLMo-core bootstraps a one-process
     environment itself.
+
+    Device placement follows `olmoablate.launch.devices`: ``CUDA_VISIBLE_DEVICES`` is left as the
+    scheduler/launcher set it (all of the node's GPUs of this job) and local rank r uses
+    ``cuda:r``, which is what OLMo-core's ``init_distributed`` selects.
     """
+    from olmoablate.launch.devices import task_device
+
     env = submitit.JobEnvironment()
     if env.num_tasks <= 1:
         return {}
     dist = submitit.helpers.TorchDistributedEnvironment().export(
-        set_cuda_visible_devices=gpus_per_node > 0, overwrite=True
+        set_cuda_visible_devices=False, overwrite=True
     )
+    if gpus_per_node > 0:
+        task_device(dist.local_rank, dist.local_world_size, os.environ)
     extra = {
         "LOCAL_WORLD_SIZE": str(dist.local_world_size),
         "NUM_NODES": str(env.num_nodes),
@@ -116,9 +124,9 @@ class TrainRun(submitit.helpers.Checkpointable):
         # Until the training job installs its own handlers (imports take seconds), a user's
         # cancel (SIGTERM + marker) would be swallowed by submitit's log-only SIGTERM handler.
         signal.signal(signal.SIGTERM, self._early_sigterm)
-        setup_distributed_env(self.gpus_per_node)
         submitit_usr2 = signal.getsignal(signal.SIGUSR2)
         try:
+            setup_distributed_env(self.gpus_per_node)
             result = resolve_target(self.target)(self.plan_path, self.run_id)
         except Exception as err:
             # Errors before the training job could write its own status (bad plan entry, import

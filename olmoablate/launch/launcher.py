@@ -25,6 +25,7 @@ from typing import Any
 from olmoablate.errors import UserError
 from olmoablate.io import canonical_json
 from olmoablate.launch import slurm as sl
+from olmoablate.launch.devices import check_local_capacity, local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger, now_iso
 from olmoablate.launch.resolve import PLAN_FILE, read_status, run_dir, runs_by_id
 from olmoablate.launch.runstate import CANCEL_MARKER, DEFAULT_TARGET, mark_status
@@ -422,6 +423,9 @@ def _local_executor_class() -> type:
     from submitit.local import local
 
     class SessionLocalExecutor(local.LocalExecutor):
+        #: The job's GPUs (`olmoablate.launch.devices.local_slot_devices`); "" = none.
+        cuda_devices: str = ""
+
         def _submit_command(self, command: str) -> local.LocalJob[Any]:
             ntasks = self.parameters.get("tasks_per_node", 1)
             env = dict(os.environ)
@@ -434,7 +438,7 @@ def _local_executor_class() -> type:
                 SUBMITIT_LOCAL_JOB_NUM_NODES="1",
                 SUBMITIT_STDERR_TO_STDOUT="",
                 SUBMITIT_EXECUTOR="local",
-                CUDA_VISIBLE_DEVICES=env.get("CUDA_VISIBLE_DEVICES", ""),
+                CUDA_VISIBLE_DEVICES=self.cuda_devices,
                 SUBMITIT_LOCAL_WITH_SHELL="",
             )
             process = subprocess.Popen(
@@ -468,6 +472,10 @@ def _submit_local(
         _check_spec(ledger, plan, redo)
         views = reconcile(results_dir, plan, ledger, sacct_max_age_s=0)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        runs = runs_by_id(plan)
+        gpus = visible_gpus()
+        for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
+            check_local_capacity(gpus, _gpus_of(runs[rid]), parallel)
         for rid in send:
             if rid in redo:
                 ledger.forget(rid)
@@ -494,6 +502,10 @@ def _submit_local(
     return SubmitResult(submitted, skip, [], [])
 
 
+def _gpus_of(run: dict[str, Any]) -> int:
+    return int((run.get("topology") or {}).get("gpus_per_node") or 0)
+
+
 class LocalPool:
     """Runs at most `parallel` local submitit jobs at a time, with a live progress table."""
 
@@ -514,6 +526,9 @@ class LocalPool:
         self.active: dict[str, Any] = {}
         self.submitted: list[tuple[str, str]] = []
         self.runs = runs_by_id(plan)
+        # GPU slots: each concurrent job trains on its own GPUs (launch/devices.py).
+        self.gpus = visible_gpus()
+        self.slots: dict[str, int] = {}
 
     def _start(self, rid: str) -> None:
         from olmoablate.launch.job import TrainRun
@@ -534,7 +549,9 @@ class LocalPool:
                 tasks_per_node=sl.tasks_per_node(run),
                 signal_delay_s=int((run.get("slurm") or {}).get("signal_delay_s") or 90),
             )
-            gpus = int((run.get("topology") or {}).get("gpus_per_node") or 0)
+            gpus = _gpus_of(run)
+            slot = min(set(range(self.parallel)) - set(self.slots.values()))
+            ex.cuda_devices = local_slot_devices(self.gpus, gpus, slot)
             # submitit's local jobs inherit this process's environment at start-up
             for key, value in sl.job_env(run).items():
                 os.environ.setdefault(key, value)
@@ -549,6 +566,7 @@ class LocalPool:
             ledger.record_submission(rid, job.job_id, "local", "running")
             ledger.runs[rid]["jobs"][-1]["host"] = socket.gethostname()
         self.active[rid] = job
+        self.slots[rid] = slot
         self.submitted.append((rid, job.job_id))
 
     def _finish(self, rid: str, job: Any) -> None:
@@ -624,6 +642,7 @@ class LocalPool:
                     if job._process is not None and job._process.poll() is not None:
                         self._finish(rid, job)
                         del self.active[rid]
+                        self.slots.pop(rid, None)
                 if live is not None:
                     live.update(self._table())
                 time.sleep(0.5)

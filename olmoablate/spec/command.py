@@ -69,6 +69,8 @@ def validate_command(
             failed += 1
             typer.echo(f"{f}:1: <pairs>: {err}", err=True)
             continue
+        for w in ls.warnings:
+            typer.echo(str(w), err=True)
         typer.echo(
             f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
             f"sizes {', '.join(ls.spec.sizes)})"

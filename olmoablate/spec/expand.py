@@ -21,6 +21,7 @@ from olmoablate.io import sha256_of
 from olmoablate.spec import sizes as sizes_mod
 from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 from olmoablate.spec.load import LoadedSpec
+from olmoablate.spec.schema import computes_in_bf16
 
 PLAN_SCHEMA = 1
 
@@ -104,7 +105,7 @@ def _run_entry(
         microbatch_tokens=ls.microbatch[size],
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=t.precision == "bf16" or (t.precision == "auto" and topo.gpus_per_node > 0),
+        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
     )

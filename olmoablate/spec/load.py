@@ -24,6 +24,7 @@ from olmoablate.spec.schema import (
     Spec,
     Topology,
     Training,
+    computes_in_bf16,
 )
 
 Path_ = tuple[str | int, ...]
@@ -68,6 +69,8 @@ class LoadedSpec:
     dims: dict[str, sizes_mod.SizeDims]
     per_size: dict[str, SizeSettings]
     microbatch: dict[str, int] = field(default_factory=dict)
+    #: Problems that do not stop the spec (``validate`` prints them with ``warning:``).
+    warnings: list[Problem] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,9 +279,13 @@ def load_spec(path: str | Path) -> LoadedSpec:
         )
 
     problems: list[Problem] = []
+    warnings: list[Problem] = []
 
     def add(path: Path_, message: str) -> None:
         problems.append(Problem(fname, lines.line_of(path), _dotted(path), message))
+
+    def warn(path: Path_, message: str) -> None:
+        warnings.append(Problem(fname, lines.line_of(path), _dotted(path), f"warning: {message}"))
 
     for dup_path, _line in lines.duplicates:
         add(dup_path, "duplicate key (a later value would silently replace the earlier one)")
@@ -346,6 +353,14 @@ def load_spec(path: str | Path) -> LoadedSpec:
             microbatch[size] = mb
         _check_architectures(spec, dims[size], add)
         _check_tokens(settings, dims[size], add, origin)
+        _check_execution(settings, add, origin)
+        if dims[size].sliding_window >= settings.training.sequence_length:
+            warn(
+                _origin_of(("training", "sequence_length"), origin),
+                f"SWA inactive: every layer is full (size {size}: sliding_window="
+                f"{dims[size].sliding_window} >= sequence_length="
+                f"{settings.training.sequence_length}; OLMo 3 pretrains at 8192 with window 4096)",
+            )
 
     for name, arch in spec.variants.items():
         for i, s in enumerate(arch.sizes or []):
@@ -370,6 +385,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
         dims=dims,
         per_size=per_size,
         microbatch=microbatch,
+        warnings=_dedupe(warnings),
     )
 
 
@@ -419,6 +435,31 @@ def _check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -
         )
         return None
     return mb
+
+
+def _check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
+    """Precision x backend x parallelism combinations that could never start (or would train in
+    another precision than the spec says) are rejected here, not hours later at job start."""
+    t, topo = settings.training, settings.topology
+    gpu = topo.gpus_per_node > 0
+    half = computes_in_bf16(t.precision, topo.gpus_per_node)
+    backend = topo.attention_backend
+    if backend.startswith("flash"):
+        where = _origin_of(("topology", "attention_backend"), origin)
+        if not gpu:
+            add(where, f"{backend} needs CUDA GPUs (gpus_per_node=0; allowed on CPU: auto, torch)")
+        elif not half:
+            add(
+                where,
+                f"{backend} does not run in fp32 (training.precision={t.precision}; "
+                "allowed with fp32: auto, torch)",
+            )
+    if topo.data_parallel == "hsdp" and topo.nodes < 2:
+        add(
+            _origin_of(("topology", "data_parallel"), origin),
+            f"hsdp replicates across nodes and shards within one: needs nodes >= 2 "
+            f"(nodes={topo.nodes}; allowed on one node: fsdp, ddp)",
+        )
 
 
 def _check_tokens(

@@ -3,13 +3,15 @@
 Every side effect of the job lives here, as OLMo-core :class:`Callback` subclasses, so the
 training loop itself stays OLMo-core's. What each one is for:
 
-* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`
-  (plus its columnar copy ``metrics.parquet``, see :mod:`olmoablate.columnar`).
+* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`.
 * :class:`FingerprintCallback` -> ``fingerprints.jsonl``: sha256 of each global batch, the
   evidence that both arms of a pair saw the same tokens in the same order.
 * :class:`LoopCurriculumCallback`: drives a looped model's loop count b(step) and records the
   per-loop hidden-state norms.
 * :class:`StabilityCallback`: counts loss spikes, stops on NaN/Inf and marks the run diverged.
+
+The records and the numeric guards live in :mod:`olmoablate.train.records` and
+:mod:`olmoablate.train.guards` (re-exported here); this module keeps the rest.
 * :class:`InterruptCallback`: SIGTERM and SIGUSR2 (Slurm/submitit's pre-timeout warning) both
   become OLMo-core's graceful cancel (final checkpoint, normal return).
 * :class:`StatusCallback` -> ``status.json`` while training.
@@ -29,204 +31,70 @@ the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import math
 import os
-import resource
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
+from olmo_core.distributed.utils import get_rank
 from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
 
-from olmoablate import columnar
-from olmoablate.io import write_json_atomic, write_text_atomic
-from olmoablate.stability import SpikeDetector
+from olmoablate.io import write_json_atomic
+from olmoablate.train.guards import (
+    ComputeDtypeCallback,
+    DebugNaNCallback,
+    StabilityCallback,
+    nonfinite_flags,
+)
+from olmoablate.train.records import (
+    CE_LOSS,
+    GRAD_NORM,
+    FingerprintCallback,
+    MetricsJSONLCallback,
+    _model_of,
+    batch_sha256,
+    collect_due,
+    cuda_timing,
+    gather_global_digests,
+    global_batch_sha256,
+    instance_digests,
+    interleave_rank_batches,
+    now_iso,
+    peak_memory_gb,
+    read_jsonl,
+    truncate_jsonl_after,
+)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
 
+__all__ = [
+    "CE_LOSS",
+    "GRAD_NORM",
+    "ComputeDtypeCallback",
+    "DebugNaNCallback",
+    "FingerprintCallback",
+    "MetricsJSONLCallback",
+    "StabilityCallback",
+    "batch_sha256",
+    "collect_due",
+    "cuda_timing",
+    "gather_global_digests",
+    "global_batch_sha256",
+    "instance_digests",
+    "interleave_rank_batches",
+    "nonfinite_flags",
+    "now_iso",
+    "peak_memory_gb",
+    "read_jsonl",
+    "truncate_jsonl_after",
+]
+
 log = logging.getLogger(__name__)
-
-CE_LOSS = "train/CE loss"
-GRAD_NORM = "optim/total grad norm"
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def peak_memory_gb() -> float:
-    """CUDA max allocated on this device, else the process's peak RSS (Linux: KiB)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        return torch.cuda.max_memory_allocated() / 2**30
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss_kib * (1 if sys.platform != "darwin" else 1 / 1024) / 2**20
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a truncated last line (copied mid-write) is ignored."""
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
-
-
-def truncate_jsonl_after(path: Path, step: int) -> int:
-    """Rewrite ``path`` atomically keeping only rows with ``row["step"] <= step``.
-
-    Returns the number of rows dropped. This is the resume half of the merge rule.
-    """
-    if not path.exists():
-        return 0
-    rows = read_jsonl(path)
-    keep = [r for r in rows if int(r.get("step", -1)) <= step]
-    if len(keep) != len(rows) or path.read_text(encoding="utf-8").count("\n") != len(rows):
-        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
-    return len(rows) - len(keep)
-
-
-def _model_of(trainer: Trainer) -> Any:
-    return trainer.train_module.model  # type: ignore[attr-defined]
-
-
-@dataclass
-class MetricsJSONLCallback(Callback):
-    """Per-step metrics rows for ``metrics.jsonl`` (rank 0 writes; see module docstring)."""
-
-    #: Runs first, so a step's timing is taken before e.g. the checkpointer flushes metrics.
-    priority: ClassVar[int] = 100
-
-    path: str = "metrics.jsonl"
-    global_batch_size: int = 0
-    #: Set by the job: the step the trainer resumed from (None = fresh start).
-    resume_step: int | None = None
-
-    _pending: dict[str, Any] | None = None
-    _step_start: float = 0.0
-    _cpu_start: float = 0.0
-    _step_times: dict[int, float] = field(default_factory=dict)
-    _cpu_times: dict[int, float] = field(default_factory=dict)
-    #: Measured wall time of every step trained in this attempt (for summary.json).
-    step_times: list[float] = field(default_factory=list)
-    last_row: dict[str, Any] = field(default_factory=dict)
-    _rows_since_copy: int = 0
-
-    def pre_train(self) -> None:
-        self.resume_step = self.trainer.global_step if self.trainer.global_step > 0 else None
-        if get_rank() == 0:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            truncate_jsonl_after(Path(self.path), self.trainer.global_step)
-            self._update_copy()
-
-    def _update_copy(self) -> None:
-        """Refresh ``metrics.parquet`` (olmoablate.columnar): a cache for the report, so a
-        failure is logged and training goes on; the report then parses the JSON itself."""
-        self._rows_since_copy = 0
-        try:
-            columnar.update_copy(self.path)
-        except Exception as err:  # noqa: BLE001 - never fatal for training
-            log.warning("metrics.parquet not updated (%s: %s)", type(err).__name__, err)
-
-    def pre_step(self, batch: dict[str, Any]) -> None:
-        del batch
-        self._step_start = time.perf_counter()
-        self._cpu_start = time.process_time()
-
-    def post_train_batch(self) -> None:
-        dt = time.perf_counter() - self._step_start
-        self._step_times[self.step] = dt
-        # CPU seconds of all threads: on a shared CPU box wall time alone overstates the cost.
-        self._cpu_times[self.step] = time.process_time() - self._cpu_start
-        self.step_times.append(dt)
-
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if get_rank() != 0:
-            return
-        if self.resume_step is not None and step <= self.resume_step:
-            return  # already in the file from the attempt that saved the checkpoint
-        row = {k: float(v) for k, v in metrics.items()}
-        if self._pending is None or self._pending["step"] != step:
-            self._flush()
-            self._pending = {"step": step, "tokens": step * self.global_batch_size}
-        self._pending.update(row)
-        if step in self._step_times:
-            self._pending["step_time_s"] = self._step_times.pop(step)
-            self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
-        self._pending["peak_memory_gb"] = peak_memory_gb()
-
-    def _flush(self) -> None:
-        if self._pending is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(self._pending) + "\n")
-        self.last_row = self._pending
-        self._pending = None
-        self._rows_since_copy += 1
-        if self._rows_since_copy >= columnar.ROWS_PER_UPDATE:
-            self._update_copy()
-
-    def close(self) -> None:
-        if get_rank() == 0:
-            self._flush()
-            self._update_copy()
-
-
-def interleave_rank_batches(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Global batch from the DP ranks' local batches: rank r holds global rows r, r+W, r+2W, …"""
-    return torch.stack(parts, dim=1).reshape(-1, parts[0].shape[-1])
-
-
-def global_batch_sha256(input_ids: torch.Tensor, group: Any = None) -> str:
-    """sha256 of the global batch's token ids (int64 little-endian, global instance order).
-
-    OLMo-core's loader gives DP rank r the instances ``r, r + W, r + 2W, …`` of the global batch,
-    so gathering the local batches and interleaving them restores the global order. The hash is
-    therefore independent of the number of ranks.
-    """
-    ids = input_ids.detach()
-    if is_distributed() and get_world_size(group) > 1:
-        parts = [torch.empty_like(ids) for _ in range(get_world_size(group))]
-        torch.distributed.all_gather(parts, ids.contiguous(), group=group)
-        ids = interleave_rank_batches(parts)
-    arr = ids.to("cpu", torch.int64).numpy().astype("<i8", copy=False)
-    return hashlib.sha256(arr.tobytes()).hexdigest()
-
-
-@dataclass
-class FingerprintCallback(Callback):
-    """Appends ``{"step", "tokens", "sha256"}`` for every global batch to ``fingerprints.jsonl``."""
-
-    path: str = "fingerprints.jsonl"
-    global_batch_size: int = 0
-
-    def pre_train(self) -> None:
-        if get_rank() == 0:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            truncate_jsonl_after(Path(self.path), self.trainer.global_step)
-
-    def pre_step(self, batch: dict[str, Any]) -> None:
-        digest = global_batch_sha256(batch["input_ids"], self.trainer.dp_process_group)
-        if get_rank() == 0:
-            row = {
-                "step": self.step,
-                "tokens": self.step * self.global_batch_size,
-                "sha256": digest,
-            }
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
 
 
 @dataclass
@@ -282,120 +150,6 @@ class LoopCurriculumCallback(Callback):
         loops = getattr(model, "current_loops", None)
         if loops is not None:
             self.trainer.record_metric("train/loops", float(loops))
-
-
-@dataclass
-class StabilityCallback(Callback):
-    """Loss-spike counter and NaN/Inf stop.
-
-    Spikes follow the project's one rule (`olmoablate.stability`: above ``mean + spike_factor·std``
-    of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
-    report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
-    (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it
-    diverged: non-finite values are caught right after the step's backward/optimizer step, on every
-    rank at once, so the run stops on that step. The divergence is final; the launcher must not
-    retry it.
-    """
-
-    priority: ClassVar[int] = 5
-
-    spike_window: int = 50
-    spike_factor: float = 3.0
-    min_relative_jump: float = 0.05
-    max_spikes: int | None = None
-    stop_on_nonfinite: bool = True
-
-    spikes: int = 0
-    diverged_at_step: int | None = None
-    reason: str | None = None
-    _detector: SpikeDetector | None = None
-
-    @property
-    def detector(self) -> SpikeDetector:
-        if self._detector is None:
-            self._detector = SpikeDetector(
-                self.spike_window, self.spike_factor, self.min_relative_jump
-            )
-        return self._detector
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "spikes": self.spikes,
-            "history": self.detector.state(),
-            "diverged_at_step": self.diverged_at_step,
-            "reason": self.reason,
-        }
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.spikes = int(state_dict.get("spikes", 0))
-        self.detector.load(state_dict.get("history", []))
-        self.diverged_at_step = state_dict.get("diverged_at_step")
-        self.reason = state_dict.get("reason")
-
-    def _diverge(self, step: int, reason: str, *, all_ranks: bool) -> None:
-        if self.diverged_at_step is None:
-            self.diverged_at_step = step
-            self.reason = reason
-            log.error(f"Run diverged at step {step}: {reason}")
-        self.trainer.cancel_run(f"diverged: {reason}", no_sync=all_ranks)
-
-    def post_train_batch(self) -> None:
-        if not self.stop_on_nonfinite or self.diverged_at_step is not None:
-            return
-        found = [self.trainer.get_metric(name) for name in (CE_LOSS, GRAD_NORM)]
-        values = [
-            v.detach().float().reshape(()) if v is not None else torch.zeros(()) for v in found
-        ]
-        flags = torch.stack([(~torch.isfinite(v)).float() for v in values])
-        if is_distributed():  # same decision on every rank, so all can stop together
-            flags = flags.to(self.trainer.device)
-            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        bad = [name for name, f in zip((CE_LOSS, GRAD_NORM), flags.tolist(), strict=True) if f > 0]
-        if bad:
-            shown = ", ".join(
-                f"{n} = {float(v):g}"
-                for n, v, f in zip((CE_LOSS, GRAD_NORM), values, found, strict=True)
-                if f is not None
-            )
-            self._diverge(self.step, f"non-finite {' and '.join(bad)} ({shown})", all_ranks=True)
-
-    def pre_log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        loss = metrics.get(CE_LOSS)
-        if loss is None or not math.isfinite(loss):
-            return
-        if self.detector.update(float(loss)):
-            self.spikes += 1
-            log.warning(f"Loss spike at step {step}: {loss:.4f}")
-        metrics["stability/loss spikes"] = float(self.spikes)
-        if (
-            self.max_spikes is not None
-            and self.spikes > self.max_spikes
-            and self.diverged_at_step is None
-        ):
-            self._diverge(
-                step,
-                f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",
-                all_ranks=False,
-            )
-
-
-@dataclass
-class DebugNaNCallback(Callback):
-    """Test hook (``training.debug_nan_at_step``): poisons the gradients of step ``at_step``.
-
-    It runs after backward and before the optimizer step, so the grad norm of that exact step is
-    NaN - a deterministic way to exercise the divergence path without relying on an LR blow-up.
-    """
-
-    at_step: int = -1
-
-    def pre_optim_step(self) -> None:
-        if self.step != self.at_step:
-            return
-        for p in _model_of(self.trainer).parameters():
-            if p.grad is not None:
-                p.grad.fill_(float("nan"))
-                break
 
 
 @dataclass

@@ -21,14 +21,65 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.optim import OptimConfig, Scheduler
     from olmo_core.train.train_module import TransformerTrainModuleConfig
 
+    from olmoablate.spec.schema import Topology
+
 
 @dataclass(frozen=True)
 class Environment:
-    """Where the job runs: decides precision and data parallelism, never the math of the run."""
+    """Where the job runs. The device must be the one the plan's topology asks for (the job
+    checks that), so precision and parallelism below follow from the plan alone."""
 
     device_type: str  # "cpu" | "cuda"
     world_size: int = 1
     distributed: bool = False
+
+
+def execution(run: dict[str, Any]) -> Topology:
+    """The run's topology with the schema's defaults filled in (the one place they live).
+
+    Plans record concrete values; entries written by hand (tests) may omit fields.
+    """
+    from pydantic import ValidationError
+
+    from olmoablate.spec.schema import Topology
+
+    try:
+        return Topology.model_validate(dict(run.get("topology") or {}))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise UserError(f"runs[{run['run_id']}].topology.{where}: {first['msg']}") from None
+
+
+def computes_in_bf16(run: dict[str, Any]) -> bool:
+    """The plan's precision rule (:func:`olmoablate.spec.schema.computes_in_bf16`)."""
+    from olmoablate.spec.schema import computes_in_bf16 as rule
+
+    return rule(str(run["training"].get("precision", "auto")), execution(run).gpus_per_node)
+
+
+def attention_backend(run: dict[str, Any], env: Environment) -> str:
+    """The attention backend both arms use: never flash in fp32 or without CUDA.
+
+    ``auto`` picks flash_2 only when this node has CUDA and flash-attn and the run computes in
+    bf16; the resolved name is recorded in ``summary.json``.
+    """
+    topo = execution(run)
+    name = topo.attention_backend
+    half = computes_in_bf16(run)
+    where = f"runs[{run['run_id']}].topology.attention_backend = {name!r}"
+    if name == "auto":
+        if env.device_type != "cuda" or not half:
+            return "torch"
+        from olmo_core.nn.attention import flash_attn_api
+
+        return "flash_2" if flash_attn_api.has_flash_attn_2() else "torch"
+    if name.startswith("flash"):
+        if env.device_type != "cuda":
+            raise UserError(f"{where} needs CUDA; allowed on CPU: auto, torch")
+        if not half:
+            raise UserError(f"{where} does not run in fp32; allowed with fp32: auto, torch")
+    return name
 
 
 def tokenizer_config(run: dict[str, Any]) -> TokenizerConfig:
@@ -89,10 +140,10 @@ def model_config(run: dict[str, Any], env: Environment) -> TransformerConfig:
 
     Uses ``olmoablate.models.build_model_config`` (the bundled variants) when that package
     provides it, else the OLMo-core baseline above. The torch attention backend is forced on CPU
-    so GPU presets don't warn on every layer.
+    so GPU presets don't warn on every layer; on CUDA it is :func:`attention_backend`.
     """
     init_seed = int(run["training"].get("init_seed", 0))
-    attn_backend = "torch" if env.device_type == "cpu" else None
+    attn_backend = attention_backend(run, env)
     try:
         from olmoablate.models import build_model_config  # type: ignore[attr-defined]
     except ImportError:
@@ -179,15 +230,28 @@ def compile_enabled(run: dict[str, Any], env: Environment) -> bool:
 
 
 def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTrainModuleConfig:
-    """Optimizer, schedule, clipping, z-loss, microbatching and parallelism/precision."""
+    """Optimizer, schedule, clipping, z-loss, microbatching, parallelism and precision.
+
+    Precision is exactly the plan's (:func:`computes_in_bf16`) on every path: sharded data
+    parallelism (fsdp/hsdp) computes in bf16 through FSDP2's mixed-precision policy (fp32 master
+    weights, bf16 params in forward/backward, fp32 gradient reduction), as OLMo-core's official
+    OLMo 3 scripts do; DDP and single-process runs through bf16 autocast (OLMo-core's DDP
+    ``param_dtype`` would cast the weights themselves to bf16, i.e. no fp32 master copy).
+    """
     from olmo_core.config import DType
     from olmo_core.distributed.parallel import DataParallelType
+    from olmo_core.nn.transformer.config import (
+        TransformerActivationCheckpointingMode,
+        TransformerDataParallelWrappingStrategy,
+    )
     from olmo_core.train.train_module import (
+        TransformerActivationCheckpointingConfig,
         TransformerDataParallelConfig,
         TransformerTrainModuleConfig,
     )
 
     tr = run["training"]
+    topo = execution(run)
     seq = int(tr["sequence_length"])
     gbs = int(tr["global_batch_size"])
     rank_batch = gbs // max(env.world_size, 1)
@@ -200,31 +264,25 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
     while rank_batch % micro:  # largest whole-sequence microbatch that divides the rank batch
         micro -= seq
 
-    precision = tr.get("precision", "auto")
-    if precision == "bf16" and env.device_type != "cuda":
-        raise UserError(
-            f"runs[{run['run_id']}].training.precision = 'bf16' needs CUDA; allowed on CPU: auto, fp32"
-        )
-    dp_name = str((run.get("topology") or {}).get("data_parallel") or "").lower() or None
-    if dp_name not in (None, "ddp", "fsdp"):
-        raise UserError(
-            f"runs[{run['run_id']}].topology.data_parallel = {dp_name!r}; allowed: ddp, fsdp"
-        )
+    half = computes_in_bf16(run)
+    dp_name = str(topo.data_parallel)
     dp_config = None
     if env.distributed:
-        if dp_name is None:
-            dp_name = "fsdp" if env.device_type == "cuda" else "ddp"
-        half = env.device_type == "cuda" and precision in ("auto", "bf16")
+        sharded = dp_name in ("fsdp", "hsdp")
         dp_config = TransformerDataParallelConfig(
-            name=DataParallelType.fsdp if dp_name == "fsdp" else DataParallelType.ddp,
-            param_dtype=DType.bfloat16 if (half and dp_name == "fsdp") else None,
+            name=DataParallelType(dp_name),
+            param_dtype=DType.bfloat16 if (half and sharded) else None,
             reduce_dtype=DType.float32,
+            wrapping_strategy=TransformerDataParallelWrappingStrategy(topo.fsdp_wrapping),
+            # HSDP: one replica per node, sharded over the node's GPUs (OLMo-core's default).
+            num_replicas=topo.nodes if dp_name == "hsdp" else None,
         )
-    autocast = None
-    if env.device_type == "cuda" and precision in ("auto", "bf16") and dp_config is None:
-        import torch
-
-        autocast = torch.bfloat16
+    autocast = DType.bfloat16 if half and (dp_config is None or dp_name == "ddp") else None
+    ac_config = None
+    if topo.activation_checkpointing == "full":
+        ac_config = TransformerActivationCheckpointingConfig(
+            mode=TransformerActivationCheckpointingMode.full
+        )
 
     grad_clip = tr.get("grad_clip")
     return TransformerTrainModuleConfig(
@@ -235,9 +293,17 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
         max_grad_norm=float(grad_clip) if grad_clip else None,
         z_loss_multiplier=float(tr["z_loss"]) if tr.get("z_loss") else None,
         dp_config=dp_config,
+        ac_config=ac_config,
         autocast_precision=autocast,
         compile_model=compile_enabled(run, env),
     )
+
+
+def trainer_intervals(run: dict[str, Any]) -> dict[str, int]:
+    """Metrics collection and cancel checks every ``topology.metrics_interval`` steps (official
+    OLMo 3: 10 on GPU). Per-step rows are still written: OLMo-core buffers each step's metrics."""
+    interval = int(execution(run).metrics_interval or 1)
+    return {"metrics_collect_interval": interval, "cancel_check_interval": interval}
 
 
 def dataset_config(ctx: RunContext) -> NumpyFSLDatasetConfig:
@@ -270,7 +336,7 @@ def data_loader_config(ctx: RunContext) -> NumpyDataLoaderConfig:
         global_batch_size=int(tr["global_batch_size"]),
         seed=int(tr["data"].get("seed", 34521)),
         work_dir=str(ctx.run_dir / "cache" / "loader"),
-        num_workers=0,
+        num_workers=int(execution(ctx.run).data_workers or 0),
     )
 
 

@@ -61,13 +61,24 @@ def _previous_status(path: Path) -> dict[str, Any]:
 
 
 def _environment(ctx: RunContext) -> Any:
-    """CPU or CUDA, single process or torchrun/Slurm (RANK + WORLD_SIZE in the environment)."""
+    """CPU or CUDA, single process or torchrun/Slurm (RANK + WORLD_SIZE in the environment).
+
+    The device is the plan's (``topology.gpus_per_node``), never a guess: a GPU plan on a node
+    without CUDA would otherwise train on the CPU in fp32 while the plan costs it in bf16. On CUDA
+    the run is always distributed (OLMo-core bootstraps a one-process group), so FSDP's
+    mixed-precision policy applies even on one GPU, as in OLMo-core's own scripts.
+    """
     import torch
 
-    from olmoablate.train.config import Environment
+    from olmoablate.train.config import Environment, execution
 
-    gpus = (ctx.run.get("topology") or {}).get("gpus_per_node")
-    use_cuda = torch.cuda.is_available() and gpus != 0
+    gpus = execution(ctx.run).gpus_per_node
+    if gpus > 0 and not torch.cuda.is_available():
+        raise UserError(
+            f"runs[{ctx.run_id}].topology.gpus_per_node = {gpus} but CUDA is not available on "
+            "this node (set gpus_per_node: 0 to train on CPU)"
+        )
+    use_cuda = gpus > 0
     world = int(os.environ.get("WORLD_SIZE", "1"))
     distributed = ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or use_cuda
     return Environment(
@@ -139,6 +150,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             stop_on_nonfinite=bool(stab.get("stop_on_nonfinite", True)),
         ),
         "interrupt": cbs.InterruptCallback(),
+        "compute_dtype": cbs.ComputeDtypeCallback(),
         "status": cbs.StatusCallback(
             path=str(rd / "status.json"),
             base=base_status,
@@ -167,8 +179,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         work_dir=str(rd / "cache" / "trainer"),
         save_overwrite=True,
         max_duration=Duration.steps(steps),
-        metrics_collect_interval=1,
-        cancel_check_interval=1,
+        **cfgs.trainer_intervals(run),
     )
     trainer_cfg = trainer_cfg.with_callback(
         "checkpointer",
@@ -208,15 +219,44 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     return trainer, {name: trainer.callbacks[name] for name in own}
 
 
-def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) -> dict[str, Any]:
+def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, Any]:
+    """How the run actually executed (device, parallelism, precision, backend), from the live
+    train module: what both arms must share and what the plan claimed, checkable after the fact."""
+    tm = trainer.train_module
+    dp = getattr(tm, "dp_config", None)
+    autocast = getattr(tm, "autocast_precision", None)
+    att = next(iter(tm.model.blocks.values())).attention
+    backend = getattr(getattr(att, "backend", None), "__class__", type(None)).__name__
+    return {
+        "device": env.device_type,
+        "world_size": env.world_size,
+        "data_parallel": str(dp.name) if dp is not None else None,
+        "param_dtype": str(dp.param_dtype) if dp is not None and dp.param_dtype else None,
+        "autocast_dtype": str(autocast).removeprefix("torch.") if autocast is not None else None,
+        "compute_dtype": own["compute_dtype"].compute_dtype,
+        "attention_backend": backend,
+    }
+
+
+def _summary(
+    trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
+) -> dict[str, Any]:
     from olmoablate.train.callbacks import peak_memory_gb
+    from olmoablate.train.config import execution
 
     model = trainer.train_module.model
     counts = _param_counts(model)
-    times = list(own["metrics"].step_times)
-    steady = times[1:] if len(times) > 1 else times  # the first step includes warm-up
+    metrics_cb = own["metrics"]
+    steady = metrics_cb.steady_step_times()  # warm-up steps of this attempt excluded
+    times = list(metrics_cb.step_times)
     mean_step = sum(steady) / len(steady) if steady else None
     gbs = int(trainer.global_batch_size)
+    topo = execution(ctx.run)
+    flops_per_token = ctx.run.get("train_flops_per_token") or 0
+    mfu = None
+    if mean_step and env.device_type == "cuda" and flops_per_token:
+        peak = float(topo.gpu_peak_tflops) * 1e12 * max(env.world_size, 1)
+        mfu = flops_per_token * gbs / mean_step / peak
     return {
         "params": int(model.num_params),
         "non_embedding_params": int(model.num_non_embedding_params),
@@ -224,13 +264,17 @@ def _summary(trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int) 
         "effective_params": counts.get("effective", counts["unique"]),
         "peak_memory_gb": peak_memory_gb(),
         "mean_step_time_s": mean_step,
+        "steady_steps": len(steady),
         "tokens_per_s": gbs / mean_step if mean_step else None,
+        "tokens_per_s_per_device": gbs / mean_step / max(env.world_size, 1) if mean_step else None,
+        "mfu": mfu,
         "steps_this_attempt": len(times),
         "steps": steps_done,
         "tokens": steps_done * gbs,
         "wall_time_s": wall_s,
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
+        "execution": _execution_record(trainer, own, env),
     }
 
 
@@ -245,15 +289,62 @@ def _loop_counts(run: dict[str, Any]) -> list[int]:
     return resolve_loop_counts(list(raw), int(run["architecture"]["looped"]["loops"]))
 
 
-def _decode_figures(
+def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
+    """The trained model as one plain module on this rank's device: the model itself in a
+    single process; under DDP/FSDP/HSDP a replica loaded from the gathered full state dict
+    (a collective: every rank calls this) on rank 0, ``None`` on the other ranks. In the run's
+    compute precision, so the KV cache and latency are those of the trained setup."""
+    import torch
+
+    from olmoablate.train import config as cfgs
+
+    model = trainer.train_module.model
+    if not env.distributed:
+        return model
+    from olmo_core.distributed.utils import get_rank
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    if get_rank() != 0:
+        return None
+    device = trainer.train_module.device
+    replica = cfgs.model_config(ctx.run, env).build(init_device="cpu")
+    replica.load_state_dict(state, strict=True)
+    replica = replica.to(device)
+    if cfgs.computes_in_bf16(ctx.run):
+        replica = replica.to(torch.bfloat16)
+    if hasattr(model, "current_loops"):
+        replica.current_loops = model.current_loops  # the loop count the arm was trained at
+    return replica
+
+
+def _decode_figures(trainer: Any, ctx: RunContext, env: Any) -> dict[str, Any]:
+    """Decode figures of the trained model (rank 0); never fails the run. See
+    :func:`_measure_decode`. Every rank must call this (the state-dict gather is collective)."""
+    try:
+        model = _decode_model(trainer, ctx, env)
+    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
+        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
+        model = None
+    out = _measure_decode(model, ctx) if model is not None else {}
+    if env.distributed:
+        import torch
+
+        torch.distributed.barrier()  # the other ranks wait for rank 0's measurement
+    return out
+
+
+def _measure_decode(
     model: Any, ctx: RunContext, prompt_tokens: int = 64, new_tokens: int = 16
 ) -> dict[str, Any]:
     """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1).
 
-    Measured once at the end of a completed single-process run with our KV-cache decoder
+    Measured once at the end of a completed run with our KV-cache decoder
     (`olmoablate.models.generate`; looped arms at their trained loop count, one cache per virtual
     layer), so the report can compare arms. Content does not change the cost, so the prompt is
-    seeded random ids. Under DDP/FSDP (sharded weights) this is skipped; use bench/decode.py.
+    seeded random ids. Distributed runs measure an unsharded replica on rank 0.
     """
     import torch
 
@@ -372,7 +463,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             "last_loss": last.get("train/CE loss"),
             "tokens_per_s": None,
         }
-        summary = _summary(trainer, own, time.perf_counter() - t_start, step)
+        summary = _summary(trainer, own, time.perf_counter() - t_start, step, ctx, env)
         extra["tokens_per_s"] = summary["tokens_per_s"]
         if stability.diverged_at_step is not None:
             state = "diverged"
@@ -386,8 +477,8 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             sig = own["interrupt"].signal_received
             state = "interrupted"
             extra["reason"] = f"{sig} received" if sig else "training stopped before the last step"
-        if state == "completed" and not env.distributed:
-            summary.update(_decode_figures(trainer.train_module.model, ctx))
+        if state == "completed":
+            summary.update(_decode_figures(trainer, ctx, env))
         if get_rank() == 0:
             write_json_atomic(ctx.run_dir / "summary.json", {**summary, "state": state})
         return write_status(state, step, **extra)

@@ -1,0 +1,201 @@
+"""Callbacks that guard a run's numerics: NaN/Inf and loss-spike stops, the compute-dtype
+probe (evidence a run trained in the precision its plan claims) and the NaN test hook."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from olmo_core.distributed.utils import is_distributed
+from olmo_core.train.callbacks import Callback
+
+from olmoablate.stability import SpikeDetector
+from olmoablate.train.records import CE_LOSS, GRAD_NORM, _model_of, collect_due
+
+log = logging.getLogger(__name__)
+
+
+def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
+    """1.0 where a metric is NaN/Inf, on the metrics' own device (a missing metric, e.g. no grad
+    norm without clipping, counts as finite): no host sync, no CPU/CUDA mix."""
+    present = [v for v in values if v is not None]
+    device = present[0].device if present else torch.device("cpu")
+    return torch.stack(
+        [
+            (~torch.isfinite(v.detach().float().reshape(()))).float()
+            if v is not None
+            else torch.zeros((), device=device)
+            for v in values
+        ]
+    )
+
+
+@dataclass
+class StabilityCallback(Callback):
+    """Loss-spike counter and NaN/Inf stop.
+
+    Spikes follow the project's one rule (`olmoablate.stability`: above ``mean + spike_factor·std``
+    of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
+    report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
+    (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it
+    diverged: non-finite values are flagged on the device right after each step's optimizer step
+    and checked with one all-reduce at the trainer's metrics steps (:func:`collect_due`), on every
+    rank at once, so all ranks stop together within ``topology.metrics_interval`` steps and the
+    first bad step is recorded. The divergence is final; the launcher must not retry it.
+    """
+
+    priority: ClassVar[int] = 5
+
+    spike_window: int = 50
+    spike_factor: float = 3.0
+    min_relative_jump: float = 0.05
+    max_spikes: int | None = None
+    stop_on_nonfinite: bool = True
+
+    spikes: int = 0
+    diverged_at_step: int | None = None
+    reason: str | None = None
+    _detector: SpikeDetector | None = None
+    _first_step: int = 1
+    _flags: list[tuple[int, torch.Tensor, list[Any]]] = field(default_factory=list)
+
+    @property
+    def detector(self) -> SpikeDetector:
+        if self._detector is None:
+            self._detector = SpikeDetector(
+                self.spike_window, self.spike_factor, self.min_relative_jump
+            )
+        return self._detector
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "spikes": self.spikes,
+            "history": self.detector.state(),
+            "diverged_at_step": self.diverged_at_step,
+            "reason": self.reason,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.spikes = int(state_dict.get("spikes", 0))
+        self.detector.load(state_dict.get("history", []))
+        self.diverged_at_step = state_dict.get("diverged_at_step")
+        self.reason = state_dict.get("reason")
+
+    def _diverge(self, step: int, reason: str, *, all_ranks: bool) -> None:
+        if self.diverged_at_step is None:
+            self.diverged_at_step = step
+            self.reason = reason
+            log.error(f"Run diverged at step {step}: {reason}")
+        self.trainer.cancel_run(f"diverged: {reason}", no_sync=all_ranks)
+
+    def pre_train(self) -> None:
+        self._first_step = self.trainer.global_step + 1
+        self._flags = []
+
+    def post_train_batch(self) -> None:
+        if not self.stop_on_nonfinite or self.diverged_at_step is not None:
+            return
+        found = [self.trainer.get_metric(name) for name in (CE_LOSS, GRAD_NORM)]
+        self._flags.append((self.step, nonfinite_flags(found), found))
+        if collect_due(self.trainer, self.step, self._first_step):
+            self._check(cancel=True)
+
+    def post_train(self) -> None:
+        if self.stop_on_nonfinite and self.diverged_at_step is None:
+            self._check(cancel=False)  # the last steps of a cancelled/finished attempt
+
+    def _check(self, *, cancel: bool) -> None:
+        """One all-reduce (and host sync) for all steps since the last check: same decision on
+        every rank, so all stop together; the first bad step is the divergence step."""
+        if not self._flags:
+            return
+        pending, self._flags = self._flags, []
+        flags = torch.stack([f for _, f, _ in pending])
+        if is_distributed():
+            flags = flags.to(self.trainer.device)
+            torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        for (step, _, found), row in zip(pending, flags.tolist(), strict=True):
+            bad = [name for name, f in zip((CE_LOSS, GRAD_NORM), row, strict=True) if f > 0]
+            if not bad:
+                continue
+            shown = ", ".join(
+                f"{n} = {float(v):g}"
+                for n, v in zip((CE_LOSS, GRAD_NORM), found, strict=True)
+                if v is not None
+            )
+            reason = f"non-finite {' and '.join(bad)} ({shown})"
+            if cancel:
+                self._diverge(step, reason, all_ranks=True)
+            elif self.diverged_at_step is None:
+                self.diverged_at_step, self.reason = step, reason
+                log.error(f"Run diverged at step {step}: {reason}")
+            return
+
+    def pre_log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        loss = metrics.get(CE_LOSS)
+        if loss is None or not math.isfinite(loss):
+            return
+        if self.detector.update(float(loss)):
+            self.spikes += 1
+            log.warning(f"Loss spike at step {step}: {loss:.4f}")
+        metrics["stability/loss spikes"] = float(self.spikes)
+        if (
+            self.max_spikes is not None
+            and self.spikes > self.max_spikes
+            and self.diverged_at_step is None
+        ):
+            self._diverge(
+                step,
+                f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",
+                all_ranks=False,
+            )
+
+
+@dataclass
+class ComputeDtypeCallback(Callback):
+    """Records the dtype the model actually computes in: the output dtype of the first linear
+    layer in the first training forward. Evidence for ``summary.json`` that a run trained in
+    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here)."""
+
+    compute_dtype: str | None = None
+    _handle: Any = None
+
+    def pre_train(self) -> None:
+        linear = next(
+            (m for m in _model_of(self.trainer).modules() if isinstance(m, torch.nn.Linear)), None
+        )
+        if linear is not None and self.compute_dtype is None:
+            self._handle = linear.register_forward_hook(self._hook)
+
+    def _hook(self, module: Any, args: Any, output: Any) -> None:
+        del module, args
+        if isinstance(output, torch.Tensor) and torch.is_grad_enabled():
+            self.compute_dtype = str(output.dtype).removeprefix("torch.")
+            self.close()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
+@dataclass
+class DebugNaNCallback(Callback):
+    """Test hook (``training.debug_nan_at_step``): poisons the gradients of step ``at_step``.
+
+    It runs after backward and before the optimizer step, so the grad norm of that exact step is
+    NaN - a deterministic way to exercise the divergence path without relying on an LR blow-up.
+    """
+
+    at_step: int = -1
+
+    def pre_optim_step(self) -> None:
+        if self.step != self.at_step:
+            return
+        for p in _model_of(self.trainer).parameters():
+            if p.grad is not None:
+                p.grad.fill_(float("nan"))
+                break
