@@ -86,3 +86,8 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+#: ``runs/<run_id>/wandb.json``: the run's W&B id, project and URL, written by the training job
+#: (`olmoablate.train.wandb_log`) and read by `report` / `olmoablate.results`.
+WANDB_LINK_FILE = "wandb.json"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.plan_fixture import write_tokens
+from fixtures.results_check import check_against_report
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parent.parent
@@ -45,13 +46,21 @@ evaluation:
   max_eval_tokens: 512
   loop_counts: [1, 2b]
 topology: {gpus_per_node: 0}
-gate:
-  stage: micro
-  variant: sn_da
-  metric: eval/lm/held/CE loss
-  last_n: 2
-  max_step_time_overhead: null
-  max_peak_memory_overhead: null
+gates:                # one verdict per proposal
+  sn_da:
+    stage: micro
+    variant: sn_da
+    metric: eval/lm/held/CE loss
+    last_n: 2
+    max_step_time_overhead: null
+    max_peak_memory_overhead: null
+  looped:
+    stage: micro
+    variant: looped
+    metric: train/CE loss
+    last_n: 2
+    max_step_time_overhead: null
+    max_peak_memory_overhead: null
 """
 
 
@@ -110,6 +119,18 @@ def test_spec_to_report(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stdout + rep.stderr
     gate = json.loads((res / "gate.json").read_text())
     assert gate["stage"] == "micro" and gate["verdict"] in {"proceed", "stop", "inconclusive"}
+    assert [(g["name"], g["metric"]) for g in gate["gates"]] == [
+        ("sn_da", "eval/lm/held/CE loss"),
+        ("looped", "train/CE loss"),
+    ]
+    assert set(gate["verdicts"]) == {"sn_da", "looped"}
+    assert (res / "report.md").read_text().splitlines()[2].startswith("**Gate verdicts: sn_da ")
     for name in ("report.md", "report.html", "comparison.csv"):
         assert (res / name).stat().st_size > 0
-    assert "gate verdict:" in rep.stdout
+    assert "gate verdicts: sn_da: " in rep.stdout
+
+    # the notebook API on this real folder says what comparison.csv and gate.json say
+    rs = check_against_report(res)
+    looped_rows = rs.metrics[rs.metrics["run"] == "micro-s0-looped"]
+    assert "eval/lm/held/CE loss (loops=4)" in set(looped_rows["metric"])
+    assert set(rs.runs["state"]) == {"completed"}

@@ -171,3 +171,36 @@ def test_plan_keeps_preregistered_plan_once_runs_started(tmp_path: Path) -> None
     assert proc.returncode == 2 and "--replan" in proc.stderr
     assert (root / "minimal" / "plan.json").read_text() == before
     assert subprocess.run([*cmd, "--replan"], capture_output=True, cwd=REPO).returncode == 0
+
+
+@pytest.mark.parametrize("spec", ["siamese_depth_attention", "looped_olmo"])
+def test_plan_of_shipped_1b_specs_lists_the_olmo3_downstream_suite(
+    spec: str, tmp_path: Path
+) -> None:
+    """`plan --size 1B` (stdout a pipe, as in a log) names every downstream task the runs score,
+    and the list is OLMo 3's: it holds every task of OLMo-core's official OLMo 3 in-loop set
+    (the 'fast' group its OLMo-3-1025-7B pretraining script uses) plus the OLMES Core-9 RC tasks."""
+    from olmo_core.eval.task_groups import FAST_TASKS, FULL_TASKS_SMALL_COMPUTE
+
+    core9_rc = [t for t in FULL_TASKS_SMALL_COMPUTE[:7] if "_rc_" in t]
+    plan = _plan(REPO / "specs" / f"{spec}.yaml")
+    tasks = {t for r in plan["runs"] for t in r["evaluation"]["downstream"]}
+    assert set(FAST_TASKS) <= tasks and set(core9_rc) <= tasks and len(core9_rc) == 7
+    assert all(r["evaluation"]["downstream"] for r in plan["runs"])  # every size, every arm
+    res = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "plan", str(REPO / "specs" / f"{spec}.yaml")]
+        + ["--size", "1B", "--results-root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith("  1B: downstream")]
+    assert len(lines) == 1 and f"({len(tasks)} tasks" in lines[0]
+    listed = set(lines[0].split("): ", 1)[1].split(", "))
+    assert listed == tasks
+    assert "…" not in out  # no table cell cut, though the console is 80 columns
+    if spec == "looped_olmo":
+        assert "LM sets and downstream tasks also at loop counts looped: 2, 4, 8, 16" in out

@@ -23,7 +23,13 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_report_by_name_prints_verdict_last(tmp_path: Path) -> None:
     make_results(
         tmp_path / "results" / "synth",
-        SynthSpec(gate={"metric": "eval/lm/demo-heldout/CE loss", "min_effect": 0.01}),
+        SynthSpec(
+            gate={
+                "metric": "eval/lm/demo-heldout/CE loss",
+                "min_effect": 0.01,
+                "noise": {"floor": 0.005},
+            }
+        ),
         {"sn_da": ArmTruth(offset=0.05)},  # worse: a stop verdict still exits 0
     )
     res = _cli("report", "synth", "--format", "md,json", cwd=tmp_path)

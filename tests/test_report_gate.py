@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import (
     INCONCLUSIVE,
     PROCEED,
@@ -15,13 +17,20 @@ from olmoablate.report.gate import (
     estimate,
     evaluate_variant,
     gate_config,
-    overall,
     quality_check,
     tolerance_check,
 )
-from olmoablate.report.stats import t_ppf
+from olmoablate.report.noise import NONE, floor_source
+from olmoablate.report.overhead import ArmTiming
 
-CFG = {"stage": "1B", "metric": "eval/lm/x/CE loss", "min_effect": 0.01, "last_n": 3}
+CFG = {
+    "stage": "1B",
+    "metric": "eval/lm/x/CE loss",
+    "min_effect": 0.01,
+    "last_n": 3,
+    "noise": {"floor": 0.005},
+}
+FLOOR = floor_source(0.005)
 
 
 def ev(pair: str, seed: int, imp: list[float], **kw: object) -> PairEvidence:
@@ -42,13 +51,22 @@ def test_defaults_filled_and_explicit_null_kept() -> None:
     assert cfg["last_n"] == 3 and cfg["confidence"] == 0.95
 
 
-def test_single_seed_estimate_uses_point_spread() -> None:
+def test_single_seed_never_uses_its_point_spread() -> None:
+    # three tight points of one run say nothing about another run: no source, no bound
     est = estimate([[0.05, 0.06, 0.04]], 0.95)
-    assert est is not None
+    assert est is not None and est.source == NONE
     assert est.mean == pytest.approx(0.05)
-    assert est.se == pytest.approx(0.01 / math.sqrt(3))
-    assert est.dof == 2
-    assert est.lower == pytest.approx(0.05 - t_ppf(0.95, 2) * 0.01 / math.sqrt(3))
+    assert math.isinf(est.lower) and math.isinf(est.upper)
+    # with a declared floor: z bound with the floor as the sd of the one paired delta
+    est = estimate([[0.05, 0.06, 0.04]], 0.95, floor_source(0.01))
+    assert est is not None and est.dof == math.inf
+    assert est.lower == pytest.approx(0.05 - 1.6449 * 0.01, abs=1e-4)
+
+
+def test_floor_below_within_run_jitter_is_raised_to_it() -> None:
+    est = estimate([[0.05]], 0.95, floor_source(0.001), jitter_se=0.004)
+    assert est is not None and est.sd == pytest.approx(0.004)
+    assert "raised to the within-run jitter" in est.source_detail
 
 
 def test_multi_seed_estimate_uses_seed_spread() -> None:
@@ -58,16 +76,17 @@ def test_multi_seed_estimate_uses_seed_spread() -> None:
     assert est.mean == pytest.approx(0.05)
     assert est.sd == pytest.approx(0.02)
     assert est.se == pytest.approx(0.02 / math.sqrt(3))
-    assert est.within_se == pytest.approx(0.0)
+    assert est.source == "paired seeds"
 
 
 def test_clear_improvement_proceeds() -> None:
-    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], CFG)
+    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], CFG, FLOOR)
     assert v.verdict == PROCEED, v.reasons
+    assert "declared floor" in v.noise
 
 
 def test_delta_inside_noise_is_inconclusive_with_seed_count() -> None:
-    v = evaluate_variant("v", [ev("p0", 0, [0.02, 0.0, 0.025])], CFG)
+    v = evaluate_variant("v", [ev("p0", 0, [0.02, 0.0, 0.025])], CFG, floor_source(0.01))
     assert v.verdict == INCONCLUSIVE
     chk = v.checks[0]
     assert chk.outcome == INCONCLUSIVE
@@ -81,17 +100,19 @@ def test_worse_variant_stops() -> None:
     assert "clearly below" in v.reasons[-1]
 
 
-def test_mean_below_bar_inconclusive_says_no_seed_count() -> None:
-    chk = quality_check("vs baseline", estimate([[0.0, 0.02, -0.02]], 0.95), 0.01, None, 0.95, "m")
+def test_mean_below_bar_gives_seed_count_toward_stop() -> None:
+    # two seeds straddling min_effect from below: more seeds resolve it toward stop
+    est = estimate([[0.004] * 3, [0.0] * 3], 0.95)
+    chk = quality_check("vs baseline", est, 0.01, 0.95, "m")
     assert chk.outcome == INCONCLUSIVE
-    assert chk.seeds_needed is None
-    assert "seeds needed: none (∞)" in chk.reason
+    assert chk.seeds_toward == "stop"
+    assert chk.seeds_needed is not None and chk.seeds_needed >= 2
+    assert "toward stop" in chk.reason
 
 
-def test_fixed_noise_floor_must_also_be_exceeded() -> None:
-    cfg = {**CFG, "noise": {"floor": 0.1}}
-    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], cfg)
-    assert v.verdict == INCONCLUSIVE  # 0.05 beats min_effect but not the 0.1 floor
+def test_wide_floor_is_inconclusive() -> None:
+    v = evaluate_variant("v", [ev("p0", 0, [0.050, 0.052, 0.049])], CFG, floor_source(0.1))
+    assert v.verdict == INCONCLUSIVE  # 0.05 - 1.645 * 0.1 < min_effect
 
 
 def test_loss_spike_storm_stops_despite_better_loss() -> None:
@@ -101,14 +122,37 @@ def test_loss_spike_storm_stops_despite_better_loss() -> None:
     assert any("25 loss spikes > max_loss_spikes 3" in r for r in v.reasons)
 
 
-def test_step_time_overhead_over_limit_stops() -> None:
+def _timing(mean_b: float, mean_v: float, sd: float, n: int = 200) -> tuple[ArmTiming, ArmTiming]:
+    rng = np.random.default_rng(3)
+    b = ArmTiming("b", mean_b + rng.normal(0, sd, n), "step_time_s")
+    v = ArmTiming("v", mean_v + rng.normal(0, sd, n), "step_time_s")
+    return b, v
+
+
+def test_step_time_point_ratio_over_limit_blocks_but_cannot_stop() -> None:
     e = ev("p0", 0, [0.05, 0.05, 0.05], overhead={"step_time": 0.20, "peak_memory": 0.0})
     v = evaluate_variant("v", [e], CFG)
-    assert v.verdict == STOP
-    assert any("step time overhead +20.0%" in r and "limit 10%" in r for r in v.reasons)
-    # at 5% it passes
+    assert v.verdict == INCONCLUSIVE
+    assert any("step time overhead +20.0%" in r and "no per-step times" in r for r in v.reasons)
     e.overhead = {"step_time": 0.05}
     assert evaluate_variant("v", [e], CFG).verdict == PROCEED
+
+
+def test_step_time_interval_above_limit_stops_straddling_is_inconclusive() -> None:
+    # Must show: clearly above the 10% limit -> stop; interval straddling it -> inconclusive
+    above = ev("p0", 0, [0.05] * 3, timing=_timing(0.50, 0.60, 0.01))
+    v = evaluate_variant("v", [above], CFG)
+    assert v.verdict == STOP, v.reasons
+    assert v.step_time is not None and v.step_time.lower is not None
+    assert v.step_time.lower > 0.10
+    straddle = ev("p0", 0, [0.05] * 3, timing=_timing(0.50, 0.55, 0.2))
+    v = evaluate_variant("v", [straddle], CFG)
+    assert v.verdict == INCONCLUSIVE, v.reasons
+    assert v.step_time is not None and v.step_time.outcome == INCONCLUSIVE
+    assert v.step_time.lower < 0.10 < v.step_time.upper  # type: ignore[operator]
+    assert any("straddles the limit 10%" in r for r in v.reasons)
+    within = ev("p0", 0, [0.05] * 3, timing=_timing(0.50, 0.51, 0.005))
+    assert evaluate_variant("v", [within], CFG).verdict == PROCEED
 
 
 def test_decode_latency_only_checked_when_limit_and_measured() -> None:
@@ -153,10 +197,12 @@ def test_incomplete_or_unstable_baseline_blocks_proceed() -> None:
     assert v.verdict == INCONCLUSIVE and any("baseline unstable" in r for r in v.reasons)
 
 
-def test_single_point_single_seed_cannot_estimate_noise() -> None:
-    v = evaluate_variant("v", [ev("p0", 0, [0.05])], {**CFG, "last_n": 1})
+def test_one_seed_without_source_is_inconclusive_with_way_out() -> None:
+    cfg = {**CFG, "noise": {"floor": None}}
+    v = evaluate_variant("v", [ev("p0", 0, [0.05, 0.05, 0.05])], cfg, None, "cheapest: A/A")
     assert v.verdict == INCONCLUSIVE
-    assert "noise cannot be estimated" in v.reasons[-1]
+    assert "one seed and no gate.noise source" in v.reasons[-1]
+    assert "cheapest: A/A" in v.reasons[-1]
 
 
 def test_two_seeds_with_opposite_signs_inconclusive() -> None:
@@ -201,9 +247,12 @@ def test_quality_per_param_tolerance_boundary_inconclusive() -> None:
     assert evaluate_variant("loop", [e], QPP).verdict == INCONCLUSIVE
 
 
-def test_overall_uses_primary_variant() -> None:
-    a = evaluate_variant("a", [ev("pa", 0, [-0.05] * 3)], CFG)
-    b = evaluate_variant("b", [ev("pb", 0, [0.05, 0.051, 0.049])], CFG)
-    assert overall([a, b], "b")[0] == PROCEED
-    assert overall([a, b], "a")[0] == STOP
-    assert overall([], None)[0] == INCONCLUSIVE
+def test_primary_variant_decides_and_holm_without_one() -> None:
+    evidence = {"a": [ev("pa", 0, [-0.05] * 3)], "b": [ev("pb", 0, [0.05, 0.051, 0.049])]}
+    out = evaluate_gate(CFG, evidence, ["b"], ["a"])
+    assert out.verdict == PROCEED and out.family_note == ""
+    assert [(v.variant, v.role) for v in out.verdicts] == [("b", "primary"), ("a", "exploratory")]
+    assert evaluate_gate(CFG, evidence, ["a"], ["b"]).verdict == STOP
+    both = evaluate_gate(CFG, evidence, ["a", "b"])
+    assert both.verdict == PROCEED and "Holm over 2" in both.reasons[0]
+    assert evaluate_gate(CFG, {}, []).verdict == INCONCLUSIVE

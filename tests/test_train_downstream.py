@@ -61,3 +61,59 @@ def test_downstream_task_scored_at_eval_points(tmp_path: Path) -> None:
     ce = row["eval/downstream/piqa (CE loss)"]
     assert 0.0 <= acc <= 1.0
     assert 0.0 < ce < 20.0
+
+
+def test_downstream_task_scored_at_each_loop_count(tmp_path: Path) -> None:
+    """A looped arm (b = 2) is scored on the task at its trained count (plain names) and again at
+    loop count 1, through the same OLMo-core evaluator; the two passes really differ."""
+    if downstream.known_tasks() is None:
+        pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
+    from olmoablate.train.job import run_job
+
+    vocab = 100352
+    looped = {"body_layers": 4, "loops": 2, "tail": 1, "input_injection": True}
+    entry = run_entry(
+        "tiny-s0-looped",
+        "looped",
+        {"looped": looped},
+        pair_id="tiny-s0-looped",
+        steps=2,
+        seq=256,
+        batch_seqs=2,
+        micro_seqs=2,
+        dims={"vocab_size": vocab},
+        training={"data": {"vocab_size": vocab, "eos_token_id": 100257, "pad_token_id": 100277}},
+        evaluation={
+            "interval": 2,
+            "downstream": ["piqa"],
+            "max_downstream_batches": 2,
+            "max_eval_tokens": 512,
+        },
+    )
+    entry["loop_counts"] = [1, 2]
+    from olmoablate.spec.certificate import certificate_of
+
+    entry["certificate"] = certificate_of(entry, "tokens")
+    plan = make_plan(tmp_path, [entry], vocab=vocab, eos=100257, train_tokens=20_000)
+    status = run_job(str(plan), "tiny-s0-looped")
+    assert status["state"] == "completed", status
+    rows = [
+        json.loads(x)
+        for x in (plan.parent / "runs" / "tiny-s0-looped" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    row = next(r for r in rows if "eval/downstream/piqa (CE loss)" in r)
+    assert row["step"] == 2
+    at_b = row["eval/downstream/piqa (CE loss)"]
+    at_1 = row["eval/downstream/piqa (CE loss) (loops=1)"]
+    assert 0.0 < at_b < 20.0 and 0.0 < at_1 < 20.0
+    assert at_1 != at_b  # a different number of loops is a different forward
+    assert 0.0 <= row["eval/downstream/piqa (length-normalized accuracy) (loops=1)"] <= 1.0
+    # the trained count is the standard pass: not scored a second time under another name
+    assert "eval/downstream/piqa (CE loss) (loops=2)" not in row
+    # the LM evaluator keeps scoring every loop count, the trained one included
+    assert {
+        "eval/lm/synthetic-heldout/CE loss (loops=1)",
+        "eval/lm/synthetic-heldout/CE loss (loops=2)",
+    } <= set(row)

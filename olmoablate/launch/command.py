@@ -71,7 +71,12 @@ def submit_command(
         ),
     ] = None,
     no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="Local executor: no live progress table.")
+        bool,
+        typer.Option(
+            "--no-progress",
+            help="Local executor: no progress output (by default a live table in a terminal, "
+            "plain per-run lines when stdout is a log or a pipe).",
+        ),
     ] = False,
 ) -> None:
     """Submit the planned runs that still need training.
@@ -81,9 +86,9 @@ def submit_command(
     go out as one Slurm job array. The ledger (results/<spec>/ledger.json) records every job.
     With --executor local the command trains in the foreground; Ctrl-C checkpoints every run.
     """
-    from rich.console import Console
     from rich.table import Table
 
+    from olmoablate.console import make_console, print_whole
     from olmoablate.launch import launcher
     from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
 
@@ -103,7 +108,7 @@ def submit_command(
         only = [r for r in (only or by_size) if r in by_size]
         if not only:
             raise UserError("--run and --size select no run together")
-    console = Console(width=max(Console().width, 160))
+    console = make_console()
     try:
         result = launcher.submit(
             results_dir,
@@ -138,7 +143,7 @@ def submit_command(
                 ok, msg = ok_by_group.get(path.stem, (False, "not tested"))
                 row.append(("[green]ok[/] " if ok else "[red]unsatisfiable[/] ") + msg)
             table.add_row(*row)
-        console.print(table)
+        print_whole(console, table)
     verb = "would submit" if (dry_run or test_only) else "submitted"
     for rid, jid in result.submitted:
         console.print(f"{verb} {rid}  job {jid}")
@@ -162,8 +167,7 @@ def status_command(
     State comes from Slurm (one squeue + one cached sacct call for all jobs) or the local process,
     reconciled with the run's own status.json; completion is decided by the step count.
     """
-    from rich.console import Console
-
+    from olmoablate.console import make_console, print_whole
     from olmoablate.launch import launcher
     from olmoablate.launch.ledger import Ledger
     from olmoablate.launch.resolve import load_plan, resolve_results_dir
@@ -178,9 +182,7 @@ def status_command(
     if as_json:
         typer.echo(launcher.views_json(views))
         return
-    Console(width=max(Console().width, 160)).print(
-        launcher.status_table(views, title=f"{results_dir}")
-    )
+    print_whole(make_console(), launcher.status_table(views, title=f"{results_dir}"))
 
 
 def cancel_command(

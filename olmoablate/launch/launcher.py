@@ -628,12 +628,12 @@ class LocalPool:
                 )
 
     def run(self, progress: bool = True) -> list[tuple[str, str]]:
-        live = None
-        if progress:
-            from rich.live import Live
+        shown = None
+        if progress:  # live table in a terminal, plain lines in a log (launch/progress.py)
+            from olmoablate.launch.progress import Progress
 
-            live = Live(self._table(), refresh_per_second=2, transient=False)
-            live.start()
+            shown = Progress(self._views, self._table)
+            shown.start()
         try:
             while self.queue or self.active:
                 while self.queue and len(self.active) < self.parallel:
@@ -643,27 +643,27 @@ class LocalPool:
                         self._finish(rid, job)
                         del self.active[rid]
                         self.slots.pop(rid, None)
-                if live is not None:
-                    live.update(self._table())
+                if shown is not None:
+                    shown.update()
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            if live is not None:
-                live.stop()
-                live = None
+            if shown is not None:
+                shown.stop(final=False)
+                shown = None
             self._stop_all()
             raise
         finally:
-            if live is not None:
-                live.update(self._table())
-                live.stop()
-                live.console.print()
+            if shown is not None:
+                shown.stop()
         return self.submitted
 
-    def _table(self) -> Any:
-        ledger = Ledger.read(self.results_dir)
-        views = reconcile(self.results_dir, self.plan, ledger)
+    def _views(self) -> list[RunView]:
+        views = reconcile(self.results_dir, self.plan, Ledger.read(self.results_dir))
+        return [views[r] for r in self.all]
+
+    def _table(self, views: list[RunView] | None = None) -> Any:
         return status_table(
-            [views[r] for r in self.all], title="olmoablate submit --executor local"
+            self._views() if views is None else views, title="olmoablate submit --executor local"
         )
 
 

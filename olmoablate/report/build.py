@@ -20,14 +20,10 @@ from olmoablate.report.compare import (
     consistency,
     evidence_for,
 )
-from olmoablate.report.gate import (
-    INCONCLUSIVE,
-    PROCEED,
-    PairEvidence,
-    VariantVerdict,
-    evaluate_variant,
-    overall,
-)
+from olmoablate.report.family import evaluate_gate
+from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
+from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
+from olmoablate.report.noise import NoiseSource
 
 
 @dataclass
@@ -46,14 +42,32 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
+    family_note: str = ""
+    noise_notes: list[str] = field(default_factory=list)
+    noise: NoiseSource | None = None  # the one-seed noise source (floor or A/A), if declared
+    #: this gate's name (``gates:`` key, or the variant of a ``gate:`` spec)
+    gate_name: str = "gate"
+    #: every gate's report, this one first, when the spec declares several (`report.gates`)
+    gates: list[Report] = field(default_factory=list)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
         return [p for p in self.pairs if not p.valid]
 
     def gate_json(self) -> dict[str, Any]:
+        """gate.json: this gate's verdict; with several gates also ``gates`` (one entry per
+        gate, each the full record of that gate) and ``verdicts`` (name -> verdict)."""
+        out = self._gate_record()
+        if len(self.gates) > 1:
+            out["gates"] = [r._gate_record() for r in self.gates]
+            out["verdicts"] = {r.gate_name: r.verdict for r in self.gates}
+        return out
+
+    def _gate_record(self) -> dict[str, Any]:
         g = self.results.gate
         return {
+            "name": self.gate_name,
+            "variant": g.get("variant"),
             "spec": self.results.spec_name,
             "stage": self.stage,
             "rule": g["rule"],
@@ -62,6 +76,10 @@ class Report:
             "verdict": self.verdict,
             "primary_variant": self.primary,
             "reasons": self.reasons,
+            "family": self.family_note,
+            "noise_notes": self.noise_notes,
+            "noise_source": self.noise.as_dict() if self.noise else None,
+            "preregistration_broken": self.results.prereg_broken,
             "warnings": self.results.warnings,
             "variants": [v.as_dict() for v in self.variant_verdicts],
             "pairs": [
@@ -124,14 +142,14 @@ def build(results: Results) -> Report:
     variants = _ordered_unique([r.variant_name for r in at_stage])
     non_ref = [v for v in variants if v != reference]
     if g.get("variant"):
-        gated = [str(g["variant"])]
         primary: str | None = str(g["variant"])
+        family = [primary]
+        exploratory = [v for v in non_ref if v != primary and v not in results.other_gated]
     else:
-        gated = non_ref
-        primary = non_ref[0] if non_ref else None
+        family, exploratory = non_ref, []
+        primary = non_ref[0] if len(non_ref) == 1 else None
     evidence: dict[str, list[PairEvidence]] = {}
-    verdicts: list[VariantVerdict] = []
-    for v in gated:
+    for v in family + exploratory:
         mine = [r for r in at_stage if r.variant_name == v]
         ev: list[PairEvidence] = []
         for r in mine:
@@ -148,6 +166,7 @@ def build(results: Results) -> Report:
                     None,
                 )
             e = evidence_for(r, results, ref_pair)
+            e.timing = pair_timing(results, r)
             if g["rule"] == "quality_per_param" and ref_pair is None:
                 e.valid = False
                 e.invalid_reasons.append(
@@ -155,13 +174,19 @@ def build(results: Results) -> Report:
                 )
             ev.append(e)
         evidence[v] = ev
-        verdicts.append(evaluate_variant(v, ev, g))
-    verdict, reasons = overall(verdicts, primary)
+    noise, noise_notes = noise_source(results, g)
+    outcome = evaluate_gate(g, evidence, family, exploratory, noise, way_out(results, g, family))
+    verdict, reasons, verdicts = outcome.verdict, outcome.reasons, outcome.verdicts
     if not at_stage:
         verdict = INCONCLUSIVE
         reasons = [f"no pairs at the stage size {stage!r} (sizes in the plan: {', '.join(sizes)})"]
-    size_rows, consistent = consistency(pair_results, results, sizes)
-    notes = _tradeoff_notes(at_stage, gated, reference) if g["rule"] == "quality_per_param" else []
+    if results.prereg_broken:
+        verdict = INCONCLUSIVE
+        reasons = [results.prereg_broken, *reasons]
+    size_rows, consistent = consistency(
+        pair_results, results, sizes, {stage: noise} if noise is not None else None
+    )
+    notes = _tradeoff_notes(at_stage, family, reference) if g["rule"] == "quality_per_param" else []
     report = Report(
         results,
         pair_results,
@@ -175,6 +200,9 @@ def build(results: Results) -> Report:
         consistent,
         sizes,
         notes=notes,
+        family_note=outcome.family_note,
+        noise_notes=noise_notes,
+        noise=noise,
     )
     results.save_cache()
     return report
@@ -228,7 +256,11 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         report.next_steps.append("gate.promote_to is empty: no next size to plan")
         return
     keep_arms = {"baseline"}
-    keep_arms.update(v.variant for v in report.variant_verdicts if v.verdict == PROCEED)
+    keep_arms.update(
+        v.variant
+        for v in report.variant_verdicts
+        if v.verdict == PROCEED and v.role != "exploratory"
+    )
     if g.get("reference"):
         keep_arms.add(str(g["reference"]))
     runs = [

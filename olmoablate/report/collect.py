@@ -29,6 +29,8 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_of, write_bytes_atomic
 from olmoablate.report.gate import gate_config
 from olmoablate.report.jsonl import Metrics, Part, append, read_metrics, read_part
+from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.spec.gates import gate_entries, gate_views
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -42,6 +44,8 @@ BASE_KEYS = (
 PREFIXES = ("eval/", "train/H norm")
 #: Read from metrics only when summary.json lacks the measured value.
 COST_KEYS = ("step_time_s", "peak_memory_gb", "throughput/device/TPS")
+#: Always read: steady-state step times give the step-time overhead its interval.
+STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s", "step_in_attempt")
 _CACHE_VERSION = 2
 
 
@@ -109,6 +113,10 @@ class Results:
     cache_dir: Path | None = None
     #: fingerprint comparisons by the identity of both files: [problems, note]
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
+    #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
+    prereg_broken: str | None = None
+    #: variants decided by another gate of the plan (`gates:`): not exploratory here
+    other_gated: list[str] = field(default_factory=list)
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """Compare two arms' data fingerprints, reusing the cached answer for unchanged files
@@ -269,8 +277,7 @@ def _want_spec(
     if budget_match == "flops" or "looped" in (entry.get("architecture") or {}):
         keys.append("throughput/total petaflops")  # FLOPs axis: only where it is used
     s = summary or {}
-    if s.get("mean_step_time_s") is None:
-        keys.append("step_time_s")
+    keys.extend(STEP_TIME_KEYS)  # per-step times: the gate's step-time overhead interval
     if s.get("peak_memory_gb") is None:
         keys.append("peak_memory_gb")
     if s.get("tokens_per_s") is None:
@@ -542,50 +549,14 @@ def _read_optional_json(path: Path, issues: list[str]) -> dict[str, Any] | None:
     return obj
 
 
-def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
-    """Loud warnings when the gate was edited after planning (pre-registration lock)."""
-    out: list[str] = []
-    gate = plan.get("gate")
-    if gate is not None and plan.get("gate_sha256") and sha256_of(gate) != plan["gate_sha256"]:
-        out.append(
-            "GATE CHANGED: plan.json's gate block does not match its recorded gate_sha256 "
-            "(plan.json was edited after planning)"
-        )
-    spec_path = plan.get("spec_path")
-    if not spec_path:
-        return out
-    candidates = [Path(spec_path)]
-    if plan.get("workdir"):
-        candidates.insert(0, Path(plan["workdir"]) / spec_path)
-    path = next((c for c in candidates if c.is_file()), None)
-    if path is None:
-        return out
-    try:
-        import yaml
-
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except Exception as err:  # noqa: BLE001 - reported, never fatal
-        out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
-        return out
-    raw = doc.get("gate") if isinstance(doc, dict) else None
-    if plan.get("gate_raw_sha256"):
-        changed = sha256_of(raw) != plan["gate_raw_sha256"]
-    elif plan.get("gate_sha256") and sha256_of(raw) == plan["gate_sha256"]:
-        changed = False
-    else:
-        changed = gate_config(raw if isinstance(raw, dict) else {}) != gate_config(gate or {})
-    if changed:
-        out.append(
-            f"GATE CHANGED AFTER PLANNING: the gate block in {path} differs from the one recorded "
-            "in plan.json; this report uses the recorded (pre-registered) gate"
-        )
-    return out
-
-
 def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -> Results:
     """Everything the report needs from ``root`` (= results/<spec>)."""
     plan = load_plan(root)
-    gate = gate_config(plan.get("gate"))
+    views = gate_views(plan)
+    first = views[0][1] if views else plan  # the first gate (of `gates:`), where `gate:` is
+    prereg = resolve_gate(first, root)
+    gate = gate_config(prereg.gate)
+    other_metrics = {str(gate_config(e.get("gate"))["metric"]) for e in gate_entries(plan)[1:]}
     issues: list[str] = []
     runs: dict[str, RunData] = {}
     jobs: list[tuple[str, Path, tuple[str, ...], tuple[str, ...]]] = []
@@ -601,6 +572,7 @@ def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -
         if mpath.is_file():
             budget = str((plan.get("budget") or {}).get("match") or "tokens")
             keys, prefixes = _want_spec(entry, rd.summary, str(gate["metric"]), budget)
+            keys = tuple(sorted(set(keys) | other_metrics))  # the metrics of further gates
             jobs.append((rid, mpath, keys, prefixes))
         elif rd.directory.is_dir():
             rd.issues.append(f"{rid}: no metrics.jsonl yet (state {rd.state})")
@@ -618,7 +590,7 @@ def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -
                 issues.append(f"pair {p.get('pair_id')}: {arm} {p.get(arm)!r} is not in plan runs")
     for rd in runs.values():
         issues.extend(rd.issues)
-    warnings = check_gate_unchanged(plan, root)
+    warnings = check_gate_unchanged(first, root) + prereg.warnings
     fp_cache: dict[str, list[Any]] = {}
     if cache_dir is not None and (cache_dir / "fingerprints.json").is_file():
         try:
@@ -626,7 +598,9 @@ def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -
             fp_cache = loaded if isinstance(loaded, dict) else {}
         except (OSError, ValueError):
             fp_cache = {}
-    return Results(root, plan, gate, runs, pairs, issues, warnings, cache_dir, fp_cache)
+    out = Results(root, plan, gate, runs, pairs, issues, warnings, cache_dir, fp_cache)
+    out.prereg_broken = prereg.broken
+    return out
 
 
 def iter_pairs(results: Results, sizes: Iterable[str] | None = None) -> list[dict[str, Any]]:

@@ -51,14 +51,14 @@ def report_command(
         raise UserError(
             f"--format: unknown value {', '.join(bad) or '(empty)'!r}; allowed: {', '.join(FORMATS)}"
         )
-    from olmoablate.report.build import build, write_next_plan
     from olmoablate.report.collect import collect, resolve_results_dir
+    from olmoablate.report.gates import build_all, write_next_plans
     from olmoablate.report.render import print_terminal, write_all
 
     root = resolve_results_dir(spec, results_root)
     results = collect(root, use_cache=not no_cache)
-    report = build(results)
+    report = build_all(results)  # one report per pre-registered gate (`gates:`), first in front
     out_dir = Path(out) if out else root
-    write_next_plan(report, out_dir)
+    write_next_plans(report, out_dir)
     written = write_all(report, out_dir, formats)
     print_terminal(report, written)

@@ -28,6 +28,7 @@ from olmoablate.report.align import (
 )
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.gate import ArmHealth, Estimate, PairEvidence, estimate
+from olmoablate.report.noise import NoiseSource
 from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 
 LOSS = "train/CE loss"
@@ -550,7 +551,9 @@ def evidence_for(
 ) -> PairEvidence:
     g = results.gate
     metric, direction, last_n = str(g["metric"]), str(g["direction"]), int(g["last_n"])
-    imp = last_improvements(gate_series(res.baseline, res.variant, metric), direction, last_n)
+    series = gate_series(res.baseline, res.variant, metric)
+    imp = last_improvements(series, direction, last_n)
+    tail = max(2 * last_n, 6)  # the jitter diagnostic fits a smooth curve through these
     ref_imp = None
     if g["rule"] == "quality_per_param":
         ref_imp = []
@@ -583,6 +586,8 @@ def evidence_for(
         variant=res.stability["variant"].health,
         baseline=res.stability["baseline"].health,
         overhead=res.overhead,
+        series_x=[float(x) for x in series.x[-tail:]],
+        series=last_improvements(series, direction, tail),
     )
 
 
@@ -596,10 +601,15 @@ class SizeRow:
 
 
 def consistency(
-    pair_results: Sequence[PairResult], results: Results, size_order: Sequence[str]
+    pair_results: Sequence[PairResult],
+    results: Results,
+    size_order: Sequence[str],
+    noise_at: Mapping[str, NoiseSource] | None = None,
 ) -> tuple[list[SizeRow], dict[str, bool | None]]:
     """Gate-metric improvement per (variant, size) over valid pairs; consistent = same sign and
-    the confidence interval excluding zero at every size that has run."""
+    the confidence interval excluding zero at every size that has run. A one-seed size has a
+    bound only where ``noise_at`` declares its noise (the gate's source, at the stage size);
+    elsewhere consistency is unknown (None), not "inconsistent"."""
     g = results.gate
     by: dict[tuple[str, str], list[list[float]]] = {}
     for r in pair_results:
@@ -617,14 +627,15 @@ def consistency(
     for (variant, size), points in sorted(
         by.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))
     ):
-        est = estimate(points, float(g["confidence"]))
+        est = estimate(points, float(g["confidence"]), (noise_at or {}).get(size))
         outside = bool(est and (est.lower > 0 or est.upper < 0))
         sign = 0 if est is None or est.mean == 0 else (1 if est.mean > 0 else -1)
         rows.append(SizeRow(variant, size, est, outside, sign))
     verdict: dict[str, bool | None] = {}
     for variant in sorted({r.variant for r in rows}):
         mine = [r for r in rows if r.variant == variant]
-        if len(mine) < 2:
+        unknown = any(r.estimate is None or not math.isfinite(r.estimate.se) for r in mine)
+        if len(mine) < 2 or unknown:
             verdict[variant] = None
         else:
             verdict[variant] = (

@@ -3,24 +3,37 @@
 Why pure: the gate is the one piece of the report whose mistakes cost real money (a 7B run that
 should not have been launched, or a good idea dropped). Everything here takes plain numbers and
 returns a verdict with every reason, so it can be tested exhaustively with synthetic evidence.
+``evaluate_gate`` is a function of *one* gate block, so a spec with several gates only calls it
+once per block.
 
 Conventions: an *improvement* is sign-adjusted so that positive = the variant is better
 (``baseline - variant`` for ``direction: lower``). Per seed, the improvement is averaged over the
-last ``last_n`` matched eval points. The noise comes from the spread of those points (one seed) or
-from the spread of the per-seed means (several seeds, t with seeds-1 dof). Stability and overhead
-limits are hard stops: no quality gain buys a diverging or 20%-slower model.
+last ``last_n`` matched eval points. Its noise is the run-to-run sd of that paired delta
+(`olmoablate.report.noise`): from several seeds, a declared floor or A/A baselines -- never from
+the spread of one run's last points. Stability and overhead limits are hard stops: no quality
+gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the statistics.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from olmoablate.report.noise import (
+    FLOOR,
+    NONE,
+    Estimate,
+    NoiseSource,
+    estimate,
+    floor_source,
+    jitter,
+)
+from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
+from olmoablate.report.stats import p_above, seeds_needed
 
-from olmoablate.report.stats import seeds_needed, t_ppf
+__all__ = ["Estimate", "estimate"]
 
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
@@ -37,7 +50,7 @@ GATE_DEFAULTS: dict[str, Any] = {
     "variant": None,
     "reference": None,
     "tolerance": 0.02,
-    "noise": {"floor": None},
+    "noise": {"floor": None, "measure": None},
     "stability": {"max_loss_spikes": 3, "max_grad_norm": None, "allow_nonfinite": False},
     "max_step_time_overhead": 0.10,
     "max_peak_memory_overhead": 0.10,
@@ -59,59 +72,6 @@ def gate_config(raw: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 @dataclass
-class Estimate:
-    """Improvement of a variant over a comparator with its uncertainty (metric units)."""
-
-    mean: float
-    se: float
-    dof: float
-    lower: float  # one-sided lower confidence bound
-    upper: float  # one-sided upper confidence bound
-    sd: float  # spread of one seed's effect: across seeds, or within-seed SE for a single seed
-    n_seeds: int
-    n_points: int
-    per_seed: list[float]
-    within_se: float  # noise floor from the spread of the last eval points (mean over seeds)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: _json_num(v) for k, v in asdict(self).items()}
-
-
-def estimate(per_seed_points: Sequence[Sequence[float]], confidence: float) -> Estimate | None:
-    """Combine per-seed improvement points (the last n matched evals of each seed).
-
-    One seed: mean of its points, SE = std(points)/sqrt(n), t with n-1 dof.
-    Several seeds: mean of per-seed means, SE = std(per-seed means)/sqrt(seeds), t with seeds-1.
-    Returns None when there are no points at all.
-    """
-    seeds = [np.asarray(p, dtype=float) for p in per_seed_points if len(p)]
-    seeds = [p[np.isfinite(p)] for p in seeds]
-    seeds = [p for p in seeds if p.size]
-    if not seeds:
-        return None
-    per_seed = [float(p.mean()) for p in seeds]
-    within = [float(p.std(ddof=1) / math.sqrt(p.size)) if p.size > 1 else math.nan for p in seeds]
-    within_se = float(np.mean(within)) if all(math.isfinite(w) for w in within) else math.nan
-    n_points = int(sum(p.size for p in seeds))
-    if len(seeds) == 1:
-        mean, se = per_seed[0], within[0]
-        dof = float(seeds[0].size - 1)
-        sd = se
-    else:
-        arr = np.asarray(per_seed)
-        mean = float(arr.mean())
-        sd = float(arr.std(ddof=1))
-        se = sd / math.sqrt(arr.size)
-        dof = float(arr.size - 1)
-    if math.isfinite(se) and dof >= 1:
-        t = t_ppf(confidence, dof)
-        lower, upper = mean - t * se, mean + t * se
-    else:
-        lower, upper = -math.inf, math.inf
-    return Estimate(mean, se, dof, lower, upper, sd, len(seeds), n_points, per_seed, within_se)
-
-
-@dataclass
 class QualityCheck:
     """One statistical comparison (vs baseline, or vs the reference) and its outcome."""
 
@@ -120,6 +80,10 @@ class QualityCheck:
     reason: str
     estimate: Estimate | None
     seeds_needed: int | None = None
+    seeds_toward: str | None = None  # proceed | stop: where more seeds would resolve it
+    seeds_line: str = ""
+    p_value: float | None = None  # one-sided, H0: improvement <= min_effect
+    holm_p: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -128,54 +92,65 @@ class QualityCheck:
             "reason": self.reason,
             "estimate": self.estimate.as_dict() if self.estimate else None,
             "seeds_needed": self.seeds_needed,
+            "seeds_toward": self.seeds_toward,
+            "seeds_line": self.seeds_line,
+            "p_value": self.p_value,
+            "holm_p": self.holm_p,
         }
+
+
+def seeds_line(est: Estimate, bar: float, confidence: float) -> tuple[str, int | None, str | None]:
+    """ "seeds needed: ..." in both directions, at the observed effect and spread."""
+    if not math.isfinite(est.sd):
+        return "seeds needed: unknown until the noise of the paired delta is known", None, None
+    toward = "proceed" if est.mean > bar else "stop"
+    need = seeds_needed(est.mean, est.sd, bar, confidence, known_sd=est.source == FLOOR)
+    at = f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed"
+    if est.lower > bar or est.upper < bar:
+        return f"seeds needed: resolved ({toward}) with {est.n_seeds} seed(s)", need, toward
+    if need is None:
+        if est.mean == bar:
+            return f"seeds needed: none: the observed effect equals min_effect {bar:g}", None, None
+        return f"seeds needed: more than 1000 toward {toward} {at}", None, toward
+    return (
+        f"seeds needed: about {need} paired seed(s) would resolve it toward {toward} {at}",
+        need,
+        toward,
+    )
 
 
 def quality_check(
     name: str,
     est: Estimate | None,
     min_effect: float,
-    noise_floor: float | None,
     confidence: float,
     metric: str,
+    way_out: str = "",
 ) -> QualityCheck:
-    """Does the improvement clear ``min_effect`` (and the fixed noise floor) with confidence?"""
-    bar = max(min_effect, noise_floor or 0.0)
+    """Does the improvement clear ``min_effect`` with confidence (or clearly miss it)?"""
+    bar = float(min_effect)
     conf = f"{confidence:.0%}"
     if est is None:
         return QualityCheck(name, INCONCLUSIVE, f"{name}: no matched eval points of {metric}", None)
     desc = (
         f"{name}: improvement {est.mean:+.4g} (one-sided {conf} bounds [{_fmt(est.lower)}, "
-        f"{_fmt(est.upper)}], {est.n_seeds} seed(s), SE {est.se:.3g})"
+        f"{_fmt(est.upper)}], {est.n_seeds} seed(s), noise: {est.source})"
     )
-    if not math.isfinite(est.se):
-        return QualityCheck(
-            name,
-            INCONCLUSIVE,
-            f"{desc}; noise cannot be estimated from one seed and one eval point "
-            "(use last_n >= 2 or more seeds)",
-            est,
-        )
+    line, need, toward = seeds_line(est, bar, confidence)
+    if not math.isfinite(est.se) or est.source == NONE:
+        why = est.source_detail or "the noise cannot be estimated"
+        reason = f"{desc}; cannot be bounded: {why}" + (f"; {way_out}" if way_out else "")
+        return QualityCheck(name, INCONCLUSIVE, reason, est, None, None, line)
+    p = p_above(est.mean, est.se, bar, est.dof)
     if est.lower > bar:
-        floor_txt = f" and the noise floor {noise_floor:g}" if noise_floor else ""
-        return QualityCheck(name, "pass", f"{desc} > min_effect {min_effect:g}{floor_txt}", est)
-    if est.mean < min_effect and est.upper < min_effect:
         return QualityCheck(
-            name, STOP, f"{desc}: clearly below min_effect {min_effect:g} (upper bound too)", est
+            name, "pass", f"{desc} > min_effect {bar:g}", est, need, toward, line, p
         )
-    need = seeds_needed(est.mean, est.sd, bar, confidence)
-    if need is None:
-        extra = (
-            "seeds needed: none (∞): the observed improvement does not exceed the bar, so no "
-            "number of seeds makes it proceed"
-            if est.mean <= bar
-            else "seeds needed: more than 1000 at the observed spread"
-        )
-    else:
-        extra = f"seeds needed: about {need} paired seed(s) would resolve it at the observed spread"
-    return QualityCheck(
-        name, INCONCLUSIVE, f"{desc}: not separable from min_effect {bar:g}; {extra}", est, need
-    )
+    if est.mean < bar and est.upper < bar:
+        reason = f"{desc}: clearly below min_effect {bar:g} (upper bound too)"
+        return QualityCheck(name, STOP, reason, est, need, toward, line, p)
+    reason = f"{desc}: not separable from min_effect {bar:g}; {line}"
+    return QualityCheck(name, INCONCLUSIVE, reason, est, need, toward, line, p)
 
 
 def tolerance_check(
@@ -189,7 +164,7 @@ def tolerance_check(
         return QualityCheck(name, INCONCLUSIVE, f"{name}: no matched eval points of {metric}", None)
     desc = (
         f"{name}: worsening {-est.mean:+.4g} (one-sided {conf} bounds [{_fmt(-est.upper)}, "
-        f"{_fmt(-est.lower)}], {est.n_seeds} seed(s))"
+        f"{_fmt(-est.lower)}], {est.n_seeds} seed(s), noise: {est.source})"
     )
     if math.isfinite(est.lower) and -est.lower <= tolerance:
         return QualityCheck(name, "pass", f"{desc} within tolerance {tolerance:g}", est)
@@ -223,7 +198,12 @@ class PairEvidence:
     reference_improvement: list[float] | None = None  # quality_per_param: last-n vs reference
     variant: ArmHealth = field(default_factory=ArmHealth)
     baseline: ArmHealth = field(default_factory=ArmHealth)
-    overhead: dict[str, float | None] = field(default_factory=dict)  # ratio - 1
+    overhead: dict[str, float | None] = field(default_factory=dict)  # ratio - 1 (point)
+    #: The tail of the improvement series (tokens, improvement): the jitter diagnostic.
+    series_x: list[float] = field(default_factory=list)
+    series: list[float] = field(default_factory=list)
+    #: Steady-state step times of (baseline, variant), when the metrics have them.
+    timing: tuple[ArmTiming, ArmTiming] | None = None
 
 
 @dataclass
@@ -234,13 +214,36 @@ class VariantVerdict:
     checks: list[QualityCheck]
     pairs: list[str]
     excluded_pairs: list[str]
+    role: str = "primary"  # primary | family (Holm) | exploratory
+    noise: str = ""
+    jitter: str = ""
+    step_time: OverheadCheck | None = None
+    notes: list[str] = field(default_factory=list)
+    preamble: list[str] = field(default_factory=list)  # excluded pairs
+    stops: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)
+
+    def refresh(self) -> None:
+        """Recompute reasons and verdict after a check changed (e.g. by Holm's correction)."""
+        self.reasons = [
+            *self.preamble,
+            *self.stops,
+            *self.blockers,
+            *(c.reason for c in self.checks),
+        ]
+        self.verdict = combine(self.stops, self.blockers, self.checks)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "variant": self.variant,
             "verdict": self.verdict,
+            "role": self.role,
             "reasons": self.reasons,
             "checks": [c.as_dict() for c in self.checks],
+            "noise": self.noise,
+            "jitter": self.jitter,
+            "step_time": self.step_time.as_dict() if self.step_time else None,
+            "notes": self.notes,
             "pairs": self.pairs,
             "excluded_pairs": self.excluded_pairs,
         }
@@ -263,33 +266,22 @@ def stability_stops(health: ArmHealth, cfg: Mapping[str, Any], who: str) -> list
     return out
 
 
-_OVERHEAD_LIMITS = (
-    ("step_time", "max_step_time_overhead", "step time"),
-    ("peak_memory", "max_peak_memory_overhead", "peak memory"),
-    ("decode_latency", "max_decode_latency_overhead", "decode latency"),
-)
-
-
-def overhead_stops(pairs: Sequence[PairEvidence], cfg: Mapping[str, Any]) -> list[str]:
-    """Hard-stop reasons from measured overheads (mean over seeds of variant/baseline - 1)."""
-    out: list[str] = []
-    for key, limit_key, label in _OVERHEAD_LIMITS:
-        limit = cfg.get(limit_key)
-        vals = [p.overhead.get(key) for p in pairs]
-        vals = [v for v in vals if v is not None and math.isfinite(v)]
-        if limit is None or not vals:
-            continue
-        mean = float(np.mean(vals))
-        if mean > limit:
-            out.append(f"{label} overhead {mean:+.1%} over baseline > limit {limit:.0%}")
-    return out
-
-
 def evaluate_variant(
-    variant: str, evidence: Sequence[PairEvidence], cfg: Mapping[str, Any]
+    variant: str,
+    evidence: Sequence[PairEvidence],
+    cfg: Mapping[str, Any],
+    noise: NoiseSource | None = None,
+    way_out: str = "",
 ) -> VariantVerdict:
-    """Verdict for one variant at the stage size from all its pairs (one per seed)."""
+    """Verdict for one variant at the stage size from all its pairs (one per seed).
+
+    ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
+    baselines are measured by the caller, `olmoablate.report.gate_inputs`).
+    """
     cfg = gate_config(cfg)
+    floor = (cfg.get("noise") or {}).get("floor")
+    if noise is None and floor is not None:
+        noise = floor_source(float(floor))
     reasons: list[str] = []
     stops: list[str] = []
     blockers: list[str] = []
@@ -309,56 +301,73 @@ def evaluate_variant(
             )
         if not p.complete:
             blockers.append(f"pair {p.pair_id}: not complete ({p.incomplete_reason})")
-    stops.extend(overhead_stops(valid, cfg))
+    o_stops, o_blockers, step_check = overhead_checks(
+        [(p.pair_id, p.timing, p.overhead) for p in valid], cfg
+    )
+    stops.extend(o_stops)
+    blockers.extend(o_blockers)
     checks: list[QualityCheck] = []
     conf, metric = float(cfg["confidence"]), str(cfg["metric"])
-    floor = (cfg.get("noise") or {}).get("floor")
+    last_n = int(cfg["last_n"])
+    jit = [jitter(p.series_x, p.series, last_n) for p in valid]
+    jit_known = [j for j in jit if j is not None]
+    jitter_se = max((j.se_of_mean for j in jit_known), default=math.nan)
+    jitter_txt = (
+        "within-run eval jitter of the paired delta (diagnostic, not the gate's noise): sd "
+        f"{max(j.sd for j in jit_known):.3g} per eval point around a smooth fit of the last "
+        f"{jit_known[0].points} points, {jitter_se:.3g} on the mean of the last {last_n}"
+        if jit_known
+        else ""
+    )
     if valid:
-        main = estimate([p.improvement for p in valid], conf)
+        main = estimate([p.improvement for p in valid], conf, noise, jitter_se)
         if cfg["rule"] == "quality_per_param":
-            ref = estimate([p.reference_improvement or [] for p in valid], conf)
+            ref = estimate([p.reference_improvement or [] for p in valid], conf, noise, jitter_se)
             checks.append(
                 quality_check(
                     f"vs reference {cfg.get('reference')!r} (parameter-matched)",
                     ref,
                     float(cfg["min_effect"]),
-                    floor,
                     conf,
                     metric,
+                    way_out,
                 )
             )
             checks.append(tolerance_check(main, float(cfg["tolerance"]), conf, metric))
         else:
             checks.append(
-                quality_check("vs baseline", main, float(cfg["min_effect"]), floor, conf, metric)
+                quality_check("vs baseline", main, float(cfg["min_effect"]), conf, metric, way_out)
             )
     reasons.extend(stops)
     reasons.extend(blockers)
     reasons.extend(c.reason for c in checks)
+    est = checks[0].estimate if checks else None
+    noise_txt = f"noise source: {est.source_detail}" if est else ""
+    preamble = reasons[: len(reasons) - len(stops) - len(blockers) - len(checks)]
+    return VariantVerdict(
+        variant,
+        combine(stops, blockers, checks),
+        reasons,
+        checks,
+        [p.pair_id for p in valid],
+        excluded,
+        noise=noise_txt,
+        jitter=jitter_txt,
+        step_time=step_check,
+        notes=list(step_check.notes) if step_check else [],
+        preamble=preamble,
+        stops=stops,
+        blockers=blockers,
+    )
+
+
+def combine(stops: Sequence[str], blockers: Sequence[str], checks: Sequence[QualityCheck]) -> str:
     if stops or any(c.outcome == STOP for c in checks):
-        verdict = STOP
-    elif not blockers and checks and all(c.outcome == "pass" for c in checks):
-        verdict = PROCEED
-    else:
-        verdict = INCONCLUSIVE
-    return VariantVerdict(variant, verdict, reasons, checks, [p.pair_id for p in valid], excluded)
-
-
-def overall(verdicts: Sequence[VariantVerdict], primary: str | None) -> tuple[str, list[str]]:
-    """The headline verdict: the primary (gated) variant's verdict, with its reasons."""
-    if not verdicts:
-        return INCONCLUSIVE, ["no variant to gate (no pairs at the stage size)"]
-    chosen = next((v for v in verdicts if v.variant == primary), verdicts[0])
-    return chosen.verdict, [f"[{chosen.variant}] {r}" for r in chosen.reasons]
+        return STOP
+    if not blockers and checks and all(c.outcome == "pass" for c in checks):
+        return PROCEED
+    return INCONCLUSIVE
 
 
 def _fmt(x: float) -> str:
     return f"{x:+.4g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
-
-
-def _json_num(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, list):
-        return [_json_num(x) for x in v]
-    return v

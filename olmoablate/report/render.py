@@ -24,6 +24,15 @@ import numpy as np
 from olmoablate.io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare import LOSS, PairResult, metric_direction
+from olmoablate.report.gate_text import (
+    GATES_HEADER,
+    GATES_TEXT,
+    gate_tag,
+    gate_text,
+    gates_rows,
+    statistics_lines,
+)
+from olmoablate.report.links import wandb_section
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
 
@@ -488,12 +497,14 @@ def _verdict_rows(report: Report) -> list[list[Any]]:
         rows.append(
             [
                 v.variant,
+                v.role,
                 v.verdict.upper(),
                 est.mean if est else None,
                 est.lower if est else None,
                 est.upper if est else None,
                 est.n_seeds if est else 0,
                 len(v.excluded_pairs),
+                est.source if est else "—",
                 "; ".join(c.outcome for c in v.checks) or "—",
             ]
         )
@@ -502,29 +513,36 @@ def _verdict_rows(report: Report) -> list[list[Any]]:
 
 _VERDICT_HEADER = [
     "variant",
+    "role",
     "verdict",
     "improvement",
     "lower bound",
     "upper bound",
     "seeds",
     "invalid pairs",
+    "noise",
     "checks",
 ]
+
+
+def _plots_after(report: Report) -> int:
+    """Plots go after the gate section(s), Pairs and Consistency, before the per-pair details."""
+    return _PLOTS_AFTER + (len(report.gates) if len(report.gates) > 1 else 0)
 
 
 def _sections(
     report: Report,
 ) -> list[tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]]]:
     """(title, text, tables, plot names) per section, shared by the md and html renderers."""
-    g = report.results.gate
     secs: list[tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]]] = []
-    gate_txt = (
-        f"Stage **{report.stage}**, rule `{g['rule']}`, metric `{g['metric']}` ({g['direction']} is better), "
-        f"min_effect {g['min_effect']}, confidence {g['confidence']}, last_n {g['last_n']}."
-    )
-    if report.notes:
-        gate_txt += " " + " ".join(f"{n}." for n in report.notes)
-    secs.append(("Gate", gate_txt, [(_VERDICT_HEADER, _verdict_rows(report))], []))
+    if len(report.gates) > 1:  # one verdict per proposal: the overview first, then each gate
+        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))], []))
+        for r in report.gates:
+            secs.append(
+                (f"Gate {r.gate_name}", gate_text(r), [(_VERDICT_HEADER, _verdict_rows(r))], [])
+            )
+    else:
+        secs.append(("Gate", gate_text(report), [(_VERDICT_HEADER, _verdict_rows(report))], []))
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
@@ -684,6 +702,9 @@ def _sections(
         secs.append(
             (f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables, [])
         )
+    wandb = wandb_section(report.results)
+    if wandb is not None:
+        secs.append(wandb)
     return secs
 
 
@@ -698,11 +719,18 @@ def _issues(report: Report) -> list[str]:
 def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     r = report
     lines = [f"# olmoablate report: {r.results.spec_name}", ""]
-    color = r.verdict.upper()
-    lines.append(
-        f"**Gate verdict at {r.stage}: {color}**"
-        + (f" (primary variant `{r.primary}`)" if r.primary else "")
-    )
+    if len(r.gates) > 1:
+        lines.append(
+            "**Gate verdicts: "
+            + "; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates)
+            + "**"
+        )
+        lines += ["", _md_table(GATES_HEADER, gates_rows(r))]
+    else:
+        lines.append(
+            f"**Gate verdict at {r.stage}: {r.verdict.upper()}**"
+            + (f" (primary variant `{r.primary}`)" if r.primary else "")
+        )
     lines.append("")
     for w in r.results.warnings:
         lines.append(f"> **WARNING: {w}**")
@@ -710,12 +738,16 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
         lines.append(f"> **INVALID PAIR {p.pair_id}: {'; '.join(p.invalid_reasons)}**")
     lines.append("")
     lines.append("Reasons:")
-    lines.extend(f"- {x}" for x in r.reasons)
+    lines.extend(f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in g.reasons)
+    lines += ["", "Gate statistics (docs/gate-statistics.md):"]
+    lines.extend(
+        f"- {gate_tag(r, g)}{line}" for g in r.gates or [r] for line in statistics_lines(g)
+    )
     if r.next_steps:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = _sections(r)
     for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
-        if i == min(_PLOTS_AFTER, len(secs)):
+        if i == min(_plots_after(r), len(secs)):
             lines += ["", "## Plots", ""]
             lines += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots]
         if not title:
@@ -754,7 +786,12 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         f"<h1>olmoablate report: {e(r.results.spec_name)}</h1>",
         f"<div class='banner' style='background:{col}'>Gate verdict at {e(r.stage)}: {e(r.verdict.upper())}"
         + (f" (primary variant {e(r.primary)})" if r.primary else "")
-        + "</div>",
+        + "</div>"
+        if len(r.gates) <= 1
+        else "<div class='banner' style='background:#444'>Gate verdicts: "
+        + e("; ".join(f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in r.gates))
+        + "</div>"
+        + _html_table(GATES_HEADER, gates_rows(r)),
     ]
     for w in r.results.warnings:
         parts.append(f"<div class='warn'>WARNING: {e(w)}</div>")
@@ -762,12 +799,22 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
         parts.append(
             f"<div class='warn'>INVALID PAIR {e(p.pair_id)} (excluded from the gate): {e('; '.join(p.invalid_reasons))}</div>"
         )
-    parts.append("<h3>Reasons</h3><ul>" + "".join(f"<li>{e(x)}</li>" for x in r.reasons) + "</ul>")
+    gates = r.gates or [r]
+    parts.append(
+        "<h3>Reasons</h3><ul>"
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in g.reasons)
+        + "</ul>"
+    )
+    parts.append(
+        "<h3>Gate statistics</h3><ul>"
+        + "".join(f"<li>{e(gate_tag(r, g) + x)}</li>" for g in gates for x in statistics_lines(g))
+        + "</ul>"
+    )
     if r.next_steps:
         parts.append("<h3>Next steps</h3><pre>" + e("\n".join(r.next_steps)) + "</pre>")
     secs = _sections(r)
     for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
-        if i == min(_PLOTS_AFTER, len(secs)):
+        if i == min(_plots_after(r), len(secs)):
             parts.append("<h2>Plots</h2>")
             for p in plots:
                 data = base64.b64encode(p.read_bytes()).decode("ascii")
@@ -835,33 +882,51 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
 
 def print_terminal(report: Report, written: dict[str, Path]) -> None:
     """The verdict table (rich), loud warnings, then `gate verdict: ...` and the report path."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False, width=max(Console().width, 160))  # readable in CI logs too
+    from olmoablate.console import make_console, print_whole
+
+    con = make_console()  # readable in CI logs too: no cut cells, no wrapped lines
     for w in report.results.warnings:
         con.print(f"[bold red]WARNING: {w}[/]")
     for p in report.invalid_pairs:
         con.print(
             f"[bold red]INVALID PAIR {p.pair_id} (excluded from the gate): {'; '.join(p.invalid_reasons)}[/]"
         )
-    table = Table(
-        title=f"{report.results.spec_name}: gate at {report.stage} ({report.results.gate['metric']})"
-    )
-    for h in _VERDICT_HEADER:
-        table.add_column(h)
-    for row in _verdict_rows(report):
-        style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(str(row[1]), "")
-        table.add_row(*[_fmt(x) for x in row], style=style)
-    con.print(table)
-    for reason in report.reasons:
-        con.print(f"  - {reason}", markup=False)
+    gates = report.gates or [report]
+    for r in gates:
+        title = f"{report.results.spec_name}: gate at {r.stage} ({r.results.gate['metric']})"
+        if len(gates) > 1:
+            title = f"{report.results.spec_name}: gate {r.gate_name} ({r.results.gate['rule']}) at {r.stage} ({r.results.gate['metric']})"
+        table = Table(title=title)
+        for h in _VERDICT_HEADER:
+            table.add_column(h)
+        for row in _verdict_rows(r):
+            style = {"PROCEED": "green", "STOP": "red", "INCONCLUSIVE": "yellow"}.get(
+                str(row[2]), ""
+            )
+            table.add_row(*[_fmt(x) for x in row], style=style)
+        print_whole(con, table)
+        for reason in r.reasons:
+            con.print(f"  - {gate_tag(report, r)}{reason}", markup=False)
+        for line in statistics_lines(r):
+            con.print(f"  * {gate_tag(report, r)}{line}", markup=False)
     if report.results.issues:
         con.print(f"data issues: {len(report.results.issues)} (listed in the report)")
     for step in report.next_steps:
         con.print(f"next: {step}", markup=False)
     path = written.get("html") or written.get("md") or written.get("json")
-    con.print(f"gate verdict: {report.verdict} ({path})", markup=False)
+    if len(gates) > 1:
+        overview = Table(title=f"{report.results.spec_name}: one verdict per proposal")
+        for h in GATES_HEADER:
+            overview.add_column(h)
+        for row in gates_rows(report):
+            overview.add_row(*[_fmt(x) for x in row])
+        print_whole(con, overview)
+        shown = "; ".join(f"{r.gate_name}: {r.verdict}" for r in gates)
+        con.print(f"gate verdicts: {shown} ({path})", markup=False)
+    else:
+        con.print(f"gate verdict: {report.verdict} ({path})", markup=False)
 
 
 def metric_label(name: str) -> str:

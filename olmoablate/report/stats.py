@@ -83,22 +83,83 @@ def t_ppf(p: float, dof: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def seeds_needed(
-    mean: float, sd: float, threshold: float, confidence: float, limit: int = 1000
-) -> int | None:
-    """Smallest n >= 2 with t_{conf, n-1} * sd / sqrt(n) < |mean - threshold|.
+def quantile(p: float, dof: float) -> float:
+    """t quantile, or the normal one when the sd is known (``dof`` = inf)."""
+    return t_ppf(p, dof)
 
-    Why: when the verdict is inconclusive, the useful answer is "how many paired seeds would
-    separate the observed effect from the bar", using the spread seen so far. None when the
-    observed mean does not clear the bar (no number of seeds makes it proceed) or more than
-    ``limit`` would be needed.
+
+def p_above(mean: float, se: float, bar: float, dof: float) -> float:
+    """One-sided p-value of H0: effect <= bar against H1: effect > bar (t with ``dof``)."""
+    if not (math.isfinite(se) and se > 0):
+        if math.isfinite(se) and se == 0:
+            return 0.0 if mean > bar else 1.0
+        return 1.0
+    return 1.0 - t_cdf((mean - bar) / se, dof)
+
+
+def holm(p_values: list[float], alpha: float) -> tuple[list[bool], list[float]]:
+    """Holm's step-down procedure: which hypotheses are rejected at family-wise level ``alpha``,
+    and the Holm-adjusted p-values (same order as given).
+
+    Why Holm: it controls the probability of promoting *any* null variant at ``alpha`` whatever
+    the dependence between the tests (the variants share baselines, so they are correlated), and
+    is uniformly more powerful than Bonferroni.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    rejected = [False] * m
+    adjusted = [1.0] * m
+    running = 0.0
+    still = True
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+        if still and p_values[i] <= alpha / (m - rank):
+            rejected[i] = True
+        else:
+            still = False
+    return rejected, adjusted
+
+
+def seeds_needed(
+    mean: float,
+    sd: float,
+    threshold: float,
+    confidence: float,
+    limit: int = 1000,
+    known_sd: bool = False,
+) -> int | None:
+    """Smallest n >= 2 with q_{conf} * sd / sqrt(n) < |mean - threshold|, either direction.
+
+    Why both directions: when the interval straddles ``min_effect`` the useful answer is "how
+    many paired seeds would separate the observed effect from the bar" -- toward proceed when the
+    observed mean is above it, toward stop when below. ``sd`` is the spread of one seed's paired
+    delta; q is Student's t with n-1 dof (the spread will be estimated from those seeds), or the
+    normal quantile when ``known_sd`` (a declared noise floor). None when the mean sits exactly on
+    the bar, the spread is unknown, or more than ``limit`` seeds would be needed.
     """
     gap = abs(mean - threshold)
-    if mean <= threshold or not math.isfinite(sd) or gap == 0.0:
+    if not math.isfinite(sd) or not math.isfinite(gap) or gap == 0.0:
         return None
     if sd == 0.0:
         return 2
     for n in range(2, limit + 1):
-        if t_ppf(confidence, n - 1) * sd / math.sqrt(n) < gap:
+        q = t_ppf(confidence, math.inf if known_sd else n - 1)
+        if q * sd / math.sqrt(n) < gap:
             return n
     return None
+
+
+def mde(
+    sd: float, n: int, confidence: float, power: float = 0.8, dof: float | None = None
+) -> float:
+    """Minimum detectable effect above the bar: (q_conf + q_power) * sd / sqrt(n).
+
+    An effect this far above ``min_effect`` is declared (lower bound > bar) with probability
+    ``power`` when one paired delta has sd ``sd``. ``dof`` None: t with n-1 dof (sd estimated from
+    the seeds); ``math.inf``: known sd (normal).
+    """
+    d = (n - 1) if dof is None else dof
+    if n < 1 or d < 1 or not math.isfinite(sd):
+        return math.inf
+    return (t_ppf(confidence, d) + t_ppf(power, d)) * sd / math.sqrt(n)

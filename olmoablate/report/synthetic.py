@@ -42,6 +42,8 @@ class ArmTruth:
     duplicate_steps: Sequence[int] = ()  # rows written twice (requeue); the second one wins
     truncate_last: bool = False
     seed_offset: float = 0.0  # seed-to-seed variation of the effect
+    step_time_jitter: float = 0.0  # relative sd of each step's time (iid around step_time_s)
+    host: str | None = None  # summary.json "hostname" (the node the run was timed on)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class SynthSpec:
     budget_match: str = "tokens"
     eval_set: str = "demo-heldout"
     rich_rows: bool = True  # all the keys OLMo-core logs, not only the ones the report reads
+    aa_seeds: int = 0  # A/A baselines at the stage size (role aa), as gate.noise.measure adds
 
 
 def _entry(
@@ -140,6 +143,12 @@ def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
                     }
                 )
     gate = {"stage": spec.sizes[0], **spec.gate}
+    first = max(spec.seeds) + 1
+    for seed in range(first, first + spec.aa_seeds):
+        aa = _entry(spec, str(gate["stage"]), seed, "baseline", {}, [])
+        aa["role"] = "aa"
+        aa["certificate"] = certificate_of(aa)
+        runs.append(aa)
     plan = {
         "schema": 1,
         "spec_name": spec.name,
@@ -181,6 +190,7 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
     eval_rng = np.random.default_rng(seed * 7919 + 17)  # shared by both arms: paired eval noise
     shared_eval_noise = eval_rng.normal(0.0, truth.eval_noise, steps.size)
     own_eval_noise = rng.normal(0.0, truth.eval_noise, steps.size)
+    times = truth.step_time_s * (1.0 + rng.normal(0.0, truth.step_time_jitter, steps.size))
     lines: list[str] = []
     es = spec.eval_set
     for i, s in enumerate(steps.tolist()):
@@ -209,7 +219,8 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
             for n, extra in (truth.loop_eval or {}).items():
                 row += f'"eval/lm/{es}/CE loss (loops={n})": {ev + extra!r}, '
         row += (
-            f'"step_time_s": {truth.step_time_s!r}, "peak_memory_gb": {truth.peak_memory_gb!r}}}\n'
+            f'"step_time_s": {float(times[i])!r}, "step_cpu_time_s": {float(times[i])!r}, '
+            f'"peak_memory_gb": {truth.peak_memory_gb!r}}}\n'
         )
         if s in truth.duplicate_steps:
             # the attempt before a requeue logged this step too; the resumed job's row comes last
@@ -251,6 +262,8 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
             "optimizer_state_bytes": int(entry["params"]) * 8,
             "loss_spikes": len(truth.spikes_at),
         }
+        if truth.host is not None:
+            summary["hostname"] = truth.host
         if truth.decode_latency_s is not None:
             summary["decode_latency_s"] = truth.decode_latency_s
         write_json_atomic(rd / "summary.json", summary)

@@ -21,6 +21,7 @@ ARM_KEYS: frozenset[str] = frozenset(
         "pair_id",
         "pairs",
         "arm",
+        "role",  # "aa": an A/A baseline of the gate's noise measurement (no pair)
         "architecture",
         "certificate",
         "budget_match",

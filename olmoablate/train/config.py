@@ -363,23 +363,27 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
     )
 
 
-def downstream_evaluator_config(ctx: RunContext, tasks: list[str], steps: int) -> Any:
+def downstream_evaluator_config(
+    ctx: RunContext, tasks: list[str], steps: int, loop_counts: list[int] | None = None
+) -> Any:
     """OLMo-core's downstream evaluator (ai2-olmo-eval) on the offline dolma2 tokenizer file.
 
     Same points as the LM evaluator (every ``evaluation.interval`` steps and at the end), so both
     arms are scored on identical checkpoints. ``evaluation.max_downstream_batches`` (optional)
-    caps each task's eval for quick checks; by default every instance is scored.
+    caps each task's eval for quick checks; by default every instance is scored. A looped arm
+    (``loop_counts``) is also scored at each of its evaluation loop counts.
     """
     from olmo_core.data import TokenizerConfig
     from olmo_core.train import Duration
-    from olmo_core.train.callbacks import DownstreamEvaluatorCallbackConfig
 
     from olmoablate.data import tokenizer_path
+    from olmoablate.train.callbacks import LoopedDownstreamEvaluatorCallbackConfig
 
     data = ctx.training["data"]
     interval = int(ctx.evaluation["interval"])
     cap = ctx.evaluation.get("max_downstream_batches")
-    return DownstreamEvaluatorCallbackConfig(
+    return LoopedDownstreamEvaluatorCallbackConfig(
+        loop_counts=list(loop_counts or []),
         tasks=tasks,
         tokenizer=TokenizerConfig(
             vocab_size=int(data.get("vocab_size", 100352)),

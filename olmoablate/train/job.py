@@ -25,10 +25,10 @@ run directory to train it again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -45,11 +45,6 @@ FINAL_STATES = ("completed", "diverged")
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def wandb_id(spec_name: str, run_id: str) -> str:
-    """Stable W&B id, so a requeued job resumes the same W&B run."""
-    return hashlib.sha1(f"{spec_name}/{run_id}".encode()).hexdigest()[:16]
 
 
 def _previous_status(path: Path) -> dict[str, Any]:
@@ -120,6 +115,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     from olmoablate.train import callbacks as cbs
     from olmoablate.train import config as cfgs
+    from olmoablate.train import wandb_log
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps = int(tr["steps"])
@@ -158,16 +154,20 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             total_steps=steps,
             global_batch_size=gbs,
         ),
-        "wandb": cbs.WandBLoggerCallback(
+        "wandb": wandb_log.WandBLoggerCallback(
             run_id=ctx.run_id,
-            wandb_id=wandb_id(ctx.spec_name, ctx.run_id),
+            wandb_id=wandb_log.wandb_id(ctx.spec_name, ctx.run_id),
             project=str(wb.get("project") or "olmoablate"),
             entity=wb.get("entity"),
-            group=str(run.get("group_id")),
+            group=f"{ctx.spec_name}/{run.get('group_id')}",
             job_type=str(run.get("arm")),
+            tags=wandb_log.tags_of(ctx.spec_name, run),
             mode=str(wb.get("mode") or "offline"),
             directory=str(rd / "wandb"),
-            config=run,
+            link_path=str(rd / wandb_log.LINK_FILE),
+            config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.get("gate_sha256"), **run},
+            global_batch_size=gbs,
+            flops=wandb_log.FlopsAxis(run),
         ),
     }
     nan_step = tr.get("debug_nan_at_step")
@@ -209,8 +209,12 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         )
     tasks = [str(t) for t in ev.get("downstream") or []]
     if tasks:
+        looped = bool((run.get("architecture") or {}).get("looped"))
         trainer_cfg = trainer_cfg.with_callback(
-            "downstream_evaluator", cfgs.downstream_evaluator_config(ctx, tasks, steps)
+            "downstream_evaluator",
+            cfgs.downstream_evaluator_config(
+                ctx, tasks, steps, _loop_counts(run) if looped else None
+            ),
         )
     for name, cb in own.items():
         trainer_cfg = trainer_cfg.with_callback(name, cb)
@@ -275,6 +279,8 @@ def _summary(
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
         "execution": _execution_record(trainer, own, env),
+        # the node the steps were timed on: the report says when two arms ran on different ones
+        "hostname": socket.gethostname(),
     }
 
 

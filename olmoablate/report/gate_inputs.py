@@ -1,0 +1,134 @@
+"""What the gate needs from a results folder beyond the pairs: its noise source, the cheapest way
+out of an unresolvable one-seed gate, and each pair's steady-state step times.
+
+Why separate from `olmoablate.report.gate`: the gate stays a pure function of numbers; this
+module reads runs (A/A baselines, ledger, summaries) and turns them into those numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from olmoablate.io import read_json
+from olmoablate.report.collect import Results, RunData
+from olmoablate.report.compare import PairResult, _curve
+from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
+from olmoablate.report.overhead import ArmTiming, arm_timing
+
+
+def stage_baselines(results: Results, stage: str) -> list[RunData]:
+    """Every baseline run at the stage size: the pairs' baselines and the A/A ones."""
+    return [
+        rd
+        for rd in results.runs.values()
+        if rd.entry.get("size") == stage and rd.entry.get("arm") == "baseline"
+    ]
+
+
+def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource | None, list[str]]:
+    """The declared one-seed noise source (floor, or A/A baselines measured now) and notes."""
+    noise = cfg.get("noise") or {}
+    notes: list[str] = []
+    if noise.get("floor") is not None:
+        return floor_source(float(noise["floor"])), notes
+    measure = noise.get("measure") or {}
+    if not measure.get("aa_seeds"):
+        return None, notes
+    stage, metric = str(cfg["stage"]), str(cfg["metric"])
+    runs = [rd for rd in stage_baselines(results, stage) if len(_curve(rd, metric))]
+    want = int(measure["aa_seeds"]) + 1
+    have = len(stage_baselines(results, stage))
+    if runs:  # matched tokens: only baselines that reached the furthest eval point
+        last = max(float(_curve(rd, metric).x[-1]) for rd in runs)
+        behind = [rd.run_id for rd in runs if float(_curve(rd, metric).x[-1]) < last]
+        if behind:
+            notes.append(
+                f"A/A noise: {', '.join(behind)} not yet at {last:.4g} tokens; left out so the "
+                "baselines are compared at matched tokens"
+            )
+        runs = [rd for rd in runs if rd.run_id not in behind]
+    if len(runs) < 2:
+        notes.append(
+            f"A/A noise: only {len(runs)} of {max(want, have)} stage baselines have {metric!r} "
+            "points yet; the run-to-run sd needs at least 2"
+        )
+        return None, notes
+    window = 0
+    if not metric.startswith("eval/"):
+        window = int((runs[0].entry.get("evaluation") or {}).get("interval") or 0)
+    curves = [(_curve(rd, metric).x, _curve(rd, metric).y) for rd in runs]
+    values = run_level_values(curves, int(cfg["last_n"]), window)
+    src = aa_source(values, [rd.run_id for rd in runs])
+    if src is not None and len(runs) < have:
+        notes.append(f"A/A noise: {len(runs)} of {have} stage baselines have the metric so far")
+    return src, notes
+
+
+def _gpu_hours(results: Results, stage: str, arm: str) -> float | None:
+    hours = [
+        float(r["gpu_hours"])
+        for r in results.plan.get("runs", [])
+        if isinstance(r, dict)
+        and r.get("size") == stage
+        and r.get("arm") == arm
+        and isinstance(r.get("gpu_hours"), int | float)
+    ]
+    return hours[0] if hours else None
+
+
+def way_out(results: Results, cfg: Mapping[str, Any], variants: list[str]) -> str:
+    """The cheapest ways to make a one-seed gate resolvable, priced from the plan."""
+    stage = str(cfg["stage"])
+    base = _gpu_hours(results, stage, "baseline")
+    var = sum(h for h in (_gpu_hours(results, stage, v) for v in variants) if h is not None)
+    aa = f"+1 run, {base:.4g} GPU-h" if base else "+1 run"
+    n_pair = 1 + len(variants)
+    pair = f"+{n_pair} runs, {base + var:.4g} GPU-h" if base else f"+{n_pair} runs"
+    return (
+        f"cheapest ways out: an A/A pair (gate.noise.measure: {{aa_seeds: 1}}, one more baseline "
+        f"at {stage} with another seed, {aa}; 1 dof, so wide: more A/A seeds tighten it), or one "
+        f"more seed pair (add a seed: {pair}), or gate.noise.floor if the paired-delta sd of "
+        "this recipe was measured earlier (free); each needs a deliberate re-plan"
+    )
+
+
+def _ledger(results: Results) -> dict[str, Any]:
+    memo = results.__dict__.setdefault("_ledger_memo", {})
+    if "ledger" not in memo:
+        try:
+            obj = read_json(results.root / "ledger.json")
+        except (OSError, ValueError):
+            obj = {}
+        memo["ledger"] = obj.get("runs", {}) if isinstance(obj, dict) else {}
+    return memo["ledger"]
+
+
+def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
+    if rd.metrics is None:
+        return None
+    cols = {k: rd.column(k) for k in ("step_time_s", "step_cpu_time_s", "step_in_attempt")}
+    led = _ledger(results).get(rd.run_id)
+    return arm_timing(
+        rd.run_id,
+        rd.metrics.steps,
+        cols,
+        rd.entry,
+        use_cpu,
+        (rd.summary, rd.status, led if isinstance(led, dict) else None),
+    )
+
+
+def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
+    """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
+    gpus = int((res.baseline.entry.get("topology") or {}).get("gpus_per_node") or 0)
+    both_cpu = all(r.column("step_cpu_time_s") is not None for r in (res.baseline, res.variant))
+    use_cpu = gpus == 0 and both_cpu
+    b = _timing(results, res.baseline, use_cpu)
+    v = _timing(results, res.variant, use_cpu)
+    if b is None or v is None or not (b.times.size and v.times.size):
+        return None
+    if not math.isfinite(float(b.times.mean())):
+        return None
+    return b, v

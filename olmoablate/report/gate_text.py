@@ -1,0 +1,104 @@
+"""The gate's statistics in words, for every renderer (markdown, HTML, terminal).
+
+Why one function: the noise source, the seeds-needed line, Holm and the overhead interval are
+what make a verdict checkable; all three outputs must say the same thing. The same goes for the
+one-row-per-gate overview of a spec with several gates (`gates:`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from olmoablate.report.build import Report
+
+
+def statistics_lines(report: Report) -> list[str]:
+    """One line per fact: per variant its role, noise source, seeds needed, step-time interval,
+    jitter diagnostic and timing conditions; then the family note and noise notes."""
+    out: list[str] = []
+    if report.results.prereg_broken:
+        out.append(report.results.prereg_broken)
+    if report.family_note:
+        out.append(report.family_note)
+    for v in report.variant_verdicts:
+        tag = f"[{v.variant}, {v.role}]"
+        if v.noise:
+            out.append(f"{tag} {v.noise}")
+        if v.checks and v.checks[0].seeds_line:
+            out.append(f"{tag} {v.checks[0].seeds_line}")
+        if v.step_time is not None:
+            out.append(f"{tag} {v.step_time.reason}")
+        if v.jitter:
+            out.append(f"{tag} {v.jitter}")
+        out.extend(f"{tag} {n}" for n in dict.fromkeys(v.notes))
+    src = report.noise
+    if src is not None and src.runs:
+        vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
+        out.append(f"A/A baselines at matched tokens (last_n mean of the gate metric): {vals}")
+    out.extend(report.noise_notes)
+    return out
+
+
+def gate_text(report: Report) -> str:
+    g = report.results.gate
+    txt = (
+        f"Variant `{g.get('variant') or '(all)'}`, stage **{report.stage}**, rule `{g['rule']}`, "
+        f"metric `{g['metric']}` ({g['direction']} is better), min_effect {g['min_effect']}, "
+        f"confidence {g['confidence']}, last_n {g['last_n']}"
+        + (f", reference `{g['reference']}`" if g.get("reference") else "")
+        + f"; pre-registered (sha256 {str(report.results.plan.get('gate_sha256'))[:12]})."
+    )
+    if report.notes:
+        txt += " " + " ".join(f"{n}." for n in report.notes)
+    return txt
+
+
+GATES_TEXT = (
+    "One pre-registered gate per proposal, each decided on its own (its rule, variant, "
+    "reference and metric); the effect is the gated variant's improvement (positive = better) "
+    "with its one-sided interval."
+)
+GATES_HEADER = [
+    "gate (proposal)",
+    "variant",
+    "rule",
+    "metric",
+    "verdict",
+    "effect",
+    "lower",
+    "upper",
+    "seeds",
+    "deciding reason",
+]
+
+
+def gates_rows(report: Report) -> list[list[Any]]:
+    """One row per gate (``report.gates``): proposal, rule, verdict, effect with interval, why."""
+    rows = []
+    for r in report.gates:
+        g = r.results.gate
+        v = next(
+            (x for x in r.variant_verdicts if x.variant == g.get("variant")),
+            r.variant_verdicts[0] if r.variant_verdicts else None,
+        )
+        est = v.checks[0].estimate if v is not None and v.checks else None
+        rows.append(
+            [
+                r.gate_name,
+                v.variant if v is not None else g.get("variant"),
+                g["rule"],
+                g["metric"],
+                r.verdict.upper(),
+                est.mean if est else None,
+                est.lower if est else None,
+                est.upper if est else None,
+                est.n_seeds if est else 0,
+                r.reasons[0] if r.reasons else "—",
+            ]
+        )
+    return rows
+
+
+def gate_tag(report: Report, gate_report: Report) -> str:
+    """``[gate] `` in front of a line when the spec has several gates."""
+    return f"[{gate_report.gate_name}] " if len(report.gates) > 1 else ""

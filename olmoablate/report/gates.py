@@ -1,0 +1,68 @@
+"""One verdict per proposal: build the report once per pre-registered gate of the plan.
+
+Why per gate with the single-gate code: each gate (``gates:`` in the spec) has its own rule,
+variant, reference, metric and hash; deciding each with exactly the code a one-gate spec uses
+(pre-registration check, noise source, statistics) means two gates can never influence each
+other's verdict, and a spec with ``gate:`` is the one-gate case of the same path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from olmoablate.report.build import Report, build, write_next_plan
+from olmoablate.report.collect import Results
+from olmoablate.report.gate import gate_config
+from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.spec.gates import gate_views
+
+
+def results_for_gate(results: Results, view: dict) -> Results:
+    """``results`` deciding with the gate of ``view`` (a plan with that gate in ``gate``)."""
+    prereg = resolve_gate(view, results.root)
+    out = dataclasses.replace(
+        results,
+        plan=view,
+        gate=gate_config(prereg.gate),
+        warnings=check_gate_unchanged(view, results.root) + prereg.warnings,
+    )
+    out.prereg_broken = prereg.broken
+    return out
+
+
+def build_all(results: Results) -> Report:
+    """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
+    views = gate_views(results.plan)
+    if len(views) <= 1:
+        report = build(results)
+        report.gate_name = views[0][0] if views else "gate"
+        report.gates = [report]
+        return report
+    reports = []
+    # the variants (and references) of each gate: decided there, so not exploratory elsewhere
+    gated = [
+        [str(x) for x in ((v.get("gate") or {}).get(k) for k in ("variant", "reference")) if x]
+        for _, v in views
+    ]
+    for i, (name, view) in enumerate(views):
+        res = results if i == 0 else results_for_gate(results, view)
+        res.other_gated = [x for j, g in enumerate(gated) if j != i for x in g]
+        r = build(res)
+        r.gate_name = name
+        reports.append(r)
+    reports[0].gates = reports
+    return reports[0]
+
+
+def write_next_plans(report: Report, out_dir: Path) -> None:
+    """next_plan.json per proceeding gate: ``out_dir`` for one gate, ``out_dir/gates/<name>/``
+    for several (each promotes only its own proposal)."""
+    if len(report.gates) <= 1:
+        write_next_plan(report, out_dir)
+        return
+    steps: list[str] = []
+    for r in report.gates:
+        write_next_plan(r, out_dir / "gates" / r.gate_name)
+        steps.extend(f"[{r.gate_name}] {s}" for s in r.next_steps)
+    report.next_steps = steps

@@ -1,0 +1,285 @@
+"""Step-time overhead of a variant as a ratio with a confidence interval, from per-step times.
+
+Why not a point ratio: a ratio near the limit flips on noise (local runs share cores with their
+neighbours, GPU clocks drift). Per-step times are strongly autocorrelated (thermal state, page
+cache, a neighbour's job), so steps are *not* iid replicates: each arm's steady-state steps are cut
+into ``blocks`` contiguous batches and only the batch means are treated as (approximately)
+independent -- the classical batch-means method. The log of the ratio of means gets a
+delta-method standard error from each arm's batch means, Welch-Satterthwaite dof, and a t bound.
+
+Steady state: warm-up steps of the LR schedule, the first steps of every attempt (start or
+resume: compilation, allocator growth), eval and checkpoint steps and the step right after each
+(cold caches) are dropped. CPU runs use ``step_cpu_time_s`` (the process's
+CPU seconds) when both arms have it, because their wall time includes whatever else ran on the
+machine; GPU runs use ``step_time_s`` (wall, synchronised on the device).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from olmoablate.report.stats import t_ppf
+
+WALL, CPU = "step_time_s", "step_cpu_time_s"
+ATTEMPT = "step_in_attempt"
+#: Steps of every attempt (start or resume) that are warm-up; the training job's
+#: ``MetricsJSONLCallback.WARMUP_STEPS`` (a test keeps the two equal; the report has no torch).
+ATTEMPT_WARMUP_STEPS = 5
+MIN_BLOCKS, MAX_BLOCKS, MIN_BLOCK_LEN = 4, 10, 3
+
+
+@dataclass
+class ArmTiming:
+    """Steady-state step times of one arm and the conditions they were taken under."""
+
+    run_id: str
+    times: np.ndarray  # seconds per steady-state step (in step order)
+    column: str
+    host: str | None = None
+    executor: str | None = None
+    excluded: int = 0
+
+
+def steady_steps(
+    steps: np.ndarray,
+    entry: Mapping[str, Any],
+    times: np.ndarray,
+    in_attempt: np.ndarray | None = None,
+) -> tuple[np.ndarray, int]:
+    """Times of steady-state steps (see module docstring) and how many steps were dropped.
+
+    ``in_attempt`` (metrics ``step_in_attempt``): also drop the first steps after every resume.
+    """
+    tr = entry.get("training") or {}
+    warm = int((tr.get("schedule") or {}).get("warmup_steps") or 0)
+    ev = int((entry.get("evaluation") or {}).get("interval") or 0)
+    ck = int(tr.get("checkpoint_interval") or 0)
+    s = np.asarray(steps, dtype=np.int64)
+    t = np.asarray(times, dtype=float)
+    drop = (s <= max(1, warm)) | ~np.isfinite(t) | (t <= 0)
+    if in_attempt is not None:
+        drop |= (
+            np.nan_to_num(np.asarray(in_attempt, dtype=float), nan=np.inf) <= ATTEMPT_WARMUP_STEPS
+        )
+    for every in (ev, ck):
+        if every > 0:
+            drop |= (s % every == 0) | ((s - 1) % every == 0)
+    return t[~drop], int(drop.sum())
+
+
+def batch_means(x: np.ndarray) -> np.ndarray:
+    """Means of up to MAX_BLOCKS contiguous equal blocks (oldest remainder dropped)."""
+    n_blocks = min(MAX_BLOCKS, x.size // MIN_BLOCK_LEN)
+    if n_blocks < 2:
+        return np.empty(0)
+    size = x.size // n_blocks
+    return x[x.size - n_blocks * size :].reshape(n_blocks, size).mean(axis=1)
+
+
+def arm_timing(
+    run_id: str,
+    steps: np.ndarray | None,
+    columns: Mapping[str, np.ndarray | None],
+    entry: Mapping[str, Any],
+    use_cpu: bool,
+    info: Sequence[Mapping[str, Any] | None] = (),
+) -> ArmTiming | None:
+    """One arm's steady-state times from its metrics columns (None without per-step times).
+
+    ``info``: summary.json, status.json and the ledger entry, searched for the node it ran on.
+    """
+    col = CPU if use_cpu and columns.get(CPU) is not None else WALL
+    times = columns.get(col)
+    if steps is None or times is None:
+        return None
+    t, dropped = steady_steps(steps, entry, times, columns.get(ATTEMPT))
+    host = executor = None
+    for d in info:
+        if not d:
+            continue
+        host = host or d.get("hostname") or d.get("host")
+        jobs = d.get("jobs")
+        if not host and isinstance(jobs, list) and jobs and isinstance(jobs[-1], dict):
+            host = jobs[-1].get("host")
+        executor = executor or d.get("executor")
+    return ArmTiming(run_id, t, col, host, executor, dropped)
+
+
+@dataclass
+class RatioInterval:
+    ratio: float  # variant / baseline mean step time
+    lower: float
+    upper: float
+    log_se: float
+    dof: float
+    blocks: tuple[int, int]
+
+
+def ratio_interval(base: np.ndarray, var: np.ndarray, confidence: float) -> RatioInterval | None:
+    """Ratio of mean step times with one-sided ``confidence`` bounds (batch means, log scale)."""
+    mb, mv = batch_means(base), batch_means(var)
+    if mb.size < 2 or mv.size < 2 or mb.mean() <= 0 or mv.mean() <= 0:
+        return None
+    # delta method: Var(log mean) ~ Var(batch mean) / (B * mean^2)
+    vb = float(mb.var(ddof=1)) / (mb.size * mb.mean() ** 2)
+    vv = float(mv.var(ddof=1)) / (mv.size * mv.mean() ** 2)
+    log_ratio = math.log(mv.mean() / mb.mean())
+    se = math.sqrt(vb + vv)
+    if se == 0:
+        dof = math.inf
+    else:
+        dof = (vb + vv) ** 2 / (
+            (vb**2 / (mb.size - 1) if vb else 0.0) + (vv**2 / (mv.size - 1) if vv else 0.0)
+        )
+    q = t_ppf(confidence, dof)
+    return RatioInterval(
+        math.exp(log_ratio),
+        math.exp(log_ratio - q * se),
+        math.exp(log_ratio + q * se),
+        se,
+        dof,
+        (int(mb.size), int(mv.size)),
+    )
+
+
+@dataclass
+class OverheadCheck:
+    """Step-time overhead over all pairs of a variant: pass | stop | inconclusive."""
+
+    outcome: str
+    reason: str
+    overhead: float | None = None  # ratio - 1
+    lower: float | None = None
+    upper: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "overhead": self.overhead,
+            "lower": self.lower,
+            "upper": self.upper,
+            "notes": self.notes,
+        }
+
+
+def conditions(base: ArmTiming, var: ArmTiming) -> list[str]:
+    """Why the two arms' times may not be comparable (said in the report, not hidden)."""
+    out: list[str] = []
+    if base.host and var.host and base.host != var.host:
+        out.append(
+            f"arms timed on different nodes ({base.run_id} on {base.host}, {var.run_id} on "
+            f"{var.host}): node-to-node speed differences enter the ratio"
+        )
+    if "local" in (base.executor, var.executor):
+        how = "CPU time per step is used" if base.column == CPU else "wall time is used"
+        out.append(
+            f"local runs: they may have shared the machine's cores with neighbouring runs ({how})"
+        )
+    return out
+
+
+def step_time_check(
+    timings: Sequence[tuple[str, ArmTiming, ArmTiming]], limit: float | None, confidence: float
+) -> OverheadCheck | None:
+    """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``.
+
+    Several pairs: mean of per-pair log-ratios; its SE is the larger of the pooled within-pair SE
+    and the between-pair SE (so node-to-node heterogeneity is never hidden). None when no pair
+    has per-step times or no limit is set.
+    """
+    if limit is None:
+        return None
+    per: list[tuple[str, RatioInterval]] = []
+    notes: list[str] = []
+    for pid, b, v in timings:
+        ri = ratio_interval(b.times, v.times, confidence)
+        notes.extend(f"pair {pid}: {c}" for c in conditions(b, v))
+        if ri is not None:
+            per.append((pid, ri))
+    if not per:
+        return None
+    logs = np.array([math.log(r.ratio) for _, r in per])
+    within = math.sqrt(sum(r.log_se**2 for _, r in per)) / len(per)
+    dof = min(r.dof for _, r in per)
+    se = within
+    if len(per) >= 2:
+        between = float(logs.std(ddof=1)) / math.sqrt(len(per))
+        if between > within:
+            se, dof = between, float(len(per) - 1)
+    q = t_ppf(confidence, dof) if se > 0 else 0.0
+    mean = float(logs.mean())
+    lo, hi = math.exp(mean - q * se) - 1.0, math.exp(mean + q * se) - 1.0
+    col = timings[0][1].column
+    desc = (
+        f"step time overhead {math.exp(mean) - 1:+.1%} (one-sided {confidence:.0%} bounds "
+        f"[{lo:+.1%}, {hi:+.1%}], {col} of steady-state steps, batch means over "
+        f"{len(per)} pair(s))"
+    )
+    if lo > limit:
+        outcome, reason = "stop", f"{desc} > limit {limit:.0%} (whole interval above it)"
+    elif hi <= limit:
+        outcome, reason = "pass", f"{desc} within limit {limit:.0%}"
+    else:
+        outcome, reason = (
+            "inconclusive",
+            f"{desc} straddles the limit {limit:.0%}: cannot tell whether it exceeds it "
+            "(longer runs or a quieter machine narrow the interval)",
+        )
+    return OverheadCheck(outcome, reason, math.exp(mean) - 1.0, lo, hi, notes)
+
+
+_POINT_LIMITS = (
+    ("peak_memory", "max_peak_memory_overhead", "peak memory"),
+    ("decode_latency", "max_decode_latency_overhead", "decode latency"),
+)
+
+
+def overhead_checks(
+    pairs: Sequence[tuple[str, tuple[ArmTiming, ArmTiming] | None, Mapping[str, float | None]]],
+    cfg: Mapping[str, Any],
+) -> tuple[list[str], list[str], OverheadCheck | None]:
+    """(hard stops, blockers, the step-time check) from the measured overheads.
+
+    Step time: a ratio with an interval from steady-state per-step times (stop only when the
+    whole interval is above the limit, inconclusive when it straddles); without per-step times a
+    point ratio over the limit blocks proceed but cannot stop. Peak memory and decode latency are
+    one deterministic measurement per run (the allocator's high-water mark, a fixed decode):
+    compared as point ratios (mean over seeds).
+    """
+    stops: list[str] = []
+    blockers: list[str] = []
+    conf = float(cfg.get("confidence") or 0.95)
+    limit = cfg.get("max_step_time_overhead")
+    timed = [(pid, *timing) for pid, timing, _ in pairs if timing is not None]
+    check = step_time_check(timed, limit, conf)
+    if check is not None:
+        if check.outcome == "stop":
+            stops.append(check.reason)
+        elif check.outcome == "inconclusive":
+            blockers.append(check.reason)
+    elif limit is not None:
+        vals = [o.get("step_time") for _, _, o in pairs]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if vals and float(np.mean(vals)) > limit:
+            blockers.append(
+                f"step time overhead {float(np.mean(vals)):+.1%} (point ratio of mean step "
+                f"times; no per-step times for an interval) > limit {limit:.0%}: cannot tell "
+                "noise from overhead"
+            )
+    for key, limit_key, label in _POINT_LIMITS:
+        lim = cfg.get(limit_key)
+        vals = [o.get(key) for _, _, o in pairs]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        if lim is None or not vals:
+            continue
+        mean = float(np.mean(vals))
+        if mean > lim:
+            stops.append(f"{label} overhead {mean:+.1%} over baseline > limit {lim:.0%}")
+    return stops, blockers, check

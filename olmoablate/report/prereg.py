@@ -1,0 +1,146 @@
+"""Pre-registration: the report decides with the gate whose hash ``plan`` recorded.
+
+Why: a gate chosen after seeing the results can be tuned into any verdict. ``plan`` writes the
+validated gate block and its sha256 into plan.json. Here, if plan.json's block still matches that
+hash, it is the gate. If it was edited, the pre-registered gate is recovered from the spec when
+the spec still matches the recorded hash (its gate block, or the whole file); otherwise there is
+no trustworthy gate and the report gives no verdict ("pre-registration broken").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import sha256_file, sha256_of
+from olmoablate.report.gate import gate_config
+
+
+@dataclass
+class PreRegistered:
+    gate: dict[str, Any] | None  # the gate to decide with (display only when ``broken``)
+    source: str  # "plan.json" | "spec" | "plan.json (unverified)"
+    warnings: list[str] = field(default_factory=list)
+    broken: str | None = None
+
+
+def _spec_path(plan: Mapping[str, Any]) -> Path | None:
+    spec_path = plan.get("spec_path")
+    if not spec_path:
+        return None
+    candidates = [Path(spec_path)]
+    if plan.get("workdir"):
+        candidates.insert(0, Path(plan["workdir"]) / spec_path)
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _raw_gate(doc: Any, name: str | None) -> Any:
+    """The spec's block of gate ``name`` (``gates.<name>``), or its ``gate:`` block."""
+    if not isinstance(doc, dict):
+        return None
+    if name is not None and isinstance(doc.get("gates"), dict):
+        return doc["gates"].get(name)
+    return doc.get("gate")
+
+
+def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, dict[str, Any] | None]:
+    """(raw gate block, validated gate block or None) of the spec file."""
+    import yaml
+
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw = _raw_gate(doc, name)
+    if not isinstance(raw, dict):
+        return raw, None
+    from pydantic import ValidationError
+
+    from olmoablate.spec.schema import Gate
+
+    try:
+        return raw, Gate.model_validate(raw).model_dump()
+    except ValidationError:
+        return raw, None
+
+
+def resolve_gate(plan: Mapping[str, Any], root: Path) -> PreRegistered:
+    """The pre-registered gate of ``plan`` (see module docstring)."""
+    block = plan.get("gate")
+    recorded = plan.get("gate_sha256")
+    if block is None or not recorded:
+        return PreRegistered(block, "plan.json (unverified)")
+    if sha256_of(block) == recorded:
+        return PreRegistered(dict(block), "plan.json")
+    path = _spec_path(plan)
+    if path is not None:
+        try:
+            raw, validated = _spec_gate(path, plan.get("gate_name"))
+            spec_same = plan.get("spec_sha256") == sha256_file(path)
+        except Exception as err:  # noqa: BLE001 - reported: an unreadable spec breaks recovery
+            raw, validated, spec_same = None, None, False
+            why = f"could not re-read {path} ({err.__class__.__name__})"
+        else:
+            why = f"{path} does not match the recorded hash either"
+        hashes = {recorded, plan.get("gate_raw_sha256")}
+        gate_same = (validated is not None and sha256_of(validated) == recorded) or (
+            raw is not None and sha256_of(raw) in hashes
+        )
+        if gate_same or (spec_same and isinstance(raw, dict)):
+            gate = validated if validated is not None else dict(raw)
+            return PreRegistered(
+                gate,
+                "spec",
+                [
+                    "PRE-REGISTRATION: plan.json's gate block was edited after planning (it no "
+                    f"longer matches gate_sha256); the recorded gate was recovered from {path}, "
+                    "which still matches it, and is the one used"
+                ],
+            )
+    else:
+        why = "the spec file is not found"
+    broken = (
+        "pre-registration broken: plan.json's gate block no longer matches its recorded "
+        f"gate_sha256 and {why}; no verdict can be given (re-plan deliberately with "
+        "`olmoablate plan --replan` to pre-register a new gate)"
+    )
+    return PreRegistered(dict(block), "plan.json (edited)", [f"GATE: {broken}"], broken)
+
+
+def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
+    """Loud warnings when the gate was edited after planning (pre-registration lock)."""
+    out: list[str] = []
+    gate = plan.get("gate")
+    if gate is not None and plan.get("gate_sha256") and sha256_of(gate) != plan["gate_sha256"]:
+        out.append(
+            "GATE CHANGED: plan.json's gate block does not match its recorded gate_sha256 "
+            "(plan.json was edited after planning)"
+        )
+    spec_path = plan.get("spec_path")
+    if not spec_path:
+        return out
+    candidates = [Path(spec_path)]
+    if plan.get("workdir"):
+        candidates.insert(0, Path(plan["workdir"]) / spec_path)
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        return out
+    try:
+        import yaml
+
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception as err:  # noqa: BLE001 - reported, never fatal
+        out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
+        return out
+    raw = _raw_gate(doc, plan.get("gate_name"))
+    if plan.get("gate_raw_sha256"):
+        changed = sha256_of(raw) != plan["gate_raw_sha256"]
+    elif plan.get("gate_sha256") and sha256_of(raw) == plan["gate_sha256"]:
+        changed = False
+    else:
+        changed = gate_config(raw if isinstance(raw, dict) else {}) != gate_config(gate or {})
+    if changed:
+        out.append(
+            f"GATE CHANGED AFTER PLANNING: the gate block in {path} differs from the one recorded "
+            "in plan.json; this report uses the recorded (pre-registered) gate"
+        )
+    return out

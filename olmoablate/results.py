@@ -1,0 +1,332 @@
+"""Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
+
+Why built on the report's own code: every frame here comes from the objects `olmoablate report`
+builds (`report.collect.collect` -> `report.build.build`), so a notebook and the report can never
+disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
+gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
+forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).
+
+Frames (tidy: one observation per row), all built lazily on first access:
+
+* ``metrics``: ``run, pair, group, size, seed, arm, step, tokens, train_flops, metric, value``.
+  A baseline serves every variant of its (size, seed), so its rows appear once per pair it
+  belongs to: ``m[m.pair == p]`` is that whole pair. ``m.drop_duplicates(["run", "step",
+  "metric"])`` lists each run once. Rows where a run did not record a metric are left out.
+* ``runs``: one row per planned run: state, planned and reached tokens, parameters, FLOPs, the
+  measured costs of summary.json, the certificate and the W&B id/URL.
+* ``pairs``: one row per pair: arms, budget, certificate, validity (with the reasons), whether
+  both arms finished, tokens matched.
+* ``matched``: every pair's curves at matched tokens (the eval points both arms share, and the
+  train loss on the report's common grid): ``pair, ..., metric, tokens, baseline, variant, delta``.
+* ``comparisons``: the report's comparison rows (final values, stability, costs), = comparison.csv.
+* ``costs``: the cost rows of ``comparisons`` with the cost name in its own column.
+* ``gate``: one row per gated variant of gate.json's ``variants`` (nested fields flattened with
+  dots), with the gate's stage, rule, metric and overall verdict; ``gate_json`` is the dict.
+
+Importing this module imports pandas; the CLI never imports it (``validate``/``plan``/``status``
+stay fast on a login node).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from olmoablate.report.align import cumulative_flops
+from olmoablate.report.build import Report
+from olmoablate.report.collect import Results, collect, resolve_results_dir
+from olmoablate.report.compare import LOSS
+from olmoablate.report.gates import build_all
+from olmoablate.report.jsonl import read_metrics
+from olmoablate.report.links import wandb_links
+from olmoablate.report.render import comparison_rows
+
+METRIC_COLUMNS = [
+    "run",
+    "pair",
+    "group",
+    "size",
+    "seed",
+    "arm",
+    "step",
+    "tokens",
+    "train_flops",
+    "metric",
+    "value",
+]
+
+
+def load(
+    path: str | Path, *, results_root: str | Path = "results", all_metrics: bool = False
+) -> ResultSet:
+    """Load a results folder (``results/<spec>``), a spec file or a spec name.
+
+    ``all_metrics=False`` keeps the metrics the report reads (losses, evals, loop counts, costs);
+    ``True`` reads every key of each metrics.jsonl (optimizer, throughput, ...) with the same
+    parser. Nothing is written except the report's parse cache (``.report-cache/``).
+    """
+    root = resolve_results_dir(str(path), results_root)
+    results = collect(root)
+    return ResultSet(root, results, build_all(results), all_metrics)
+
+
+def _pairs_of(results: Results) -> dict[str, list[str | None]]:
+    out: dict[str, list[str | None]] = {rid: [] for rid in results.runs}
+    for p in results.pairs:
+        for arm in ("baseline_run", "variant_run"):
+            rid = str(p.get(arm))
+            if rid in out and p.get("pair_id") not in out[rid]:
+                out[rid].append(str(p.get("pair_id")))
+    return {rid: (ps or [None]) for rid, ps in out.items()}
+
+
+@dataclass
+class ResultSet:
+    """One results folder as DataFrames (see the module docstring); ``report`` is the report."""
+
+    root: Path
+    results: Results
+    report: Report
+    all_metrics: bool = False
+
+    # ------------------------------------------------------------------ long-form metrics
+    def _run_columns(self, rid: str) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        run = self.results.runs[rid]
+        m = run.metrics
+        if self.all_metrics and (run.directory / "metrics.jsonl").is_file():
+            m = read_metrics(run.directory / "metrics.jsonl")
+        if m is None or not len(m):
+            return None
+        return m.steps, m.columns
+
+    @functools.cached_property
+    def metrics(self) -> pd.DataFrame:
+        frames: list[pd.DataFrame] = []
+        pairs_of = _pairs_of(self.results)
+        for rid, run in self.results.runs.items():
+            got = self._run_columns(rid)
+            if got is None:
+                continue
+            steps, cols = got
+            tokens = cols.get("tokens")
+            if tokens is None:
+                tokens = steps.astype(float) * float(
+                    (run.entry.get("training") or {}).get("global_batch_size") or np.nan
+                )
+            flops, _ = cumulative_flops(
+                np.asarray(tokens, dtype=float),
+                _num(run.entry.get("train_flops_per_token")),
+                cols.get("throughput/total petaflops"),
+            )
+            parts = []
+            for key, values in cols.items():
+                if key in ("tokens", "step"):
+                    continue
+                keep = ~np.isnan(values)
+                if not keep.any():
+                    continue
+                parts.append(
+                    pd.DataFrame(
+                        {
+                            "step": steps[keep].astype(np.int64),
+                            "tokens": np.asarray(tokens, dtype=float)[keep],
+                            "train_flops": (
+                                flops[keep] if flops is not None else np.full(keep.sum(), np.nan)
+                            ),
+                            "metric": key,
+                            "value": values[keep].astype(float),
+                        }
+                    )
+                )
+            if not parts:
+                continue
+            one = pd.concat(parts, ignore_index=True)
+            e = run.entry
+            one["run"], one["group"], one["size"] = rid, e.get("group_id"), e.get("size")
+            one["seed"], one["arm"] = e.get("seed"), e.get("arm")
+            for pair in pairs_of[rid]:
+                frames.append(one.assign(pair=pair))
+        if not frames:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in METRIC_COLUMNS})
+        out = pd.concat(frames, ignore_index=True)[METRIC_COLUMNS]
+        for c in ("run", "pair", "group", "size", "arm", "metric"):
+            out[c] = out[c].astype("category")
+        return out
+
+    # ------------------------------------------------------------------ per run / per pair
+    @functools.cached_property
+    def runs(self) -> pd.DataFrame:
+        links = wandb_links(self.results)
+        rows = []
+        for rid, run in self.results.runs.items():
+            e, s, st = run.entry, run.summary or {}, run.status or {}
+            link = links.get(rid, {})
+            rows.append(
+                {
+                    "run": rid,
+                    "group": e.get("group_id"),
+                    "size": e.get("size"),
+                    "seed": e.get("seed"),
+                    "arm": e.get("arm"),
+                    "state": run.state,
+                    "step": st.get("step"),
+                    "planned_steps": e.get("steps"),
+                    "planned_tokens": e.get("tokens"),
+                    "tokens": run.max_tokens,
+                    "params": e.get("params"),
+                    "non_embedding_params": e.get("non_embedding_params"),
+                    "unique_params": s.get("unique_params", e.get("unique_params")),
+                    "train_flops_per_token": e.get("train_flops_per_token"),
+                    "total_train_flops": e.get("total_train_flops"),
+                    "planned_gpu_hours": e.get("gpu_hours"),
+                    "mean_step_time_s": s.get("mean_step_time_s"),
+                    "tokens_per_s": s.get("tokens_per_s"),
+                    "peak_memory_gb": s.get("peak_memory_gb"),
+                    "decode_latency_s": s.get("decode_latency_s"),
+                    "wall_time_s": s.get("wall_time_s"),
+                    "loss_spikes": s.get("loss_spikes"),
+                    "certificate": e.get("certificate"),
+                    "wandb_id": link.get("id"),
+                    "wandb_url": link.get("url"),
+                    "directory": str(run.directory),
+                    "issues": "; ".join(run.issues),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    @functools.cached_property
+    def pairs(self) -> pd.DataFrame:
+        compared = {p.pair_id: p for p in self.report.pairs}
+        rows = []
+        for p in self.results.pairs:
+            pid = str(p.get("pair_id"))
+            r = compared.get(pid)
+            rows.append(
+                {
+                    "pair": pid,
+                    "group": p.get("group_id"),
+                    "size": p.get("size"),
+                    "seed": p.get("seed"),
+                    "variant": p.get("variant"),
+                    "baseline_run": p.get("baseline_run"),
+                    "variant_run": p.get("variant_run"),
+                    "budget_match": p.get("budget_match"),
+                    "differs": ", ".join(p.get("differs") or []),
+                    "certificate": p.get("certificate"),
+                    "valid": r.valid if r else False,
+                    "invalid_reasons": "; ".join(r.invalid_reasons)
+                    if r
+                    else "a run of this pair is not in the plan",
+                    "complete": r.complete if r else False,
+                    "incomplete_reason": r.incomplete_reason if r else "",
+                    "matched_tokens": r.matched_tokens if r else np.nan,
+                    "baseline_state": r.baseline.state if r else None,
+                    "variant_state": r.variant.state if r else None,
+                    "notes": "; ".join(r.notes) if r else "",
+                }
+            )
+        return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ comparisons
+    @functools.cached_property
+    def matched(self) -> pd.DataFrame:
+        frames = []
+        for p in self.report.pairs:
+            curves = {**p.evals, LOSS: p.train}
+            for key, al in curves.items():
+                if not len(al):
+                    continue
+                frames.append(
+                    pd.DataFrame(
+                        {
+                            "pair": p.pair_id,
+                            "size": p.size,
+                            "seed": p.seed,
+                            "variant_name": p.variant_name,
+                            "valid": p.valid,
+                            "metric": key,
+                            "tokens": al.x,
+                            "baseline": al.baseline,
+                            "variant": al.variant,
+                            "delta": al.delta,
+                        }
+                    )
+                )
+        if not frames:
+            return pd.DataFrame(
+                columns=["pair", "size", "seed", "variant_name", "valid", "metric", "tokens"]
+                + ["baseline", "variant", "delta"]
+            )
+        return pd.concat(frames, ignore_index=True)
+
+    @functools.cached_property
+    def comparisons(self) -> pd.DataFrame:
+        return pd.DataFrame(comparison_rows(self.report))
+
+    @functools.cached_property
+    def costs(self) -> pd.DataFrame:
+        c = self.comparisons
+        if c.empty or "kind" not in c:
+            return pd.DataFrame()
+        out = c[c["kind"] == "cost"].copy()
+        out.insert(0, "cost", out.pop("metric").str.removeprefix("cost/"))
+        return out.dropna(axis=1, how="all").reset_index(drop=True)
+
+    # ------------------------------------------------------------------ gate
+    @functools.cached_property
+    def gate_json(self) -> dict[str, Any]:
+        return self.report.gate_json()
+
+    @functools.cached_property
+    def gate(self) -> pd.DataFrame:
+        """One row per gate, gated variant and check (e.g. "vs baseline", "vs reference"), with
+        the check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...);
+        ``gate_verdict`` is that gate's verdict (several gates: one per proposal)."""
+        top = self.gate_json
+        rows: list[dict[str, Any]] = []
+        for g in top.get("gates") or [top]:
+            for v in g.get("variants") or []:
+                head = {
+                    "gate": g.get("name"),
+                    "stage": g.get("stage"),
+                    "rule": g.get("rule"),
+                    "metric": g.get("metric"),
+                    "direction": g.get("direction"),
+                    "variant": v.get("variant"),
+                    "verdict": v.get("verdict"),
+                }
+                for c in v.get("checks") or [{}]:
+                    flat = pd.json_normalize(
+                        {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
+                    )
+                    rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
+            for r in rows:
+                if r["gate"] == g.get("name"):
+                    r["gate_verdict"] = g.get("verdict")
+        return pd.DataFrame(rows)
+
+    def __repr__(self) -> str:
+        verdicts = self.gate_json.get("verdicts") or {
+            self.gate_json.get("name"): self.gate_json.get("verdict")
+        }
+        shown = ", ".join(f"{k}: {v}" for k, v in verdicts.items())
+        return (
+            f"ResultSet({self.root}: {len(self.results.runs)} runs, {len(self.results.pairs)} "
+            f"pairs, gate {shown})"
+        )
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) and f > 0 else None
+
+
+__all__ = ["ResultSet", "load"]

@@ -1,0 +1,125 @@
+"""What a planned gate can resolve, said before any GPU time is spent (`validate` and `plan`).
+
+Why at plan time: a one-seed gate with no declared noise source cannot give proceed or stop,
+whatever the runs show; finding that out after 180 GPU-hours per 1B run is the expensive way.
+From plan.json alone this prints the noise source the report will use, the minimum detectable
+effect (MDE) of the planned seeds, and what each way of getting a noise source costs.
+MDE = (q_conf + q_power) * sd / sqrt(n): a true effect of ``min_effect + MDE`` gives proceed with
+probability ``POWER``. Pure Python (login node): no numpy, torch or pandas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from olmoablate.report.stats import mde
+
+POWER = 0.8
+
+
+def _hours(plan: Mapping[str, Any], size: str, arm: str, role: str | None = None) -> float:
+    for r in plan.get("runs", []):
+        if r.get("size") == size and r.get("arm") == arm and r.get("role") == role:
+            return float(r.get("gpu_hours") or 0.0)
+    return 0.0
+
+
+def _cost(runs: int, hours: float) -> str:
+    """Extra runs and their GPU-hours (CPU runs have none)."""
+    return f"+{runs} run(s), {hours:.4g} GPU-h" if hours else f"+{runs} run(s)"
+
+
+def gated_variants(plan: Mapping[str, Any]) -> list[str]:
+    """Variants the gate decides on at its stage: the primary, or every non-reference one."""
+    g = plan.get("gate") or {}
+    stage = g.get("stage")
+    at = []
+    for p in plan.get("pairs", []):
+        if p.get("size") == stage and p.get("variant") not in at:
+            at.append(p.get("variant"))
+    if g.get("variant"):
+        return [str(g["variant"])] if g["variant"] in at else []
+    return [v for v in at if v != g.get("reference")]
+
+
+def gate_lines(plan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(information lines, warnings) about the planned gate's statistics and their costs."""
+    g = plan.get("gate")
+    if not g:
+        return [], []
+    stage, conf = str(g["stage"]), float(g.get("confidence") or 0.95)
+    noise = g.get("noise") or {}
+    floor = noise.get("floor")
+    k = int((noise.get("measure") or {}).get("aa_seeds") or 0)
+    variants = gated_variants(plan)
+    seeds = {
+        int(p["seed"])
+        for p in plan.get("pairs", [])
+        if p.get("size") == stage and p.get("variant") in variants
+    }
+    n = len(seeds)
+    base_h = _hours(plan, stage, "baseline")
+    pair_h = base_h + sum(_hours(plan, stage, v) for v in variants)
+    lines: list[str] = []
+    warnings: list[str] = []
+    me = float(g.get("min_effect") or 0.0)
+    unit = "sd_d (the sd of one seed's paired delta)"
+    if n >= 2:
+        src = f"noise: paired seeds ({n} seeds at {stage}, Student t with {n - 1} dof)"
+        if floor is not None:
+            m = mde(float(floor), n, conf, POWER)
+            src += f"; MDE with the declared floor {floor:g}: {m:.3g} (proceeds at {me + m:.3g})"
+        else:
+            src += f"; MDE = {mde(1.0, n, conf, POWER):.3g} x {unit}"
+        lines.append(src)
+    elif n == 1 and floor is not None:
+        m = mde(float(floor), 1, conf, POWER, dof=math.inf)
+        lines.append(
+            f"noise: declared floor sd_d = {floor:g} (one seed, normal bound); MDE {m:.3g}: a "
+            f"true effect of {me + m:.3g} proceeds with {POWER:.0%} probability"
+        )
+    elif n == 1 and k:
+        m = mde(1.0, 1, conf, POWER, dof=k) * math.sqrt(2.0)
+        lines.append(
+            f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
+            f"{', '.join(str(r['seed']) for r in plan.get('runs', []) if r.get('role') == 'aa')} "
+            f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
+            f"conservative); MDE = {m:.3g} x sd_run"
+        )
+    elif n == 1:
+        warnings.append(
+            f"gate at {stage} has one seed pair and no gate.noise source: it cannot resolve "
+            "(the report will say inconclusive whatever the runs show); add "
+            "gate.noise.floor (measured earlier), gate.noise.measure: {aa_seeds: k}, or a seed"
+        )
+    if n == 1:
+        z = mde(1.0, 1, conf, POWER, math.inf)
+        opts = [f"floor: free if measured earlier (MDE {z:.3g} x sd_d)"]
+        for kk in (1, 2, 4):
+            m = mde(1.0, 1, conf, POWER, dof=kk) * math.sqrt(2.0)
+            opts.append(f"aa_seeds {kk}: {_cost(kk, kk * base_h)} (MDE {m:.3g} x sd_run)")
+        opts.append(
+            f"one more seed pair: {_cost(1 + len(variants), pair_h)} "
+            f"(MDE {mde(1.0, 2, conf, POWER):.3g} x sd_d)"
+        )
+        lines.append("noise choices for one seed: " + "; ".join(opts))
+    if len(variants) > 1:
+        lines.append(
+            f"several gated variants ({', '.join(variants)}) and no gate.variant: Holm "
+            f"family-wise correction at {1 - conf:.3g} (the best one is tested at "
+            f"{(1 - conf) / len(variants):.3g}); set gate.variant to let one primary decide"
+        )
+    elif g.get("variant"):
+        others = [
+            str(v)
+            for v in (plan.get("variants") or {})
+            if v not in (g["variant"], g.get("reference"))
+        ]
+        if others:
+            lines.append(
+                f"primary variant {g['variant']} decides; {', '.join(others)}: exploratory "
+                "(shown uncorrected, never promoted)"
+            )
+    return lines, warnings

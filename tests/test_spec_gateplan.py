@@ -1,0 +1,90 @@
+"""Plan-time gate statistics: A/A baselines in the plan, the noise/MDE/cost lines, the warning."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from olmoablate.spec.expand import aa_seeds, build_plan
+from olmoablate.spec.gateplan import gate_lines
+from olmoablate.spec.load import load_spec
+from olmoablate.train.plan import load_run
+
+REPO = Path(__file__).parent.parent
+BODY = yaml.safe_load((REPO / "tests" / "specs" / "bad" / "gate_stage_unknown.yaml").read_text())
+
+
+def _spec(tmp_path: Path, gate: dict, seeds: list[int] | None = None, name: str = "g") -> Path:
+    doc = {**BODY, "name": name, "gate": {"stage": "tiny", "metric": "train/CE loss", **gate}}
+    doc["variants"] = {"v": {"depth_attention": {"stride": 2}}, "w": {"siamese_norm": {}}}
+    if seeds is not None:
+        doc["seeds"] = seeds
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_aa_seeds_add_priced_unpaired_baselines(tmp_path: Path) -> None:
+    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}})))
+    aa = [r for r in plan["runs"] if r.get("role") == "aa"]
+    assert [r["run_id"] for r in aa] == ["tiny-s1-baseline", "tiny-s2-baseline"]
+    assert plan["aa_runs"] == [r["run_id"] for r in aa]
+    assert all(r["arm"] == "baseline" and r["pairs"] == [] and r["seed"] in (1, 2) for r in aa)
+    base = next(r for r in plan["runs"] if r["run_id"] == "tiny-s0-baseline")
+    assert all(r["gpu_hours"] == base["gpu_hours"] and r["steps"] == base["steps"] for r in aa)
+    assert not any(p["baseline_run"] in plan["aa_runs"] for p in plan["pairs"])
+    # an A/A run is exactly the baseline its seed would have: same certificate
+    seeded = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1, 2], name="h")))
+    twin = next(r for r in seeded["runs"] if r["run_id"] == "tiny-s1-baseline")
+    assert twin["certificate"] == aa[0]["certificate"]
+    assert aa[0]["training"]["init_seed"] == twin["training"]["init_seed"]
+    # and the training job accepts it
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "plan.json").write_text(json.dumps(plan))
+    assert load_run(tmp_path / "res" / "plan.json", "tiny-s1-baseline").run["role"] == "aa"
+    assert aa_seeds([3, 0], 2) == [4, 5]
+
+
+def test_gate_lines_one_seed_no_source_warns(tmp_path: Path) -> None:
+    plan = build_plan(load_spec(_spec(tmp_path, {"variant": "v"})))
+    info, warnings = gate_lines(plan)
+    assert len(warnings) == 1 and "cannot resolve" in warnings[0]
+    choices = next(x for x in info if x.startswith("noise choices"))
+    assert "aa_seeds 1: +1 run(s)" in choices and "one more seed pair: +2 run(s)" in choices
+    assert any("exploratory" in x and "w" in x for x in info)
+
+
+def test_gate_lines_floor_mde_and_holm(tmp_path: Path) -> None:
+    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"floor": 0.02}, "min_effect": 0.01})))
+    info, warnings = gate_lines(plan)
+    assert warnings == []
+    line = next(x for x in info if x.startswith("noise: declared floor"))
+    mde = (1.6449 + 0.8416) * 0.02
+    assert f"MDE {mde:.3g}" in line and f"{0.01 + mde:.3g}" in line
+    assert any("Holm" in x and "v, w" in x for x in info)
+    aa = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 3}}}, name="a")))
+    line = next(x for x in gate_lines(aa)[0] if x.startswith("noise: A/A"))
+    assert "seeds 1, 2, 3" in line and "3 dof" in line
+    two = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1], name="two")))
+    assert any(x.startswith("noise: paired seeds (2 seeds") for x in gate_lines(two)[0])
+    assert math.isfinite(float(next(x for x in gate_lines(two)[0]).split("MDE = ")[1].split()[0]))
+
+
+def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {})
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning:" in proc.stderr and "cannot resolve" in proc.stderr
