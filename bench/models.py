@@ -15,7 +15,12 @@ baseline (round-robin, so machine noise hits every variant alike):
   memory that grows with depth/loops; it is exact and deterministic on CPU, unlike RSS;
 * the analytic training-FLOPs ratio from the models' own ``num_flops_per_token``.
 
-Usage: ``python bench/models.py [--reps 5] [--threads 1] [--json out.json]``.
+With ``--compile`` the timed variants are measured a second time after ``apply_compile()``
+(OLMo-core's per-block ``torch.compile``, inductor on CPU), after two warm-up steps in which every
+graph compiles; ratios are again to the compiled baseline of the same run. Activation memory
+under compile is the bytes AOTAutograd saves for backward (the same hooks see them).
+
+Usage: ``python bench/models.py [--reps 5] [--threads 1] [--compile] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -92,66 +97,111 @@ def step(model: torch.nn.Module, ids: torch.Tensor) -> float:
     return elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--d-model", type=int, default=SIZE["d_model"])
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    SIZE.update(d_model=args.d_model, mlp_hidden_size=3 * args.d_model)
-    torch.manual_seed(0)
-    ids = torch.randint(0, SIZE["vocab_size"], (BATCH, SEQ))
-
-    models = {name: build_model(SIZE, arch) for name, arch in VARIANTS.items()}
-    for m in models.values():
-        m.train()
+def measure(
+    models: dict[str, torch.nn.Module], ids: torch.Tensor, reps: int, warmup: int
+) -> tuple[dict[str, float], dict[str, float], dict[str, int | None]]:
+    """(fastest step, median paired time ratio, saved-activation bytes) per variant."""
     times: dict[str, list[float]] = {name: [] for name in TIMED}
     ratios: dict[str, list[float]] = {name: [] for name in TIMED}
-    for name in TIMED:  # warm-up (mask caches, allocator)
-        step(models[name], ids)
-    for _ in range(args.reps):
+    for _ in range(warmup):  # mask caches, allocator; compiled: every graph compiles here
+        for name in TIMED:
+            step(models[name], ids)
+    for _ in range(reps):
         for name in TIMED:
             # paired measurement: the baseline right before the variant sees the same load
             t_base = step(models["baseline"], ids)
             t_var = step(models[name], ids)
             times[name].append(t_var)
             ratios[name].append(t_var / t_base)
-    mem = {name: saved_bytes(m, ids) for name, m in models.items()}
-    flops = {name: m.num_flops_per_token(SEQ) for name, m in models.items()}
+    mem: dict[str, int | None] = {}
+    for name, m in models.items():
+        try:
+            mem[name] = saved_bytes(m, ids)
+        except Exception:  # noqa: BLE001 - a backend that does not support the hooks
+            mem[name] = None
+    best = {name: min(v) for name, v in times.items()}
+    return best, {name: statistics.median(v) for name, v in ratios.items()}, mem
 
+
+def table(
+    label: str,
+    models: dict[str, torch.nn.Module],
+    flops: dict[str, int],
+    result: tuple[dict[str, float], dict[str, float], dict[str, int | None]],
+) -> list[dict[str, Any]]:
+    best, ratio, mem = result
+    print(f"\n{label}")
+    print(
+        f"{'variant':<18}{'step s':>9}{'time x':>8}{'FLOPs x':>9}{'t/F':>7}{'act MiB':>9}{'mem x':>7}"
+    )
     rows = []
+    nan = float("nan")
+    base_mem = mem.get("baseline")
+    for name in models:
+        t = best.get(name, nan)
+        r = ratio.get(name, nan)
+        fr = flops[name] / flops["baseline"]
+        mb = mem.get(name)
+        mr = mb / base_mem if (mb is not None and base_mem) else nan
+        rows.append(
+            {
+                "mode": label,
+                "variant": name,
+                "step_s": None if t != t else t,
+                "time_ratio": None if r != r else r,
+                "flops_ratio": fr,
+                "activation_bytes": mb,
+                "memory_ratio": None if mr != mr else mr,
+                "flops_per_token": flops[name],
+                "params": sum(p.numel() for p in models[name].parameters()),
+            }
+        )
+        mib = mb / 2**20 if mb is not None else nan
+        print(f"{name:<18}{t:>9.4f}{r:>8.3f}{fr:>9.3f}{r / fr:>7.3f}{mib:>9.1f}{mr:>7.3f}")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--d-model", type=int, default=SIZE["d_model"])
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time torch.compile'd models (inductor; the timed variants only)",
+    )
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    SIZE.update(d_model=args.d_model, mlp_hidden_size=3 * args.d_model)
+    torch.manual_seed(0)
+    ids = torch.randint(0, SIZE["vocab_size"], (BATCH, SEQ))
+
+    models = {name: build_model(SIZE, arch).train() for name, arch in VARIANTS.items()}
+    flops = {name: m.num_flops_per_token(SEQ) for name, m in models.items()}
     print(
         f"size d={SIZE['d_model']} L={SIZE['n_layers']} heads={SIZE['n_heads']} "
         f"window={SIZE['sliding_window']} vocab={SIZE['vocab_size']}; batch {BATCH}x{SEQ}; "
         f"{args.threads} thread(s); {args.reps} reps; CPU time; torch {torch.__version__}"
     )
-    header = f"{'variant':<18}{'step s':>9}{'time x':>8}{'FLOPs x':>9}{'t/F':>7}{'act MiB':>9}{'mem x':>7}"
-    print(header)
-    for name in models:
-        t = min(times[name]) if name in TIMED else float("nan")
-        ratio = statistics.median(ratios[name]) if name in TIMED else float("nan")
-        row = {
-            "variant": name,
-            "step_s": t,
-            "time_ratio": ratio,
-            "flops_ratio": flops[name] / flops["baseline"],
-            "activation_bytes": mem[name],
-            "memory_ratio": mem[name] / mem["baseline"],
-            "flops_per_token": flops[name],
-            "params": sum(p.numel() for p in models[name].parameters()),
-        }
-        rows.append(row)
-        print(
-            f"{name:<18}{t:>9.4f}{row['time_ratio']:>8.3f}{row['flops_ratio']:>9.3f}"
-            f"{row['time_ratio'] / row['flops_ratio']:>7.3f}{mem[name] / 2**20:>9.1f}"
-            f"{row['memory_ratio']:>7.3f}"
-        )
-    for row in rows:  # strict JSON: untimed variants get null, not NaN
-        for key in ("step_s", "time_ratio"):
-            if row[key] != row[key]:
-                row[key] = None
+    rows = table("eager", models, flops, measure(models, ids, args.reps, warmup=1))
+    if args.compile:
+        import torch._dynamo as dynamo
+
+        from olmoablate.models.transformer import compile_graph_bound
+
+        compiled = {}
+        for name in TIMED:
+            m = build_model(SIZE, VARIANTS[name]).train()
+            m.apply_compile()  # type: ignore[operator]
+            limit = dynamo.config.recompile_limit
+            dynamo.config.recompile_limit = max(limit, compile_graph_bound(m))
+            compiled[name] = m
+        t0 = time.perf_counter()
+        result = measure(compiled, ids, args.reps, warmup=2)
+        print(f"(compiling and timing took {time.perf_counter() - t0:.0f} s wall)")
+        rows += table("compiled", compiled, {n: flops[n] for n in TIMED}, result)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"size": SIZE, "batch": BATCH, "seq": SEQ, "rows": rows}, fh, indent=2)

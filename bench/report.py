@@ -6,7 +6,9 @@
 The data is generated first (not timed; reused if already there), then the full report
 (collect + compare + gate + plots + md/html/csv/json) is timed three times:
 
-* cold: no cache at all (every metrics.jsonl parsed, every figure drawn; the caches are written);
+* cold: no report cache at all (every figure drawn; the caches are written). Each run has the
+  columnar copy ``metrics.parquet`` that the training job keeps (built here untimed, as the job
+  would have; ``--no-copies`` removes them to time the pure-JSON parse);
 * warm: nothing changed since the last report (cache hits, figures reused);
 * appended: every run logged ``--append`` more steps since the last report (what re-running the
   report while runs train looks like: only the new rows are parsed, every figure is redrawn).
@@ -77,6 +79,25 @@ def generate(root: Path, runs: int, steps: int) -> None:
     marker.touch()
 
 
+def _copy(path: str) -> None:
+    from olmoablate.columnar import update_copy
+
+    update_copy(path)
+
+
+def build_copies(root: Path) -> None:
+    """The job's metrics.parquet for every run that lacks a current one (not timed)."""
+    from olmoablate.columnar import load_copy
+
+    todo = [str(p) for p in sorted(root.glob("runs/*/metrics.jsonl")) if load_copy(p) is None]
+    if not todo:
+        return
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(_copy, todo))
+    print(f"built {len(todo)} metrics.parquet copies in {time.perf_counter() - t0:.0f} s")
+
+
 def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
     import resource
 
@@ -142,9 +163,19 @@ def main() -> int:
         default="cold,warm,appended",
         help="comma-separated subset of cold,warm,appended (without cold the caches are kept)",
     )
+    ap.add_argument(
+        "--no-copies",
+        action="store_true",
+        help="remove the jobs' metrics.parquet copies: time parsing the JSON itself",
+    )
     args = ap.parse_args()
     root = Path(args.dir)
     generate(root, args.runs, args.steps)
+    if args.no_copies:
+        for p in root.glob("runs/*/metrics.parquet"):
+            p.unlink()
+    else:
+        build_copies(root)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     if "cold" in phases:
         shutil.rmtree(root / ".report-cache", ignore_errors=True)

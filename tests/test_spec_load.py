@@ -177,3 +177,17 @@ def test_downstream_task_names_checked_against_olmo_eval(tmp_path: Path) -> None
     with pytest.raises(SpecError) as info:
         load_spec(bad)
     assert [p.field for p in info.value.problems] == ["evaluation.downstream[1]"]
+
+
+def test_compile_per_size_and_in_the_plan(tmp_path: Path) -> None:
+    from olmoablate.spec.expand import build_plan
+
+    text = (HERE / "specs" / "good" / "minimal.yaml").read_text()
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    assert load_spec(p).per_size["tiny"].training.compile == "auto"  # the one default
+    p.write_text(text.replace("tokens: 4096", "tokens: 4096\n  compile: {tiny: true}"))
+    ls = load_spec(p)
+    assert ls.per_size["tiny"].training.compile is True
+    runs = build_plan(ls)["runs"]
+    assert {r["training"]["compile"] for r in runs} == {True}

@@ -136,3 +136,24 @@ def test_unknown_architecture_is_a_user_error() -> None:
     run = run_entry("r", "x", {"wormholes": {}})
     with pytest.raises(UserError):
         cfgs.model_config(run, CPU)
+
+
+def test_compile_setting_auto_true_false_and_certificate() -> None:
+    from olmoablate.spec.certificate import certificate_of
+
+    run = run_entry("r", "baseline", {})
+    run["training"].pop("compile", None)  # a plan written before the field: the schema default
+    assert cfgs.train_module_config(run, CPU).compile_model is False
+    assert cfgs.compile_enabled(run, cfgs.Environment("cuda")) is True
+    run["training"]["compile"] = "auto"
+    assert cfgs.compile_enabled(run, cfgs.Environment("cuda")) is True
+    assert cfgs.compile_enabled(run, CPU) is False
+    before = certificate_of(run)
+    run["training"]["compile"] = True
+    assert cfgs.train_module_config(run, CPU).compile_model is True  # inductor on CPU
+    assert certificate_of(run) != before  # both arms of a pair always compile alike
+    run["training"]["compile"] = False
+    assert cfgs.compile_enabled(run, cfgs.Environment("cuda")) is False
+    run["training"]["compile"] = "yes"
+    with pytest.raises(UserError, match="training.compile = 'yes'; allowed: auto, true, false"):
+        cfgs.compile_enabled(run, CPU)

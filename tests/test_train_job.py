@@ -84,6 +84,17 @@ def test_pair_shares_data_order_and_repeat_is_bitwise_identical(tmp_path: Path) 
 
     rows = _rows(_run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl")
     last = rows[-1]
+    # the job's columnar copy covers the whole file and reads back the report parser's result
+    from olmoablate.columnar import load_copy
+    from olmoablate.report.jsonl import read_metrics
+
+    metrics_path = _run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl"
+    copy = load_copy(metrics_path)
+    assert copy is not None and copy[1] == metrics_path.stat().st_size
+    parsed = read_metrics(metrics_path)
+    assert list(copy[0].steps) == list(parsed.steps) and sorted(copy[0].columns) == sorted(
+        parsed.columns
+    )
     for key in (
         "tokens",
         "optim/LR (group 0)",

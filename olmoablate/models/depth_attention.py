@@ -18,19 +18,25 @@ Training FLOPs added per token (what :meth:`AblationTransformer.num_flops_per_to
 when ``n_kv_heads < n_heads`` (the group mean), and 0 for a layer without sources (layer 0, which
 does no mixing). Softmax/elementwise costs are ignored.
 
-Why the state object: OLMo-core's ``Transformer`` passes one tensor from block to block, but
-layer ``l`` needs tensors produced inside the attention of earlier layers. The model creates a
-fresh :class:`DepthState` per forward pass and passes it (plus the immutable ``depth_index``)
-through the block kwargs into the attention. The state is keyed by layer index, so the re-run of
-a block under activation checkpointing overwrites its own entry with equal values and reads the
-same sources, which keeps recomputation deterministic.
+Why a state object and a slot: OLMo-core's ``Transformer`` passes one tensor from block to
+block, but layer ``l`` needs tensors produced inside the attention of earlier layers. The model
+keeps a fresh :class:`DepthState` per forward pass (a dict keyed by unrolled layer index, in the
+model's eager Python loop) and hands each block only a :class:`DepthSlot` through the block
+kwargs: the tuple of its sources' keys and mixed values in, its own ``(k, ṽ)`` out. Inside a
+compiled block the slot is a plain input tuple plus one attribute write, which dynamo traces
+without a graph break; no dict and no layer index enter the graph, so blocks with the same
+number of sources and the same attention kind share one compiled graph (the number of distinct
+graphs is bounded by the distinct source counts, see
+:func:`olmoablate.models.transformer.compile_signatures`). Under activation checkpointing the
+re-run of a block reads the same slot's sources and overwrites its outputs with equal values,
+which keeps recomputation deterministic.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from olmo_core.exceptions import OLMoConfigurationError
@@ -66,8 +72,8 @@ def mix_values(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    source_keys: list[torch.Tensor],
-    source_values: list[torch.Tensor],
+    source_keys: Sequence[torch.Tensor],
+    source_values: Sequence[torch.Tensor],
 ) -> torch.Tensor:
     """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
 
@@ -89,8 +95,28 @@ def mix_values(
     return mixed
 
 
+@dataclass(eq=False)
+class DepthSlot:
+    """One layer's view of the depth store: its sources in, its own (key, mixed value) out."""
+
+    source_keys: tuple[torch.Tensor, ...]
+    source_values: tuple[torch.Tensor, ...]
+    key: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """ṽ from this slot's sources; records ``(k, ṽ)`` for the model to store."""
+        mixed = mix_values(q, k, v, self.source_keys, self.source_values)
+        self.key, self.value = k, mixed
+        return mixed
+
+
 class DepthState:
-    """Per-forward store of every layer's (post-RoPE key, mixed value), keyed by unrolled index."""
+    """Per-forward store of every layer's (post-RoPE key, mixed value), keyed by unrolled index.
+
+    Lives in the model's (eager) layer loop: ``slot(l)`` before block ``l`` runs, ``store(l,
+    slot)`` after it.
+    """
 
     def __init__(self, settings: DepthAttentionSettings) -> None:
         self.settings = settings
@@ -100,21 +126,18 @@ class DepthState:
     def sources(self, layer: int) -> list[int]:
         return self.settings.sources(layer)
 
-    # Kept out of torch.compile graphs: the store is a Python dict whose contents change within a
-    # forward (and a looped block runs at several depth indices), which dynamo would guard on and
-    # recompile for - or fail on. The mixing is a few elementwise kernels, cheap to run eagerly.
-    @torch.compiler.disable
-    def mix_and_store(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:
+    def slot(self, layer: int) -> DepthSlot:
         src = self.sources(layer)
         missing = [j for j in src if j not in self.keys]
         if missing:
             raise RuntimeError(f"depth-attention layer {layer}: sources {missing} were not stored")
-        mixed = mix_values(q, k, v, [self.keys[j] for j in src], [self.values[j] for j in src])
-        self.keys[layer] = k
-        self.values[layer] = mixed
-        return mixed
+        return DepthSlot(tuple(self.keys[j] for j in src), tuple(self.values[j] for j in src))
+
+    def store(self, layer: int, slot: DepthSlot) -> None:
+        if slot.key is None or slot.value is None:
+            raise RuntimeError(f"depth-attention layer {layer}: the attention did not mix")
+        self.keys[layer] = slot.key
+        self.values[layer] = slot.value
 
 
 class DepthAttention(Attention):
@@ -142,8 +165,7 @@ class DepthAttention(Attention):
         freqs_cis: torch.Tensor | None = None,
         cache_leftpad: torch.Tensor | None = None,
         *,
-        depth_state: DepthState | None = None,
-        depth_index: int | None = None,
+        depth: DepthSlot | None = None,
     ) -> torch.Tensor:
         b, t, _ = x.shape
         start_pos = self.kv_cache_manager.current_position() if self.kv_cache_manager else None
@@ -155,10 +177,8 @@ class DepthAttention(Attention):
             start_pos=start_pos,
             cu_doc_lens=cu_doc_lens,
         )
-        if depth_state is not None:
-            if depth_index is None:
-                raise RuntimeError("depth_state given without depth_index")
-            v = depth_state.mix_and_store(depth_index, q, k, v)
+        if depth is not None:
+            v = depth.mix(q, k, v)
         att = self.sdpa(
             q,
             k,
@@ -213,10 +233,3 @@ class DepthAttentionConfig(AttentionConfig):
             raise OLMoConfigurationError(f"depth attention cannot wrap {type(module).__name__}")
         module.__class__ = DepthAttention
         return module
-
-
-def depth_kwargs(state: DepthState | None, index: int) -> dict[str, Any]:
-    """The block kwargs that route one layer's attention through depth mixing."""
-    if state is None:
-        return {}
-    return {"depth_state": state, "depth_index": index}

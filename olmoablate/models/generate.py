@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from olmoablate.models.depth_attention import DepthState
+from olmoablate.models.depth_attention import DepthSlot
 
 
 class IncrementalDecoder:
@@ -97,12 +97,11 @@ class IncrementalDecoder:
         def forward(
             x: torch.Tensor,
             *args: object,
-            depth_state: DepthState | None = None,
-            depth_index: int | None = None,
+            depth: DepthSlot | None = None,
             **kwargs: object,
         ) -> torch.Tensor:
             del args, kwargs
-            return self._cached_attention(att, x, depth_state, depth_index)
+            return self._cached_attention(att, x, depth)
 
         return forward
 
@@ -110,8 +109,7 @@ class IncrementalDecoder:
         self,
         att: Any,
         x: torch.Tensor,
-        depth_state: DepthState | None,
-        depth_index: int | None,
+        depth: DepthSlot | None,
     ) -> torch.Tensor:
         u = self._counter
         self._counter += 1
@@ -119,9 +117,8 @@ class IncrementalDecoder:
         q, k, v = att._prepare_qkv(
             x, pos_sin=None, pos_cos=None, freqs_cis=None, start_pos=self.pos, cu_doc_lens=None
         )
-        if depth_state is not None:
-            assert depth_index is not None
-            v = depth_state.mix_and_store(depth_index, q, k, v)
+        if depth is not None:
+            v = depth.mix(q, k, v)
         end = self.pos + t
         self.keys[u][:b, self.pos : end] = k
         self.values[u][:b, self.pos : end] = v

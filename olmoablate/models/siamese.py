@@ -63,12 +63,21 @@ class SiameseNormBlock(TransformerBlock):
         self.y_feed_forward_norm = layer_norm.build(d_model, init_device=init_device)  # type: ignore[attr-defined]
         self.feed_forward_input_norm = layer_norm.build(d_model, init_device=init_device)  # type: ignore[attr-defined]
         self.depth_scale = math.sqrt(2.0 * (self.block_idx + 1))
-        # one fused add-with-scale instead of a division and an add (measurably cheaper on CPU)
-        self.inv_depth_scale = 1.0 / self.depth_scale
+        # 1/c_l as a 0-d buffer, not a Python float: torch.compile guards on float attributes,
+        # so every layer would compile its own graph (and hit the recompile limit); as a tensor
+        # all layers of one attention kind share one graph. ``addcmul`` keeps the eager update
+        # one fused kernel. Not persistent: it is a constant of the layer index, not state.
+        self.register_buffer(
+            "inv_depth_scale",
+            torch.tensor(1.0 / self.depth_scale, dtype=torch.float32, device=init_device),
+            persistent=False,
+        )
 
     def reset_parameters(self) -> None:
         """Called by ``Transformer.init_weights`` after ``to_empty``: γ = 1 (no RNG draws)."""
         nn.init.ones_(self.gamma)
+        with torch.no_grad():
+            self.inv_depth_scale.fill_(1.0 / self.depth_scale)
 
     def forward(  # type: ignore[override]
         self,
@@ -84,11 +93,11 @@ class SiameseNormBlock(TransformerBlock):
         if self.output_norms:
             delta = self.attention_norm(delta)
         ys = ys + delta
-        xs = self.x_norm(torch.add(xs, delta, alpha=self.inv_depth_scale))
+        xs = self.x_norm(torch.addcmul(xs, delta, self.inv_depth_scale))
         delta = self.feed_forward(self.feed_forward_input_norm(xs + self.y_feed_forward_norm(ys)))
         if self.output_norms:
             delta = self.feed_forward_norm(delta)
-        return torch.add(xs, delta, alpha=self.inv_depth_scale), ys + delta
+        return torch.addcmul(xs, delta, self.inv_depth_scale), ys + delta
 
     def apply_tp(self, *args: object, **kwargs: object) -> None:
         raise NotImplementedError("tensor parallelism is not supported for SiameseNorm blocks")

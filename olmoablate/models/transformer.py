@@ -133,19 +133,35 @@ class AblationTransformer(Transformer):
             return self._mean_head_loss(outs, labels, head_kw)
 
         state = DepthState(self.arch.depth_attention) if self.arch.depth_attention else None
-        h: Any = (p, p) if self.arch.siamese_norm is not None else p
+        # two distinct tensors: a compiled block guards against aliased inputs (one more graph)
+        h: Any = (p, p.clone()) if self.arch.siamese_norm is not None else p
         for key, block in self.blocks.items():
             idx = int(key)
             kw = {**all_kw, **per_kw.get(idx, {})}
-            if state is not None:
-                kw.update(depth_state=state, depth_index=idx)
             self._mark_dynamic(*(h if isinstance(h, tuple) else (h,)))
-            h = block(h, **kw)
+            h = self._run_block(block, h, kw, state, idx)
         if self.arch.siamese_norm is not None:
-            h = self.x_final_norm(h[0]) + self.y_final_norm(h[1])
+            h = self._merge_streams(h[0], h[1])
         if labels is not None:
             head_kw["labels"] = labels
         return self.lm_head(h, **head_kw)
+
+    def _run_block(
+        self, block: torch.nn.Module, h: Any, kw: dict[str, Any], state: DepthState | None, u: int
+    ) -> Any:
+        """One block at unrolled depth ``u``; Depth-Attention's store is read and written here,
+        outside the (compiled) block, which only sees its sources' tensors (a DepthSlot)."""
+        if state is None:
+            return block(h, **kw)
+        slot = state.slot(u)
+        self._mark_dynamic(*slot.source_keys, *slot.source_values)
+        h = block(h, depth=slot, **kw)
+        state.store(u, slot)
+        return h
+
+    def _merge_streams(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        """SiameseNorm's final merge RMSNorm_fx(X) + RMSNorm_fy(Y) (compiled with the blocks)."""
+        return self.x_final_norm(xs) + self.y_final_norm(ys)
 
     def _mark_dynamic(self, *tensors: torch.Tensor) -> None:
         """As OLMo-core's forward: batch/sequence sizes are dynamic for compiled blocks."""
@@ -192,10 +208,8 @@ class AblationTransformer(Transformer):
                 for key, block in self.blocks.items():
                     j = int(key)
                     kw = {**all_kw, **per_kw.get(j, {})}
-                    if state is not None:
-                        kw.update(depth_state=state, depth_index=t * k + j)
                     self._mark_dynamic(h)
-                    h = block(h, **kw)
+                    h = self._run_block(block, h, kw, state, t * k + j)
                 if self.state_norm is not None:
                     h = self.state_norm(h)
             self._h_norms.append(h.detach().float().norm(dim=-1).mean())
@@ -214,6 +228,22 @@ class AblationTransformer(Transformer):
         ce = sum(r.ce_loss for r in results) / n
         z = None if results[0].z_loss is None else sum(r.z_loss for r in results) / n  # type: ignore[misc]
         return LMOutputWithLoss(logits=results[-1].logits, loss=loss, ce_loss=ce, z_loss=z)
+
+    # ----------------------------------------------------------------------------- compile
+    def apply_compile(self) -> None:
+        """OLMo-core's per-block ``torch.compile`` plus the glue between blocks, with a
+        recompile limit that fits this architecture's distinct block graphs (see
+        :meth:`compile_graph_bound`; dynamo's default of 8 per code object would silently run
+        the remaining layers eagerly)."""
+        import torch._dynamo
+
+        super().apply_compile()
+        if self.arch.siamese_norm is not None:
+            self._merge_streams = torch.compile(self._merge_streams)  # type: ignore[method-assign]
+        if self.state_norm is not None:
+            self.state_norm.compile()
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(int(limit), compile_graph_bound(self))
 
     # ----------------------------------------------------------------------------- accounting
     def _attention_dims(self) -> tuple[int, int, int]:
@@ -252,3 +282,41 @@ class AblationTransformer(Transformer):
 def arch_of(model: torch.nn.Module) -> ArchSettings:
     """The architecture settings of a built model (the baseline for plain ``Transformer``)."""
     return getattr(model, "arch", ArchSettings())
+
+
+def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[tuple[Any, ...]]:
+    """The distinct block calls of one forward as torch.compile sees them.
+
+    A compiled block specializes on its attention kind (window), on the number of
+    Depth-Attention sources it receives (a tuple length) and, for looped models, on whether it
+    runs in the no-grad prefix. Everything else (the layer index, 1/c_l, the loop index) is kept
+    out of the graph, so this set - not the number of layers or loops - is what the compiled model
+    needs graphs for. ``n_loops``: the largest loop count to cover (default: ``looped.loops``).
+    Works for OLMo-core's plain ``Transformer`` (the baseline) too.
+    """
+    arch = arch_of(model)
+    da = arch.depth_attention
+    blocks = list(model.blocks.values())  # type: ignore[union-attr]
+    k = len(blocks)
+    looped = arch.looped
+    b = (n_loops or looped.loops) if looped is not None else 1
+    sigs: set[tuple[Any, ...]] = set()
+    for u in range(b * k):
+        window = getattr(blocks[u % k].attention, "window_size", None)
+        n_src = len(da.sources(u)) if da is not None else 0
+        prefix = looped is not None and u < (b - min(looped.tail, b)) * k
+        sigs.add((window, n_src, prefix))
+        if looped is not None and looped.curriculum is not None:
+            sigs.add((window, n_src, not prefix))  # another b: another prefix length
+    return sigs
+
+
+def compile_graph_bound(model: torch.nn.Module) -> int:
+    """Upper bound on the compiled graphs of one block code object over a whole run.
+
+    Per signature: training (grad) and evaluation (no-grad) graphs, each possibly once more
+    after the first call fills OLMo-core's RoPE buffer cache or turns shapes dynamic; plus the
+    LM head's. The tests check that a run with a loop curriculum stays within it and that
+    steady-state steps compile nothing.
+    """
+    return 4 * len(block_signatures(model)) + 4

@@ -4,14 +4,15 @@ Why only these files: results are often copied off a cluster (``rsync results/de
 on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
 gate block. Missing runs, missing files, truncated lines and requeue duplicates become "data
 issues" in the report, never an exception. Metrics files are parsed in parallel (one process per
-core) and cached per run in ``.report-cache/``; since the files are append-only while runs train,
+core) and cached per run in ``.report-cache/``; a cold report starts from the columnar copy the
+training job keeps (``metrics.parquet``, :mod:`olmoablate.columnar`) when it still matches the
+file, so only rows written after it are parsed; since the files are append-only while runs train,
 re-running the report parses only the rows (and compares only the data fingerprints) appended
 since the last report, with the same numbers as a parse from scratch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.columnar import load_copy
+from olmoablate.columnar import probe as _probe
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_of, write_bytes_atomic
 from olmoablate.report.gate import gate_config
@@ -306,17 +309,6 @@ def _parse_part_job(path: str, keys: tuple[str, ...], prefixes: tuple[str, ...])
 # duplicates) make the whole file be parsed again: per-key last-row-wins needs every row.
 # ----------------------------------------------------------------------------------------------
 
-_PROBE_BYTES = 4096
-
-
-def _probe(path: Path, offset: int) -> str:
-    """Hash of the first and the last 4 KiB before ``offset``: detects a rewritten file."""
-    with path.open("rb") as fh:
-        head = fh.read(min(_PROBE_BYTES, offset))
-        fh.seek(max(0, offset - _PROBE_BYTES))
-        tail = fh.read(min(_PROBE_BYTES, offset))
-    return hashlib.sha256(head + b"|" + tail).hexdigest()
-
 
 def _encode(name: str, arr: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """Store a column compactly but losslessly: arithmetic progression (``tokens``, ``step``),
@@ -508,6 +500,10 @@ def load_metrics_many(
     for run_id, path, keys, prefixes in jobs:
         cache = cache_dir / f"{run_id}.bin" if cache_dir is not None else None
         cached = _cache_load(cache, path, keys, prefixes) if cache is not None else None
+        if cached is None and cache is not None:
+            # no report cache yet: start from the job's columnar copy (olmoablate.columnar)
+            copy = load_copy(path, _wanted(keys, prefixes))
+            cached = _Cached(*copy) if copy is not None else None
         if cached is not None and cache is not None:
             if path.stat().st_size - cached.offset <= _INCREMENTAL_MAX:
                 m = _incremental(cached, cache, path, keys, prefixes)

@@ -38,7 +38,10 @@ def report_command(
     ] = "md,html,csv,json",
     no_cache: Annotated[
         bool,
-        typer.Option("--no-cache", help="Re-parse every metrics.jsonl (ignore .report-cache/)."),
+        typer.Option(
+            "--no-cache",
+            help="Re-parse every metrics.jsonl (ignore .report-cache/ and the jobs' metrics.parquet).",
+        ),
     ] = False,
 ) -> None:
     """Compare every pair at matched tokens and print the gate verdict at the stage size."""

@@ -88,6 +88,7 @@ def _run_entry(
         "grad_clip": t.grad_clip,
         "z_loss": t.z_loss,
         "precision": t.precision,
+        "compile": t.compile,
         "init_seed": t.init_seed + seed,
         "threads": t.threads,
         "data": data,

@@ -304,6 +304,11 @@ class Wandb(Strict):
     entity: str | None = None
 
 
+#: ``training.compile``'s default: compile on CUDA (as OLMo-core's official OLMo 3 scripts do),
+#: eager on CPU (see ``olmoablate.train.config.compile_enabled`` for why).
+COMPILE_DEFAULT: Literal["auto"] = "auto"
+
+
 class Training(Strict):
     sequence_length: PosInt
     tokens: int = Field(gt=0)
@@ -314,6 +319,9 @@ class Training(Strict):
     grad_clip: float | None = Field(1.0, gt=0)
     z_loss: float | None = Field(1e-5, ge=0)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    #: torch.compile every block: "auto" (on for CUDA, off for CPU), true (also CPU: inductor),
+    #: false (eager). Part of the pairing certificate, so both arms always compile alike.
+    compile: bool | Literal["auto"] = COMPILE_DEFAULT
     init_seed: NonNegInt = 0
     threads: PosInt = 1
     data: Data
@@ -325,6 +333,13 @@ class Training(Strict):
     @classmethod
     def _tokens(cls, v: Any) -> int:
         return parse_count(v)
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, v: Any) -> Any:
+        if v is True or v is False or v == "auto":
+            return v
+        raise ValueError(f"invalid value {v!r} (allowed: auto, true, false)")
 
     @model_validator(mode="after")
     def _check(self) -> Training:

@@ -208,6 +208,27 @@ def scheduler(run: dict[str, Any]) -> Scheduler:
     )
 
 
+def compile_enabled(run: dict[str, Any], env: Environment) -> bool:
+    """``training.compile``: true/false as given; ``auto`` compiles on CUDA only.
+
+    Why not on CPU by default: inductor compiles every distinct block graph with the C++
+    toolchain, which costs tens of seconds per graph on a small CPU box, more than the short CPU
+    runs (demo, tests) could save (measured in bench/RESULTS.md); ``true`` turns it on there too.
+    The setting sits in the run's ``training`` mapping, which the pairing certificate covers, so
+    the two arms of a pair always compile alike.
+    """
+    from olmoablate.spec.schema import COMPILE_DEFAULT
+
+    value = run["training"].get("compile", COMPILE_DEFAULT)  # plans written before the field
+    if value == "auto":
+        return env.device_type == "cuda"
+    if not isinstance(value, bool):
+        raise UserError(
+            f"runs[{run['run_id']}].training.compile = {value!r}; allowed: auto, true, false"
+        )
+    return value
+
+
 def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTrainModuleConfig:
     """Optimizer, schedule, clipping, z-loss, microbatching, parallelism and precision.
 
@@ -274,7 +295,7 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
         dp_config=dp_config,
         ac_config=ac_config,
         autocast_precision=autocast,
-        compile_model=env.device_type == "cuda" and bool(tr.get("compile", False)),
+        compile_model=compile_enabled(run, env),
     )
 
 

@@ -1,6 +1,7 @@
 """The run's records: ``metrics.jsonl`` (per-step rows with true step timing) and
-``fingerprints.jsonl`` (one hash per global batch), plus the JSONL helpers of the resume merge
-rule described in :mod:`olmoablate.train.callbacks`.
+``fingerprints.jsonl`` (one hash per global batch), with ``metrics.parquet`` (the columnar
+copy of metrics.jsonl the report starts from, :mod:`olmoablate.columnar`), plus the JSONL helpers
+of the resume merge rule described in :mod:`olmoablate.train.callbacks`.
 
 Both callbacks avoid per-step cross-rank work: step times come from CUDA events read when the
 trainer syncs for its metrics, and fingerprints are hashed per rank and gathered at the same
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import resource
 import sys
 import time
@@ -22,10 +24,13 @@ import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback
 
+from olmoablate import columnar
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
+
+log = logging.getLogger(__name__)
 
 CE_LOSS = "train/CE loss"
 GRAD_NORM = "optim/total grad norm"
@@ -135,6 +140,7 @@ class MetricsJSONLCallback(Callback):
     #: Measured time of every step trained in this attempt, in step order (for summary.json).
     step_times: list[float] = field(default_factory=list)
     last_row: dict[str, Any] = field(default_factory=dict)
+    _rows_since_copy: int = 0
 
     def pre_train(self) -> None:
         self.resume_step = self.trainer.global_step if self.trainer.global_step > 0 else None
@@ -142,6 +148,16 @@ class MetricsJSONLCallback(Callback):
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             truncate_jsonl_after(Path(self.path), self.trainer.global_step)
+            self._update_copy()
+
+    def _update_copy(self) -> None:
+        """Refresh ``metrics.parquet`` (olmoablate.columnar): a cache for the report, so a
+        failure is logged and training goes on; the report then parses the JSON itself."""
+        self._rows_since_copy = 0
+        try:
+            columnar.update_copy(self.path)
+        except Exception as err:  # noqa: BLE001 - never fatal for training
+            log.warning("metrics.parquet not updated (%s: %s)", type(err).__name__, err)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
         del batch
@@ -207,10 +223,14 @@ class MetricsJSONLCallback(Callback):
             fh.write(json.dumps(self._pending) + "\n")
         self.last_row = self._pending
         self._pending = None
+        self._rows_since_copy += 1
+        if self._rows_since_copy >= columnar.ROWS_PER_UPDATE:
+            self._update_copy()
 
     def close(self) -> None:
         if get_rank() == 0:
             self._flush()
+            self._update_copy()
 
 
 def interleave_rank_batches(parts: list[torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,145 @@
+"""A columnar (Parquet) copy of a run's ``metrics.jsonl``, kept up to date by the training job.
+
+Why: a report over a ladder reads ~100 files of ~100k rows (5 GB of JSON); parsing them is most of
+a cold report's time, while the job already has each row in hand once. So the job keeps
+``metrics.parquet`` next to ``metrics.jsonl``: the report's own parse (``olmoablate.report.jsonl``)
+of the file's first ``offset`` bytes, stored column-wise, which the report reads back with only
+the columns it needs.
+
+``metrics.jsonl`` stays the source of truth. The copy records how far it parsed (``offset``, the
+end of a complete line) and a hash of the first and last 4 KiB before that offset; a reader uses
+it only while the file still starts with those bytes, and parses the rows after ``offset`` itself.
+A rewritten file (a resumed job truncates it), a missing or unreadable copy, or a copy of another
+format version is ignored, never an error: the report then parses the JSON as before. The copy is
+written atomically (temporary file + rename), so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from olmoablate.report.jsonl import Metrics, append, read_part
+
+#: Bumped whenever what the copy stores (or how the parse it holds is made) changes.
+VERSION = 1
+#: Bytes hashed at each end of the covered prefix (as the report cache does).
+PROBE_BYTES = 4096
+#: The job refreshes the copy after this many new rows (and at checkpoints' pace it costs ms).
+ROWS_PER_UPDATE = 1000
+_META_KEY = b"olmoablate"
+
+
+def copy_path(metrics_path: str | Path) -> Path:
+    """``.../metrics.jsonl`` -> ``.../metrics.parquet``."""
+    return Path(metrics_path).with_suffix(".parquet")
+
+
+def probe(path: Path, offset: int) -> str:
+    """Hash of the first and the last 4 KiB before ``offset``: detects a rewritten file."""
+    with path.open("rb") as fh:
+        head = fh.read(min(PROBE_BYTES, offset))
+        fh.seek(max(0, offset - PROBE_BYTES))
+        tail = fh.read(min(PROBE_BYTES, offset))
+    return hashlib.sha256(head + b"|" + tail).hexdigest()
+
+
+def load_copy(
+    metrics_path: str | Path, want: Callable[[str], bool] | None = None
+) -> tuple[Metrics, int, int] | None:
+    """``(body, offset, lines)`` from a still-valid copy (only the wanted columns), else None."""
+    import pyarrow.parquet as pq
+
+    path = Path(metrics_path)
+    target = copy_path(path)
+    try:
+        schema = pq.read_schema(target)
+        meta = json.loads((schema.metadata or {})[_META_KEY])
+        offset = int(meta["offset"])
+        if (
+            meta.get("version") != VERSION
+            or path.stat().st_size < offset
+            or probe(path, offset) != meta["probe"]
+        ):
+            return None
+        keys = [k for k in meta["keys"] if want is None or want(k)]
+        table = pq.read_table(target, columns=["step", *keys], use_threads=False)
+        cols = {k: table.column(k).to_numpy() for k in keys}
+        body = Metrics(
+            table.column("step").to_numpy().astype(np.int64, copy=False),
+            cols,
+            list(meta["issues"]),
+            int(meta["rows_read"]),
+            int(meta["duplicate_rows"]),
+            {k: int(v) for k, v in meta["nonfinite"].items() if want is None or want(k)},
+        )
+        return body, offset, int(meta["lines"])
+    except (OSError, KeyError, ValueError, TypeError):
+        return None  # a missing or unreadable copy is only a missed shortcut
+
+
+def update_copy(metrics_path: str | Path) -> Path | None:
+    """Bring the copy up to the last complete line of ``metrics_path`` (the job calls this).
+
+    Only the rows after the old copy's offset are parsed; a copy that no longer matches the
+    file (or whose rows cannot simply be appended, e.g. a requeue duplicate) is rebuilt from the
+    whole file. Returns the copy's path, or None when there was nothing to copy.
+    """
+    path = Path(metrics_path)
+    if not path.is_file():
+        return None
+    old = load_copy(path)
+    body: Metrics | None = None
+    if old is not None:
+        prev, offset, lines = old
+        part = read_part(path, None, offset, lines)
+        body = append(prev, part.body)
+        end, lines = part.end, lines + part.lines
+    if body is None:
+        part = read_part(path, None)
+        body, end, lines = part.body, part.end, part.lines
+    _write(path, body, end, lines)
+    return copy_path(path)
+
+
+def remove_copy(metrics_path: str | Path) -> None:
+    """Drop the copy (the job does this before it rewrites metrics.jsonl on resume)."""
+    copy_path(metrics_path).unlink(missing_ok=True)
+
+
+def _write(path: Path, body: Metrics, offset: int, lines: int) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = sorted(body.columns)
+    meta: dict[str, Any] = {
+        "version": VERSION,
+        "offset": offset,
+        "lines": lines,
+        "probe": probe(path, offset),
+        "keys": keys,
+        "issues": body.issues,
+        "rows_read": body.rows_read,
+        "duplicate_rows": body.duplicate_rows,
+        "nonfinite": body.nonfinite,
+    }
+    arrays = [pa.array(np.asarray(body.steps, dtype=np.int64))]
+    arrays += [pa.array(np.asarray(body.columns[k], dtype=np.float64)) for k in keys]
+    schema = pa.schema(
+        [pa.field("step", pa.int64()), *(pa.field(k, pa.float64()) for k in keys)],
+        metadata={_META_KEY: json.dumps(meta).encode("utf-8")},
+    )
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    target = copy_path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(table, tmp, compression="zstd", use_dictionary=False)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
