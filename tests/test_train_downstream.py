@@ -34,7 +34,14 @@ def test_downstream_task_scored_at_eval_points(tmp_path: Path) -> None:
         batch_seqs=2,
         micro_seqs=2,
         dims=dims,
-        training={"data": {"vocab_size": vocab, "eos_token_id": 100257, "pad_token_id": 100277}},
+        training={
+            "data": {
+                "tokenizer": "dolma2",
+                "vocab_size": vocab,
+                "eos_token_id": 100257,
+                "pad_token_id": 100277,
+            }
+        },
         evaluation={
             "interval": 2,
             "downstream": ["piqa"],
@@ -82,7 +89,14 @@ def test_downstream_task_scored_at_each_loop_count(tmp_path: Path) -> None:
         batch_seqs=2,
         micro_seqs=2,
         dims={"vocab_size": vocab},
-        training={"data": {"vocab_size": vocab, "eos_token_id": 100257, "pad_token_id": 100277}},
+        training={
+            "data": {
+                "tokenizer": "dolma2",
+                "vocab_size": vocab,
+                "eos_token_id": 100257,
+                "pad_token_id": 100277,
+            }
+        },
         evaluation={
             "interval": 2,
             "downstream": ["piqa"],
@@ -117,3 +131,58 @@ def test_downstream_task_scored_at_each_loop_count(tmp_path: Path) -> None:
         "eval/lm/synthetic-heldout/CE loss (loops=1)",
         "eval/lm/synthetic-heldout/CE loss (loops=2)",
     } <= set(row)
+
+
+def test_downstream_task_scored_in_the_runs_own_bpe_vocabulary(tmp_path: Path) -> None:
+    """A run trained on the demo's 4,096-entry BPE is scored on PIQA tokenized with that BPE.
+
+    With the dolma2 tokenizer the task's ids (up to 100k) would index past the 4,096-row
+    embedding and the run would fail; completing with real numbers shows the run's own file is
+    the one ai2-olmo-eval tokenized with.
+    """
+    if downstream.known_tasks() is None:
+        pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
+    from olmoablate.data.vocab import bpe_path
+    from olmoablate.train.job import run_job
+
+    vocab = 4096
+    entry = run_entry(
+        "tiny-s0-baseline",
+        "baseline",
+        {},
+        pair_id="tiny-s0",
+        steps=2,
+        seq=256,
+        batch_seqs=2,
+        micro_seqs=2,
+        dims={"vocab_size": vocab},
+        training={
+            "data": {
+                "tokenizer": str(bpe_path()),
+                "vocab_size": vocab,
+                "eos_token_id": 0,
+                "pad_token_id": 1,
+            }
+        },
+        evaluation={
+            "interval": 2,
+            "downstream": ["piqa_rc_0shot"],
+            "max_downstream_batches": 2,
+            "max_eval_tokens": 512,
+        },
+    )
+    from olmoablate.spec.certificate import certificate_of
+
+    entry["certificate"] = certificate_of(entry, "tokens")
+    plan = make_plan(tmp_path, [entry], vocab=vocab, eos=0, train_tokens=20_000)
+    status = run_job(str(plan), "tiny-s0-baseline")
+    assert status["state"] == "completed", status
+    rows = [
+        json.loads(x)
+        for x in (plan.parent / "runs" / "tiny-s0-baseline" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    row = next(r for r in rows if any(k.startswith("eval/downstream/piqa_rc_0shot") for k in r))
+    assert 0.0 <= row["eval/downstream/piqa_rc_0shot (length-normalized accuracy)"] <= 1.0
+    assert 0.0 < row["eval/downstream/piqa_rc_0shot (CE loss)"] < 20.0

@@ -364,10 +364,23 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
     )
 
 
+def downstream_tokenizer_file(ctx: RunContext) -> str:
+    """The tokenizer.json the downstream tasks are tokenized with: the one the run trained on."""
+    from olmoablate.data import tokenizer_path
+
+    name = str(ctx.training["data"].get("tokenizer") or "dolma2")
+    return str(tokenizer_path()) if name == "dolma2" else ctx.resolve(name)
+
+
 def downstream_evaluator_config(
     ctx: RunContext, tasks: list[str], steps: int, loop_counts: list[int] | None = None
 ) -> Any:
-    """OLMo-core's downstream evaluator (ai2-olmo-eval) on the offline dolma2 tokenizer file.
+    """OLMo-core's downstream evaluator (ai2-olmo-eval) with the run's own tokenizer file.
+
+    ai2-olmo-eval tokenizes each task's raw text at build time with whatever ``tokenizer.json``
+    it is given, so a run trained on a small BPE (the CPU demo) is scored in its own vocabulary;
+    ``dolma2`` uses the vendored OLMo 3 tokenizer file. The ids (vocab, EOS, PAD) are the plan's,
+    which `validate` checked against that same file.
 
     Same points as the LM evaluator (every ``evaluation.interval`` steps and at the end), so both
     arms are scored on identical checkpoints. ``evaluation.max_downstream_batches`` (optional)
@@ -377,7 +390,6 @@ def downstream_evaluator_config(
     from olmo_core.data import TokenizerConfig
     from olmo_core.train import Duration
 
-    from olmoablate.data import tokenizer_path
     from olmoablate.train.callbacks import LoopedDownstreamEvaluatorCallbackConfig
 
     data = ctx.training["data"]
@@ -387,10 +399,10 @@ def downstream_evaluator_config(
         loop_counts=list(loop_counts or []),
         tasks=tasks,
         tokenizer=TokenizerConfig(
-            vocab_size=int(data.get("vocab_size", 100352)),
-            eos_token_id=int(data.get("eos_token_id", 100257)),
-            pad_token_id=int(data.get("pad_token_id", 100277)),
-            identifier=str(tokenizer_path()),
+            vocab_size=int(data["vocab_size"]),
+            eos_token_id=int(data["eos_token_id"]),
+            pad_token_id=int(data["pad_token_id"]),
+            identifier=downstream_tokenizer_file(ctx),
         ),
         eval_interval=interval,
         fixed_steps=[steps] if steps % interval else None,
