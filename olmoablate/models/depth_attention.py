@@ -95,14 +95,23 @@ def mix_values(
     return mixed
 
 
-@dataclass(eq=False)
 class DepthSlot:
-    """One layer's view of the depth store: its sources in, its own (key, mixed value) out."""
+    """One layer's view of the depth store: its sources in, its own (key, mixed value) out.
 
-    source_keys: tuple[torch.Tensor, ...]
-    source_values: tuple[torch.Tensor, ...]
-    key: torch.Tensor | None = None
-    value: torch.Tensor | None = None
+    Deliberately a plain class, not a dataclass or container: FSDP2 (and other wrappers) rebuild
+    dataclasses, lists and dicts found in a module's forward kwargs when they cast or move inputs,
+    so the block would record its (key, ṽ) on a copy the model never sees.
+    """
+
+    __slots__ = ("source_keys", "source_values", "key", "value")
+
+    def __init__(
+        self, source_keys: tuple[torch.Tensor, ...], source_values: tuple[torch.Tensor, ...]
+    ) -> None:
+        self.source_keys = source_keys
+        self.source_values = source_values
+        self.key: torch.Tensor | None = None
+        self.value: torch.Tensor | None = None
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """ṽ from this slot's sources; records ``(k, ṽ)`` for the model to store."""
