@@ -115,13 +115,7 @@ def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
             "GATE CHANGED: plan.json's gate block does not match its recorded gate_sha256 "
             "(plan.json was edited after planning)"
         )
-    spec_path = plan.get("spec_path")
-    if not spec_path:
-        return out
-    candidates = [Path(spec_path)]
-    if plan.get("workdir"):
-        candidates.insert(0, Path(plan["workdir"]) / spec_path)
-    path = next((c for c in candidates if c.is_file()), None)
+    path = _spec_path(plan)
     if path is None:
         return out
     try:
