@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def write_spec(out: Path, gpus: int, steps: int) -> Path:
     """A 1B spec on this node's ``gpus`` GPUs: 2 sequences per GPU and step, no evals."""
-    from olmoablate.spec.schema import Training
+    from olmoablate.contract.schema import Training
 
     tokens_file = out / "tokens.bin"
     gbs = gpus * 2 * SEQ

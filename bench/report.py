@@ -80,14 +80,14 @@ def generate(root: Path, runs: int, steps: int) -> None:
 
 
 def _copy(path: str) -> None:
-    from olmoablate.columnar import update_copy
+    from olmoablate.contract.columnar import update_copy
 
     update_copy(path)
 
 
 def build_copies(root: Path) -> None:
     """The job's metrics.parquet for every run that lacks a current one (not timed)."""
-    from olmoablate.columnar import load_copy
+    from olmoablate.contract.columnar import load_copy
 
     todo = [str(p) for p in sorted(root.glob("runs/*/metrics.jsonl")) if load_copy(p) is None]
     if not todo:

@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from olmoablate.contract.metricsfile import read_metrics
 from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
 from olmoablate.report.collect import Results, collect, resolve_results_dir
 from olmoablate.report.compare import LOSS
 from olmoablate.report.gates import build_all
-from olmoablate.report.jsonl import read_metrics
 from olmoablate.report.links import wandb_links
 from olmoablate.report.render import comparison_rows
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from olmoablate import accounting as acc
-from olmoablate.spec import sizes
+from olmoablate.contract import accounting as acc
+from olmoablate.contract import sizes
 
 BIG = ["1B", "3B", "7B"]
 

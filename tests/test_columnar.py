@@ -1,4 +1,4 @@
-"""Tests of olmoablate.columnar: the job's Parquet copy of metrics.jsonl reads back exactly what
+"""Tests of olmoablate.contract.columnar: the job's Parquet copy of metrics.jsonl reads back exactly what
 parsing the JSON gives, follows appends, and is ignored as soon as it no longer matches."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from olmoablate import columnar
-from olmoablate.report.jsonl import Metrics, read_metrics
+from olmoablate.contract import columnar
+from olmoablate.contract.metricsfile import Metrics, read_metrics
 
 
 def _rows(lo: int, hi: int) -> str:

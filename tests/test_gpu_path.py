@@ -21,9 +21,9 @@ import pytest
 import torch
 from fixtures.plan_fixture import make_plan, run_entry
 
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.errors import UserError
 from olmoablate.launch import devices
-from olmoablate.spec.certificate import certificate_of
 from olmoablate.train import callbacks as cbs
 from olmoablate.train import config as cfgs
 

@@ -383,7 +383,7 @@ def test_slurm_settings_keep_zero_and_schema_defaults() -> None:
     signal_delay_s rendered --signal=USR2@90 instead of the schema's 120."""
     from fixtures.plan_fixture import run_entry
 
-    from olmoablate.spec.schema import Slurm
+    from olmoablate.contract.schema import Slurm
 
     run = run_entry("r", "baseline", {})
     run["slurm"]["max_num_timeout"] = 0

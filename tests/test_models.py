@@ -497,7 +497,7 @@ def test_config_json_round_trip() -> None:
 def test_baseline_configs_equal_olmo_core_presets(preset: str) -> None:
     from olmo_core.nn.transformer import TransformerConfig
 
-    from olmoablate.spec.sizes import preset as preset_dims
+    from olmoablate.contract.sizes import preset as preset_dims
 
     ours = build_model_config(preset, {}, attn_backend="flash_2", init_seed=4)
     theirs = getattr(TransformerConfig, f"olmo3_{preset}")(vocab_size=100352, init_seed=4)

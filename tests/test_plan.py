@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.spec.certificate import certificate_of
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.spec.expand import PairingError, build_plan, check_pair, resolve_loop_counts
 from olmoablate.spec.load import load_spec
 

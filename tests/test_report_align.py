@@ -72,8 +72,8 @@ def test_cumulative_flops_prefers_measured() -> None:
 
 def test_loss_spikes_equals_the_jobs_rule() -> None:
     """Same answer as the training job's StabilityCallback, which feeds every step's loss to
-    `olmoablate.stability.SpikeDetector` (mean + k·std of the previous window and a 5 % floor)."""
-    from olmoablate.stability import SpikeDetector
+    `olmoablate.contract.stability.SpikeDetector` (mean + k·std of the previous window and a 5 % floor)."""
+    from olmoablate.contract.stability import SpikeDetector
 
     rng = np.random.default_rng(1)
     y = 3.0 + np.cumsum(rng.normal(0, 0.002, 3000)) + rng.normal(0, 0.02, 3000)

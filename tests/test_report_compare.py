@@ -55,7 +55,7 @@ def test_reference_arm_may_change_depth() -> None:
 
 
 def test_stale_stored_certificate_is_reported() -> None:
-    from olmoablate.spec.certificate import certificate_of
+    from olmoablate.contract.certificate import certificate_of
 
     b = {**BASE, "certificate": certificate_of(BASE, "tokens")}
     v = {**_variant(), "certificate": "0" * 64}

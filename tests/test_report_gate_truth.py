@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
+from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
 from olmoablate.report.collect import collect
-from olmoablate.report.stats import t_ppf
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"

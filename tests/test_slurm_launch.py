@@ -173,7 +173,7 @@ def test_ddp_two_tasks_gloo_under_slurm(
 ) -> None:
     from fixtures.plan_fixture import make_plan, run_entry
 
-    from olmoablate.spec.certificate import certificate_of
+    from olmoablate.contract.certificate import certificate_of
 
     run = run_entry(PAIR[0], "baseline", {}, steps=PAIR_STEPS, pair_id="tiny-s0-shallow")
     run["topology"]["cpu_processes"] = 2

@@ -36,10 +36,10 @@ from slurm_helpers import (
     wait_states,
 )
 
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.launch import launcher
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.resolve import load_plan
-from olmoablate.spec.certificate import certificate_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -108,7 +108,7 @@ def test_per_size_values_resolve(tmp_path: Path) -> None:
 
 
 def test_token_counts_with_suffixes() -> None:
-    from olmoablate.spec.schema import parse_count, parse_minutes
+    from olmoablate.contract.schema import parse_count, parse_minutes
 
     assert parse_count("2.5B") == 2_500_000_000
     assert parse_count("100M") == 100_000_000
@@ -122,7 +122,7 @@ def test_token_counts_with_suffixes() -> None:
 def test_data_mix_list_matches_olmo_core() -> None:
     from olmo_core.data import DataMix
 
-    from olmoablate.spec.schema import OLMO_CORE_DATA_MIXES
+    from olmoablate.contract.schema import OLMO_CORE_DATA_MIXES
 
     assert set(OLMO_CORE_DATA_MIXES) == {m.value for m in DataMix}
 

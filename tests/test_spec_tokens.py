@@ -1,4 +1,4 @@
-"""Tests for olmoablate.spec.tokens / spec.datacheck: tokenizer.json specs and token-file checks.
+"""Tests for olmoablate.contract.tokens / spec.datacheck: tokenizer.json specs and token-file checks.
 
 The token files are written here with numpy (and once through `data prepare`), so each check is
 exercised on real bytes; every rejection must name the file and come from `olmoablate validate`.
@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.data.vocab import BPE_SHA256, bpe_path
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.spec.tokens import (
+from olmoablate.contract.tokens import (
     chunk_bounds,
     eval_sequences,
     narrowest_dtype,
     tokenizer_info,
     unigram_entropy,
 )
+from olmoablate.data.vocab import BPE_SHA256, bpe_path
+from olmoablate.spec.expand import build_plan
+from olmoablate.spec.load import SpecError, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 BPE = str(bpe_path())

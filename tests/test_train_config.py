@@ -139,7 +139,7 @@ def test_unknown_architecture_is_a_user_error() -> None:
 
 
 def test_compile_setting_auto_true_false_and_certificate() -> None:
-    from olmoablate.spec.certificate import certificate_of
+    from olmoablate.contract.certificate import certificate_of
 
     run = run_entry("r", "baseline", {})
     run["training"].pop("compile", None)  # a plan written before the field: the schema default

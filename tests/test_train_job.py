@@ -85,8 +85,8 @@ def test_pair_shares_data_order_and_repeat_is_bitwise_identical(tmp_path: Path) 
     rows = _rows(_run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl")
     last = rows[-1]
     # the job's columnar copy covers the whole file and reads back the report parser's result
-    from olmoablate.columnar import load_copy
-    from olmoablate.report.jsonl import read_metrics
+    from olmoablate.contract.columnar import load_copy
+    from olmoablate.contract.metricsfile import read_metrics
 
     metrics_path = _run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl"
     copy = load_copy(metrics_path)
@@ -274,7 +274,7 @@ def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
     rows = {r["step"]: r for r in _rows(_run_dir(plan, "tiny-s0-loop") / "metrics.jsonl")}
     # b(step) = min(loops, start + increment * floor((step - 1) / interval)), 1-based steps:
     # the same schedule the plan's FLOPs accounting integrates over.
-    from olmoablate.accounting import loops_at_step
+    from olmoablate.contract.accounting import loops_at_step
 
     lp = entry["architecture"]["looped"]
     expected = [loops_at_step(lp, s) for s in range(1, 8)]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fixtures.plan_fixture import make_plan, run_entry
 
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.errors import UserError
-from olmoablate.spec.certificate import certificate_of
 from olmoablate.train.plan import load_run
 
 

@@ -87,7 +87,7 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
         training={"checkpoint_interval": 4, "wandb": {"mode": "offline", "project": "p-test"}},
         evaluation={"interval": 8},
     )
-    from olmoablate.spec.certificate import certificate_of
+    from olmoablate.contract.certificate import certificate_of
 
     entry["certificate"] = certificate_of(entry, "tokens")
     plan = make_plan(tmp_path, [entry])

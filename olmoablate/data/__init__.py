@@ -11,6 +11,12 @@ Public API (no torch/numpy/tokenizers imported at package import; the CLI loads 
   the shipped 4,096-entry byte-level BPE, uint16, for CPU-scale work).
 """
 
+from olmoablate.contract.sizes import (
+    DOLMA2_EOS_TOKEN_ID,
+    DOLMA2_PAD_TOKEN_ID,
+    DOLMA2_PADDED_VOCAB_SIZE,
+    DOLMA2_VOCAB_SIZE,
+)
 from olmoablate.data.prepare import (
     DEFAULT_DIR,
     DEFAULT_HELDOUT_EVERY,
@@ -30,12 +36,6 @@ from olmoablate.data.tokenizer import (
     tokenizer_path,
 )
 from olmoablate.data.vocab import BPE4096, DOLMA2, VOCABS, Vocab, bpe_path
-from olmoablate.spec.sizes import (
-    DOLMA2_EOS_TOKEN_ID,
-    DOLMA2_PAD_TOKEN_ID,
-    DOLMA2_PADDED_VOCAB_SIZE,
-    DOLMA2_VOCAB_SIZE,
-)
 
 __all__ = [
     "BPE4096",

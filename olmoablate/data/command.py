@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from olmoablate.contract.tokens import scan_token_file
 from olmoablate.data.corpus import SOURCES
 from olmoablate.data.prepare import (
     DEFAULT_DIR,
@@ -22,7 +23,6 @@ from olmoablate.data.prepare import (
 )
 from olmoablate.data.vocab import VOCABS
 from olmoablate.errors import UserError
-from olmoablate.spec.tokens import scan_token_file
 
 data_app = typer.Typer(
     help="Prepare the offline demo data (dolma2 or the demo BPE + real English text).",

@@ -28,6 +28,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.sizes import (
+    DOLMA2_EOS_TOKEN_ID,
+    DOLMA2_PAD_TOKEN_ID,
+    DOLMA2_PADDED_VOCAB_SIZE,
+    DOLMA2_VOCAB_SIZE,
+)
+from olmoablate.contract.tokens import unigram_entropy
 from olmoablate.data.corpus import (
     CorpusSource,
     Document,
@@ -40,13 +47,6 @@ from olmoablate.data.corpus import (
 from olmoablate.data.vocab import BY_SHA256, DOLMA2, VOCABS, Vocab
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic, write_json_atomic
-from olmoablate.spec.sizes import (
-    DOLMA2_EOS_TOKEN_ID,
-    DOLMA2_PAD_TOKEN_ID,
-    DOLMA2_PADDED_VOCAB_SIZE,
-    DOLMA2_VOCAB_SIZE,
-)
-from olmoablate.spec.tokens import unigram_entropy
 
 MANIFEST_SCHEMA = 2
 DEFAULT_DIR = Path("data/demo")

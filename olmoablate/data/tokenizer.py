@@ -15,13 +15,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from olmoablate.errors import UserError
-from olmoablate.io import sha256_file
-from olmoablate.spec.sizes import (
+from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
     DOLMA2_VOCAB_SIZE,
 )
+from olmoablate.errors import UserError
+from olmoablate.io import sha256_file
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -3,7 +3,7 @@
 A :class:`Vocab` says everything the token files depend on: the tokenizer file and its pinned
 sha256, the ids of EOS/PAD, the vocabulary size and the numpy dtype OLMo-core will read the files
 with (the narrowest unsigned type holding ``vocab_size - 1``, see
-:func:`olmoablate.spec.tokens.narrowest_dtype`).
+:func:`olmoablate.contract.tokens.narrowest_dtype`).
 
 The BPE ships in the package (``python_docs_bpe4096.json``) so a spec can name it before any data
 exists (``olmoablate validate specs/`` on a fresh clone). `data prepare` re-trains it from the
@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from olmoablate.data.bpe import BPE_EOS_TOKEN_ID, BPE_PAD_TOKEN_ID, BPE_VOCAB_SIZE
-from olmoablate.data.tokenizer import TOKENIZER_ORIGIN, TOKENIZER_SHA256, load_tokenizer
-from olmoablate.errors import UserError
-from olmoablate.io import sha256_file
-from olmoablate.spec.sizes import (
+from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
     DOLMA2_PADDED_VOCAB_SIZE,
     DOLMA2_VOCAB_SIZE,
 )
-from olmoablate.spec.tokens import narrowest_dtype
+from olmoablate.contract.tokens import narrowest_dtype
+from olmoablate.data.bpe import BPE_EOS_TOKEN_ID, BPE_PAD_TOKEN_ID, BPE_VOCAB_SIZE
+from olmoablate.data.tokenizer import TOKENIZER_ORIGIN, TOKENIZER_SHA256, load_tokenizer
+from olmoablate.errors import UserError
+from olmoablate.io import sha256_file
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

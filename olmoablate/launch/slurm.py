@@ -30,13 +30,13 @@ CMD_TIMEOUT_S = 30
 def slurm_setting(run: dict[str, Any], key: str) -> Any:
     """``run["slurm"][key]``, or the spec schema's default when the plan lacks it.
 
-    The default lives in one place (``olmoablate.spec.schema.Slurm``); a value the plan gives is
+    The default lives in one place (``olmoablate.contract.schema.Slurm``); a value the plan gives is
     used as is, 0 included (``max_num_timeout: 0`` = never requeue after a timeout).
     """
     value = (run.get("slurm") or {}).get(key)
     if value is not None:
         return value
-    from olmoablate.spec.schema import Slurm
+    from olmoablate.contract.schema import Slurm
 
     return Slurm.model_fields[key].default
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
+from olmoablate.contract.sizes import SizeDims
 from olmoablate.models.arch import ArchSettings
 from olmoablate.models.config import build_model_config
-from olmoablate.spec.sizes import SizeDims
 
 
 def build_model(

@@ -21,12 +21,12 @@ from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionC
 from olmo_core.nn.feed_forward import FeedForwardConfig
 from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
 
+from olmoablate.contract.sizes import SizeDims, resolve
 from olmoablate.errors import UserError
 from olmoablate.models.arch import ArchSettings, parse_arch
 from olmoablate.models.depth_attention import DepthAttentionConfig
 from olmoablate.models.siamese import SiameseNormBlockConfig
 from olmoablate.models.transformer import AblationTransformer
-from olmoablate.spec.sizes import SizeDims, resolve
 
 OLMO3_ROPE_THETA = 500_000
 OLMO3_NORM_EPS = 1e-6

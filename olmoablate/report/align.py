@@ -149,9 +149,9 @@ def loss_spikes(
     factor: float = 3.0,
     min_relative_jump: float = 0.05,
 ) -> np.ndarray:
-    """Indices of loss spikes under the project's one rule (`olmoablate.stability`), the same
+    """Indices of loss spikes under the project's one rule (`olmoablate.contract.stability`), the same
     rule the training job's StabilityCallback counts with, so report and job agree."""
-    from olmoablate.stability import spike_indices
+    from olmoablate.contract.stability import spike_indices
 
     return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 

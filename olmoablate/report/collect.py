@@ -5,7 +5,7 @@ on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional r
 gate block. Missing runs, missing files, truncated lines and requeue duplicates become "data
 issues" in the report, never an exception. Metrics files are parsed in parallel (one process per
 core) and cached per run in ``.report-cache/``; a cold report starts from the columnar copy the
-training job keeps (``metrics.parquet``, :mod:`olmoablate.columnar`) when it still matches the
+training job keeps (``metrics.parquet``, :mod:`olmoablate.contract.columnar`) when it still matches the
 file, so only rows written after it are parsed; since the files are append-only while runs train,
 re-running the report parses only the rows (and compares only the data fingerprints) appended
 since the last report, with the same numbers as a parse from scratch.
@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.columnar import load_copy
-from olmoablate.columnar import probe as _probe
+from olmoablate.contract.columnar import load_copy
+from olmoablate.contract.columnar import probe as _probe
+from olmoablate.contract.gates import gate_entries, gate_views
+from olmoablate.contract.metricsfile import Metrics, Part, append, read_metrics, read_part
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_of, write_bytes_atomic
 from olmoablate.report.gate import gate_config
-from olmoablate.report.jsonl import Metrics, Part, append, read_metrics, read_part
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
-from olmoablate.spec.gates import gate_entries, gate_views
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -501,7 +501,7 @@ def load_metrics_many(
         cache = cache_dir / f"{run_id}.bin" if cache_dir is not None else None
         cached = _cache_load(cache, path, keys, prefixes) if cache is not None else None
         if cached is None and cache is not None:
-            # no report cache yet: start from the job's columnar copy (olmoablate.columnar)
+            # no report cache yet: start from the job's columnar copy (olmoablate.contract.columnar)
             copy = load_copy(path, _wanted(keys, prefixes))
             cached = _Cached(*copy) if copy is not None else None
         if cached is not None and cache is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract.certificate import certificate_of, differences, shared_settings
 from olmoablate.report.align import (
     Aligned,
     Curve,
@@ -29,7 +30,6 @@ from olmoablate.report.align import (
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.gate import ArmHealth, Estimate, PairEvidence, estimate
 from olmoablate.report.noise import NoiseSource
-from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 
 LOSS = "train/CE loss"
 _LOOP_EVAL = re.compile(r"^(eval/lm/.+/CE loss) \(loops=(\d+)\)$")
@@ -61,7 +61,7 @@ def certificate_problems(
 ) -> list[str]:
     """Why the two plan entries do not form a valid pair (empty list = valid).
 
-    Recomputes the pairing certificate (`olmoablate.spec.certificate`, the same hash `plan`
+    Recomputes the pairing certificate (`olmoablate.contract.certificate`, the same hash `plan`
     wrote) of both arms under the pair's budget rule, and checks each entry still matches the
     certificate recorded for it (a plan.json edited after planning is caught here).
     """

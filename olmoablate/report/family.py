@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from olmoablate.contract.stats import holm
 from olmoablate.report.gate import (
     INCONCLUSIVE,
     PROCEED,
@@ -22,7 +23,6 @@ from olmoablate.report.gate import (
     gate_config,
 )
 from olmoablate.report.noise import NoiseSource
-from olmoablate.report.stats import holm
 
 
 def apply_holm(verdicts: Sequence[VariantVerdict], confidence: float) -> str:

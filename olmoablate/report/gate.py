@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from olmoablate.contract.stats import p_above, seeds_needed
 from olmoablate.report.noise import (
     FLOOR,
     NONE,
@@ -31,7 +32,6 @@ from olmoablate.report.noise import (
     jitter,
 )
 from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
-from olmoablate.report.stats import p_above, seeds_needed
 
 __all__ = ["Estimate", "estimate"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from olmoablate.contract.gates import gate_views
 from olmoablate.report.build import Report, build, write_next_plan
 from olmoablate.report.collect import Results
 from olmoablate.report.gate import gate_config
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
-from olmoablate.spec.gates import gate_views
 
 
 def results_for_gate(results: Results, view: dict) -> Results:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.report.stats import t_ppf
+from olmoablate.contract.stats import t_ppf
 
 PAIRED, FLOOR, AA, NONE = "paired seeds", "declared floor", "A/A baselines", "none"
 

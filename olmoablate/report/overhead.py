@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.report.stats import t_ppf
+from olmoablate.contract.stats import t_ppf
 
 WALL, CPU = "step_time_s", "step_cpu_time_s"
 ATTEMPT = "step_in_attempt"

@@ -55,7 +55,7 @@ def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, dict[str, Any]
         return raw, None
     from pydantic import ValidationError
 
-    from olmoablate.spec.schema import Gate
+    from olmoablate.contract.schema import Gate
 
     try:
         return raw, Gate.model_validate(raw).model_dump()

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.io import sha256_of, write_json_atomic, write_text_atomic
-from olmoablate.spec.certificate import certificate_of
 
 
 @dataclass

@@ -50,9 +50,9 @@ def validate_command(
     FILE:LINE: field.path: what is wrong (allowed: ...). Also expands each spec into its pairs,
     so a spec whose arms would differ in more than architecture fails here too.
     """
+    from olmoablate.contract.gates import gate_views
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.gateplan import gate_lines
-    from olmoablate.spec.gates import gate_views
     from olmoablate.spec.load import SpecError, load_spec
 
     files = find_spec_files(paths)
@@ -227,8 +227,8 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
         )
     print_whole(console, pairs)
     render_evaluation(plan, console)
+    from olmoablate.contract.gates import gate_views
     from olmoablate.spec.gateplan import gate_lines
-    from olmoablate.spec.gates import gate_views
 
     views = gate_views(plan)
     for name, view in views:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from olmoablate.spec import sizes as sizes_mod
-from olmoablate.spec import tokens as tk
+from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract import tokens as tk
 
 if TYPE_CHECKING:
     from olmoablate.spec.load import SizeSettings

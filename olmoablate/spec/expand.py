@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate import __version__
-from olmoablate import accounting as acc
+from olmoablate.contract import accounting as acc
+from olmoablate.contract.certificate import certificate_of, differences, shared_settings
+from olmoablate.contract.schema import computes_in_bf16
+from olmoablate.contract.tokens import narrowest_dtype
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.spec.certificate import certificate_of, differences, shared_settings
 from olmoablate.spec.datacheck import resolve_ids
 from olmoablate.spec.load import LoadedSpec
-from olmoablate.spec.schema import computes_in_bf16
-from olmoablate.spec.tokens import narrowest_dtype
 
 PLAN_SCHEMA = 1
 

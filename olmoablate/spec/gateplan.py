@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from olmoablate.report.stats import mde
+from olmoablate.contract.stats import mde
 
 POWER = 0.8
 

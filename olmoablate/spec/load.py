@@ -15,10 +15,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from olmoablate.errors import UserError
-from olmoablate.spec import datacheck
-from olmoablate.spec import sizes as sizes_mod
-from olmoablate.spec.schema import (
+from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     Evaluation,
     Slurm,
@@ -27,6 +25,8 @@ from olmoablate.spec.schema import (
     Training,
     computes_in_bf16,
 )
+from olmoablate.errors import UserError
+from olmoablate.spec import datacheck
 
 Path_ = tuple[str | int, ...]
 

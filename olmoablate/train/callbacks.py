@@ -120,7 +120,7 @@ class LoopCurriculumCallback(Callback):
 
     def _set(self, step: int) -> None:
         """``step`` is OLMo-core's 1-based step about to run; the model wants the 0-based index
-        (steps already taken), the same convention as `olmoablate.accounting.loops_at_step`."""
+        (steps already taken), the same convention as `olmoablate.contract.accounting.loops_at_step`."""
         model = _model_of(self.trainer)
         hook = getattr(model, "set_train_step", None)
         if not callable(hook):

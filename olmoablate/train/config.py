@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.optim import OptimConfig, Scheduler
     from olmo_core.train.train_module import TransformerTrainModuleConfig
 
-    from olmoablate.spec.schema import Topology
+    from olmoablate.contract.schema import Topology
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def execution(run: dict[str, Any]) -> Topology:
     """
     from pydantic import ValidationError
 
-    from olmoablate.spec.schema import Topology
+    from olmoablate.contract.schema import Topology
 
     try:
         return Topology.model_validate(dict(run.get("topology") or {}))
@@ -52,8 +52,8 @@ def execution(run: dict[str, Any]) -> Topology:
 
 
 def computes_in_bf16(run: dict[str, Any]) -> bool:
-    """The plan's precision rule (:func:`olmoablate.spec.schema.computes_in_bf16`)."""
-    from olmoablate.spec.schema import computes_in_bf16 as rule
+    """The plan's precision rule (:func:`olmoablate.contract.schema.computes_in_bf16`)."""
+    from olmoablate.contract.schema import computes_in_bf16 as rule
 
     return rule(str(run["training"].get("precision", "auto")), execution(run).gpus_per_node)
 
@@ -217,7 +217,7 @@ def compile_enabled(run: dict[str, Any], env: Environment) -> bool:
     The setting sits in the run's ``training`` mapping, which the pairing certificate covers, so
     the two arms of a pair always compile alike.
     """
-    from olmoablate.spec.schema import COMPILE_DEFAULT
+    from olmoablate.contract.schema import COMPILE_DEFAULT
 
     value = run["training"].get("compile", COMPILE_DEFAULT)  # plans written before the field
     if value == "auto":

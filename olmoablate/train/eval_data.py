@@ -8,7 +8,7 @@ instance (the last position, whose target is padding, is kept by the input-side 
 Here:
 
 * :class:`WholeSetEvalDataset` cuts each document into chunks of at most ``sequence_length``
-  tokens starting at 0, L-1, 2(L-1), ... (`olmoablate.spec.tokens.chunk_bounds`, the rule
+  tokens starting at 0, L-1, 2(L-1), ... (`olmoablate.contract.tokens.chunk_bounds`, the rule
   `validate` counts with), so every token but each document's first is predicted exactly once,
   with the most context a chunk allows; it pads its length with empty (fully masked) instances
   to a whole number of eval batches so no partial last batch is dropped.
@@ -35,8 +35,8 @@ from olmo_core.io import is_url
 from olmo_core.train.callbacks import EvaluatorCallback, LMEvaluatorCallbackConfig
 from olmo_core.train.train_module import EvalBatchSizeUnit
 
+from olmoablate.contract.tokens import chunk_bounds
 from olmoablate.io import write_bytes_atomic
-from olmoablate.spec.tokens import chunk_bounds
 
 #: Bump when the chunking rule changes, so cached index files are not reused.
 _INDEX_NAME = "whole-set-chunk-indices-v1"

@@ -12,7 +12,7 @@ import torch
 from olmo_core.distributed.utils import is_distributed
 from olmo_core.train.callbacks import Callback
 
-from olmoablate.stability import SpikeDetector
+from olmoablate.contract.stability import SpikeDetector
 from olmoablate.train.records import CE_LOSS, GRAD_NORM, _model_of, collect_due
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
 class StabilityCallback(Callback):
     """Loss-spike counter and NaN/Inf stop.
 
-    Spikes follow the project's one rule (`olmoablate.stability`: above ``mean + spike_factor·std``
+    Spikes follow the project's one rule (`olmoablate.contract.stability`: above ``mean + spike_factor·std``
     of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
     report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
     (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it

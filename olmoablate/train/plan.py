@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.certificate import certificate_of
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
-from olmoablate.spec.certificate import certificate_of
 
 OPTIMIZERS = ("adamw", "skip_step_adamw")
 SCHEDULES = ("cosine", "linear", "constant", "wsd")

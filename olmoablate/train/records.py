@@ -1,6 +1,6 @@
 """The run's records: ``metrics.jsonl`` (per-step rows with true step timing) and
 ``fingerprints.jsonl`` (one hash per global batch), with ``metrics.parquet`` (the columnar
-copy of metrics.jsonl the report starts from, :mod:`olmoablate.columnar`), plus the JSONL helpers
+copy of metrics.jsonl the report starts from, :mod:`olmoablate.contract.columnar`), plus the JSONL helpers
 of the resume merge rule described in :mod:`olmoablate.train.callbacks`.
 
 Both callbacks avoid per-step cross-rank work: step times come from CUDA events read when the
@@ -24,7 +24,7 @@ import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback
 
-from olmoablate import columnar
+from olmoablate.contract import columnar
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -151,7 +151,7 @@ class MetricsJSONLCallback(Callback):
             self._update_copy()
 
     def _update_copy(self) -> None:
-        """Refresh ``metrics.parquet`` (olmoablate.columnar): a cache for the report, so a
+        """Refresh ``metrics.parquet`` (olmoablate.contract.columnar): a cache for the report, so a
         failure is logged and training goes on; the report then parses the JSON itself."""
         self._rows_since_copy = 0
         try:

@@ -5,7 +5,7 @@ Why these choices:
 * Every comparison the tool makes is at matched tokens, so every metric's x-axis is ``tokens``
   (``define_metric("*", step_metric="tokens")``, W&B's convention for a custom x-axis), and the
   cumulative ``train FLOPs`` is logged with every row so a chart can switch to a compute axis
-  (FLOPs-matched pairs). ``train FLOPs`` comes from `olmoablate.accounting`, the plan's own
+  (FLOPs-matched pairs). ``train FLOPs`` comes from `olmoablate.contract.accounting`, the plan's own
   FLOPs convention, curriculum-aware, so the axis means the same as the plan's numbers.
 * group = spec/group (a baseline and all the variants compared with it: same size and seed),
   job_type = arm, tags for spec, size, seed and arm: the W&B table groups and filters a whole
@@ -59,7 +59,7 @@ class FlopsAxis:
     """Cumulative training FLOPs after ``step`` steps, from the plan entry (curriculum-aware)."""
 
     def __init__(self, run: dict[str, Any]) -> None:
-        from olmoablate.spec.sizes import SizeDims
+        from olmoablate.contract.sizes import SizeDims
 
         names = {f.name for f in dataclasses.fields(SizeDims)}
         self.dims = SizeDims(**{k: v for k, v in run["size_dims"].items() if k in names})
@@ -69,7 +69,7 @@ class FlopsAxis:
         self.gbs = int(tr["global_batch_size"])
 
     def __call__(self, step: int) -> float:
-        from olmoablate.accounting import total_train_flops
+        from olmoablate.contract.accounting import total_train_flops
 
         return float(total_train_flops(self.dims, self.arch, self.seq, self.gbs, step))
 

@@ -194,7 +194,7 @@ class Architecture(Strict):
 
 
 class CustomSize(Strict):
-    """A size defined in the spec (for CPU work). Same fields as `olmoablate.spec.sizes.SizeDims`."""
+    """A size defined in the spec (for CPU work). Same fields as `olmoablate.contract.sizes.SizeDims`."""
 
     d_model: PosInt
     n_layers: PosInt
@@ -288,7 +288,7 @@ class Data(Strict):
 
 
 class Stability(Strict):
-    """Loss-spike rule (`olmoablate.stability`) and when the job stops as `diverged`."""
+    """Loss-spike rule (`olmoablate.contract.stability`) and when the job stops as `diverged`."""
 
     spike_window: int = Field(50, ge=5)
     spike_factor: float = Field(3.0, gt=0)

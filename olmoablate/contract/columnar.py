@@ -2,7 +2,7 @@
 
 Why: a report over a ladder reads ~100 files of ~100k rows (5 GB of JSON); parsing them is most of
 a cold report's time, while the job already has each row in hand once. So the job keeps
-``metrics.parquet`` next to ``metrics.jsonl``: the report's own parse (``olmoablate.report.jsonl``)
+``metrics.parquet`` next to ``metrics.jsonl``: the report's own parse (``olmoablate.contract.metricsfile``)
 of the file's first ``offset`` bytes, stored column-wise, which the report reads back with only
 the columns it needs.
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.report.jsonl import Metrics, append, read_part
+from olmoablate.contract.metricsfile import Metrics, append, read_part
 
 #: Bumped whenever what the copy stores (or how the parse it holds is made) changes.
 VERSION = 1

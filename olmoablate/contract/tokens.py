@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract import sizes as sizes_mod
 from olmoablate.io import sha256_file
-from olmoablate.spec import sizes as sizes_mod
 
 #: Larger files are scanned on their first this-many bytes only (validate must stay fast).
 FULL_SCAN_BYTES = 1 << 30

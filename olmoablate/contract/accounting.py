@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from olmoablate.spec.sizes import SizeDims
+from olmoablate.contract.sizes import SizeDims
 
 
 def causal_pairs(seq_len: int, window: int | None) -> int:
