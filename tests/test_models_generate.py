@@ -21,6 +21,8 @@ SIZE = {
 ARCHS = {
     "baseline": {},
     "sn_da": {"siamese_norm": {}, "depth_attention": {"stride": 3, "recent_window": 1}},
+    # up to 5 sources per layer: the stacked no-grad mix with several sources
+    "sn_da_s2": {"siamese_norm": {}, "depth_attention": {"stride": 2, "recent_window": 1}},
     "looped": {"looped": {"body_layers": 4, "loops": 3, "tail": 2, "state_norm": True}},
     "looped_da": {"looped": {"body_layers": 4, "loops": 2}, "depth_attention": {"stride": 2}},
 }
@@ -77,8 +79,46 @@ def test_cache_shapes_and_sizes() -> None:
     assert len(caches["looped"][0]) == 3 * 4  # one cache per (loop, body block)
     assert caches["looped"][1] == base_bytes * 12 // 8
     assert base_shapes[0] == (2, 16, 2, 8)
-    # the cache forward is removed again afterwards
+    # the cache forward and the norm forwards are removed again afterwards
     model = _model(ARCHS["baseline"])
-    with IncrementalDecoder(model, 1, 4):
-        pass
+    with IncrementalDecoder(model, 1, 4) as dec:
+        assert len(dec.norms) == 8 * 4 + 1  # per block: 2 output norms + q/k norms; LM head
+        assert all("forward" in n.__dict__ for n in dec.norms)
     assert all("forward" not in blk.attention.__dict__ for blk in model.blocks.values())
+    assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decoder_rms_norm_is_olmo_core_bit_for_bit(dtype: torch.dtype) -> None:
+    """The decoder's F.rms_norm forward equals OLMo-core's RMSNorm exactly, also for a low
+    precision input (computed in fp32, cast back) and under autocast (defers to OLMo-core)."""
+    model = _model(ARCHS["sn_da"])
+    norm = model.blocks["2"].x_norm
+    x = torch.randn(3, 5, SIZE["d_model"], generator=torch.Generator().manual_seed(2)).to(dtype)
+    want = norm(x)
+    with IncrementalDecoder(model, 1, 4):
+        got = norm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            auto = norm(x)
+    assert got.dtype == dtype and torch.equal(got, want)
+    assert torch.equal(auto, want)
+
+
+def test_stacked_mix_equals_per_source_mix() -> None:
+    """Depth-Attention's no-grad (stacked) mix is the training mix's equation (GQA, 0-4 sources)."""
+    from olmoablate.models.depth_attention import mix_values, mix_values_stacked
+
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 5, 4, 8, generator=g)
+    k, v = (torch.randn(2, 5, 2, 8, generator=g) for _ in range(2))
+    for n in range(5):
+        ks = tuple(torch.randn(2, 5, 2, 8, generator=g) for _ in range(n))
+        vs = tuple(torch.randn(2, 5, 2, 8, generator=g) for _ in range(n))
+        with torch.enable_grad():
+            train = mix_values(q, k, v, ks, vs)
+        with torch.no_grad():
+            infer = mix_values(q, k, v, ks, vs)
+        torch.testing.assert_close(infer, train, atol=1e-6, rtol=1e-6)
+        if n:
+            torch.testing.assert_close(mix_values_stacked(q, k, v, ks, vs), train)
+            assert not torch.allclose(infer, v, atol=1e-3)  # the sources really mix in

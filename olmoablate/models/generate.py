@@ -14,6 +14,12 @@ layer = per attention call in one forward, i.e. ``n_layers`` for ordinary models
 mixes only the new tokens using the same-token (k, ṽ) its sources produced earlier in the same
 forward - exactly what a full forward computes for those positions - so its cache has the
 baseline's shape and no extra persistent state.
+
+Per-token overhead (batch-1 decoding on CPU is bound by operator dispatch, not arithmetic), paid
+alike by every variant: every plain RMSNorm runs through ``F.rms_norm`` (bit-for-bit OLMo-core's
+``RMSNorm`` in fp32, without its autocast context and dtype round trips; see
+:func:`_rms_norm_forward`), and the causal / sliding-window masks are built once per step and
+window size instead of once per layer. Depth-Attention's mix runs its no-grad (stacked) form.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from olmo_core.nn.layer_norm import RMSNorm
 
 from olmoablate.models.depth_attention import DepthSlot
 
@@ -54,21 +62,25 @@ class IncrementalDecoder:
         shape = (batch_size, max_len, att0.n_kv_heads, att0.head_dim)
         self.keys = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(n_virtual)]
         self.values = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(n_virtual)]
+        self.norms = [m for m in model.modules() if _exact_rms_norm(m)]
         self.pos = 0
         self._counter = 0
+        self._masks: dict[int | None, torch.Tensor] = {}
         self._installed = False
 
     # ------------------------------------------------------------------ context management
     def __enter__(self) -> IncrementalDecoder:
         for att in self.attentions:
             att.forward = self._make_forward(att)  # type: ignore[method-assign]
+        for norm in self.norms:
+            norm.forward = _rms_norm_forward(norm)  # type: ignore[method-assign]
         self._installed = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for att in self.attentions:
-            if "forward" in att.__dict__:
-                del att.forward
+        for module in (*self.attentions, *self.norms):
+            if "forward" in module.__dict__:
+                del module.forward
         self._installed = False
 
     def cache_bytes(self) -> int:
@@ -84,6 +96,7 @@ class IncrementalDecoder:
         if self.pos + ids.shape[1] > self.max_len:
             raise ValueError(f"cache holds {self.max_len} positions; got {self.pos + ids.shape[1]}")
         self._counter = 0
+        self._masks = {}
         kwargs: dict[str, Any] = {}
         if self.n_loops is not None:
             kwargs["n_loops"] = self.n_loops
@@ -128,16 +141,55 @@ class IncrementalDecoder:
         if group > 1:
             keys = keys.repeat_interleave(group, dim=2)
             values = values.repeat_interleave(group, dim=2)
-        q_pos = torch.arange(self.pos, end, device=x.device)[:, None]
-        k_pos = torch.arange(end, device=x.device)[None, :]
-        allowed = k_pos <= q_pos
-        if att.window_size is not None:
-            allowed = allowed & (k_pos > q_pos - att.window_size)
         scores = torch.einsum("bihd,bjhd->bhij", q, keys) / math.sqrt(q.shape[-1])
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        scores = scores.masked_fill(self._blocked(att.window_size, t, x.device), float("-inf"))
         probs = torch.softmax(scores.float(), dim=-1).to(values.dtype)
         out = torch.einsum("bhij,bjhd->bihd", probs, values)
         return att.w_out(out.reshape(b, t, -1))
+
+    def _blocked(self, window: int | None, t: int, device: torch.device) -> torch.Tensor:
+        """(t, pos + t) mask of the key positions the new queries may NOT see, built once per
+        step and window size (every layer of one attention kind shares it)."""
+        mask = self._masks.get(window)
+        if mask is None:
+            end = self.pos + t
+            q_pos = torch.arange(self.pos, end, device=device)[:, None]
+            k_pos = torch.arange(end, device=device)[None, :]
+            allowed = k_pos <= q_pos
+            if window is not None:
+                allowed = allowed & (k_pos > q_pos - window)
+            mask = self._masks[window] = ~allowed
+        return mask
+
+
+def _exact_rms_norm(module: nn.Module) -> bool:
+    """OLMo-core ``RMSNorm`` modules that ``F.rms_norm`` reproduces bit for bit (no bias, one
+    weight per normalized element); subclasses (other rounding orders) are left alone."""
+    return (
+        type(module) is RMSNorm
+        and module.bias is None
+        and module.weight_shape == module.normalized_shape
+    )
+
+
+def _rms_norm_forward(norm: Any) -> Any:
+    """``norm.forward`` through ``F.rms_norm``: x·rsqrt(mean(x²) + eps)·w, in fp32 when
+    ``full_precision``, cast back - OLMo-core's RMSNorm term for term, with fewer dispatches.
+    Under an active autocast it defers to OLMo-core's own forward (which disables autocast)."""
+    original = type(norm).forward
+    shape, eps, full = norm.normalized_shape, norm.eps, norm.full_precision
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            return original(norm, x)
+        og = x.dtype
+        y = x.float() if full else x
+        w = norm.weight
+        if w is not None and w.dtype != y.dtype:
+            w = w.type_as(y)
+        return F.rms_norm(y, shape, w, eps).to(og)
+
+    return forward
 
 
 @torch.no_grad()
