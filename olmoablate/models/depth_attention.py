@@ -22,18 +22,19 @@ Why a state object and a slot: OLMo-core's ``Transformer`` passes one tensor fro
 block, but layer ``l`` needs tensors produced inside the attention of earlier layers. The model
 keeps a fresh :class:`DepthState` per forward pass (a dict keyed by unrolled layer index, in the
 model's eager Python loop) and hands each block only a :class:`DepthSlot` through the block
-kwargs: the tuple of its sources' keys and mixed values in, its own ``(k, ṽ)`` out. Inside a
-compiled block the slot is a plain input tuple plus one attribute write, which dynamo traces
-without a graph break; no dict and no layer index enter the graph, so blocks with the same
-number of sources and the same attention kind share one compiled graph (the number of distinct
-graphs is bounded by the distinct source counts, see
-:func:`olmoablate.models.transformer.compile_signatures`). Under activation checkpointing the
+kwargs: the tuple of its sources' keys and mixed values in, its own ``(k, ṽ)`` out (only when
+a later layer reads them: ``DepthSlot.keep``). Inside a compiled block the slot is a plain input
+tuple plus one attribute write, which dynamo traces without a graph break; no dict and no layer
+index enter the graph, so blocks with the same number of sources, the same attention kind and
+the same ``keep`` share one compiled graph (see
+:func:`olmoablate.models.transformer.block_signatures`). Under activation checkpointing the
 re-run of a block reads the same slot's sources and overwrites its outputs with equal values,
 which keeps recomputation deterministic.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +61,25 @@ def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, hea
     return flops
 
 
+@functools.lru_cache(maxsize=4096)
+def _sources(settings: DepthAttentionSettings, layer: int) -> tuple[int, ...]:
+    """S_l, memoized: the model asks once per layer per forward (per decoded token)."""
+    return tuple(settings.sources(layer))
+
+
+def read_later(settings: DepthAttentionSettings, depth: int) -> frozenset[int]:
+    """Layers whose (k, ṽ) some later layer of a ``depth``-layer forward mixes in."""
+    try:
+        return _read_later(settings, depth)
+    except TypeError:  # unhashable settings object
+        return _read_later.__wrapped__(settings, depth)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_later(settings: DepthAttentionSettings, depth: int) -> frozenset[int]:
+    return frozenset(j for u in range(depth) for j in settings.sources(u))
+
+
 def group_mean_query(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     """(B, T, H_q, D) -> (B, T, H_kv, D): the mean query of each GQA group (identity for MHA)."""
     b, t, h_q, d = q.shape
@@ -77,11 +97,16 @@ def mix_values(
 ) -> torch.Tensor:
     """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
 
-    Per-source loops instead of one stacked tensor: the source count is small and stacking would
-    copy every source key/value once more per layer (memory and bandwidth, pitfall B.4.6).
+    Training (grad enabled): per-source loops instead of one stacked tensor, since autograd
+    would save a stacked copy of every source key/value once more per layer (memory and
+    bandwidth, pitfall B.4.6). Without grad (decoding, evaluation) nothing is saved, and the
+    stacked form (:func:`mix_values_stacked`) does the same arithmetic in a fixed handful of
+    operators whatever the source count, which is what bounds per-token decode latency.
     """
     if not source_keys:
         return v
+    if not torch.is_grad_enabled():
+        return mix_values_stacked(q, k, v, source_keys, source_values)
     q_bar = group_mean_query(q, k.shape[2])
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = [(q_bar * kj).sum(dim=-1) for kj in source_keys]
@@ -95,28 +120,59 @@ def mix_values(
     return mixed
 
 
+def mix_values_stacked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    source_keys: Sequence[torch.Tensor],
+    source_values: Sequence[torch.Tensor],
+) -> torch.Tensor:
+    """:func:`mix_values` with the sources stacked on a new leading axis (own layer first).
+
+    Same equation: e = <q̄, k_j> / sqrt(d) over S_l ∪ {l}, α = softmax in fp32, ṽ = Σ α_j ṽ_j;
+    the products are the same, only the order of the sums over sources can differ (float
+    rounding). Seven operators for any number of sources (the per-source form needs 4n + 9).
+    """
+    q_bar = group_mean_query(q, k.shape[2])
+    keys = torch.stack((k, *source_keys))  # (n + 1, B, T, H_kv, D)
+    values = torch.stack((v, *source_values))
+    scores = (q_bar * keys).sum(dim=-1) * (1.0 / math.sqrt(q.shape[-1]))
+    weights = torch.softmax(scores, dim=0, dtype=torch.float32).to(v.dtype)
+    return (weights.unsqueeze(-1) * values).sum(dim=0)
+
+
 class DepthSlot:
     """One layer's view of the depth store: its sources in, its own (key, mixed value) out.
 
     Deliberately a plain class, not a dataclass or container: FSDP2 (and other wrappers) rebuild
     dataclasses, lists and dicts found in a module's forward kwargs when they cast or move inputs,
     so the block would record its (key, ṽ) on a copy the model never sees.
+
+    ``keep``: whether a later layer of this forward reads this layer's (k, ṽ). Only then does the
+    block record them: in a compiled block every recorded tensor is one more graph output, and
+    an output nobody reads gets a zero-filled gradient that the backward graph adds in (measured:
+    14 such 1 MiB fills per step for 8 layers at stride 8, where only layer 0 is ever a source).
     """
 
-    __slots__ = ("source_keys", "source_values", "key", "value")
+    __slots__ = ("source_keys", "source_values", "keep", "key", "value")
 
     def __init__(
-        self, source_keys: tuple[torch.Tensor, ...], source_values: tuple[torch.Tensor, ...]
+        self,
+        source_keys: tuple[torch.Tensor, ...],
+        source_values: tuple[torch.Tensor, ...],
+        keep: bool = True,
     ) -> None:
         self.source_keys = source_keys
         self.source_values = source_values
+        self.keep = keep
         self.key: torch.Tensor | None = None
         self.value: torch.Tensor | None = None
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """ṽ from this slot's sources; records ``(k, ṽ)`` for the model to store."""
+        """ṽ from this slot's sources; records ``(k, ṽ)`` for the model to store if kept."""
         mixed = mix_values(q, k, v, self.source_keys, self.source_values)
-        self.key, self.value = k, mixed
+        if self.keep:
+            self.key, self.value = k, mixed
         return mixed
 
 
@@ -124,25 +180,36 @@ class DepthState:
     """Per-forward store of every layer's (post-RoPE key, mixed value), keyed by unrolled index.
 
     Lives in the model's (eager) layer loop: ``slot(l)`` before block ``l`` runs, ``store(l,
-    slot)`` after it.
+    slot)`` after it. ``depth``: the number of unrolled layers this forward runs (None: keep
+    every layer's (k, ṽ)); layers that no later layer reads are not kept.
     """
 
-    def __init__(self, settings: DepthAttentionSettings) -> None:
+    def __init__(self, settings: DepthAttentionSettings, depth: int | None = None) -> None:
         self.settings = settings
+        self.read = None if depth is None else read_later(settings, depth)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
 
-    def sources(self, layer: int) -> list[int]:
-        return self.settings.sources(layer)
+    def sources(self, layer: int) -> tuple[int, ...]:
+        try:
+            return _sources(self.settings, layer)
+        except TypeError:  # unhashable settings object: compute it each time
+            return tuple(self.settings.sources(layer))
 
     def slot(self, layer: int) -> DepthSlot:
         src = self.sources(layer)
         missing = [j for j in src if j not in self.keys]
         if missing:
             raise RuntimeError(f"depth-attention layer {layer}: sources {missing} were not stored")
-        return DepthSlot(tuple(self.keys[j] for j in src), tuple(self.values[j] for j in src))
+        return DepthSlot(
+            tuple(self.keys[j] for j in src),
+            tuple(self.values[j] for j in src),
+            keep=self.read is None or layer in self.read,
+        )
 
     def store(self, layer: int, slot: DepthSlot) -> None:
+        if not slot.keep:
+            return
         if slot.key is None or slot.value is None:
             raise RuntimeError(f"depth-attention layer {layer}: the attention did not mix")
         self.keys[layer] = slot.key

@@ -88,7 +88,10 @@ class SiameseNormBlock(TransformerBlock):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         del loss_div_factor
         xs, ys = x
-        a = (self.gamma * xs.float()).to(xs.dtype) + self.y_attention_norm(ys)
+        if xs.dtype == self.gamma.dtype:  # one fused kernel (fp32 γ on fp32 streams)
+            a = torch.addcmul(self.y_attention_norm(ys), self.gamma, xs)
+        else:  # γ ⊙ X in fp32, rounded to the stream dtype before the sum
+            a = (self.gamma * xs.float()).to(xs.dtype) + self.y_attention_norm(ys)
         delta = self.attention(a, **kwargs)
         if self.output_norms:
             delta = self.attention_norm(delta)

@@ -39,7 +39,11 @@ from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
 from olmoablate.models.arch import ArchSettings, parse_arch
-from olmoablate.models.depth_attention import DepthState, depth_extra_forward_flops
+from olmoablate.models.depth_attention import (
+    DepthState,
+    depth_extra_forward_flops,
+    read_later,
+)
 
 
 class AblationTransformer(Transformer):
@@ -132,7 +136,8 @@ class AblationTransformer(Transformer):
                 return self.lm_head(outs[-1], **head_kw)
             return self._mean_head_loss(outs, labels, head_kw)
 
-        state = DepthState(self.arch.depth_attention) if self.arch.depth_attention else None
+        da = self.arch.depth_attention
+        state = DepthState(da, len(self.blocks)) if da else None
         # two distinct tensors: a compiled block guards against aliased inputs (one more graph)
         h: Any = (p, p.clone()) if self.arch.siamese_norm is not None else p
         for key, block in self.blocks.items():
@@ -195,7 +200,8 @@ class AblationTransformer(Transformer):
         assert looped is not None
         k = len(self.blocks)
         grad_tail = n_loops if grad_tail is None else grad_tail
-        state = DepthState(self.arch.depth_attention) if self.arch.depth_attention else None
+        da = self.arch.depth_attention
+        state = DepthState(da, n_loops * k) if da else None
         h = torch.zeros_like(p) if looped.input_injection else p
         outs: list[torch.Tensor] = []
         self._h_norms = []
@@ -288,26 +294,29 @@ def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[
     """The distinct block calls of one forward as torch.compile sees them.
 
     A compiled block specializes on its attention kind (window), on the number of
-    Depth-Attention sources it receives (a tuple length) and, for looped models, on whether it
-    runs in the no-grad prefix. Everything else (the layer index, 1/c_l, the loop index) is kept
-    out of the graph, so this set - not the number of layers or loops - is what the compiled model
-    needs graphs for. ``n_loops``: the largest loop count to cover (default: ``looped.loops``).
-    Works for OLMo-core's plain ``Transformer`` (the baseline) too.
+    Depth-Attention sources it receives (a tuple length), on whether a later layer reads its
+    (k, ṽ) (``DepthSlot.keep``) and, for looped models, on whether it runs in the no-grad prefix.
+    Everything else (the layer index, 1/c_l, the loop index) is kept out of the graph, so this
+    set - not the number of layers or loops - is what the compiled model needs graphs for.
+    ``n_loops``: the largest loop count to cover (default: ``looped.loops``); with a loop
+    curriculum every count 1..n_loops is covered. Works for OLMo-core's plain ``Transformer``
+    (the baseline) too.
     """
     arch = arch_of(model)
     da = arch.depth_attention
     blocks = list(model.blocks.values())  # type: ignore[union-attr]
     k = len(blocks)
     looped = arch.looped
-    b = (n_loops or looped.loops) if looped is not None else 1
+    b_max = (n_loops or looped.loops) if looped is not None else 1
+    counts = range(1, b_max + 1) if looped is not None and looped.curriculum else [b_max]
     sigs: set[tuple[Any, ...]] = set()
-    for u in range(b * k):
-        window = getattr(blocks[u % k].attention, "window_size", None)
-        n_src = len(da.sources(u)) if da is not None else 0
-        prefix = looped is not None and u < (b - min(looped.tail, b)) * k
-        sigs.add((window, n_src, prefix))
-        if looped is not None and looped.curriculum is not None:
-            sigs.add((window, n_src, not prefix))  # another b: another prefix length
+    for b in counts:
+        read = read_later(da, b * k) if da is not None else frozenset()
+        for u in range(b * k):
+            window = getattr(blocks[u % k].attention, "window_size", None)
+            n_src = len(da.sources(u)) if da is not None else 0
+            prefix = looped is not None and u < (b - min(looped.tail, b)) * k
+            sigs.add((window, n_src, u in read, prefix))
     return sigs
 
 
