@@ -4,9 +4,10 @@ Uses :func:`olmoablate.models.generate.IncrementalDecoder` (our per-virtual-laye
 each variant: prefill a prompt, then decode ``--new`` tokens one at a time; the latency is this
 process's CPU time per decoded token (minimum over ``--reps`` runs, interleaved across variants
 so that machine noise hits all of them alike). ``paired x`` is the median over repetitions of
-the variant's time divided by a baseline run right before it (the steadier figure on a shared
-machine, as in ``bench/models.py``). KV-cache bytes are the allocated cache tensors for
-the whole sequence (prompt + new tokens), batch 1, fp32.
+the variant's time divided by that of a second baseline model decoding alongside it, one token
+each in turn (:func:`decode_pair`; the steadier figure on a shared machine; the baseline row is
+the baseline paired with its copy, i.e. the noise floor). KV-cache bytes are the allocated
+cache tensors for the whole sequence (prompt + new tokens), batch 1, fp32.
 
 Usage: ``python bench/decode.py [--prompt 128] [--new 32] [--reps 3] [--json out.json]``.
 """
@@ -45,15 +46,32 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 @torch.no_grad()
-def decode_time(model: torch.nn.Module, prompt: torch.Tensor, n_new: int) -> tuple[float, int]:
-    """CPU seconds per decoded token and the cache size in bytes."""
-    with IncrementalDecoder(model, prompt.shape[0], prompt.shape[1] + n_new) as dec:
+def decode_pair(
+    reference: torch.nn.Module, model: torch.nn.Module, prompt: torch.Tensor, n_new: int
+) -> tuple[float, float, int]:
+    """CPU seconds per decoded token of ``reference`` and ``model``, and ``model``'s cache bytes.
+
+    The two decode side by side, one token each in turn, so that a change of machine load (a
+    shared box's load moves within seconds) hits both alike: the ratio of their sums is the
+    steady figure, which separate runs of a few hundred milliseconds each were not.
+    """
+    total = prompt.shape[1] + n_new
+    with (
+        IncrementalDecoder(reference, prompt.shape[0], total) as ref_dec,
+        IncrementalDecoder(model, prompt.shape[0], total) as dec,
+    ):
+        nxt_ref = ref_dec.step(prompt)[:, -1:].argmax(-1)
         nxt = dec.step(prompt)[:, -1:].argmax(-1)
-        t0 = time.process_time()
+        t_ref = t_var = 0.0
         for _ in range(n_new):
+            t0 = time.process_time()
+            nxt_ref = ref_dec.step(nxt_ref)[:, -1:].argmax(-1)
+            t1 = time.process_time()
             nxt = dec.step(nxt)[:, -1:].argmax(-1)
-        per_token = (time.process_time() - t0) / n_new
-        return per_token, dec.cache_bytes()
+            t2 = time.process_time()
+            t_ref += t1 - t0
+            t_var += t2 - t1
+        return t_ref / n_new, t_var / n_new, dec.cache_bytes()
 
 
 def main() -> None:
@@ -68,16 +86,15 @@ def main() -> None:
     torch.manual_seed(0)
     prompt = torch.randint(0, SIZE["vocab_size"], (1, args.prompt))
     models = {name: build_model(SIZE, arch).eval() for name, arch in VARIANTS.items()}
+    reference = build_model(SIZE, VARIANTS["baseline"]).eval()  # every variant's partner
     lat: dict[str, list[float]] = {name: [] for name in models}
     paired: dict[str, list[float]] = {name: [] for name in models}
     cache: dict[str, int] = {}
     for _ in range(args.reps):
         for name, model in models.items():
-            t_base, _ = decode_time(models["baseline"], prompt, args.new)
-            t, nbytes = decode_time(model, prompt, args.new)
+            t_ref, t, nbytes = decode_pair(reference, model, prompt, args.new)
             lat[name].append(t)
-            lat["baseline"].append(t_base)
-            paired[name].append(t / t_base)
+            paired[name].append(t / t_ref)
             cache[name] = nbytes
     print(
         f"size d={SIZE['d_model']} L={SIZE['n_layers']} window={SIZE['sliding_window']}; "

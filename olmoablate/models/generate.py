@@ -183,11 +183,12 @@ def _rms_norm_forward(norm: Any) -> Any:
         if torch.is_autocast_enabled(x.device.type):
             return original(norm, x)
         og = x.dtype
-        y = x.float() if full else x
+        y = x.float() if full and og != torch.float32 else x
         w = norm.weight
         if w is not None and w.dtype != y.dtype:
             w = w.type_as(y)
-        return F.rms_norm(y, shape, w, eps).to(og)
+        out = F.rms_norm(y, shape, w, eps)
+        return out if out.dtype == og else out.to(og)
 
     return forward
 
