@@ -34,7 +34,6 @@ which keeps recomputation deterministic.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,23 +60,30 @@ def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, hea
     return flops
 
 
-@functools.lru_cache(maxsize=4096)
-def _sources(settings: DepthAttentionSettings, layer: int) -> tuple[int, ...]:
-    """S_l, memoized: the model asks once per layer per forward (per decoded token)."""
-    return tuple(settings.sources(layer))
+#: (id(settings), depth) -> (settings, S_l for every l < depth, layers read later). The entry
+#: holds ``settings`` itself, so its id cannot be reused while cached; settings are not mutated
+#: after a model is built.
+_PLANS: dict[tuple[int, int], tuple[object, tuple[tuple[int, ...], ...], frozenset[int]]] = {}
+
+
+def depth_plan(
+    settings: DepthAttentionSettings, depth: int
+) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
+    """(S_l for l < depth, the layers some later layer reads), memoized per settings object:
+    the model asks once per layer per forward, i.e. per decoded token."""
+    key = (id(settings), depth)
+    hit = _PLANS.get(key)
+    if hit is None or hit[0] is not settings:
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        srcs = tuple(tuple(settings.sources(u)) for u in range(depth))
+        hit = _PLANS[key] = (settings, srcs, frozenset(j for src in srcs for j in src))
+    return hit[1], hit[2]
 
 
 def read_later(settings: DepthAttentionSettings, depth: int) -> frozenset[int]:
     """Layers whose (k, ṽ) some later layer of a ``depth``-layer forward mixes in."""
-    try:
-        return _read_later(settings, depth)
-    except TypeError:  # unhashable settings object
-        return _read_later.__wrapped__(settings, depth)
-
-
-@functools.lru_cache(maxsize=256)
-def _read_later(settings: DepthAttentionSettings, depth: int) -> frozenset[int]:
-    return frozenset(j for u in range(depth) for j in settings.sources(u))
+    return depth_plan(settings, depth)[1]
 
 
 def group_mean_query(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
@@ -186,15 +192,14 @@ class DepthState:
 
     def __init__(self, settings: DepthAttentionSettings, depth: int | None = None) -> None:
         self.settings = settings
-        self.read = None if depth is None else read_later(settings, depth)
+        self.plan, self.read = depth_plan(settings, depth) if depth is not None else ((), None)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
 
     def sources(self, layer: int) -> tuple[int, ...]:
-        try:
-            return _sources(self.settings, layer)
-        except TypeError:  # unhashable settings object: compute it each time
-            return tuple(self.settings.sources(layer))
+        if layer < len(self.plan):
+            return self.plan[layer]
+        return tuple(self.settings.sources(layer))
 
     def slot(self, layer: int) -> DepthSlot:
         src = self.sources(layer)
