@@ -24,7 +24,11 @@ SPEC = "compat_v1"
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "olmoablate", *args], cwd=cwd, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "olmoablate", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
     )
 
 
