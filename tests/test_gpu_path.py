@@ -133,18 +133,10 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
 
 
 def _gpu_run(dp: str, precision: str = "auto", nodes: int = 1, **topo: Any) -> dict[str, Any]:
-    # topology through the builder: the plan resolves its GPU-dependent defaults (data workers,
-    # metrics interval) from gpus_per_node, as `plan` does
-    topology = {"nodes": nodes, "gpus_per_node": 8, "data_parallel": dp, **topo}
-    return run_entry(
-        "r",
-        "baseline",
-        {},
-        batch_seqs=16,
-        micro_seqs=1,
-        topology=topology,
-        training={"precision": precision},
-    )
+    run = run_entry("r", "baseline", {}, batch_seqs=16, micro_seqs=1)
+    run["topology"].update(nodes=nodes, gpus_per_node=8, data_parallel=dp, **topo)
+    run["training"]["precision"] = precision
+    return run
 
 
 def test_ddp_on_cuda_trains_in_bf16_autocast() -> None:
