@@ -26,7 +26,7 @@ from olmoablate.contract.arch import (  # noqa: F401  (re-exported: the spec's b
 from olmoablate.contract.base import NAME_RE, NonNegInt, PosInt, Strict
 from olmoablate.contract.metrics import CE_LOSS
 
-#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_schema.py;
+#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
 OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "OLMoE-mix-0824",

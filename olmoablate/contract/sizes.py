@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from olmoablate.contract.arch import ATTENTION_CYCLE
+#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
+#: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
+#: `--help` never imports pydantic; contract.arch reuses it.)
+ATTENTION_CYCLE = 4
 
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
 DOLMA2_VOCAB_SIZE = 100278
