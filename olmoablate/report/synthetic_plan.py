@@ -261,7 +261,7 @@ def build_plan(
     entries = [r if isinstance(r, RunEntry) else RunEntry.model_validate(dict(r)) for r in runs]
     blocks = dict(gates or {})
     if not blocks and gate is not None:
-        blocks = {str(gate.get("variant") or "gate"): gate}
+        blocks = {Gate.model_validate(dict(gate)).variant or "gate": gate}
     recorded = [gate_entry(n, b) for n, b in blocks.items()]
     first = recorded[0] if recorded else None
     variants = {r.arm: r.architecture for r in entries if not r.is_baseline}
