@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
+from slurm_helpers import plan_from_spec
 
 from olmoablate.errors import UserError
-from olmoablate.launch import launcher
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.resolve import load_plan, resolve_results_dir
+from olmoablate.launch.submit import check_spec, decide, submit
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -199,7 +201,7 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
     }
     for rid, st in status.items():
         _write(results / "runs" / rid / "status.json", st)
-    views = launcher.reconcile(results, plan, ledger)
+    views = reconcile(results, plan, ledger)
     assert {r: v.state for r, v in views.items()} == {
         "done": "completed",
         "dead": "interrupted",
@@ -209,13 +211,13 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
         "new": "missing",
         "div": "diverged",
     }
-    send, skip = launcher.decide(views, retry_failed=False, redo=[], only=None)
+    send, skip = decide(views, retry_failed=False, redo=[], only=None)
     assert send == ["dead", "cancel", "new"]
     assert dict(skip)["fail"].startswith("failed")
-    send, _ = launcher.decide(views, retry_failed=True, redo=["div"], only=None)
+    send, _ = decide(views, retry_failed=True, redo=["div"], only=None)
     assert send == ["dead", "cancel", "fail", "new", "div"]
     with pytest.raises(UserError, match="--redo live: run is running"):
-        launcher.decide(views, retry_failed=False, redo=["live"], only=None)
+        decide(views, retry_failed=False, redo=["live"], only=None)
 
 
 def test_changed_spec_is_refused_without_redo(tmp_path: Path) -> None:
@@ -224,8 +226,8 @@ def test_changed_spec_is_refused_without_redo(tmp_path: Path) -> None:
     ledger = Ledger(results, {"runs": {}, "spec_sha256": "a" * 64})
     ledger.record_submission(PAIR[0], "1", "local", "completed")
     with pytest.raises(UserError, match=r"spec_sha256 .* differs .* --redo RUN_ID"):
-        launcher._check_spec(ledger, plan, redo=[])
-    launcher._check_spec(ledger, plan, redo=[PAIR[0]])
+        check_spec(ledger, plan, redo=[])
+    check_spec(ledger, plan, redo=[PAIR[0]])
     assert ledger.data["spec_sha256"] == plan["spec_sha256"]
 
 
@@ -378,23 +380,40 @@ def test_decide_stop_table() -> None:
     assert decide_stop(["SIGTERM"], False, requeued, restarts_at_start=1).action == "cancel"
 
 
-def test_slurm_settings_keep_zero_and_schema_defaults() -> None:
-    """Regression: `max_num_timeout: 0` reached submitit as 3 (`or 3`), and a plan without
-    signal_delay_s rendered --signal=USR2@90 instead of the schema's 120."""
-    from fixtures.plan_fixture import run_entry
+def test_max_num_timeout_zero_reaches_submitit_as_zero(tmp_path: Path) -> None:
+    """Regression (issue 13): `slurm.max_num_timeout: 0` (legal: never requeue after a timeout)
+    became 3 (`... or 3`). The real submitit executor the local pool builds gets 0, and so does
+    the countdown submitit pickles with the job (what its timeout handler reads)."""
+    import submitit
 
-    from olmoablate.contract.schema import Slurm
+    from olmoablate.launch.localpool import local_executor
 
-    run = run_entry("r", "baseline", {})
-    run["slurm"]["max_num_timeout"] = 0
-    assert sl.slurm_setting(run, "max_num_timeout") == 0
-    del run["slurm"]["signal_delay_s"]
-    del run["slurm"]["max_num_timeout"]
-    assert sl.slurm_setting(run, "max_num_timeout") == Slurm().max_num_timeout == 3
-    params = sl.sbatch_parameters(run, job_name="x")
-    assert params["signal_delay_s"] == Slurm().signal_delay_s == 120
-    script = sl.render_sbatch(params, Path("/tmp/f"), 1)
-    assert "#SBATCH --signal=USR2@120" in script
+    results = plan_from_spec(tmp_path, "slurm: {max_num_timeout: 0}\n")
+    (run,) = [r for r in load_plan(results)["runs"] if r["arm"] == "baseline"]
+    ex = local_executor(tmp_path / "submitit", run)
+    assert ex.max_num_timeout == 0
+    job = ex.submit(divmod, 7, 2)
+    delayed = submitit.helpers.DelayedSubmission.load(job.paths.submitted_pickle)
+    assert delayed._timeout_countdown == 0
+    assert job.result() == (3, 1)
+    # The control: a spec that says nothing gets the schema's 3 (the value lives only there).
+    results = plan_from_spec(tmp_path / "default", "")
+    (run,) = [r for r in load_plan(results)["runs"] if r["arm"] == "baseline"]
+    assert local_executor(tmp_path / "s2", run).max_num_timeout == 3
+
+
+def test_spec_without_signal_delay_renders_usr2_at_120(tmp_path: Path) -> None:
+    """Regression (issue 13): a spec without `signal_delay_s` must give `--signal=USR2@120` (the
+    schema's default), not launch/slurm.py's old fallback of 90; and a value the spec gives wins.
+    The script is rendered by submitit's own sbatch writer from the executor parameters."""
+    results = plan_from_spec(tmp_path, "slurm: {partition: cpu}\n")
+    res = submit(results, load_plan(results), "slurm", dry_run=True)
+    (script,) = res.rendered
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --signal=USR2@120" in lines and "#SBATCH --partition=cpu" in lines
+    results = plan_from_spec(tmp_path / "given", "slurm: {signal_delay_s: 45}\n")
+    (script,) = submit(results, load_plan(results), "slurm", dry_run=True).rendered
+    assert "#SBATCH --signal=USR2@45" in script.read_text().splitlines()
 
 
 def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:

@@ -37,9 +37,9 @@ from slurm_helpers import (
 )
 
 from olmoablate.contract.certificate import certificate_of
-from olmoablate.launch import launcher
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.resolve import load_plan
+from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def two_node_reference(
     """The pair trained once on 2 nodes, uninterrupted (results dir)."""
     assert SLURM_NODES >= NODES
     results = two_node_plan(tmp_path_factory.mktemp("two-node"))
-    res = launcher.submit(results, load_plan(results), "slurm")
+    res = submit(results, load_plan(results), "slurm")
     assert sorted(r for r, _ in res.submitted) == sorted(PAIR)
     wait_states(results, {"completed"}, timeout=420)
     return results
@@ -140,7 +140,7 @@ def test_two_node_preemption_resumes_bitwise(two_node_reference: Path, tmp_path:
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(results, load_plan(results), "slurm").submitted
     wait_mid_run(results, rid)
     # Preemption as submitit simulates it (and Slurm sends with send_user_signal): TERM, then USR2.
     submitit.SlurmJob(folder=results / "submitit", job_id=job_id)._interrupt(timeout=False)
@@ -155,7 +155,7 @@ def test_two_node_scontrol_requeue_resumes(two_node_reference: Path, tmp_path: P
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(results, load_plan(results), "slurm").submitted
     wait_mid_run(results, rid)
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
     # The job saw Slurm's restart count grow: it saved a checkpoint and left the requeue to Slurm.
@@ -178,7 +178,7 @@ def test_two_node_plain_scancel_ends_cancelled_and_resumes(
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(results, load_plan(results), "slurm").submitted
     wait_mid_run(results, rid)
     subprocess.run(["scancel", job_id], check=True, timeout=30)
     wait_for(lambda: read_status(results, rid).get("state") == "cancelled", 120, "cancelled")

@@ -1,6 +1,7 @@
-"""`olmoablate submit|status|cancel`: thin Typer wrappers around olmoablate.launch.launcher.
+"""`olmoablate submit|status|cancel`: thin Typer wrappers around the launch library
+(launch/submit.py, launch/reconcile.py + launch/view.py, launch/cancel.py).
 
-Imported by cli.py at start-up, so nothing heavy at module level (the launcher itself imports
+Imported by cli.py at start-up, so nothing heavy at module level (the launch modules import
 submitit/rich lazily and never torch).
 """
 
@@ -89,8 +90,8 @@ def submit_command(
     from rich.table import Table
 
     from olmoablate.console import make_console, print_whole
-    from olmoablate.launch import launcher
     from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
+    from olmoablate.launch.submit import submit
 
     results_dir = resolve_results_dir(spec)
     plan = load_plan(results_dir)
@@ -110,7 +111,7 @@ def submit_command(
             raise UserError("--run and --size select no run together")
     console = make_console()
     try:
-        result = launcher.submit(
+        result = submit(
             results_dir,
             plan,
             executor,
@@ -171,25 +172,26 @@ def status_command(
     the checkpoint it would resume from and the command that resumes it.
     """
     from olmoablate.console import make_console, print_whole
-    from olmoablate.launch import launcher
     from olmoablate.launch.ledger import Ledger
+    from olmoablate.launch.reconcile import reconcile
     from olmoablate.launch.resolve import load_plan, resolve_results_dir
+    from olmoablate.launch.view import status_table, views_json
 
     results_dir = resolve_results_dir(spec)
     plan = load_plan(results_dir)
     views = list(
-        launcher.reconcile(
-            results_dir, plan, Ledger.read(results_dir), sacct_max_age_s=max_age
-        ).values()
+        reconcile(results_dir, plan, Ledger.read(results_dir), sacct_max_age_s=max_age).values()
     )
     if as_json:
-        typer.echo(launcher.views_json(views))
+        typer.echo(views_json(views))
         return
     console = make_console()
-    print_whole(console, launcher.status_table(views, title=f"{results_dir}"))
+    print_whole(console, status_table(views, title=f"{results_dir}"))
     for v in views:  # one line of reason per run that is not running or completed
         if v.reason:
-            console.print(f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True
+            )
 
 
 def cancel_command(
@@ -208,13 +210,13 @@ def cancel_command(
     """Cancel live runs. Running jobs get SIGTERM, save a checkpoint and stop, so the next
     `olmoablate submit` resumes them; pending jobs leave the queue. The ledger marks them cancelled.
     """
-    from olmoablate.launch import launcher
+    from olmoablate.launch.cancel import cancel
     from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
 
     results_dir = resolve_results_dir(spec)
     plan = load_plan(results_dir)
     ids = check_run_ids(plan, run, "--run") or None
-    actions = launcher.cancel(results_dir, plan, ids, force=force)
+    actions = cancel(results_dir, plan, ids, force=force)
     for rid, what in actions:
         typer.echo(f"{rid}: {what}")
     typer.echo(f"cancelled {sum(1 for _, w in actions if not w.startswith('nothing'))} run(s)")

@@ -30,7 +30,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from olmoablate.launch.runstate import (
     CANCEL_MARKER,
     DEFAULT_TARGET,
     FIT_STARTED_ENV,
+    JobTarget,
     mark_status,
 )
 
@@ -53,7 +53,7 @@ MAX_REQUEUES_WITHOUT_PROGRESS = 3
 USR2_GRACE_S = 3.0
 
 
-def resolve_target(target: str | Callable[[str, str], dict[str, Any]]) -> Callable[..., Any]:
+def resolve_target(target: JobTarget) -> Any:
     """``"package.module:function"`` -> the function (imported on the compute node)."""
     if callable(target):
         return target
@@ -158,7 +158,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         run_id: str,
         results_dir: str,
         gpus_per_node: int = 0,
-        target: str | Callable[[str, str], dict[str, Any]] = DEFAULT_TARGET,
+        target: JobTarget = DEFAULT_TARGET,
     ) -> None:
         self.plan_path = str(plan_path)
         self.run_id = run_id

@@ -3,12 +3,16 @@ node): kept apart so `status` does not import submitit just to read a file name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from olmoablate.io import read_json, write_json_atomic
 
 DEFAULT_TARGET = "olmoablate.train.job:run_job"
+#: What a job runs: ``"package.module:function"`` (imported on the compute node) or, in tests, a
+#: callable; either is called as ``target(plan_path, run_id)`` and returns the run's final status.
+JobTarget = str | Callable[[str, str], dict[str, Any]]
 # Written by `cancel` / Ctrl-C before the SIGTERM, so the job can tell a user's stop (leave the
 # run cancelled) from a preemption (requeue it).
 CANCEL_MARKER = ".cancel-requested"

@@ -1,4 +1,4 @@
-"""Slurm side of the launcher: sbatch parameters from a plan run, rendering, sacct, scancel.
+"""Slurm side of the launcher: sbatch parameters from a plan run, rendering, squeue, sacct, scancel.
 
 The sbatch script is always rendered by submitit's own ``_make_sbatch_string`` from the same
 parameter dict we give ``SlurmExecutor.update_parameters``, so `--dry-run` shows exactly what a
@@ -27,20 +27,6 @@ SACCT_FIELDS = "JobID,State,ExitCode,DerivedExitCode,Elapsed,Start,End,NodeList"
 CMD_TIMEOUT_S = 30
 
 
-def slurm_setting(run: dict[str, Any], key: str) -> Any:
-    """``run["slurm"][key]``, or the spec schema's default when the plan lacks it.
-
-    The default lives in one place (``olmoablate.contract.schema.Slurm``); a value the plan gives is
-    used as is, 0 included (``max_num_timeout: 0`` = never requeue after a timeout).
-    """
-    value = (run.get("slurm") or {}).get(key)
-    if value is not None:
-        return value
-    from olmoablate.contract.schema import Slurm
-
-    return Slurm.model_fields[key].default
-
-
 def tasks_per_node(run: dict[str, Any]) -> int:
     """One task per GPU; on CPU-only topologies one task per CPU process (gloo DDP)."""
     topo = run.get("topology") or {}
@@ -62,7 +48,8 @@ def sbatch_parameters(run: dict[str, Any], job_name: str) -> dict[str, Any]:
         "time": int(slurm.get("time_min") or 60),
         "nodes": int(topo.get("nodes") or 1),
         "ntasks_per_node": tasks_per_node(run),
-        "signal_delay_s": int(slurm_setting(run, "signal_delay_s")),
+        # The plan always carries it (the schema's default when the spec is silent): no fallback.
+        "signal_delay_s": int(slurm["signal_delay_s"]),
     }
     if gpus > 0:
         params["gpus_per_node"] = gpus
@@ -112,6 +99,17 @@ def job_env(run: dict[str, Any]) -> dict[str, str]:
     if int((run.get("topology") or {}).get("gpus_per_node") or 0) == 0:
         env.update(CPU_MALLOC_ENV)
     return env
+
+
+def slurm_executor(folder: Path, run: dict[str, Any], params: dict[str, Any]) -> Any:
+    """submitit's SlurmExecutor for one job array: ``params`` from :func:`sbatch_parameters`,
+    the timeout requeue budget from the plan run (``max_num_timeout: 0`` = never requeue after a
+    timeout; submitit's own default of 3 never applies)."""
+    import submitit
+
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=int(run["slurm"]["max_num_timeout"]))
+    ex.update_parameters(**params)
+    return ex
 
 
 def submitit_command(folder: Path) -> str:
@@ -261,13 +259,31 @@ def scontrol_job(job_id: str) -> dict[str, str] | None:
     return record
 
 
-def squeue_state(job_id: str) -> str | None:
-    """Live state from the controller (no accounting lag); None when the job left the queue."""
-    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+def squeue_states(job_ids: list[str]) -> dict[str, str] | None:
+    """Live states of our jobs from the controller in one call (no accounting lag); None if it
+    cannot be asked. Jobs that left the queue are absent."""
+    if not job_ids or shutil.which("squeue") is None:
+        return {} if job_ids == [] else None
+    try:
+        proc = subprocess.run(
+            ["squeue", "-h", "-a", "-r", "-o", "%i|%T"],
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None
     if proc.returncode != 0:
         return None
-    states = [s.strip() for s in proc.stdout.splitlines() if s.strip()]
-    return states[0] if states else None
+    wanted = set(job_ids)
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        jid, _, state = line.strip().partition("|")
+        for one in _expand_array_ids(jid):
+            if one in wanted:
+                out[one] = state
+    return out
 
 
 def scancel(job_id: str, graceful: bool) -> None:
