@@ -10,24 +10,23 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
-from typing import Any
 
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.reconcile import LIVE_STATES, reconcile
-from olmoablate.launch.resolve import run_dir
-from olmoablate.launch.runstate import CANCEL_MARKER, mark_status
+from olmoablate.launch.runstate import mark_status
 
 
 def cancel(
-    results_dir: Path, plan: dict[str, Any], run_ids: list[str] | None = None, force: bool = False
+    results: ResultsDir, run_ids: list[str] | None = None, force: bool = False
 ) -> list[tuple[str, str]]:
-    """Stop runs, leaving each resumable: running jobs get SIGTERM (checkpoint, then exit);
-    pending ones are removed from the queue. Returns (run_id, what was done)."""
+    """Stop runs of ``results.plan``, leaving each resumable: running jobs get SIGTERM
+    (checkpoint, then exit); pending ones are removed from the queue. Returns (run_id, what was
+    done)."""
     actions: list[tuple[str, str]] = []
-    with Ledger.locked(results_dir) as ledger:
-        views = reconcile(results_dir, plan, ledger, sacct_max_age_s=0)
+    with Ledger.locked(results) as ledger:
+        views = reconcile(results, ledger, sacct_max_age_s=0)
         for rid, view in views.items():
             if run_ids and rid not in run_ids:
                 continue
@@ -35,36 +34,30 @@ def cancel(
                 if run_ids:
                     actions.append((rid, f"nothing to cancel ({view.state})"))
                 continue
-            (run_dir(results_dir, rid) / CANCEL_MARKER).parent.mkdir(parents=True, exist_ok=True)
-            (run_dir(results_dir, rid) / CANCEL_MARKER).touch()
-            job = ledger.last_job(rid)
+            rdir = results.run(rid)
+            rdir.path.mkdir(parents=True, exist_ok=True)
+            rdir.cancel_marker.touch()
+            rec = ledger.record(rid)
+            job = rec.last_job if rec is not None else None
             if view.state == "queued" or job is None:
                 actions.append((rid, "removed from the local queue"))
-                mark_status(
-                    run_dir(results_dir, rid) / "status.json",
-                    state="cancelled",
-                    reason="cancelled by user",
-                )
-            elif job.get("executor") == "slurm":
+                mark_status(rdir.status, state="cancelled", reason="cancelled by user")
+            elif job.executor == "slurm":
                 started = view.state in ("running", "cancelling")
-                sl.scancel(job["job_id"], graceful=started and not force)
+                sl.scancel(job.job_id, graceful=started and not force)
                 if started and not force:
-                    actions.append((rid, f"SIGTERM to job {job['job_id']} (checkpoint, then exit)"))
+                    actions.append((rid, f"SIGTERM to job {job.job_id} (checkpoint, then exit)"))
                 else:
-                    actions.append((rid, f"scancel {job['job_id']}"))
+                    actions.append((rid, f"scancel {job.job_id}"))
                     if not started:
-                        mark_status(
-                            run_dir(results_dir, rid) / "status.json",
-                            state="cancelled",
-                            reason="cancelled by user",
-                        )
+                        mark_status(rdir.status, state="cancelled", reason="cancelled by user")
             else:
-                pid = int(job["job_id"])
+                pid = int(job.job_id)
                 try:
                     os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
                     actions.append((rid, f"SIGTERM to local job {pid} (checkpoint, then exit)"))
                 except ProcessLookupError:
                     actions.append((rid, f"local job {pid} already gone"))
             ledger.set_state(rid, "cancelled", "cancelled by user")
-        sl.invalidate_sacct_cache(results_dir)
+        sl.invalidate_sacct_cache(results)
     return actions

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import RunEntry
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.reconcile import DONE_STATES, RunView, reconcile
-from olmoablate.launch.resolve import PLAN_FILE, read_status, run_dir, runs_by_id
-from olmoablate.launch.runstate import CANCEL_MARKER, JobTarget, mark_status
+from olmoablate.launch.runstate import JobTarget, OwnStatus, mark_status
 from olmoablate.launch.view import status_table
 
 #: Wall-clock limit of a local job: none in practice (submitit's own default is 2 min).
@@ -75,22 +76,15 @@ def _local_executor_class() -> type:
     return SessionLocalExecutor
 
 
-def local_executor(folder: Path, run: dict[str, Any]) -> Any:
+def local_executor(folder: Path, run: RunEntry) -> Any:
     """The submitit local executor for one plan run, parameters from the plan only."""
-    ex = _local_executor_class()(
-        folder=folder, max_num_timeout=int(run["slurm"]["max_num_timeout"])
-    )
+    ex = _local_executor_class()(folder=folder, max_num_timeout=run.slurm.max_num_timeout)
     ex.update_parameters(
         timeout_min=LOCAL_TIMEOUT_MIN,
-        tasks_per_node=sl.tasks_per_node(run),
-        signal_delay_s=int(run["slurm"]["signal_delay_s"]),
+        tasks_per_node=sl.tasks_per_node(run.topology),
+        signal_delay_s=run.slurm.signal_delay_s,
     )
     return ex
-
-
-def gpus_of(run: dict[str, Any]) -> int:
-    """GPUs per node of a plan run (0: a CPU run)."""
-    return int((run.get("topology") or {}).get("gpus_per_node") or 0)
 
 
 def exception_line(text: str) -> str | None:
@@ -107,22 +101,16 @@ class LocalPool:
     """Runs at most `parallel` local submitit jobs at a time, with a live progress table."""
 
     def __init__(
-        self,
-        results_dir: Path,
-        plan: dict[str, Any],
-        run_ids: list[str],
-        parallel: int,
-        target: JobTarget,
+        self, results: ResultsDir, run_ids: list[str], parallel: int, target: JobTarget
     ) -> None:
-        self.results_dir = results_dir
-        self.plan = plan
+        self.results = results
         self.queue = list(run_ids)
         self.all = list(run_ids)
         self.parallel = parallel
         self.target = target
         self.active: dict[str, Any] = {}
         self.submitted: list[tuple[str, str]] = []
-        self.runs = runs_by_id(plan)
+        self.runs = results.plan.runs_by_id
         # GPU slots: each concurrent job trains on its own GPUs (launch/devices.py).
         self.gpus = visible_gpus()
         self.slots: dict[str, int] = {}
@@ -131,27 +119,25 @@ class LocalPool:
         from olmoablate.launch.job import TrainRun
 
         run = self.runs[rid]
-        with Ledger.locked(self.results_dir) as ledger:
-            entry = ledger.entry(rid) or {}
-            if entry.get("state") != "queued":
+        with Ledger.locked(self.results) as ledger:
+            rec = ledger.record(rid)
+            if rec is None or rec.state != "queued":
                 return  # cancelled while waiting in our queue
-            ex = local_executor((self.results_dir / "submitit").resolve(), run)
-            gpus = gpus_of(run)
+            ex = local_executor(self.results.submitit.resolve(), run)
+            gpus = run.topology.gpus_per_node
             slot = min(set(range(self.parallel)) - set(self.slots.values()))
             ex.cuda_devices = local_slot_devices(self.gpus, gpus, slot)
             # submitit's local jobs inherit this process's environment at start-up
             for key, value in sl.job_env(run).items():
                 os.environ.setdefault(key, value)
             fn = TrainRun(
-                str((self.results_dir / PLAN_FILE).resolve()),
+                str(self.results.plan_path.resolve()),
                 rid,
-                str(self.results_dir.resolve()),
-                gpus,
+                str(self.results.root.resolve()),
                 self.target,
             )
             job = ex.submit(fn)
-            ledger.record_submission(rid, job.job_id, "local", "running")
-            ledger.runs[rid]["jobs"][-1]["host"] = socket.gethostname()
+            ledger.record_submission(rid, job.job_id, "local", "running", host=socket.gethostname())
         self.active[rid] = job
         self.slots[rid] = slot
         self.submitted.append((rid, job.job_id))
@@ -162,31 +148,30 @@ class LocalPool:
             job.result()
         except Exception as err:  # the job raised: keep the exception line as the reason
             reason = exception_line(str(err)) or type(err).__name__
-        with Ledger.locked(self.results_dir) as ledger:
-            view = reconcile(self.results_dir, self.plan, ledger)[rid]
+        with Ledger.locked(self.results) as ledger:
+            view = reconcile(self.results, ledger)[rid]
             state = view.state
             if reason and state not in DONE_STATES and state != "cancelled":
                 state = "failed"
-            if (ledger.entry(rid) or {}).get("state") != "cancelled" or state in DONE_STATES:
+            rec = ledger.record(rid)
+            if rec is None or rec.state != "cancelled" or state in DONE_STATES:
                 ledger.set_state(rid, state, reason)
-            own = read_status(self.results_dir, rid) or {}
-            if own.get("state") == "failed" and own.get("reason"):
-                reason = own["reason"]  # the job's own one-line reason beats submitit's wrapper
+            own = OwnStatus.read(self.results.run(rid))
+            if own.state == "failed" and own.reason:
+                reason = own.reason  # the job's own one-line reason beats submitit's wrapper
             if state == "failed" and reason:
-                mark_status(
-                    run_dir(self.results_dir, rid) / "status.json", state="failed", reason=reason
-                )
+                mark_status(self.results.run(rid).status, state="failed", reason=reason)
 
     def _stop_all(self) -> None:
         """Ctrl-C: ask every active job to checkpoint and stop; leave every run resumable."""
         from rich.console import Console
 
         console = Console(stderr=True)
-        with Ledger.locked(self.results_dir) as ledger:
+        with Ledger.locked(self.results) as ledger:
             for rid in self.all:
-                entry = ledger.entry(rid) or {}
-                if rid in self.active or entry.get("state") == "queued":
-                    (run_dir(self.results_dir, rid) / CANCEL_MARKER).touch()
+                rec = ledger.record(rid)
+                if rid in self.active or (rec is not None and rec.state == "queued"):
+                    self.results.run(rid).cancel_marker.touch()
                     ledger.set_state(rid, "cancelled", "interrupted by Ctrl-C")
         for job in self.active.values():
             if job._process is not None:
@@ -206,12 +191,13 @@ class LocalPool:
                 if job._process is not None and job._process.poll() is None:
                     os.killpg(job._process.pid, signal.SIGKILL)
         for rid in self.all:
-            status = read_status(self.results_dir, rid) or {}
-            if status.get("state") not in ("completed", "diverged", "failed"):
+            if OwnStatus.read(self.results.run(rid)).state not in (
+                "completed",
+                "diverged",
+                "failed",
+            ):
                 mark_status(
-                    run_dir(self.results_dir, rid) / "status.json",
-                    state="cancelled",
-                    reason="interrupted by Ctrl-C",
+                    self.results.run(rid).status, state="cancelled", reason="interrupted by Ctrl-C"
                 )
 
     def run(self, progress: bool = True) -> list[tuple[str, str]]:
@@ -246,7 +232,7 @@ class LocalPool:
         return self.submitted
 
     def _views(self) -> list[RunView]:
-        views = reconcile(self.results_dir, self.plan, Ledger.read(self.results_dir))
+        views = reconcile(self.results, Ledger.read(self.results))
         return [views[r] for r in self.all]
 
     def _table(self, views: list[RunView] | None = None) -> Any:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
-from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.ledger import JobRecord, Ledger
 from olmoablate.launch.reasons import reason_for
-from olmoablate.launch.resolve import read_status, runs_by_id
+from olmoablate.launch.runstate import OwnStatus
 
 #: A job for the run is queued (local queue), pending or running, or a cancel is under way.
 LIVE_STATES = frozenset({"queued", "pending", "running", "cancelling"})
@@ -60,78 +60,72 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _local_job_alive(job: dict[str, Any]) -> bool:
-    if job.get("host") and job["host"] != socket.gethostname():
+def _local_job_alive(job: JobRecord) -> bool:
+    if job.host and job.host != socket.gethostname():
         return False  # another machine's job: we cannot see it; treat as ended
     try:
-        return pid_alive(int(job["job_id"]))
-    except (TypeError, ValueError):
+        return pid_alive(int(job.job_id))
+    except ValueError:
         return False
 
 
-def _eta(status: dict[str, Any], total_tokens: int | None) -> float | None:
-    tps = status.get("tokens_per_s")
-    tokens = status.get("tokens")
-    if not tps or tokens is None or not total_tokens:
+def _eta(own: OwnStatus, total_tokens: int) -> float | None:
+    if not own.tokens_per_s or own.tokens is None or not total_tokens:
         return None
-    return max(0.0, (total_tokens - float(tokens)) / float(tps))
+    return max(0.0, (total_tokens - own.tokens) / own.tokens_per_s)
 
 
 def reconcile(
-    results_dir: Path,
-    plan: dict[str, Any],
+    results: ResultsDir,
     ledger: Ledger,
     *,
     sacct_max_age_s: float = 10.0,
     require_scheduler: bool = False,
 ) -> dict[str, RunView]:
     """Current state of every run of the plan (see the module docstring for the rules)."""
-    runs = runs_by_id(plan)
-    slurm_ids = [
-        j["job_id"]
-        for rid in runs
-        if (j := ledger.last_job(rid)) is not None and j.get("executor") == "slurm"
-    ]
+    runs = results.plan.runs_by_id
+    records = {rid: ledger.record(rid) for rid in runs}
+    slurm_jobs = {
+        rid: rec.last_job
+        for rid, rec in records.items()
+        if rec is not None and rec.last_job is not None and rec.last_job.executor == "slurm"
+    }
+    slurm_ids = [job.job_id for job in slurm_jobs.values()]
     live = sl.squeue_states(slurm_ids) if slurm_ids else {}
     if live is None and require_scheduler:
         raise UserError("cannot reach the Slurm controller (squeue failed); is the cluster up?")
-    acct = sl.sacct_states(results_dir, slurm_ids, max_age_s=sacct_max_age_s) if slurm_ids else {}
+    acct = sl.sacct_states(results, slurm_ids, max_age_s=sacct_max_age_s) if slurm_ids else {}
     views: dict[str, RunView] = {}
     for rid, run in runs.items():
-        training = run.get("training") or {}
-        total_steps = run.get("steps") or training.get("steps")
-        total_tokens = run.get("tokens") or training.get("tokens")
-        status = read_status(results_dir, rid) or {}
-        entry = ledger.entry(rid) or {}
-        job = ledger.last_job(rid)
+        status = OwnStatus.read(results.run(rid))
+        rec = records[rid]
+        job = rec.last_job if rec is not None else None
         view = RunView(
             run_id=rid,
-            group_id=str(run.get("group_id", "")),
+            group_id=run.group_id,
             state="missing",
-            executor=entry.get("executor"),
-            job_id=job["job_id"] if job else None,
-            attempts=int(entry.get("attempts", 0)),
-            step=status.get("step"),
-            total_steps=status.get("total_steps") or total_steps,
-            tokens=status.get("tokens"),
-            total_tokens=total_tokens,
-            last_loss=status.get("last_loss"),
-            tokens_per_s=status.get("tokens_per_s"),
-            eta_s=_eta(status, total_tokens),
+            executor=rec.executor if rec is not None else None,
+            job_id=job.job_id if job is not None else None,
+            attempts=rec.attempts if rec is not None else 0,
+            step=status.step,
+            total_steps=status.total_steps or run.steps,
+            tokens=status.tokens,
+            total_tokens=run.tokens,
+            last_loss=status.last_loss,
+            tokens_per_s=status.tokens_per_s,
+            eta_s=_eta(status, run.tokens),
         )
         views[rid] = view
-        own = status.get("state")
-        step, total = status.get("step"), view.total_steps
-        reached_end = (
-            isinstance(step, int) and isinstance(total, int) and total > 0 and step >= total
-        )
-        ledger_state = entry.get("state")
+        own = status.state
+        step, total = status.step, view.total_steps
+        reached_end = step is not None and isinstance(total, int) and total > 0 and step >= total
+        ledger_state = rec.state if rec is not None else None
         cancelled = ledger_state == "cancelled"
 
         # Is a job for this run alive right now?
         sched: str | None = None
-        if job is not None and job.get("executor") == "slurm":
-            jid = job["job_id"]
+        if job is not None and job.executor == "slurm":
+            jid = job.job_id
             if live and jid in live:
                 view.scheduler_state = live[jid]
                 sched = sl.map_slurm_state(live[jid])
@@ -141,12 +135,12 @@ def reconcile(
             elif live is not None:
                 sched = "ended"  # the controller no longer has it and accounting forgot it
             # else: nobody to ask; fall back to status.json below
-        elif job is not None and job.get("executor") == "local":
+        elif job is not None and job.executor == "local":
             sched = "running" if _local_job_alive(job) else "ended"
             view.scheduler_state = "alive" if sched == "running" else "exited"
-        elif ledger_state == "queued":
-            owner = entry.get("owner_pid")
-            sched = "queued" if owner and pid_alive(int(owner)) else "ended"
+        elif rec is not None and ledger_state == "queued":
+            owner = rec.owner_pid
+            sched = "queued" if owner and pid_alive(owner) else "ended"
 
         live_now = sched in ("pending", "running", "queued")
         if own == "completed" or (
@@ -165,14 +159,13 @@ def reconcile(
             view.state = "cancelled"
         elif own == "failed" or sched == "failed" or ledger_state == "failed":
             view.state = "failed"
-        elif entry:
+        elif rec is not None:
             # The job ended (or nobody can tell us about it) before the run reached its last step:
             # it was interrupted and can resume from its checkpoint.
             view.state = "interrupted" if sched is not None or own else "unknown"
-        elif status:
+        elif status.present:
             view.state = "interrupted"  # trained before, without a ledger (e.g. ledger moved)
-        record = (
-            acct.get(job["job_id"]) if acct and job and job.get("executor") == "slurm" else None
-        )
-        view.reason = reason_for(results_dir, rid, view.state, status, record, entry.get("reason"))
+        sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
+        reason = rec.reason if rec is not None else None
+        view.reason = reason_for(results, rid, view.state, status, sacct, reason)
     return views
