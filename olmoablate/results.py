@@ -42,9 +42,9 @@ from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
 from olmoablate.report.collect import Results, collect, resolve_results_dir
 from olmoablate.report.compare import LOSS
+from olmoablate.report.document import comparison_rows
 from olmoablate.report.gates import build_all
 from olmoablate.report.links import wandb_links
-from olmoablate.report.render import comparison_rows
 
 METRIC_COLUMNS = [
     "run",

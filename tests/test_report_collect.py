@@ -11,7 +11,8 @@ import yaml
 
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.report.collect import check_gate_unchanged, collect, resolve_results_dir
+from olmoablate.report.collect import collect, resolve_results_dir
+from olmoablate.report.prereg import check_gate_unchanged
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 
 
@@ -60,7 +61,8 @@ def test_parallel_parse_matches_serial(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(seeds=(0, 1), steps=300), {})
     serial = collect(root, use_cache=False, workers=1)
-    from olmoablate.report.collect import _want_spec, load_metrics_many
+    from olmoablate.report.collect import _want_spec
+    from olmoablate.report.metric_cache import load_metrics_many
 
     jobs = [
         (rid, rd.directory / "metrics.jsonl", *_want_spec(rd.entry, rd.summary, "train/CE loss"))
@@ -146,7 +148,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     """Reports re-run while runs train: appended rows are parsed on top of the cached body, and
     every answer equals a parse from scratch, through requeue duplicates, NaNs, torn last lines,
     cache rewrites, files replaced atomically and files rewritten in place."""
-    import olmoablate.report.collect as mod
+    import olmoablate.report.metric_cache as mod
 
     root = tmp_path / "synth"
     truths = {
@@ -200,7 +202,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_cache_encoding_round_trips_bit_exactly() -> None:
-    from olmoablate.report.collect import _decode, _encode, _pack, _unpack
+    from olmoablate.report.metric_cache import _decode, _encode, _pack, _unpack
 
     n = 1000
     cols = {
@@ -226,17 +228,17 @@ def test_cache_encoding_round_trips_bit_exactly() -> None:
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While runs train, only the appended fingerprint lines are compared; the answers equal a
     check from scratch (no cache), including the step of a first mismatch."""
-    import olmoablate.report.compare as compare_mod
+    import olmoablate.report.fingerprints as fingerprints_mod
     from olmoablate.report.build import build
 
     full_checks = {"n": 0}
-    real = compare_mod.fingerprint_problems
+    real = fingerprints_mod.fingerprint_problems
 
     def counting(a: bytes | None, b: bytes | None) -> tuple[list[str], str]:
         full_checks["n"] += 1
         return real(a, b)
 
-    monkeypatch.setattr(compare_mod, "fingerprint_problems", counting)
+    monkeypatch.setattr(fingerprints_mod, "fingerprint_problems", counting)
 
     root = tmp_path / "synth"
     make_results(root, SynthSpec(steps=100), {"sn_da": ArmTruth(offset=-0.05)})

@@ -1,16 +1,14 @@
-"""Certificates, fingerprints and metric conventions of the per-pair comparison."""
+"""Certificates, fingerprints and metric conventions of the per-pair comparison
+(`report.pairing`, `report.fingerprints`, `report.compare`)."""
 
 from __future__ import annotations
 
 import copy
 import json
 
-from olmoablate.report.compare import (
-    certificate_problems,
-    fingerprint_problems,
-    improvement_sign,
-    metric_direction,
-)
+from olmoablate.report.compare import improvement_sign, metric_direction
+from olmoablate.report.fingerprints import fingerprint_problems
+from olmoablate.report.pairing import certificate_problems
 
 BASE = {
     "run_id": "1B-s0-baseline",
@@ -95,7 +93,6 @@ def test_real_plan_pairs_are_valid_including_flops_matched() -> None:
     including FLOPs-matched pairs whose baseline is shared with token-matched pairs."""
     from pathlib import Path
 
-    from olmoablate.report.compare import certificate_problems
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.load import load_spec
 

@@ -13,14 +13,9 @@ from typing import Any
 
 from olmoablate.io import write_json_atomic
 from olmoablate.report.collect import Results
-from olmoablate.report.compare import (
-    PairResult,
-    SizeRow,
-    compare_pair,
-    consistency,
-    evidence_for,
-)
+from olmoablate.report.compare import PairResult, compare_pair
 from olmoablate.report.evalcover import coverage_lines
+from olmoablate.report.evidence import SizeRow, consistency, evidence_for
 from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out

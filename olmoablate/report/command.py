@@ -53,7 +53,7 @@ def report_command(
         )
     from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.gates import build_all, write_next_plans
-    from olmoablate.report.render import print_terminal, write_all
+    from olmoablate.report.writers import print_terminal, write_all
 
     root = resolve_results_dir(spec, results_root)
     results = collect(root, use_cache=not no_cache)

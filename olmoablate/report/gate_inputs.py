@@ -13,7 +13,7 @@ from typing import Any
 
 from olmoablate.io import read_json
 from olmoablate.report.collect import Results, RunData
-from olmoablate.report.compare import PairResult, _curve
+from olmoablate.report.compare import PairResult
 from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
 from olmoablate.report.overhead import ArmTiming, arm_timing
 
@@ -37,12 +37,12 @@ def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource 
     if not measure.get("aa_seeds"):
         return None, notes
     stage, metric = str(cfg["stage"]), str(cfg["metric"])
-    runs = [rd for rd in stage_baselines(results, stage) if len(_curve(rd, metric))]
+    runs = [rd for rd in stage_baselines(results, stage) if len(rd.curve(metric))]
     want = int(measure["aa_seeds"]) + 1
     have = len(stage_baselines(results, stage))
     if runs:  # matched tokens: only baselines that reached the furthest eval point
-        last = max(float(_curve(rd, metric).x[-1]) for rd in runs)
-        behind = [rd.run_id for rd in runs if float(_curve(rd, metric).x[-1]) < last]
+        last = max(float(rd.curve(metric).x[-1]) for rd in runs)
+        behind = [rd.run_id for rd in runs if float(rd.curve(metric).x[-1]) < last]
         if behind:
             notes.append(
                 f"A/A noise: {', '.join(behind)} not yet at {last:.4g} tokens; left out so the "
@@ -58,7 +58,7 @@ def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource 
     window = 0
     if not metric.startswith("eval/"):
         window = int((runs[0].entry.get("evaluation") or {}).get("interval") or 0)
-    curves = [(_curve(rd, metric).x, _curve(rd, metric).y) for rd in runs]
+    curves = [(rd.curve(metric).x, rd.curve(metric).y) for rd in runs]
     values = run_level_values(curves, int(cfg["last_n"]), window)
     src = aa_source(values, [rd.run_id for rd in runs])
     if src is not None and len(runs) < have:
