@@ -1,7 +1,7 @@
 """Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
 
 Why built on the report's own code: every frame here comes from the objects `olmoablate report`
-builds (`report.collect.collect` -> `report.build.build`), so a notebook and the report can never
+builds (`report.collect.collect` -> `report.gates.build_all`), so a notebook and the report can never
 disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
 gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
 forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).

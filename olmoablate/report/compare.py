@@ -52,7 +52,6 @@ def improvement_sign(direction: str) -> float:
 @dataclass
 class ArmStats:
     health: ArmHealth
-    spike_steps: list[int]
     skipped_steps: int
     job_spikes: int | None
 
@@ -123,7 +122,6 @@ def _compute_arm_stats(run: RunData) -> ArmStats:
     factor = float(stab.get("spike_factor") or 3.0)
     min_jump = float(stab.get("min_relative_jump", 0.05))
     loss = run.column(LOSS)
-    steps = run.metrics.steps if run.metrics is not None else np.empty(0, np.int64)
     spikes = (
         loss_spikes(loss, window, factor, min_jump) if loss is not None else np.empty(0, np.int64)
     )
@@ -143,7 +141,6 @@ def _compute_arm_stats(run: RunData) -> ArmStats:
     job_spikes = (run.summary or {}).get("loss_spikes")
     return ArmStats(
         ArmHealth(int(spikes.size), bool(nonfinite), bool(diverged), gmax, run.state),
-        [int(steps[i]) for i in spikes[:50]],
         skipped,
         int(job_spikes) if isinstance(job_spikes, int | float) else None,
     )

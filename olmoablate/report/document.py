@@ -16,8 +16,8 @@ from olmoablate.report.links import wandb_section
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]
-#: One section: (title, text, tables, plot names).
-Section = tuple[str, str, list[Table], list[str]]
+#: One section: (title, text, tables).
+Section = tuple[str, str, list[Table]]
 
 
 def fmt(v: Any, digits: int = 4) -> str:
@@ -145,13 +145,11 @@ def sections(
     """(title, text, tables, plot names) per section, shared by the md and html renderers."""
     secs: list[Section] = []
     if len(report.gates) > 1:  # one verdict per proposal: the overview first, then each gate
-        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))], []))
+        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))]))
         for r in report.gates:
-            secs.append(
-                (f"Gate {r.gate_name}", gate_text(r), [(VERDICT_HEADER, verdict_rows(r))], [])
-            )
+            secs.append((f"Gate {r.gate_name}", gate_text(r), [(VERDICT_HEADER, verdict_rows(r))]))
     else:
-        secs.append(("Gate", gate_text(report), [(VERDICT_HEADER, verdict_rows(report))], []))
+        secs.append(("Gate", gate_text(report), [(VERDICT_HEADER, verdict_rows(report))]))
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
@@ -190,7 +188,6 @@ def sections(
                     pair_rows,
                 )
             ],
-            [],
         )
     )
     size_rows = [
@@ -219,7 +216,6 @@ def sections(
                     size_rows,
                 )
             ],
-            [],
         )
     )
     for p in report.pairs:
@@ -308,9 +304,7 @@ def sections(
             + ([f"FLOPs axis: {p.flops_label}"] if p.flops_label else [])
             + ([f"incomplete: {p.incomplete_reason}"] if p.incomplete_reason else [])
         )
-        secs.append(
-            (f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables, [])
-        )
+        secs.append((f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables))
     wandb = wandb_section(report.results)
     if wandb is not None:
         secs.append(wandb)

@@ -30,7 +30,7 @@ def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
 
 def wandb_section(
     results: Results,
-) -> tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]] | None:
+) -> tuple[str, str, list[tuple[list[str], list[list[Any]]]]] | None:
     """The report's "W&B runs" section (None when no run logged to W&B)."""
     links = wandb_links(results)
     if not links:
@@ -45,4 +45,4 @@ def wandb_section(
         "One W&B run per arm (the same run across requeues); every metric is charted against "
         "`tokens`, and `train FLOPs` is logged for a compute axis."
     )
-    return ("W&B runs", text, [(["run", "arm", "group", "W&B id", "link"], rows)], [])
+    return ("W&B runs", text, [(["run", "arm", "group", "W&B id", "link"], rows)])

@@ -75,7 +75,7 @@ def render_markdown(report: Report, plots: Sequence[Path], out: Path) -> str:
     if r.next_steps:
         lines += ["", "Next steps:", ""] + [f"    {s}" for s in r.next_steps]
     secs = sections(r)
-    for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
+    for i, (title, text, tables) in enumerate([*secs, ("", "", [])]):
         if i == min(plots_after(r), len(secs)):
             lines += ["", "## Plots", ""]
             lines += [f"![{p.stem}]({p.relative_to(out).as_posix()})" for p in plots]
@@ -148,7 +148,7 @@ def render_html(report: Report, plots: Sequence[Path]) -> str:
     if r.next_steps:
         parts.append("<h3>Next steps</h3><pre>" + e("\n".join(r.next_steps)) + "</pre>")
     secs = sections(r)
-    for i, (title, text, tables, _) in enumerate(secs + [("", "", [], [])]):
+    for i, (title, text, tables) in enumerate([*secs, ("", "", [])]):
         if i == min(plots_after(r), len(secs)):
             parts.append("<h2>Plots</h2>")
             for p in plots:
