@@ -11,33 +11,34 @@ the report while runs train parses only what was appended since the last report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from olmoablate.contract.gates import gate_entries, gate_views
+from olmoablate.contract import metrics as names
+from olmoablate.contract.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.contract.metricsfile import Metrics
+from olmoablate.contract.plan import Pair, Plan, RunEntry
+from olmoablate.contract.schema import Gate
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
 from olmoablate.report import fingerprints
 from olmoablate.report.align import Curve
-from olmoablate.report.gate import gate_config
 from olmoablate.report.metric_cache import Job, load_metrics_many
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
     "tokens",
-    "train/CE loss",
-    "optim/total grad norm",
-    "optim/step skipped",
-    "throughput/total petaflops",
-    "train/loops",
+    names.CE_LOSS,
+    names.GRAD_NORM,
+    names.STEP_SKIPPED,
+    names.TOTAL_PFLOPS,
+    names.LOOPS,
 )
-PREFIXES = ("eval/", "train/H norm")
+PREFIXES = (names.EVAL_PREFIX, names.H_NORM_PREFIX)
 #: Always read: steady-state step times give the step-time overhead its interval.
 STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s", "step_in_attempt")
 
@@ -46,15 +47,22 @@ STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s", "step_in_attempt")
 class RunData:
     """One run of the plan and whatever exists of its files."""
 
-    run_id: str
-    entry: dict[str, Any]
-    directory: Path
+    entry: RunEntry
+    dir: RunDir
     metrics: Metrics | None = None
     status: dict[str, Any] | None = None
     summary: dict[str, Any] | None = None
     issues: list[str] = field(default_factory=list)
     #: per-run results computed once even when the run serves several pairs (a baseline)
     memo: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.entry.run_id
+
+    @property
+    def directory(self) -> Path:
+        return self.dir.path
 
     @property
     def state(self) -> str:
@@ -84,18 +92,16 @@ class RunData:
             return 0.0
         return float(np.nanmax(tok))
 
-    @property
-    def fingerprints_path(self) -> Path:
-        return self.directory / "fingerprints.jsonl"
-
 
 @dataclass
 class Results:
-    root: Path
-    plan: dict[str, Any]
-    gate: dict[str, Any]
+    """A results folder as the report reads it: the typed plan, the gate being decided, and
+    every planned run with its files."""
+
+    layout: ResultsDir
+    plan: Plan
+    gate: Gate
     runs: dict[str, RunData]
-    pairs: list[dict[str, Any]]
     issues: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cache_dir: Path | None = None
@@ -106,77 +112,57 @@ class Results:
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
     other_gated: list[str] = field(default_factory=list)
 
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    @property
+    def pairs(self) -> list[Pair]:
+        return self.plan.pairs
+
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """(problems, note) of the two arms' data fingerprints, cached across reports."""
-        return fingerprints.check_cached(
-            self.fp_cache, base.fingerprints_path, var.fingerprints_path
-        )
+        return fingerprints.check_cached(self.fp_cache, base.dir.fingerprints, var.dir.fingerprints)
 
     def save_cache(self) -> None:
         fingerprints.save_cache(self.cache_dir, self.fp_cache)
 
     @property
     def spec_name(self) -> str:
-        return str(self.plan.get("spec_name") or self.root.name)
+        return self.plan.spec_name
 
     @property
     def budget_match(self) -> str:
-        return str((self.plan.get("budget") or {}).get("match") or "tokens")
+        return self.plan.budget.match
 
 
-def resolve_results_dir(spec: str, results_root: str | Path = "results") -> Path:
-    """SPEC may be a results folder, a spec YAML file, or a spec name under ``results_root``."""
-    p = Path(spec)
-    if p.is_dir() and (p / "plan.json").is_file():
-        return p
-    name = spec
-    if p.is_file():
-        name = p.stem
-        try:
-            import yaml
-
-            doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-            if isinstance(doc, dict) and isinstance(doc.get("name"), str):
-                name = doc["name"]
-        except Exception:  # noqa: BLE001 - an unreadable spec only loses the name lookup
-            pass
-    root = Path(results_root) / name
-    if not (root / "plan.json").is_file():
+def resolve_results_dir(spec: str, results_root: str | Path = "results") -> ResultsDir:
+    """SPEC (a results folder, plan.json, spec file or spec name) -> its results folder, with a
+    one-line error (naming what to run) when it holds no plan yet."""
+    layout = resolve_results(spec, results_root)
+    if not layout.plan_path.is_file():
         raise UserError(
-            f"{root / 'plan.json'}: not found (SPEC {spec!r} is not a results folder, and no plan "
+            f"{layout.plan_path}: not found (SPEC {spec!r} is not a results folder, and no plan "
             f"under --results-root {results_root}); run `olmoablate plan {spec}` first"
         )
-    return root
-
-
-def load_plan(root: Path) -> dict[str, Any]:
-    path = root / "plan.json"
-    try:
-        plan = read_json(path)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{path}: unreadable plan ({err.__class__.__name__}: {err})") from None
-    if not isinstance(plan, dict) or not isinstance(plan.get("runs"), list):
-        raise UserError(f"{path}: field `runs` missing or not a list (not an olmoablate plan)")
-    if not isinstance(plan.get("pairs", []), list):
-        raise UserError(f"{path}: field `pairs` must be a list")
-    return plan
+    return layout
 
 
 def _want_spec(
-    entry: Mapping[str, Any],
-    summary: Mapping[str, Any] | None,
+    entry: RunEntry,
+    summary: dict[str, Any] | None,
     gate_metric: str,
     budget_match: str = "tokens",
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    keys = [k for k in BASE_KEYS if k != "throughput/total petaflops"] + [gate_metric]
-    if budget_match == "flops" or "looped" in (entry.get("architecture") or {}):
-        keys.append("throughput/total petaflops")  # FLOPs axis: only where it is used
+    keys = [k for k in BASE_KEYS if k != names.TOTAL_PFLOPS] + [gate_metric]
+    if budget_match == "flops" or entry.architecture.looped is not None:
+        keys.append(names.TOTAL_PFLOPS)  # FLOPs axis: only where it is used
     s = summary or {}
     keys.extend(STEP_TIME_KEYS)  # per-step times: the gate's step-time overhead interval
     if s.get("peak_memory_gb") is None:
         keys.append("peak_memory_gb")
     if s.get("tokens_per_s") is None:
-        keys.append("throughput/device/TPS")
+        keys.append(names.DEVICE_TPS)
     return tuple(sorted(set(keys))), PREFIXES
 
 
@@ -194,49 +180,51 @@ def _read_optional_json(path: Path, issues: list[str]) -> dict[str, Any] | None:
     return obj
 
 
-def collect(root: Path, *, use_cache: bool = True, workers: int | None = None) -> Results:
+#: The gate of a plan without one (a spec may leave `gate:` out): the schema's defaults at
+#: stage 1B, what the report has always used there.
+UNGATED = Gate(stage="1B")
+
+
+def collect(
+    root: Path | ResultsDir, *, use_cache: bool = True, workers: int | None = None
+) -> Results:
     """Everything the report needs from ``root`` (= results/<spec>)."""
-    plan = load_plan(root)
-    views = gate_views(plan)
+    layout = root if isinstance(root, ResultsDir) else ResultsDir(root)
+    plan = layout.plan
+    views = plan.gate_views()
     first = views[0][1] if views else plan  # the first gate (of `gates:`), where `gate:` is
-    prereg = resolve_gate(first, root)
-    gate = gate_config(prereg.gate)
-    other_metrics = {str(gate_config(e.get("gate"))["metric"]) for e in gate_entries(plan)[1:]}
+    prereg = resolve_gate(first)
+    gate = prereg.gate or UNGATED
+    other_metrics = {e.gate.metric for e in plan.gates[1:]}
     issues: list[str] = []
     runs: dict[str, RunData] = {}
     jobs: list[Job] = []
-    for entry in plan["runs"]:
-        if not isinstance(entry, dict) or not entry.get("run_id"):
-            issues.append("plan.json: a run entry without run_id was skipped")
-            continue
-        rid = str(entry["run_id"])
-        rd = RunData(rid, entry, root / "runs" / rid)
-        rd.status = _read_optional_json(rd.directory / "status.json", rd.issues)
-        rd.summary = _read_optional_json(rd.directory / "summary.json", rd.issues)
-        mpath = rd.directory / "metrics.jsonl"
-        if mpath.is_file():
-            budget = str((plan.get("budget") or {}).get("match") or "tokens")
-            keys, prefixes = _want_spec(entry, rd.summary, str(gate["metric"]), budget)
+    for entry in plan.runs:
+        rid = entry.run_id
+        rd = RunData(entry, layout.run(rid))
+        rd.status = _read_optional_json(rd.dir.status, rd.issues)
+        rd.summary = _read_optional_json(rd.dir.summary, rd.issues)
+        if rd.dir.metrics.is_file():
+            keys, prefixes = _want_spec(entry, rd.summary, gate.metric, plan.budget.match)
             keys = tuple(sorted(set(keys) | other_metrics))  # the metrics of further gates
-            jobs.append((rid, mpath, keys, prefixes))
+            jobs.append((rid, rd.dir.metrics, keys, prefixes))
         elif rd.directory.is_dir():
             rd.issues.append(f"{rid}: no metrics.jsonl yet (state {rd.state})")
         else:
             rd.issues.append(f"{rid}: run directory missing (not submitted or not copied)")
         runs[rid] = rd
-    cache_dir = root / ".report-cache" if use_cache else None
+    cache_dir = layout.report_cache if use_cache else None
     for rid, m in load_metrics_many(jobs, cache_dir, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
-    pairs = [p for p in plan.get("pairs", []) if isinstance(p, dict)]
-    for p in pairs:
-        for arm in ("baseline_run", "variant_run"):
-            if p.get(arm) not in runs:
-                issues.append(f"pair {p.get('pair_id')}: {arm} {p.get(arm)!r} is not in plan runs")
+    for p in plan.pairs:
+        for arm, rid in (("baseline_run", p.baseline_run), ("variant_run", p.variant_run)):
+            if rid not in runs:
+                issues.append(f"pair {p.pair_id}: {arm} {rid!r} is not in plan runs")
     for rd in runs.values():
         issues.extend(rd.issues)
-    warnings = check_gate_unchanged(first, root) + prereg.warnings
+    warnings = check_gate_unchanged(first) + prereg.warnings
     fp_cache = fingerprints.load_cache(cache_dir)
-    out = Results(root, plan, gate, runs, pairs, issues, warnings, cache_dir, fp_cache)
+    out = Results(layout, plan, gate, runs, issues, warnings, cache_dir, fp_cache)
     out.prereg_broken = prereg.broken
     return out

@@ -9,12 +9,13 @@ the pairing certificate (:mod:`olmoablate.report.pairing`) and the data fingerpr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
+from olmoablate.contract.plan import Pair
 from olmoablate.report.align import (
     Aligned,
     Curve,
@@ -26,12 +27,12 @@ from olmoablate.report.align import (
     match_points,
 )
 from olmoablate.report.collect import Results, RunData
-from olmoablate.report.cost import cost_rows, num
+from olmoablate.report.cost import cost_rows
 from olmoablate.report.gate import ArmHealth
-from olmoablate.report.looped import _LOOP_EVAL, looped_summary
+from olmoablate.report.looped import is_loop_eval, looped_summary
 from olmoablate.report.pairing import certificate_problems
 
-LOSS = "train/CE loss"
+LOSS = names.CE_LOSS
 
 
 def metric_direction(name: str) -> str | None:
@@ -58,7 +59,7 @@ class ArmStats:
 
 @dataclass
 class PairResult:
-    pair: dict[str, Any]
+    pair: Pair
     baseline: RunData
     variant: RunData
     valid: bool
@@ -82,19 +83,19 @@ class PairResult:
 
     @property
     def pair_id(self) -> str:
-        return str(self.pair.get("pair_id"))
+        return self.pair.pair_id
 
     @property
     def size(self) -> str:
-        return str(self.pair.get("size"))
+        return self.pair.size
 
     @property
     def variant_name(self) -> str:
-        return str(self.pair.get("variant"))
+        return self.pair.variant
 
     @property
     def seed(self) -> int:
-        return int(self.pair.get("seed") or 0)
+        return self.pair.seed
 
 
 def _span_alpha(n: int) -> float:
@@ -117,23 +118,22 @@ def _arm_stats(run: RunData) -> ArmStats:
 
 
 def _compute_arm_stats(run: RunData) -> ArmStats:
-    stab = ((run.entry.get("training") or {}).get("stability")) or {}
-    window = int(stab.get("spike_window") or 50)
-    factor = float(stab.get("spike_factor") or 3.0)
-    min_jump = float(stab.get("min_relative_jump", 0.05))
+    stab = run.entry.training.stability
     loss = run.column(LOSS)
     spikes = (
-        loss_spikes(loss, window, factor, min_jump) if loss is not None else np.empty(0, np.int64)
+        loss_spikes(loss, stab.spike_window, stab.spike_factor, stab.min_relative_jump)
+        if loss is not None
+        else np.empty(0, np.int64)
     )
     nonfinite = False
     gmax = None
     skipped = 0
     if run.metrics is not None:
-        nonfinite = any(run.metrics.nonfinite.get(k, 0) for k in (LOSS, "optim/total grad norm"))
-        g = run.column("optim/total grad norm")
+        nonfinite = any(run.metrics.nonfinite.get(k, 0) for k in (LOSS, names.GRAD_NORM))
+        g = run.column(names.GRAD_NORM)
         if g is not None and np.isfinite(g).any():
             gmax = float(np.nanmax(np.where(np.isfinite(g), g, np.nan)))
-        sk = run.column("optim/step skipped")
+        sk = run.column(names.STEP_SKIPPED)
         if sk is not None:
             skipped = int(np.nansum(sk > 0))
     status = run.status or {}
@@ -149,18 +149,18 @@ def _compute_arm_stats(run: RunData) -> ArmStats:
 def _eval_keys(run: RunData) -> list[str]:
     if run.metrics is None:
         return []
-    return sorted(k for k in run.metrics.columns if k.startswith("eval/"))
+    return sorted(k for k in run.metrics.columns if names.is_eval(k))
 
 
-def compare_pair(results: Results, pair: Mapping[str, Any]) -> PairResult | None:
+def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     """All comparisons of one pair (None when the plan does not know one of its runs)."""
-    base = results.runs.get(str(pair.get("baseline_run")))
-    var = results.runs.get(str(pair.get("variant_run")))
+    base = results.runs.get(pair.baseline_run)
+    var = results.runs.get(pair.variant_run)
     if base is None or var is None:
         return None
     notes: list[str] = []
     budget = results.budget_match
-    if "tokens" in (pair.get("differs") or []):
+    if "tokens" in pair.differs:
         budget = "flops"
     invalid = certificate_problems(base.entry, var.entry, budget)
     fp_bad, fp_note = results.fingerprint_check(base, var)
@@ -172,25 +172,23 @@ def compare_pair(results: Results, pair: Mapping[str, Any]) -> PairResult | None
     train_s = common_grid(_smoothed(base, LOSS), _smoothed(var, LOSS))
     evals: dict[str, Aligned] = {}
     for key in sorted(set(_eval_keys(base)) | set(_eval_keys(var))):
-        if _LOOP_EVAL.match(key):
+        if is_loop_eval(key):
             continue
         al = match_points(base.curve(key), var.curve(key))
         if len(al):
             evals[key] = al
-    res = PairResult(
-        dict(pair), base, var, not invalid, invalid, notes, matched, train, train_s, evals
-    )
+    res = PairResult(pair, base, var, not invalid, invalid, notes, matched, train, train_s, evals)
     # FLOPs axis (budget matched on FLOPs: the arms train different token counts)
     if budget == "flops":
         fb, lb = cumulative_flops(
             base.tokens if base.tokens is not None else np.empty(0),
-            num(base.entry.get("train_flops_per_token")),
-            base.column("throughput/total petaflops"),
+            float(base.entry.train_flops_per_token),
+            base.column(names.TOTAL_PFLOPS),
         )
         fv, lv = cumulative_flops(
             var.tokens if var.tokens is not None else np.empty(0),
-            num(var.entry.get("train_flops_per_token")),
-            var.column("throughput/total petaflops"),
+            float(var.entry.train_flops_per_token),
+            var.column(names.TOTAL_PFLOPS),
         )
         if fb is not None and fv is not None:
             res.flops_label = f"baseline {lb}; variant {lv}"
@@ -243,9 +241,7 @@ def _final_row(key: str, al: Aligned, kind: str) -> dict[str, Any]:
 def _completeness(base: RunData, var: RunData) -> tuple[bool, str]:
     parts = []
     for who, run in (("baseline", base), ("variant", var)):
-        planned = num(run.entry.get("tokens")) or num(
-            (run.entry.get("training") or {}).get("tokens")
-        )
+        planned = float(run.entry.tokens)
         if run.state == "completed":
             continue
         if planned and run.max_tokens >= planned:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
 from olmoablate.report.collect import RunData
 
 
@@ -33,10 +34,9 @@ def _measured(run: RunData) -> dict[str, float | None]:
         peak = col_stat("peak_memory_gb", np.max)
     tps = s.get("tokens_per_s")
     if tps is None:
-        tps = col_stat("throughput/device/TPS", np.median)
+        tps = col_stat(names.DEVICE_TPS, np.median)
     opt = s.get("optimizer_state_bytes")
-    gpus = (run.entry.get("topology") or {}).get("gpus_per_node") or 0
-    nodes = (run.entry.get("topology") or {}).get("nodes") or 1
+    gpus, nodes = run.entry.topology.gpus_per_node, run.entry.topology.nodes
     wall = s.get("wall_time_s")
     return {
         "step_time_s": num(step_time),
@@ -72,28 +72,29 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
             {"cost": name, "baseline": b, "variant": v, "ratio": _ratio(b, v), "source": source}
         )
 
-    for key, label in (
-        ("params", "params"),
-        ("unique_params", "unique params"),
-        ("train_flops_per_token", "train FLOPs/token"),
-        ("total_train_flops", "total train FLOPs"),
+    be, ve = base.entry, var.entry
+    for label, b, v in (
+        ("params", be.params, ve.params),
+        ("unique params", be.unique_params, ve.unique_params),
+        ("train FLOPs/token", be.train_flops_per_token, ve.train_flops_per_token),
+        ("total train FLOPs", be.total_train_flops, ve.total_train_flops),
     ):
-        add(label, num(base.entry.get(key)), num(var.entry.get(key)), "plan")
+        add(label, num(b), num(v), "plan")
     add("tokens/s", mb["tokens_per_s"], mv["tokens_per_s"], "measured")
     add("step time (s)", mb["step_time_s"], mv["step_time_s"], "measured")
     add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
     add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
     add(
         "optimizer state (GB, plan)",
-        num(base.entry.get("optimizer_state_gb")),
-        num(var.entry.get("optimizer_state_gb")),
+        num(be.optimizer_state_gb),
+        num(ve.optimizer_state_gb),
         "plan",
     )
     add("GPU-hours", mb["gpu_hours"], mv["gpu_hours"], "measured")
     add(
         "GPU-hours (plan)",
-        num(base.entry.get("gpu_hours")),
-        num(var.entry.get("gpu_hours")),
+        num(be.gpu_hours),
+        num(ve.gpu_hours),
         "plan",
     )
     if mb["decode_latency_s"] is not None or mv["decode_latency_s"] is not None:

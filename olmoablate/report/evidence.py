@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from olmoablate.contract import metrics as names
 from olmoablate.report.align import Aligned, match_points
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.compare import PairResult, improvement_sign
@@ -27,11 +28,9 @@ def gate_series(run_b: RunData, run_v: RunData, metric: str) -> Aligned:
     last n (very noisy) single steps.
     """
     al = match_points(run_b.curve(metric), run_v.curve(metric))
-    if metric.startswith("eval/") or len(al) < 2:
+    if names.is_eval(metric) or len(al) < 2:
         return al
-    interval = int((run_b.entry.get("evaluation") or {}).get("interval") or 0)
-    if interval <= 0:
-        interval = max(1, len(al) // 20)
+    interval = run_b.entry.evaluation.interval
     n_win = len(al) // interval
     if n_win == 0:
         return al
@@ -55,12 +54,12 @@ def evidence_for(
     res: PairResult, results: Results, reference: PairResult | None = None
 ) -> PairEvidence:
     g = results.gate
-    metric, direction, last_n = str(g["metric"]), str(g["direction"]), int(g["last_n"])
+    metric, direction, last_n = g.metric, g.direction, g.last_n
     series = gate_series(res.baseline, res.variant, metric)
     imp = last_improvements(series, direction, last_n)
     tail = max(2 * last_n, 6)  # the jitter diagnostic fits a smooth curve through these
     ref_imp = None
-    if g["rule"] == "quality_per_param":
+    if g.rule == "quality_per_param":
         ref_imp = []
         if reference is not None:
             # improvement of the looped variant over the parameter-matched reference arm
@@ -70,7 +69,7 @@ def evidence_for(
     invalid = list(res.invalid_reasons)
     if reference is not None and not reference.valid:
         invalid.append(f"reference pair {reference.pair_id} is INVALID")
-    if g["rule"] == "quality_per_param" and reference is not None:
+    if g.rule == "quality_per_param" and reference is not None:
         fp_bad, _ = results.fingerprint_check(reference.variant, res.variant)
         invalid.extend(f"vs reference: {p}" for p in fp_bad)
     complete, why = res.complete, res.incomplete_reason
@@ -121,9 +120,9 @@ def consistency(
         if not r.valid:
             continue
         imp = last_improvements(
-            gate_series(r.baseline, r.variant, str(g["metric"])),
-            str(g["direction"]),
-            int(g["last_n"]),
+            gate_series(r.baseline, r.variant, g.metric),
+            g.direction,
+            g.last_n,
         )
         if imp:
             by.setdefault((r.variant_name, r.size), []).append(imp)
@@ -132,7 +131,7 @@ def consistency(
     for (variant, size), points in sorted(
         by.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))
     ):
-        est = estimate(points, float(g["confidence"]), (noise_at or {}).get(size))
+        est = estimate(points, g.confidence, (noise_at or {}).get(size))
         outside = bool(est and (est.lower > 0 or est.upper < 0))
         sign = 0 if est is None or est.mean == 0 else (1 if est.mean > 0 else -1)
         rows.append(SizeRow(variant, size, est, outside, sign))

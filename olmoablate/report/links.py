@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from olmoablate.io import WANDB_LINK_FILE as LINK_FILE
 from olmoablate.report.collect import Results
 
 
@@ -18,7 +17,7 @@ def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
     """run_id -> the W&B record of that run, for runs that logged to W&B."""
     out: dict[str, dict[str, Any]] = {}
     for rid, run in results.runs.items():
-        path = run.directory / LINK_FILE
+        path = run.dir.wandb
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -7,35 +7,45 @@ loop count ``b`` (post-horizon divergence), beside the baseline's final loss.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
 from olmoablate.report.align import Aligned
 from olmoablate.report.collect import RunData
 from olmoablate.report.cost import num
 
-_LOOP_EVAL = re.compile(r"^(eval/lm/.+/CE loss) \(loops=(\d+)\)$")
-_H_NORM = re.compile(r"^train/H norm \(loop (\d+)\)$")
+
+def loop_eval(name: str) -> tuple[str, int] | None:
+    """(eval set's CE loss name, loop count) of an LM eval scored at another loop count
+    (``eval/lm/<set>/CE loss (loops=n)``), None for any other metric."""
+    base, loops = names.split_loops(name)
+    if loops is None or not names.is_lm_ce(base):
+        return None
+    return base, loops
+
+
+def is_loop_eval(name: str) -> bool:
+    return loop_eval(name) is not None
 
 
 def looped_summary(
     var: RunData, base: RunData, evals: Mapping[str, Aligned]
 ) -> dict[str, Any] | None:
-    arch = var.entry.get("architecture") or {}
-    if "looped" not in arch or var.metrics is None:
+    looped = var.entry.architecture.looped
+    if looped is None or var.metrics is None:
         return None
-    trained_b = int((arch.get("looped") or {}).get("loops") or 0)
+    trained_b = looped.loops
     per_set: dict[str, dict[int, float]] = {}
     for key, col in var.metrics.columns.items():
-        m = _LOOP_EVAL.match(key)
-        if not m:
+        parsed = loop_eval(key)
+        if parsed is None:
             continue
         ok = np.isfinite(col)
         if ok.any():
-            per_set.setdefault(m.group(1), {})[int(m.group(2))] = float(col[ok][-1])
+            per_set.setdefault(parsed[0], {})[parsed[1]] = float(col[ok][-1])
     sets: dict[str, Any] = {}
     for base_key, by_loop in per_set.items():
         loops = sorted(by_loop)
@@ -56,21 +66,21 @@ def looped_summary(
         }
     hnorm: dict[int, float] = {}
     for key, col in var.metrics.columns.items():
-        m = _H_NORM.match(key)
+        loop = names.h_norm_loop(key)
         ok = np.isfinite(col)
-        if m and ok.any():
+        if loop is not None and ok.any():
             tail = col[ok][-max(1, int(ok.sum()) // 10) :]
-            hnorm[int(m.group(1))] = float(np.mean(tail))
+            hnorm[loop] = float(np.mean(tail))
     return {
         "trained_loops": trained_b,
         "sets": sets,
         "h_norm": dict(sorted(hnorm.items())),
         "unique_params": {
-            "baseline": num(base.entry.get("unique_params")),
-            "variant": num(var.entry.get("unique_params")),
+            "baseline": num(base.entry.unique_params),
+            "variant": num(var.entry.unique_params),
         },
         "train_flops": {
-            "baseline": num(base.entry.get("total_train_flops")),
-            "variant": num(var.entry.get("total_train_flops")),
+            "baseline": num(base.entry.total_train_flops),
+            "variant": num(var.entry.total_train_flops),
         },
     }

@@ -8,15 +8,11 @@ wrote) and marks such a pair INVALID, kept out of the gate, instead of silently 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from olmoablate.contract.certificate import certificate_of, differences, shared_settings
+from olmoablate.contract.certificate import differences, shared_settings
+from olmoablate.contract.plan import RunEntry
 
 
-def certificate_problems(
-    baseline: Mapping[str, Any], variant: Mapping[str, Any], budget_match: str
-) -> list[str]:
+def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
     """Why the two plan entries do not form a valid pair (empty list = valid).
 
     Recomputes the pairing certificate (`olmoablate.contract.certificate`, the same hash `plan`
@@ -24,31 +20,25 @@ def certificate_problems(
     certificate recorded for it (a plan.json edited after planning is caught here).
     """
     problems: list[str] = []
-    cb = certificate_of(baseline, budget_match)
-    cv = certificate_of(variant, budget_match)
-    if cb != cv:
+    if baseline.certificate_now(budget_match) != variant.certificate_now(budget_match):
         diff = differences(
-            shared_settings(baseline, budget_match), shared_settings(variant, budget_match)
+            shared_settings(baseline.as_json(), budget_match),
+            shared_settings(variant.as_json(), budget_match),
         )
         diff = _allow_reference_depth(diff, baseline, variant)
         if diff:
             problems.append(f"settings differ beyond the architecture: {', '.join(diff[:8])}")
     for who, entry in (("baseline", baseline), ("variant", variant)):
-        recorded = entry.get("certificate")
-        if recorded and recorded != certificate_of(entry):
+        if entry.certificate and entry.certificate != entry.certificate_now():
             problems.append(
-                f"{who} {entry.get('run_id')}: plan entry no longer matches its recorded "
+                f"{who} {entry.run_id}: plan entry no longer matches its recorded "
                 "certificate (plan.json edited after planning?)"
             )
     return problems
 
 
-def _allow_reference_depth(
-    diff: list[str], baseline: Mapping[str, Any], variant: Mapping[str, Any]
-) -> list[str]:
+def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntry) -> list[str]:
     """A `layers:` reference arm is declared to change the depth; that difference is allowed."""
-    if "layers" in (variant.get("architecture") or {}) or "layers" in (
-        baseline.get("architecture") or {}
-    ):
+    if variant.architecture.layers is not None or baseline.architecture.layers is not None:
         return [d for d in diff if d != "size_dims.n_layers"]
     return diff

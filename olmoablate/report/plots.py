@@ -62,7 +62,7 @@ def _decimate(x: np.ndarray, y: np.ndarray, n: int = 500) -> tuple[np.ndarray, n
 
 
 def _gate_eval_key(report: Report, pairs: Sequence[PairResult]) -> str | None:
-    metric = str(report.results.gate["metric"])
+    metric = report.results.gate.metric
     for p in pairs:
         if metric in p.evals:
             return metric
@@ -191,7 +191,7 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
     """Quality vs unique parameters and quality vs training FLOPs: two separate plots, so a
     parameter saving is never read as a compute saving."""
     plt = _plt()
-    metric = str(report.results.gate["metric"])
+    metric = report.results.gate.metric
     points: dict[str, dict[str, list[float]]] = {}
     for p in pairs:
         if not p.valid:
@@ -205,13 +205,11 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
             ok = np.isfinite(col) & (tok <= p.matched_tokens)
             if not ok.any():
                 continue
-            arm = str(run.entry.get("arm"))
+            arm = run.entry.arm
             d = points.setdefault(arm, {"q": [], "params": [], "flops": []})
             d["q"].append(float(col[ok][-1]))
-            d["params"].append(
-                float(run.entry.get("unique_params") or run.entry.get("params") or 0)
-            )
-            d["flops"].append(float(run.entry.get("total_train_flops") or 0))
+            d["params"].append(float(run.entry.unique_params or run.entry.params))
+            d["flops"].append(float(run.entry.total_train_flops))
     if len(points) < 2:
         return []
     paths = []
@@ -268,11 +266,11 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
         ]
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=v)
     ax.axhline(0.0, color="k", lw=0.8)
-    me = float(report.results.gate.get("min_effect") or 0)
+    me = report.results.gate.min_effect
     if me:
         ax.axhline(me, color="#1a7f37", ls="--", lw=0.8, label="min_effect")
     ax.set_xticks(range(len(report.sizes)), report.sizes)
-    ax.set_ylabel(f"improvement in {report.results.gate['metric']}")
+    ax.set_ylabel(f"improvement in {report.results.gate.metric}")
     ax.set_title("gate metric improvement by size (one-sided CI bounds)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
@@ -307,7 +305,7 @@ def _group_key(report: Report, size: str, variant: str) -> str:
     h.update(Path(__file__).read_bytes())
     h.update(matplotlib.__version__.encode())
     pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
-    h.update(json.dumps([size, variant, str(report.results.gate["metric"])]).encode())
+    h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
     for p in pairs:
         head = [p.pair_id, p.seed, p.valid, p.flops_label, p.looped, sorted(p.evals)]
         h.update(json.dumps(head, sort_keys=True, default=repr).encode())

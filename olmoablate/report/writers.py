@@ -230,9 +230,9 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
         )
     gates = report.gates or [report]
     for r in gates:
-        title = f"{report.results.spec_name}: gate at {r.stage} ({r.results.gate['metric']})"
+        title = f"{report.results.spec_name}: gate at {r.stage} ({r.results.gate.metric})"
         if len(gates) > 1:
-            title = f"{report.results.spec_name}: gate {r.gate_name} ({r.results.gate['rule']}) at {r.stage} ({r.results.gate['metric']})"
+            title = f"{report.results.spec_name}: gate {r.gate_name} ({r.results.gate.rule}) at {r.stage} ({r.results.gate.metric})"
         table = Table(title=title)
         for h in VERDICT_HEADER:
             table.add_column(h)
