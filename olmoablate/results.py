@@ -288,33 +288,34 @@ class ResultSet:
         """One row per gate, gated variant and check (e.g. "vs baseline", "vs reference"), with
         the check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...);
         ``gate_verdict`` is that gate's verdict (several gates: one per proposal)."""
-        top = self.gate_json
         rows: list[dict[str, Any]] = []
-        for g in top.get("gates") or [top]:
-            for v in g.get("variants") or []:
+        for r in self.report.gates or [self.report]:  # gate.json's records, from the objects
+            g = r.results.gate
+            for v in r.variant_verdicts:
                 head = {
-                    "gate": g.get("name"),
-                    "stage": g.get("stage"),
-                    "rule": g.get("rule"),
-                    "metric": g.get("metric"),
-                    "direction": g.get("direction"),
-                    "variant": v.get("variant"),
-                    "verdict": v.get("verdict"),
+                    "gate": r.gate_name,
+                    "stage": r.stage,
+                    "rule": g.rule,
+                    "metric": g.metric,
+                    "direction": g.direction,
+                    "variant": v.variant,
+                    "verdict": v.verdict,
                 }
-                for c in v.get("checks") or [{}]:
+                for c in [c.as_dict() for c in v.checks] or [{}]:
                     flat = pd.json_normalize(
                         {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
                     )
-                    rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
-            for r in rows:
-                if r["gate"] == g.get("name"):
-                    r["gate_verdict"] = g.get("verdict")
+                    rows.append(
+                        {
+                            **head,
+                            **(flat.iloc[0].to_dict() if len(flat.columns) else {}),
+                            "gate_verdict": r.verdict,
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def __repr__(self) -> str:
-        verdicts = self.gate_json.get("verdicts") or {
-            self.gate_json.get("name"): self.gate_json.get("verdict")
-        }
+        verdicts = {r.gate_name: r.verdict for r in self.report.gates or [self.report]}
         shown = ", ".join(f"{k}: {v}" for k, v in verdicts.items())
         return (
             f"ResultSet({self.root}: {len(self.results.runs)} runs, {len(self.results.pairs)} "

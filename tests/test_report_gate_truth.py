@@ -223,7 +223,7 @@ def _edited(tmp_path: Path, spec_gate_edit: dict[str, Any] | None) -> Report:
 
 def test_edited_plan_gate_is_decided_by_the_recorded_gate(tmp_path: Path) -> None:
     rep = _edited(tmp_path, None)
-    assert rep.results.gate["min_effect"] == 0.01
+    assert rep.results.gate.min_effect == 0.01
     assert rep.verdict == "proceed", rep.reasons
     assert any("recovered from" in w for w in rep.results.warnings)
 
