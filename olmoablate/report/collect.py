@@ -27,6 +27,7 @@ from olmoablate.io import read_json
 from olmoablate.report import fingerprints
 from olmoablate.report.align import Curve
 from olmoablate.report.metric_cache import Job, load_metrics_many
+from olmoablate.report.overhead import ATTEMPT, CPU, WALL
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
@@ -40,7 +41,7 @@ BASE_KEYS = (
 )
 PREFIXES = (names.EVAL_PREFIX, names.H_NORM_PREFIX)
 #: Always read: steady-state step times give the step-time overhead its interval.
-STEP_TIME_KEYS = ("step_time_s", "step_cpu_time_s", "step_in_attempt")
+STEP_TIME_KEYS = (WALL, CPU, ATTEMPT)
 
 
 @dataclass

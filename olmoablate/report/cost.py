@@ -14,6 +14,7 @@ import numpy as np
 
 from olmoablate.contract import metrics as names
 from olmoablate.report.collect import RunData
+from olmoablate.report.overhead import WALL
 
 
 def _measured(run: RunData) -> dict[str, float | None]:
@@ -28,7 +29,7 @@ def _measured(run: RunData) -> dict[str, float | None]:
 
     step_time = s.get("mean_step_time_s")
     if step_time is None:
-        step_time = col_stat("step_time_s", lambda a: np.median(a[1:] if a.size > 1 else a))
+        step_time = col_stat(WALL, lambda a: np.median(a[1:] if a.size > 1 else a))
     peak = s.get("peak_memory_gb")
     if peak is None:
         peak = col_stat("peak_memory_gb", np.max)

@@ -16,7 +16,7 @@ from olmoablate.io import read_json
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.compare import PairResult
 from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
-from olmoablate.report.overhead import ArmTiming, arm_timing
+from olmoablate.report.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
 
 
 def stage_baselines(results: Results, stage: str) -> list[RunData]:
@@ -97,7 +97,7 @@ def _ledger(results: Results) -> dict[str, Any]:
 def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
-    cols = {k: rd.column(k) for k in ("step_time_s", "step_cpu_time_s", "step_in_attempt")}
+    cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}
     led = _ledger(results).get(rd.run_id)
     return arm_timing(
         rd.run_id,
@@ -112,7 +112,7 @@ def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
 def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
     """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
     gpus = res.baseline.entry.topology.gpus_per_node
-    both_cpu = all(r.column("step_cpu_time_s") is not None for r in (res.baseline, res.variant))
+    both_cpu = all(r.column(CPU) is not None for r in (res.baseline, res.variant))
     use_cpu = gpus == 0 and both_cpu
     b = _timing(results, res.baseline, use_cpu)
     v = _timing(results, res.variant, use_cpu)

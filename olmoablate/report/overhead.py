@@ -27,6 +27,8 @@ from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import t_ppf
 
+#: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
+#: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
 WALL, CPU = "step_time_s", "step_cpu_time_s"
 ATTEMPT = "step_in_attempt"
 #: Steps of every attempt (start or resume) that are warm-up; the training job's
