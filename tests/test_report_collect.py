@@ -296,3 +296,21 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
     assert checks["cached_full"] == 1  # the appended lines differ: the full check says where
     assert len(reasons) == 1 and "first at step 122" in reasons[0]
     assert "differ at 4 of 125 common steps" in reasons[0]
+
+
+def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path) -> None:
+    """A spec may leave `gate:` out; the report then decides at 1B with the schema's gate
+    defaults (`collect.UNGATED`), never with a second copy of them."""
+    from olmoablate.contract.schema import Gate
+    from olmoablate.report.build import build
+    from olmoablate.report.collect import UNGATED
+
+    root = tmp_path / "synth"
+    plan = make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
+    plan.update(gate=None, gate_sha256=None, gate_raw_sha256=None, gates=[])
+    (root / "plan.json").write_text(json.dumps(plan))
+    res = collect(root)
+    assert res.gate is UNGATED and res.gate == Gate(stage="1B")
+    assert res.warnings == [] and res.prereg_broken is None
+    rep = build(res)
+    assert rep.stage == "1B" and [p.pair_id for p in rep.pairs] == ["1B-s0-sn_da"]
