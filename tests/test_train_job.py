@@ -269,6 +269,7 @@ def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
         steps=7,
         evaluation={"interval": 3, "loop_counts": [1, 2, 4]},
     )
+    entry["loop_counts"] = [1, 2, 3, 4]  # what `plan` resolves [1, 2, 4] to (b = 3 included)
     plan = make_plan(tmp_path, [entry])
     assert run_job(str(plan), "tiny-s0-loop")["state"] == "completed"
     rows = {r["step"]: r for r in _rows(_run_dir(plan, "tiny-s0-loop") / "metrics.jsonl")}

@@ -78,7 +78,7 @@ def mix_values(
     """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
 
     Per-source loops instead of one stacked tensor: the source count is small and stacking would
-    copy every source key/value once more per layer (memory and bandwidth, pitfall B.4.6).
+    copy every source key/value once more per layer (memory and bandwidth).
     """
     if not source_keys:
         return v

@@ -279,11 +279,6 @@ class AblationTransformer(Transformer):
         return (body * (b + 2 * tail)) // 3 + tail * head + self.depth_flops()
 
 
-def arch_of(model: torch.nn.Module) -> ArchSettings:
-    """The architecture settings of a built model (the baseline for plain ``Transformer``)."""
-    return getattr(model, "arch", ArchSettings())
-
-
 def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[tuple[Any, ...]]:
     """The distinct block calls of one forward as torch.compile sees them.
 
@@ -294,7 +289,7 @@ def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[
     needs graphs for. ``n_loops``: the largest loop count to cover (default: ``looped.loops``).
     Works for OLMo-core's plain ``Transformer`` (the baseline) too.
     """
-    arch = arch_of(model)
+    arch = getattr(model, "arch", ArchSettings())  # a plain OLMo-core Transformer: the baseline
     da = arch.depth_attention
     blocks = list(model.blocks.values())  # type: ignore[union-attr]
     k = len(blocks)

@@ -16,7 +16,7 @@ The records and the numeric guards live in :mod:`olmoablate.train.records` and
   become OLMo-core's graceful cancel (final checkpoint, normal return).
 * :class:`StatusCallback` -> ``status.json`` while training.
 * :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
-  the same held-out loss at every loop count in ``evaluation.loop_counts``.
+  the same held-out loss at every loop count of the run entry's ``loop_counts``.
 * :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
   (ai2-olmo-eval) evaluator: every task at every extra loop count.
 * W&B logging is its own module, :mod:`olmoablate.train.wandb_log` (optional, never required).

@@ -83,7 +83,8 @@ def attention_backend(run: dict[str, Any], env: Environment) -> str:
 
 
 def tokenizer_config(run: dict[str, Any]) -> TokenizerConfig:
-    """Only the ids matter for training on pre-tokenized arrays (see notes §Tokenizer)."""
+    """Only the ids matter: training reads pre-tokenized token files, so the tokenizer itself
+    is never loaded here (downstream evaluation tokenizes; :func:`downstream_tokenizer_file`)."""
     from olmo_core.data import TokenizerConfig
 
     data = run["training"]["data"]
@@ -95,72 +96,22 @@ def tokenizer_config(run: dict[str, Any]) -> TokenizerConfig:
     )
 
 
-def _fallback_model_config(run: dict[str, Any], attn_backend: str | None) -> TransformerConfig:
-    """OLMo 3 baseline built straight from OLMo-core, used only when olmoablate.models is absent.
-
-    Same recipe as ``TransformerConfig.olmo3_*`` (reordered norm, full-width QK-norm, RoPE 5e5,
-    SWA pattern [w, w, w, full] with the last layer full) but with the custom dims of the run.
-    """
-    from olmo_core.nn.attention import SlidingWindowAttentionConfig
-    from olmo_core.nn.feed_forward import FeedForwardConfig
-    from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig
-
-    arch = dict(run.get("architecture") or {})
-    dims = dict(run["size_dims"])
-    layers = arch.pop("layers", None)
-    if arch:
-        raise UserError(
-            f"runs[{run['run_id']}].architecture uses {sorted(arch)} but olmoablate.models is not "
-            "installed; only the baseline ({}) and 'layers' are available"
-        )
-    n_layers = int((layers or {}).get("n_layers") or dims["n_layers"])
-    w = int(dims["sliding_window"])
-    return TransformerConfig.llama_like(
-        d_model=int(dims["d_model"]),
-        vocab_size=int(dims["vocab_size"]),
-        n_layers=n_layers,
-        n_heads=int(dims["n_heads"]),
-        n_kv_heads=int(dims.get("n_kv_heads") or dims["n_heads"]),
-        qk_norm=True,
-        rope_theta=500_000,
-        layer_norm_eps=1e-6,
-        block_name=TransformerBlockType.reordered_norm,
-        sliding_window=SlidingWindowAttentionConfig(
-            pattern=[w, w, w, -1],
-            force_full_attention_on_first_layer=False,
-            force_full_attention_on_last_layer=True,
-        ),
-        attn_backend=attn_backend,  # type: ignore[arg-type]
-        feed_forward=FeedForwardConfig(hidden_size=int(dims["mlp_hidden_size"]), bias=False),
-    )
-
-
 def model_config(run: dict[str, Any], env: Environment) -> TransformerConfig:
-    """The model of this arm, with the pair's shared ``init_seed``.
+    """The model of this arm (:func:`olmoablate.models.build_model_config`), with the pair's
+    shared ``init_seed`` and the attention backend of :func:`attention_backend`."""
+    from olmoablate.models import build_model_config
 
-    Uses ``olmoablate.models.build_model_config`` (the bundled variants) when that package
-    provides it, else the OLMo-core baseline above. The torch attention backend is forced on CPU
-    so GPU presets don't warn on every layer; on CUDA it is :func:`attention_backend`.
-    """
-    init_seed = int(run["training"].get("init_seed", 0))
-    attn_backend = attention_backend(run, env)
+    init_seed = int(run["training"]["init_seed"])
     try:
-        from olmoablate.models import build_model_config  # type: ignore[attr-defined]
-    except ImportError:
-        build_model_config = None
-    if build_model_config is None:
-        cfg = _fallback_model_config(run, attn_backend)
-    else:
-        try:
-            cfg = build_model_config(
-                run["size_dims"],
-                run.get("architecture") or {},
-                vocab_size=int(run["size_dims"]["vocab_size"]),
-                init_seed=init_seed,
-                attn_backend=attn_backend,
-            )
-        except (KeyError, ValueError) as err:
-            raise UserError(f"runs[{run['run_id']}].architecture: {err}") from None
+        cfg = build_model_config(
+            run["size_dims"],
+            run["architecture"],
+            vocab_size=int(run["size_dims"]["vocab_size"]),
+            init_seed=init_seed,
+            attn_backend=attention_backend(run, env),
+        )
+    except (KeyError, ValueError) as err:
+        raise UserError(f"runs[{run['run_id']}].architecture: {err}") from None
     cfg.init_seed = init_seed
     return cfg
 

@@ -15,9 +15,9 @@ through submitit (it is a picklable module-level function) and by ``torchrun``/`
    anything else is ``failed`` and re-raised;
 5. writes ``status.json`` and ``summary.json`` atomically and returns the status dict.
 
-Paths in the plan are resolved against ``plan["workdir"]`` (the directory ``plan`` was run from)
-without changing the process's working directory, which is equivalent to the chdir of
-docs/design.md but safe when the function runs inside another program.
+Paths in the plan are resolved against ``plan["workdir"]`` (the directory ``plan`` was run from,
+docs/design.md) without changing the process's working directory, so the job is also safe when it
+runs inside another program (the local executor, a test).
 
 A run whose ``status.json`` already says ``completed`` or ``diverged`` is returned as is; delete the
 run directory to train it again.
@@ -79,17 +79,6 @@ def _environment(ctx: RunContext) -> Any:
     return Environment(
         device_type="cuda" if use_cuda else "cpu", world_size=world, distributed=distributed
     )
-
-
-def _param_counts(model: Any) -> dict[str, int]:
-    """Stored parameters counted once even when shared (looped bodies) and, for looped models,
-    the effective (unrolled) count; from olmoablate.models when available."""
-    try:
-        from olmoablate.models import param_counts
-    except ImportError:
-        unique = sum(p.numel() for p in model.parameters())
-        return {"unique": unique, "effective": unique}
-    return dict(param_counts(model))
 
 
 def _optimizer_state_bytes(optim: Any) -> int:
@@ -194,7 +183,6 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     if eval_ds is not None:
         max_eval_tokens = ev.get("max_eval_tokens")
         interval = int(ev["interval"])
-        looped = bool((run.get("architecture") or {}).get("looped"))
         trainer_cfg = trainer_cfg.with_callback(
             "lm_evaluator",
             cbs.LoopedLMEvaluatorCallbackConfig(
@@ -204,17 +192,14 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
                 eval_duration=(
                     Duration.tokens(int(max_eval_tokens)) if max_eval_tokens else Duration.epochs(1)
                 ),
-                loop_counts=_loop_counts(run) if looped else [],
+                loop_counts=_loop_counts(run),
             ),
         )
     tasks = [str(t) for t in ev.get("downstream") or []]
     if tasks:
-        looped = bool((run.get("architecture") or {}).get("looped"))
         trainer_cfg = trainer_cfg.with_callback(
             "downstream_evaluator",
-            cfgs.downstream_evaluator_config(
-                ctx, tasks, steps, _loop_counts(run) if looped else None
-            ),
+            cfgs.downstream_evaluator_config(ctx, tasks, steps, _loop_counts(run)),
         )
     for name, cb in own.items():
         trainer_cfg = trainer_cfg.with_callback(name, cb)
@@ -245,11 +230,12 @@ def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, 
 def _summary(
     trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
 ) -> dict[str, Any]:
+    from olmoablate.models import param_counts
     from olmoablate.train.callbacks import peak_memory_gb
     from olmoablate.train.config import execution
 
     model = trainer.train_module.model
-    counts = _param_counts(model)
+    counts = param_counts(model)
     metrics_cb = own["metrics"]
     steady = metrics_cb.steady_step_times()  # warm-up steps of this attempt excluded
     times = list(metrics_cb.step_times)
@@ -265,7 +251,7 @@ def _summary(
         "params": int(model.num_params),
         "non_embedding_params": int(model.num_non_embedding_params),
         "unique_params": counts["unique"],
-        "effective_params": counts.get("effective", counts["unique"]),
+        "effective_params": counts["effective"],
         "peak_memory_gb": peak_memory_gb(),
         "mean_step_time_s": mean_step,
         "steady_steps": len(steady),
@@ -285,14 +271,10 @@ def _summary(
 
 
 def _loop_counts(run: dict[str, Any]) -> list[int]:
-    """Loop counts to evaluate a looped arm at: the plan's resolved list (``run["loop_counts"]``,
-    e.g. ``[2, 4, 8, 16]`` for ``[0.5b, b, 2b, 4b]``), else the spec's raw list resolved here."""
-    if run.get("loop_counts"):
-        return [int(n) for n in run["loop_counts"]]
-    from olmoablate.spec.expand import resolve_loop_counts
-
-    raw = (run.get("evaluation") or {}).get("loop_counts") or []
-    return resolve_loop_counts(list(raw), int(run["architecture"]["looped"]["loops"]))
+    """Loop counts a looped arm is evaluated at: the plan's resolved list (``run["loop_counts"]``,
+    e.g. ``[2, 4, 8, 16]`` for ``[0.5b, b, 2b, 4b]``; `plan` resolves it, always with the trained
+    b). Empty (only the standard pass) for an entry without one."""
+    return [int(n) for n in run.get("loop_counts") or []]
 
 
 def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
