@@ -219,6 +219,11 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
     dp_name = str(topo.data_parallel)
     dp_config = None
     if env.distributed:
+        if dp_name == "hsdp" and env.world_size % topo.nodes:
+            raise UserError(
+                f"runs[{run['run_id']}].topology.data_parallel = 'hsdp' keeps one replica per node "
+                f"but the job's {env.world_size} ranks do not split over nodes = {topo.nodes}"
+            )
         sharded = dp_name in ("fsdp", "hsdp")
         dp_config = TransformerDataParallelConfig(
             name=DataParallelType(dp_name),
