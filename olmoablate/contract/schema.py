@@ -12,9 +12,19 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+from olmoablate.contract.arch import (  # noqa: F401  (re-exported: the spec's block models)
+    ATTENTION_CYCLE,
+    Architecture,
+    Curriculum,
+    DepthAttention,
+    Layers,
+    Looped,
+    SiameseNorm,
+)
+from olmoablate.contract.base import NAME_RE, NonNegInt, PosInt, Strict
+from olmoablate.contract.metrics import CE_LOSS
 
 #: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_schema.py;
 #: kept as text so `validate` never imports olmo_core/torch).
@@ -81,111 +91,6 @@ def parse_minutes(value: Any) -> int:
         if value.strip().isdigit():
             return int(value.strip())
     raise ValueError("must be minutes (e.g. 2880) or a Slurm time like '2-00:00:00'")
-
-
-class Strict(BaseModel):
-    """Unknown keys, type coercions (``true`` as 1, ``"8"`` as 8) and inf/nan are errors."""
-
-    model_config = ConfigDict(
-        extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=False
-    )
-
-
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-
-
-# ----------------------------------------------------------------------------------------------
-# Architecture blocks
-# ----------------------------------------------------------------------------------------------
-
-
-class SiameseNorm(Strict):
-    """SiameseNorm: two residual streams sharing attention/MLP weights (see docs/models.md)."""
-
-    output_norms: bool = False
-
-
-class DepthAttention(Strict):
-    """Depth-Attention: per-token softmax over the values of layers j%stride==0 (+ recent ones)."""
-
-    stride: int = Field(8, ge=1)
-    recent_window: int = Field(0, ge=0)
-
-
-class Curriculum(Strict):
-    """Loop-count curriculum: b(step) = min(loops, start + increment * floor(step / interval_steps))."""
-
-    start: int = Field(ge=1)
-    increment: int = Field(ge=1)
-    interval_steps: int = Field(ge=1)
-
-
-class Looped(Strict):
-    """Looped OLMo: K=body_layers blocks applied `loops` times, loss on the last `tail` loops."""
-
-    body_layers: int = Field(ge=1)
-    loops: int = Field(ge=1)
-    tail: int = Field(1, ge=1)
-    input_injection: bool = True
-    state_norm: bool = False
-    curriculum: Curriculum | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> Looped:
-        if self.body_layers % 4:
-            raise ValueError(
-                f"body_layers={self.body_layers} must be a multiple of 4 so one loop keeps the "
-                "[SWA, SWA, SWA, Full] cycle (allowed: 4, 8, 12, ...)"
-            )
-        if self.tail > self.loops:
-            raise ValueError(f"tail={self.tail} must be <= loops={self.loops}")
-        if self.curriculum is not None:
-            if self.curriculum.start > self.loops:
-                raise ValueError(
-                    f"curriculum.start={self.curriculum.start} must be <= loops={self.loops}"
-                )
-            if self.curriculum.start < self.tail:
-                raise ValueError(
-                    f"curriculum.start={self.curriculum.start} must be >= tail={self.tail} "
-                    "(every step supervises the last `tail` loops)"
-                )
-        return self
-
-
-class Layers(Strict):
-    """A standard OLMo 3 model with another depth, e.g. the parameter-matched reference of a loop."""
-
-    n_layers: int = Field(ge=1)
-
-
-class Architecture(Strict):
-    """A variant: a combination of architecture blocks; the empty mapping is plain OLMo 3."""
-
-    siamese_norm: SiameseNorm | None = None
-    depth_attention: DepthAttention | None = None
-    looped: Looped | None = None
-    layers: Layers | None = None
-    #: Restrict this variant to some of the spec's sizes (e.g. single-component ablations at 1B
-    #: only). Not part of the architecture itself.
-    sizes: list[str] | None = None
-
-    @model_validator(mode="after")
-    def _combinations(self) -> Architecture:
-        if self.looped is not None and self.siamese_norm is not None:
-            raise ValueError(
-                "looped cannot be combined with siamese_norm (neither design document defines "
-                "a two-stream loop state; allowed with looped: depth_attention)"
-            )
-        if self.looped is not None and self.layers is not None:
-            raise ValueError(
-                "looped cannot be combined with layers (the loop body size is looped.body_layers)"
-            )
-        return self
-
-    def as_mapping(self) -> dict[str, Any]:
-        """Only the blocks that are set, with defaults filled in (what the plan records)."""
-        return self.model_dump(exclude_none=True, exclude={"sizes"})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -523,7 +428,7 @@ class Gate(Strict):
     stage: str
     promote_to: list[str] = []
     rule: Literal["quality", "quality_per_param"] = "quality"
-    metric: str = "train/CE loss"
+    metric: str = CE_LOSS
     direction: Literal["lower", "higher"] = "lower"
     min_effect: float = Field(0.0, ge=0)
     confidence: float = Field(0.95, gt=0.5, lt=1)

@@ -2,7 +2,7 @@
 
 Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
 login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
-(`tests/test_sizes.py`) builds every preset with OLMo-core and checks each field, so the table
+(`tests/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
 cannot silently drift from the library.
 """
 
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from olmoablate.contract.arch import ATTENTION_CYCLE
+
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
 DOLMA2_VOCAB_SIZE = 100278
 DOLMA2_PADDED_VOCAB_SIZE = 100352
 DOLMA2_EOS_TOKEN_ID = 100257
 DOLMA2_PAD_TOKEN_ID = 100277
 
-#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
-#: layer is always full. Looped bodies must be a whole number of cycles.
-ATTENTION_CYCLE = 4
 
 
 @dataclass(frozen=True)
