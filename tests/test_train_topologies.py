@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
+from fixtures.plan_fixture import certify, make_plan, run_entry, typed
 
-from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
 from olmoablate.train import config as cfgs
 from olmoablate.train.job import run_job
@@ -70,8 +70,11 @@ def _validate(tmp_path: Path, topology: str) -> dict[str, Any] | str:
 def _entry(topology: dict[str, Any]) -> dict[str, Any]:
     entry = run_entry(RUN_ID, "baseline", {}, steps=2, evaluation={"lm_sets": {}, "interval": 2})
     entry["topology"] = topology
-    entry["certificate"] = certificate_of(entry, "tokens")
-    return entry
+    return certify(entry)
+
+
+def _typed(topology: dict[str, Any]) -> RunEntry:
+    return typed(_entry(topology))
 
 
 def _job_key(topology: dict[str, Any]) -> tuple[str | None, int, int | None]:
@@ -141,7 +144,7 @@ def test_every_accepted_data_parallel_value_trains(
     for key, topos in by_key.items():
         # Same job for every topology of a group: the train module built is the same.
         env = cfgs.Environment("cpu", key[1], key[1] > 1)
-        built = {repr(cfgs.train_module_config(_entry(t), env)) for t in topos}
+        built = {repr(cfgs.train_module_config(_typed(t), env)) for t in topos}
         assert len(built) == 1, topos
         if key not in _TRAINED:
             _TRAINED[key] = _train(tmp_path_factory.mktemp("train"), topos[0])
@@ -170,4 +173,4 @@ def test_hsdp_world_that_does_not_split_over_nodes_is_a_one_line_error() -> None
     local executor) fails in one line before OLMo-core builds a device mesh."""
     topo = {"nodes": 3, "gpus_per_node": 0, "cpu_processes": 1, "data_parallel": "hsdp"}
     with pytest.raises(UserError, match=r"topology.data_parallel = 'hsdp'.*2 ranks.*nodes = 3"):
-        cfgs.train_module_config(_entry(topo), cfgs.Environment("cpu", 2, True))
+        cfgs.train_module_config(_typed(topo), cfgs.Environment("cpu", 2, True))
