@@ -9,7 +9,6 @@ import pytest
 
 from olmoablate.contract.plan import PLAN_SCHEMA, Plan, RunEntry
 from olmoablate.errors import UserError
-from olmoablate.io import write_json_atomic
 from olmoablate.spec.expand import build_plan
 from olmoablate.spec.load import load_spec
 
@@ -20,7 +19,7 @@ SPECS = Path(__file__).resolve().parents[1] / "specs"
 def plan_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """plan.json of the shipped looped spec (1B/3B/7B, curriculum, FLOPs-matched variant)."""
     out = tmp_path_factory.mktemp("results") / "plan.json"
-    write_json_atomic(out, build_plan(load_spec(SPECS / "looped_olmo.yaml")))
+    build_plan(load_spec(SPECS / "looped_olmo.yaml")).write(out)
     return out
 
 

@@ -99,7 +99,7 @@ def test_real_plan_pairs_are_valid_including_flops_matched() -> None:
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.load import load_spec
 
-    plan = build_plan(load_spec(Path(__file__).parent.parent / "specs" / "looped_olmo.yaml"))
+    plan = build_plan(load_spec(Path(__file__).parent.parent / "specs" / "looped_olmo.yaml")).as_json()
     runs = {r["run_id"]: r for r in plan["runs"]}
     assert any(p["budget_match"] == "flops" for p in plan["pairs"])
     for p in plan["pairs"]:

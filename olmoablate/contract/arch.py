@@ -16,10 +16,8 @@ from typing import Any
 from pydantic import Field, ValidationError, model_validator
 
 from olmoablate.contract.base import Strict
+from olmoablate.contract.sizes import ATTENTION_CYCLE
 from olmoablate.errors import UserError
-
-#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer.
-ATTENTION_CYCLE = 4
 
 #: The blocks a variant may combine (the keys of ``architecture`` in the plan).
 BLOCKS = ("siamese_norm", "depth_attention", "looped", "layers")

@@ -26,7 +26,7 @@ from olmoablate.contract.arch import (  # noqa: F401  (re-exported: the spec's b
 from olmoablate.contract.base import NAME_RE, NonNegInt, PosInt, Strict
 from olmoablate.contract.metrics import CE_LOSS
 
-#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_schema.py;
+#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
 OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "OLMoE-mix-0824",
@@ -139,6 +139,10 @@ class Optimizer(Strict):
     no_decay_embeddings: bool = True
 
 
+#: Warm-up when the spec gives neither ``warmup_steps`` nor ``warmup_fraction``: 1% of the steps.
+DEFAULT_WARMUP_FRACTION = 0.01
+
+
 class Schedule(Strict):
     name: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     warmup_steps: NonNegInt | None = None
@@ -151,6 +155,13 @@ class Schedule(Strict):
         if self.warmup_steps is not None and self.warmup_fraction is not None:
             raise ValueError("give warmup_steps or warmup_fraction, not both")
         return self
+
+    def warmup_for(self, steps: int) -> int:
+        """Warm-up in steps for a run of ``steps``: ``warmup_steps``, else ``warmup_fraction`` of
+        the steps, else 1% of them (the default, here only)."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        return round(steps * (DEFAULT_WARMUP_FRACTION if self.warmup_fraction is None else self.warmup_fraction))
 
 
 class Data(Strict):

