@@ -278,10 +278,10 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
 
 def downstream_tokenizer_file(ctx: RunContext) -> str:
     """The tokenizer.json the downstream tasks are tokenized with: the one the run trained on."""
-    from olmoablate.data import tokenizer_path
+    from olmoablate.contract.sizes import dolma2_tokenizer_file
 
     name = ctx.training.data.tokenizer
-    return str(tokenizer_path()) if name == "dolma2" else ctx.resolve(name)
+    return str(dolma2_tokenizer_file()) if name == "dolma2" else ctx.resolve(name)
 
 
 def downstream_evaluator_config(
