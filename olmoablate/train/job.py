@@ -40,6 +40,7 @@ from typing import Any
 from olmoablate.contract.metrics import CE_LOSS
 from olmoablate.errors import UserError
 from olmoablate.io import write_json_atomic
+from olmoablate.train.decode import decode_figures
 from olmoablate.train.plan import RunContext, load_run
 
 log = logging.getLogger(__name__)
@@ -275,99 +276,6 @@ def _summary(
     }
 
 
-def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
-    """The trained model as one plain module on this rank's device: the model itself in a
-    single process; under DDP/FSDP/HSDP a replica loaded from the gathered full state dict
-    (a collective: every rank calls this) on rank 0, ``None`` on the other ranks. In the run's
-    compute precision, so the KV cache and latency are those of the trained setup."""
-    import torch
-
-    from olmoablate.train import config as cfgs
-
-    model = trainer.train_module.model
-    if not env.distributed:
-        return model
-    from olmo_core.distributed.utils import get_rank
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    state = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
-    if get_rank() != 0:
-        return None
-    device = trainer.train_module.device
-    replica = cfgs.model_config(ctx.run, env).build(init_device="cpu")
-    replica.load_state_dict(state, strict=True)
-    replica = replica.to(device)
-    if cfgs.computes_in_bf16(ctx.run):
-        replica = replica.to(torch.bfloat16)
-    if hasattr(model, "current_loops"):
-        replica.current_loops = model.current_loops  # the loop count the arm was trained at
-    return replica
-
-
-def _decode_figures(trainer: Any, ctx: RunContext, env: Any) -> dict[str, Any]:
-    """Decode figures of the trained model (rank 0); never fails the run. See
-    :func:`_measure_decode`. Every rank must call this (the state-dict gather is collective)."""
-    try:
-        model = _decode_model(trainer, ctx, env)
-    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
-        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        model = None
-    out = _measure_decode(model, ctx) if model is not None else {}
-    if env.distributed:
-        import torch
-
-        torch.distributed.barrier()  # the other ranks wait for rank 0's measurement
-    return out
-
-
-def _measure_decode(
-    model: Any, ctx: RunContext, prompt_tokens: int = 64, new_tokens: int = 16
-) -> dict[str, Any]:
-    """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1).
-
-    Measured once at the end of a completed run with our KV-cache decoder
-    (`olmoablate.models.generate`; looped arms at their trained loop count, one cache per virtual
-    layer), so the report can compare arms. Content does not change the cost, so the prompt is
-    seeded random ids. Distributed runs measure an unsharded replica on rank 0.
-    """
-    import torch
-
-    from olmoablate.models.generate import IncrementalDecoder
-
-    prompt_len = max(1, min(prompt_tokens, ctx.training.sequence_length - new_tokens))
-    vocab = ctx.training.data.vocab_size
-    device = next(model.parameters()).device
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, min(vocab, 100_000), (1, prompt_len), generator=gen).to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), IncrementalDecoder(model, 1, prompt_len + new_tokens) as dec:
-            logits = dec.step(prompt)
-            nxt = logits[:, -1:].argmax(-1)
-            t0 = time.perf_counter()
-            for _ in range(new_tokens):
-                nxt = dec.step(nxt)[:, -1:].argmax(-1)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            per_token = (time.perf_counter() - t0) / new_tokens
-            cache = int(dec.cache_bytes())
-    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
-        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        return {}
-    finally:
-        model.train(was_training)
-    return {
-        "decode_latency_s": per_token,
-        "kv_cache_bytes": cache,
-        "decode_prompt_tokens": prompt_len,
-        "decode_new_tokens": new_tokens,
-        "decode_device": device.type,
-    }
-
-
 def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
 
@@ -464,7 +372,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             # All of them, in order: the job wrapper decides cancel vs requeue from these.
             extra["signals"] = list(own["interrupt"].signals)
         if state == "completed":
-            summary.update(_decode_figures(trainer, ctx, env))
+            summary.update(decode_figures(trainer, ctx, env))
         if get_rank() == 0:
             write_json_atomic(ctx.run_dir.summary, {**summary, "state": state})
         return write_status(state, step, **extra)
