@@ -216,6 +216,7 @@ def _edited(tmp_path: Path, spec_gate_edit: dict[str, Any] | None) -> Report:
     spec_file.write_text(yaml.safe_dump({"name": "synth", "gate": spec_gate}))
     plan["spec_path"] = str(spec_file)
     plan["gate"]["min_effect"] = 0.5  # edited by hand after planning: would make it stop
+    plan["gates"][0]["gate"]["min_effect"] = 0.5  # `plan` records a gate: block in gates too
     (root / "plan.json").write_text(json.dumps(plan))
     return build(collect(root, use_cache=False, workers=1))
 

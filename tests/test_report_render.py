@@ -30,7 +30,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
         sizes=("1B", "3B"),
         seeds=(0, 1),
         variants={
-            "looped": {"looped": {"loops": 4}},
+            "looped": {"looped": {"body_layers": 4, "loops": 4, "tail": 1}},
             "ref4": {"layers": {"n_layers": 4}},
         },
         gate={

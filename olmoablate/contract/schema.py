@@ -10,6 +10,7 @@ already-resolved values.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -551,3 +552,14 @@ class Spec(Strict):
         if self.gate is not None:
             return [(self.gate.variant or "gate", self.gate, ("gate",))]
         return []
+
+
+@dataclass
+class SizeSettings:
+    """The per-size sections of a spec, resolved and validated for one size (what `spec.load`
+    hands to its per-size checks)."""
+
+    training: Training
+    evaluation: Evaluation
+    topology: Topology
+    slurm: Slurm

@@ -20,10 +20,8 @@ from olmoablate.contract.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     Evaluation,
-    Slurm,
+    SizeSettings,
     Spec,
-    Topology,
-    Training,
     computes_in_bf16,
 )
 from olmoablate.errors import UserError
@@ -49,16 +47,6 @@ class SpecError(UserError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
-
-
-@dataclass
-class SizeSettings:
-    """The per-size sections of a spec, resolved and validated for one size."""
-
-    training: Training
-    evaluation: Evaluation
-    topology: Topology
-    slurm: Slurm
 
 
 @dataclass
