@@ -104,7 +104,7 @@ def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
 
     from olmoablate.report.build import build, write_next_plan
     from olmoablate.report.collect import collect
-    from olmoablate.report.render import write_all
+    from olmoablate.report.writers import write_all
 
     def cpu() -> float:
         own = resource.getrusage(resource.RUSAGE_SELF)

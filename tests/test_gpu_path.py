@@ -99,7 +99,8 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
 ) -> None:
     """Defect 2: two 2-GPU jobs with --parallel 2 on a node whose 4 GPUs are visible. Each job's
     tasks see that job's own 2 GPUs (not "" and not the same GPU), local rank r -> cuda:r."""
-    from olmoablate.launch import launcher
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.launch.submit import submit
 
     runs = [
         run_entry(rid, arm, arch, steps=1)
@@ -111,11 +112,14 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
     for r in runs:
         r["topology"]["gpus_per_node"] = 2
     plan_path = make_plan(tmp_path, runs)
-    plan = json.loads(plan_path.read_text())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("PYTHONPATH", f"{REPO}:{REPO / 'tests'}")
-    launcher.submit(
-        plan_path.parent, plan, "local", parallel=2, target="gpu_env_target:record", progress=False
+    submit(
+        ResultsDir(plan_path.parent),
+        "local",
+        parallel=2,
+        target="gpu_env_target:record",
+        progress=False,
     )
     slots = []
     for r in runs:

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from olmoablate.contract.arch import Architecture
+from olmoablate.contract.base import first_error
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.contract.schema import (
     Budget,
@@ -301,7 +302,7 @@ class Plan(PlanModel):
             return cls.model_validate(_upgrade(doc))
         except ValidationError as err:
             raise UserError(
-                f"{where}: {validation_message(err)}; rerun `olmoablate plan SPEC`"
+                f"{where}: {first_error(err)}; rerun `olmoablate plan SPEC`"
             ) from None
 
     def as_json(self) -> dict[str, Any]:
@@ -384,20 +385,6 @@ class Plan(PlanModel):
 
     def _where(self) -> str:
         return str(self._path) if self._path is not None else PLAN_FILE
-
-
-def validation_message(err: ValidationError) -> str:
-    """The first pydantic error as ``runs[3].training.steps: <message>`` (one line)."""
-    e = err.errors()[0]
-    loc = ""
-    for part in e["loc"]:
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-    msg = str(e["msg"]).removeprefix("Value error, ")
-    if e["type"] == "missing":
-        msg = "field required (missing)"
-    elif e["type"] == "extra_forbidden":
-        msg = "unknown field"
-    return f"{loc}: {msg}" if loc else msg
 
 
 def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
