@@ -73,6 +73,11 @@ def parse_minutes(value: Any) -> int:
     raise ValueError("must be minutes (e.g. 2880) or a Slurm time like '2-00:00:00'")
 
 
+_UNION_TAG = re.compile(
+    r"(bool|int|float|str|none|list\[.*\]|dict\[.*\]|literal\[.*\]|function-.*)"
+)
+
+
 def first_error(err: ValidationError, allowed: tuple[str, ...] = ()) -> str:
     """The first pydantic error as one line, ``runs[3].training.steps: <what is wrong>``.
 
@@ -81,6 +86,8 @@ def first_error(err: ValidationError, allowed: tuple[str, ...] = ()) -> str:
     e = err.errors()[0]
     loc = ""
     for part in e["loc"]:
+        if isinstance(part, str) and _UNION_TAG.fullmatch(part):
+            continue  # pydantic's name of a union member (``bool``, ``literal['auto']``), not a field
         loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
     msg = str(e["msg"]).removeprefix("Value error, ")
     if e["type"] == "missing":

@@ -302,7 +302,7 @@ class Plan(PlanModel):
             return cls.model_validate(_upgrade(doc))
         except ValidationError as err:
             raise UserError(
-                f"{where}: {first_error(err)}; rerun `olmoablate plan SPEC`"
+                f"{where}: {first_error(err)}{_run_named(err, doc)}; rerun `olmoablate plan SPEC`"
             ) from None
 
     def as_json(self) -> dict[str, Any]:
@@ -385,6 +385,18 @@ class Plan(PlanModel):
 
     def _where(self) -> str:
         return str(self._path) if self._path is not None else PLAN_FILE
+
+
+def _run_named(err: ValidationError, doc: dict[str, Any]) -> str:
+    """`` (run 1B-s0-looped)`` when the error is inside a run entry that has an id."""
+    loc = err.errors()[0]["loc"]
+    if len(loc) >= 2 and loc[0] == "runs" and isinstance(loc[1], int):
+        runs = doc.get("runs")
+        if isinstance(runs, list) and loc[1] < len(runs) and isinstance(runs[loc[1]], dict):
+            rid = runs[loc[1]].get("run_id")
+            if isinstance(rid, str):
+                return f" (run {rid})"
+    return ""
 
 
 def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:

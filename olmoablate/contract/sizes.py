@@ -33,7 +33,6 @@ def dolma2_tokenizer_file() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
 
 
-
 @dataclass(frozen=True)
 class SizeDims:
     """Every dimension a model of one size needs. ``sliding_window`` is the SWA width in tokens."""

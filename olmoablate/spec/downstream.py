@@ -13,6 +13,8 @@ import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
+from olmoablate.contract.sizes import dolma2_tokenizer_file
+
 _REPO = Path(__file__).resolve().parent.parent.parent
 
 
@@ -63,8 +65,8 @@ def known_tasks() -> frozenset[str] | None:
 
 
 def tokenizer_file() -> Path:
-    """The vendored dolma2 tokenizer.json (same file `olmoablate.data.tokenizer_path()` returns)."""
-    return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
+    """The vendored dolma2 tokenizer.json (`olmoablate.contract.sizes.dolma2_tokenizer_file`)."""
+    return dolma2_tokenizer_file()
 
 
 def problems(tasks: list[str]) -> list[tuple[int | None, str]]:

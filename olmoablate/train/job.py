@@ -161,7 +161,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             job_type=run.arm,
             tags=wandb_log.tags_of(ctx.spec_name, run),
             mode=wb.mode,
-            directory=str(rd.path / "wandb"),
+            directory=str(rd.wandb_dir),
             link_path=str(rd.wandb),
             config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.gate_sha256, **run.as_json()},
             global_batch_size=gbs,

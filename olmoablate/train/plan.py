@@ -59,7 +59,7 @@ class RunContext:
     @property
     def cache_dir(self) -> Path:
         """Scratch space of the run (OLMo-core's trainer, dataset and loader work dirs)."""
-        return self.run_dir.path / "cache"
+        return self.run_dir.cache
 
     def resolve(self, path: str) -> str:
         """A plan path (as written in the spec) -> absolute, relative to the plan's workdir.
