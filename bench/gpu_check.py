@@ -78,7 +78,6 @@ topology: {{nodes: 1, gpus_per_node: {gpus}, data_parallel: fsdp}}
 
 def train_all(out: Path, gpus: int, steps: int) -> dict[str, dict[str, Any]]:
     """`plan` the spec, then train every run with the real job; returns run_id -> summary."""
-    from olmoablate.io import write_json_atomic
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.load import load_spec
 
@@ -87,11 +86,11 @@ def train_all(out: Path, gpus: int, steps: int) -> dict[str, dict[str, Any]]:
     results = out / f"results-{gpus}"
     plan_path = results / "plan.json"
     results.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(plan_path, plan)
+    plan.write(plan_path)
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{os.environ.get('PYTHONPATH', '')}"}
     summaries = {}
-    for run in plan["runs"]:
-        rid = run["run_id"]
+    for run in plan.runs:
+        rid = run.run_id
         job = [sys.executable, "-m", "olmoablate.train.job", str(plan_path), rid]
         if gpus > 1:
             torchrun = Path(sys.executable).with_name("torchrun")

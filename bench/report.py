@@ -26,9 +26,9 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, write_plan, write_run
+from olmoablate.contract.plan import PLAN_FILE, RunEntry
+from olmoablate.report.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
 
 SIZES = ("1B", "3B")
 VARIANTS = ("v1", "v2", "v3", "v4")
@@ -55,9 +55,9 @@ def _truth(arm: str) -> ArmTruth:
     return ArmTruth(offset=offsets.get(arm, 0.0), eval_noise=0.002)
 
 
-def _gen(args: tuple[str, SynthSpec, dict[str, Any]]) -> None:
+def _gen(args: tuple[str, SynthSpec, RunEntry]) -> None:
     root, spec, entry = args
-    write_run(Path(root), spec, entry, _truth(str(entry["arm"])))
+    write_run(Path(root), spec, entry, _truth(entry.arm))
 
 
 def generate(root: Path, runs: int, steps: int) -> None:
@@ -67,13 +67,14 @@ def generate(root: Path, runs: int, steps: int) -> None:
         return
     shutil.rmtree(root, ignore_errors=True)
     spec = _spec(runs, steps)
-    plan = write_plan(root, spec)
+    plan = synthetic_plan(spec)  # a real contract Plan (what `plan` would have written)
+    plan.write(root / PLAN_FILE)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(_gen, [(str(root), spec, e) for e in plan["runs"]]))
+        list(pool.map(_gen, [(str(root), spec, e) for e in plan.runs]))
     size = sum(p.stat().st_size for p in root.glob("runs/*/*.jsonl"))
     print(
-        f"generated {len(plan['runs'])} runs x {steps} steps "
+        f"generated {len(plan.runs)} runs x {steps} steps "
         f"({size / 2**30:.2f} GiB of jsonl) in {time.perf_counter() - t0:.0f} s"
     )
     marker.touch()
@@ -103,7 +104,7 @@ def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
 
     from olmoablate.report.build import build, write_next_plan
     from olmoablate.report.collect import collect
-    from olmoablate.report.render import write_all
+    from olmoablate.report.writers import write_all
 
     def cpu() -> float:
         own = resource.getrusage(resource.RUSAGE_SELF)

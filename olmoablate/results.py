@@ -1,7 +1,7 @@
 """Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
 
 Why built on the report's own code: every frame here comes from the objects `olmoablate report`
-builds (`report.collect.collect` -> `report.build.build`), so a notebook and the report can never
+builds (`report.collect.collect` -> `report.gates.build_all`), so a notebook and the report can never
 disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
 gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
 forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).
@@ -37,14 +37,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from olmoablate.contract import metrics as names
 from olmoablate.contract.metricsfile import read_metrics
 from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
 from olmoablate.report.collect import Results, collect, resolve_results_dir
 from olmoablate.report.compare import LOSS
+from olmoablate.report.document import comparison_rows
 from olmoablate.report.gates import build_all
 from olmoablate.report.links import wandb_links
-from olmoablate.report.render import comparison_rows
 
 METRIC_COLUMNS = [
     "run",
@@ -70,18 +71,17 @@ def load(
     ``True`` reads every key of each metrics.jsonl (optimizer, throughput, ...) with the same
     parser. Nothing is written except the report's parse cache (``.report-cache/``).
     """
-    root = resolve_results_dir(str(path), results_root)
-    results = collect(root)
-    return ResultSet(root, results, build_all(results), all_metrics)
+    layout = resolve_results_dir(str(path), results_root)
+    results = collect(layout)
+    return ResultSet(layout.root, results, build_all(results), all_metrics)
 
 
 def _pairs_of(results: Results) -> dict[str, list[str | None]]:
     out: dict[str, list[str | None]] = {rid: [] for rid in results.runs}
     for p in results.pairs:
-        for arm in ("baseline_run", "variant_run"):
-            rid = str(p.get(arm))
-            if rid in out and p.get("pair_id") not in out[rid]:
-                out[rid].append(str(p.get("pair_id")))
+        for rid in (p.baseline_run, p.variant_run):
+            if rid in out and p.pair_id not in out[rid]:
+                out[rid].append(p.pair_id)
     return {rid: (ps or [None]) for rid, ps in out.items()}
 
 
@@ -98,8 +98,8 @@ class ResultSet:
     def _run_columns(self, rid: str) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         run = self.results.runs[rid]
         m = run.metrics
-        if self.all_metrics and (run.directory / "metrics.jsonl").is_file():
-            m = read_metrics(run.directory / "metrics.jsonl")
+        if self.all_metrics and run.dir.metrics.is_file():
+            m = read_metrics(run.dir.metrics)
         if m is None or not len(m):
             return None
         return m.steps, m.columns
@@ -114,14 +114,12 @@ class ResultSet:
                 continue
             steps, cols = got
             tokens = cols.get("tokens")
-            if tokens is None:
-                tokens = steps.astype(float) * float(
-                    (run.entry.get("training") or {}).get("global_batch_size") or np.nan
-                )
+            if tokens is None:  # metrics from before the job logged tokens
+                tokens = steps.astype(float) * float(run.entry.training.global_batch_size)
             flops, _ = cumulative_flops(
                 np.asarray(tokens, dtype=float),
-                _num(run.entry.get("train_flops_per_token")),
-                cols.get("throughput/total petaflops"),
+                _num(run.entry.train_flops_per_token),
+                cols.get(names.TOTAL_PFLOPS),
             )
             parts = []
             for key, values in cols.items():
@@ -147,8 +145,8 @@ class ResultSet:
                 continue
             one = pd.concat(parts, ignore_index=True)
             e = run.entry
-            one["run"], one["group"], one["size"] = rid, e.get("group_id"), e.get("size")
-            one["seed"], one["arm"] = e.get("seed"), e.get("arm")
+            one["run"], one["group"], one["size"] = rid, e.group_id, e.size
+            one["seed"], one["arm"] = e.seed, e.arm
             for pair in pairs_of[rid]:
                 frames.append(one.assign(pair=pair))
         if not frames:
@@ -169,28 +167,31 @@ class ResultSet:
             rows.append(
                 {
                     "run": rid,
-                    "group": e.get("group_id"),
-                    "size": e.get("size"),
-                    "seed": e.get("seed"),
-                    "arm": e.get("arm"),
+                    "group": e.group_id,
+                    "size": e.size,
+                    "seed": e.seed,
+                    "arm": e.arm,
                     "state": run.state,
                     "step": st.get("step"),
-                    "planned_steps": e.get("steps"),
-                    "planned_tokens": e.get("tokens"),
+                    "planned_steps": e.steps,
+                    "planned_tokens": e.tokens,
                     "tokens": run.max_tokens,
-                    "params": e.get("params"),
-                    "non_embedding_params": e.get("non_embedding_params"),
-                    "unique_params": s.get("unique_params", e.get("unique_params")),
-                    "train_flops_per_token": e.get("train_flops_per_token"),
-                    "total_train_flops": e.get("total_train_flops"),
-                    "planned_gpu_hours": e.get("gpu_hours"),
+                    "params": e.params,
+                    "non_embedding_params": e.non_embedding_params,
+                    # measured by the job when it finished, else the plan's count
+                    "unique_params": s["unique_params"]
+                    if "unique_params" in s
+                    else e.unique_params,
+                    "train_flops_per_token": e.train_flops_per_token,
+                    "total_train_flops": e.total_train_flops,
+                    "planned_gpu_hours": e.gpu_hours,
                     "mean_step_time_s": s.get("mean_step_time_s"),
                     "tokens_per_s": s.get("tokens_per_s"),
                     "peak_memory_gb": s.get("peak_memory_gb"),
                     "decode_latency_s": s.get("decode_latency_s"),
                     "wall_time_s": s.get("wall_time_s"),
                     "loss_spikes": s.get("loss_spikes"),
-                    "certificate": e.get("certificate"),
+                    "certificate": e.certificate,
                     "wandb_id": link.get("id"),
                     "wandb_url": link.get("url"),
                     "directory": str(run.directory),
@@ -204,20 +205,20 @@ class ResultSet:
         compared = {p.pair_id: p for p in self.report.pairs}
         rows = []
         for p in self.results.pairs:
-            pid = str(p.get("pair_id"))
+            pid = p.pair_id
             r = compared.get(pid)
             rows.append(
                 {
                     "pair": pid,
-                    "group": p.get("group_id"),
-                    "size": p.get("size"),
-                    "seed": p.get("seed"),
-                    "variant": p.get("variant"),
-                    "baseline_run": p.get("baseline_run"),
-                    "variant_run": p.get("variant_run"),
-                    "budget_match": p.get("budget_match"),
-                    "differs": ", ".join(p.get("differs") or []),
-                    "certificate": p.get("certificate"),
+                    "group": p.group_id,
+                    "size": p.size,
+                    "seed": p.seed,
+                    "variant": p.variant,
+                    "baseline_run": p.baseline_run,
+                    "variant_run": p.variant_run,
+                    "budget_match": p.budget_match,
+                    "differs": ", ".join(p.differs),
+                    "certificate": p.certificate,
                     "valid": r.valid if r else False,
                     "invalid_reasons": "; ".join(r.invalid_reasons)
                     if r
@@ -287,33 +288,34 @@ class ResultSet:
         """One row per gate, gated variant and check (e.g. "vs baseline", "vs reference"), with
         the check's estimate flattened (``estimate.mean``, ``estimate.lower``, ...);
         ``gate_verdict`` is that gate's verdict (several gates: one per proposal)."""
-        top = self.gate_json
         rows: list[dict[str, Any]] = []
-        for g in top.get("gates") or [top]:
-            for v in g.get("variants") or []:
+        for r in self.report.gates or [self.report]:  # gate.json's records, from the objects
+            g = r.results.gate
+            for v in r.variant_verdicts:
                 head = {
-                    "gate": g.get("name"),
-                    "stage": g.get("stage"),
-                    "rule": g.get("rule"),
-                    "metric": g.get("metric"),
-                    "direction": g.get("direction"),
-                    "variant": v.get("variant"),
-                    "verdict": v.get("verdict"),
+                    "gate": r.gate_name,
+                    "stage": r.stage,
+                    "rule": g.rule,
+                    "metric": g.metric,
+                    "direction": g.direction,
+                    "variant": v.variant,
+                    "verdict": v.verdict,
                 }
-                for c in v.get("checks") or [{}]:
+                for c in [c.as_dict() for c in v.checks] or [{}]:
                     flat = pd.json_normalize(
                         {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
                     )
-                    rows.append({**head, **(flat.iloc[0].to_dict() if len(flat.columns) else {})})
-            for r in rows:
-                if r["gate"] == g.get("name"):
-                    r["gate_verdict"] = g.get("verdict")
+                    rows.append(
+                        {
+                            **head,
+                            **(flat.iloc[0].to_dict() if len(flat.columns) else {}),
+                            "gate_verdict": r.verdict,
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def __repr__(self) -> str:
-        verdicts = self.gate_json.get("verdicts") or {
-            self.gate_json.get("name"): self.gate_json.get("verdict")
-        }
+        verdicts = {r.gate_name: r.verdict for r in self.report.gates or [self.report]}
         shown = ", ".join(f"{k}: {v}" for k, v in verdicts.items())
         return (
             f"ResultSet({self.root}: {len(self.results.runs)} runs, {len(self.results.pairs)} "

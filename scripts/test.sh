@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README's second command; .ci/run calls exactly this):
 # installs what it needs, starts the local 2-node Slurm dev cluster (root only), validates the shipped
-# specs, runs the whole pytest suite, and stops the cluster again.
+# specs, checks ruff and the import layering (lint-imports, contracts in pyproject.toml), runs the
+# whole pytest suite, and stops the cluster again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -32,6 +33,8 @@ echo "== olmoablate validate specs/"
 olmoablate validate specs/ || exit 1
 echo "== ruff"
 ruff check olmoablate tests bench scripts || exit 1
+echo "== lint-imports (layers: cli -> stages -> contract -> base; no torch on light paths; no cycles)"
+lint-imports --no-cache || exit 1
 echo "== pytest"
 python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

@@ -116,11 +116,11 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float
 @pytest.fixture(scope="session")
 def local_reference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Results dir of the tiny pair trained once, uninterrupted, with the local executor."""
-    from olmoablate.launch import launcher
-    from olmoablate.launch.resolve import load_plan
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.launch.submit import submit
 
     results = make_pair_plan(tmp_path_factory.mktemp("reference"))
-    res = launcher.submit(results, load_plan(results), "local", parallel=2, progress=False)
+    res = submit(ResultsDir(results), "local", parallel=2, progress=False)
     assert sorted(r for r, _ in res.submitted) == sorted(PAIR)
     return results
 

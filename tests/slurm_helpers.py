@@ -1,4 +1,5 @@
-"""Helpers shared by the tests against the real local Slurm cluster (tests/test_slurm_*.py)."""
+"""Helpers shared by the launcher tests (tests/test_launch.py and the tests against the real local
+Slurm cluster, tests/test_slurm_*.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from conftest import PAIR, PAIR_STEPS, ce_losses, read_status, wait_for
+from conftest import PAIR, PAIR_STEPS, REPO, ce_losses, read_status, wait_for
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -24,6 +25,18 @@ def cli(
     if check:
         assert proc.returncode == 0, f"{args}: rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
+
+
+def plan_from_spec(root: Path, slurm_block: str) -> Path:
+    """`olmoablate plan` of tests/specs/good/minimal.yaml plus ``slurm_block``; the results dir.
+
+    Through the real `plan` command, so the plan carries exactly what the spec stage writes (the
+    schema's defaults for whatever the spec leaves out), not a hand-built entry."""
+    root.mkdir(parents=True, exist_ok=True)
+    spec = root / "s.yaml"
+    spec.write_text((REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text() + slurm_block)
+    cli("plan", str(spec), "--results-root", str(root / "results"), cwd=REPO)
+    return root / "results" / "minimal"
 
 
 def status_json(results: Path) -> dict[str, dict[str, Any]]:

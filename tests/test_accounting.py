@@ -6,6 +6,7 @@ import pytest
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract import sizes
+from olmoablate.contract.arch import DepthAttention, Looped
 
 BIG = ["1B", "3B", "7B"]
 
@@ -51,11 +52,9 @@ def test_published_totals() -> None:
 
 
 def test_depth_sources() -> None:
-    assert acc.depth_sources(0, 8, 0) == []
-    assert acc.depth_sources(1, 8, 0) == [0]
-    assert acc.depth_sources(9, 8, 0) == [0, 8]
-    assert acc.depth_sources(17, 8, 0) == [0, 8, 16]
-    assert acc.depth_sources(10, 8, 2) == [0, 8, 9]
+    da = DepthAttention(stride=8)
+    assert [da.sources(u) for u in (0, 1, 9, 17)] == [[], [0], [0, 8], [0, 8, 16]]
+    assert DepthAttention(stride=8, recent_window=2).sources(10) == [0, 8, 9]
 
 
 def test_looped_flops_formula() -> None:
@@ -71,12 +70,16 @@ def test_looped_flops_formula() -> None:
 
 def test_curriculum_loops_and_total() -> None:
     lp = {"loops": 8, "tail": 2, "curriculum": {"start": 2, "increment": 2, "interval_steps": 10}}
-    assert [acc.loops_at_step(lp, s) for s in (1, 10, 11, 21, 31, 100)] == [2, 2, 4, 6, 8, 8]
+    looped = Looped(body_layers=4, **lp)
+    assert [looped.loops_at_step(s) for s in (1, 10, 11, 21, 31, 100)] == [2, 2, 4, 6, 8, 8]
+    assert looped.loop_schedule(40) == [(2, 10), (4, 10), (6, 10), (8, 10)]
+    assert looped.loop_schedule(25) == [(2, 10), (4, 10), (6, 5)]
+    assert Looped(body_layers=4, loops=3).loop_schedule(7) == [(3, 7)]
     d = sizes.preset("60M")
     arch = {"looped": {"body_layers": 4, **lp}}
     total = acc.total_train_flops(d, arch, 512, 1024, 40)
     by_hand = sum(
-        acc.train_flops_per_token(d, arch, 512, acc.loops_at_step(lp, s)) * 1024
+        acc.train_flops_per_token(d, arch, 512, looped.loops_at_step(s)) * 1024
         for s in range(1, 41)
     )
     assert total == by_hand

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
+from slurm_helpers import plan_from_spec
 
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.errors import UserError
-from olmoablate.launch import launcher
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.resolve import load_plan, resolve_results_dir
+from olmoablate.launch.reconcile import reconcile
+from olmoablate.launch.submit import check_spec, decide, submit
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -30,24 +33,7 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
     )
 
 
-# ------------------------------------------------------------------------------ SPEC resolution
-
-
-def test_resolve_spec_file_name_and_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    results = make_pair_plan(tmp_path)  # results/fixture/plan.json
-    spec = tmp_path / "specs" / "x.yaml"
-    spec.parent.mkdir()
-    spec.write_text("name: fixture\nsizes: [tiny]\n")
-    assert resolve_results_dir(str(spec)) == Path("results/fixture")
-    assert resolve_results_dir("fixture") == Path("results/fixture")
-    assert resolve_results_dir(str(results)) == results
-    assert resolve_results_dir(str(results / "plan.json")) == results
-    with pytest.raises(UserError, match=r"run `olmoablate plan SPEC` first"):
-        load_plan(resolve_results_dir("other"))
-    spec.write_text("sizes: [tiny]\n")
-    with pytest.raises(UserError, match="field `name`"):
-        resolve_results_dir(str(spec))
+# ------------------------------------------------------------------------------ CLI errors
 
 
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
@@ -143,16 +129,17 @@ def test_sbatch_parameters_cpu_topology() -> None:
 
     run = run_entry("r", "baseline", {})
     run["topology"]["cpu_processes"] = 2
-    run["slurm"]["mem_gb"] = 1.5
-    params = sl.sbatch_parameters(run, job_name="j")
+    run["slurm"]["mem_gb"] = 2
+    params = sl.sbatch_parameters(RunEntry.model_validate(run), job_name="j")
     assert params["ntasks_per_node"] == 2 and "gpus_per_node" not in params
-    assert params["mem"] == "1536MB"
+    assert params["mem"] == "2GB"
     text = sl.render_sbatch(params, Path("/tmp/x"), 1)
     assert "--array" not in text and "#SBATCH --ntasks-per-node=2" in text
     # CPU runs keep big blocks in the heap (see slurm.CPU_MALLOC_ENV); the spec's setup lines follow
     assert "export MALLOC_MMAP_MAX_=0" in text
     run["slurm"]["setup"] = ["module load cuda/12.4"]
-    text = sl.render_sbatch(sl.sbatch_parameters(run, job_name="j"), Path("/tmp/x"), 1)
+    params = sl.sbatch_parameters(RunEntry.model_validate(run), job_name="j")
+    text = sl.render_sbatch(params, Path("/tmp/x"), 1)
     assert text.index("export OMP_NUM_THREADS=1") < text.index("module load cuda/12.4")
 
 
@@ -180,15 +167,15 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
 
     ids = ["done", "dead", "cancel", "fail", "live", "new", "div"]
     results = make_plan(tmp_path, [run_entry(i, "baseline", {}, steps=10) for i in ids]).parent
-    plan = load_plan(results)
-    ledger = Ledger(results, {"runs": {}})
+    ledger = Ledger(ResultsDir(results), {"runs": {}})
     finished = subprocess.Popen(["true"])
     finished.wait()
     dead_pid = finished.pid  # a process that has exited (and been reaped)
     for rid in ids:
         if rid != "new":
-            ledger.record_submission(rid, str(dead_pid), "local", "running")
-            ledger.runs[rid]["jobs"][-1]["host"] = socket.gethostname()
+            ledger.record_submission(
+                rid, str(dead_pid), "local", "running", host=socket.gethostname()
+            )
     ledger.runs["live"]["jobs"][-1]["job_id"] = str(os.getpid())
     ledger.set_state("cancel", "cancelled")
     status = {
@@ -199,7 +186,7 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
     }
     for rid, st in status.items():
         _write(results / "runs" / rid / "status.json", st)
-    views = launcher.reconcile(results, plan, ledger)
+    views = reconcile(ResultsDir(results), ledger)
     assert {r: v.state for r, v in views.items()} == {
         "done": "completed",
         "dead": "interrupted",
@@ -209,24 +196,24 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
         "new": "missing",
         "div": "diverged",
     }
-    send, skip = launcher.decide(views, retry_failed=False, redo=[], only=None)
+    send, skip = decide(views, retry_failed=False, redo=[], only=None)
     assert send == ["dead", "cancel", "new"]
     assert dict(skip)["fail"].startswith("failed")
-    send, _ = launcher.decide(views, retry_failed=True, redo=["div"], only=None)
+    send, _ = decide(views, retry_failed=True, redo=["div"], only=None)
     assert send == ["dead", "cancel", "fail", "new", "div"]
     with pytest.raises(UserError, match="--redo live: run is running"):
-        launcher.decide(views, retry_failed=False, redo=["live"], only=None)
+        decide(views, retry_failed=False, redo=["live"], only=None)
 
 
 def test_changed_spec_is_refused_without_redo(tmp_path: Path) -> None:
     results = make_pair_plan(tmp_path)
-    plan = load_plan(results)
-    ledger = Ledger(results, {"runs": {}, "spec_sha256": "a" * 64})
+    plan = Plan.load(results)
+    ledger = Ledger(ResultsDir(results), {"runs": {}, "spec_sha256": "a" * 64})
     ledger.record_submission(PAIR[0], "1", "local", "completed")
     with pytest.raises(UserError, match=r"spec_sha256 .* differs .* --redo RUN_ID"):
-        launcher._check_spec(ledger, plan, redo=[])
-    launcher._check_spec(ledger, plan, redo=[PAIR[0]])
-    assert ledger.data["spec_sha256"] == plan["spec_sha256"]
+        check_spec(ledger, plan, redo=[])
+    check_spec(ledger, plan, redo=[PAIR[0]])
+    assert ledger.data["spec_sha256"] == plan.spec_sha256
 
 
 # ------------------------------------------------------------------------------ local executor
@@ -296,7 +283,7 @@ def test_local_cancel_one_run_from_another_process(tmp_path: Path) -> None:
     assert st["state"] == "cancelled" and st["step"] < PAIR_STEPS, st
     views = {v["run_id"]: v for v in json.loads(cli("status", str(results), "--json").stdout)}
     assert views[PAIR[1]]["state"] == "cancelled" and views[PAIR[0]]["state"] == "completed"
-    assert Ledger.read(results).runs[PAIR[1]]["state"] == "cancelled"
+    assert Ledger.read(ResultsDir(results)).runs[PAIR[1]]["state"] == "cancelled"
 
 
 # ------------------------------------------------------------------------------ job wrapper
@@ -307,7 +294,10 @@ def test_train_run_decisions_without_a_scheduler(
 ) -> None:
     """TrainRun's own decisions, with an in-process target (no training, no submitit handler):
     terminal states pass through, a cancel marker wins, and repeated interruptions without
-    progress end as failed instead of requeueing for ever."""
+    progress end as failed instead of requeueing for ever. The job reads its plan entry typed
+    (``Plan.load``): an entry it cannot read fails the run with that one line as the reason."""
+    from fixtures.plan_fixture import make_plan, run_entry
+
     from olmoablate.launch.job import TrainRun
 
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
@@ -320,11 +310,18 @@ def test_train_run_decisions_without_a_scheduler(
     def target(plan_path: str, run_id: str) -> dict[str, Any]:
         return outcomes.pop(0)
 
+    plan_path = make_plan(tmp_path, [run_entry("r", "baseline", {})])
+    results = plan_path.parent
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
     try:
         _train_run_sequence(
-            tmp_path, TrainRun("plan.json", "r", str(tmp_path), target=target), outcomes
+            results, TrainRun(str(plan_path), "r", str(results), target=target), outcomes
         )
+        with pytest.raises(UserError, match="no run 'zz'"):
+            TrainRun(str(plan_path), "zz", str(results), target=target)()
+        why = read_status(results, "zz")["reason"]
+        assert why.startswith("failed before training started: UserError: ") and "zz" in why
+        assert outcomes == []  # the target was never called for it
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
@@ -378,29 +375,47 @@ def test_decide_stop_table() -> None:
     assert decide_stop(["SIGTERM"], False, requeued, restarts_at_start=1).action == "cancel"
 
 
-def test_slurm_settings_keep_zero_and_schema_defaults() -> None:
-    """Regression: `max_num_timeout: 0` reached submitit as 3 (`or 3`), and a plan without
-    signal_delay_s rendered --signal=USR2@90 instead of the schema's 120."""
-    from fixtures.plan_fixture import run_entry
+def test_max_num_timeout_zero_reaches_submitit_as_zero(tmp_path: Path) -> None:
+    """Regression (issue 13): `slurm.max_num_timeout: 0` (legal: never requeue after a timeout)
+    became 3 (`... or 3`). The real submitit executor the local pool builds gets 0, and so does
+    the countdown submitit pickles with the job (what its timeout handler reads)."""
+    import submitit
 
-    from olmoablate.contract.schema import Slurm
+    from olmoablate.launch.localpool import local_executor
 
-    run = run_entry("r", "baseline", {})
-    run["slurm"]["max_num_timeout"] = 0
-    assert sl.slurm_setting(run, "max_num_timeout") == 0
-    del run["slurm"]["signal_delay_s"]
-    del run["slurm"]["max_num_timeout"]
-    assert sl.slurm_setting(run, "max_num_timeout") == Slurm().max_num_timeout == 3
-    params = sl.sbatch_parameters(run, job_name="x")
-    assert params["signal_delay_s"] == Slurm().signal_delay_s == 120
-    script = sl.render_sbatch(params, Path("/tmp/f"), 1)
-    assert "#SBATCH --signal=USR2@120" in script
+    results = plan_from_spec(tmp_path, "slurm: {max_num_timeout: 0}\n")
+    (run,) = [r for r in Plan.load(results).runs if r.is_baseline]
+    ex = local_executor(tmp_path / "submitit", run)
+    assert ex.max_num_timeout == 0
+    job = ex.submit(divmod, 7, 2)
+    delayed = submitit.helpers.DelayedSubmission.load(job.paths.submitted_pickle)
+    assert delayed._timeout_countdown == 0
+    assert job.result() == (3, 1)
+    # The control: a spec that says nothing gets the schema's 3 (the value lives only there).
+    results = plan_from_spec(tmp_path / "default", "")
+    (run,) = [r for r in Plan.load(results).runs if r.is_baseline]
+    assert local_executor(tmp_path / "s2", run).max_num_timeout == 3
+
+
+def test_spec_without_signal_delay_renders_usr2_at_120(tmp_path: Path) -> None:
+    """Regression (issue 13): a spec without `signal_delay_s` must give `--signal=USR2@120` (the
+    schema's default), not launch/slurm.py's old fallback of 90; and a value the spec gives wins.
+    The script is rendered by submitit's own sbatch writer from the executor parameters."""
+    results = plan_from_spec(tmp_path, "slurm: {partition: cpu}\n")
+    res = submit(ResultsDir(results), "slurm", dry_run=True)
+    (script,) = res.rendered
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --signal=USR2@120" in lines and "#SBATCH --partition=cpu" in lines
+    results = plan_from_spec(tmp_path / "given", "slurm: {signal_delay_s: 45}\n")
+    (script,) = submit(ResultsDir(results), "slurm", dry_run=True).rendered
+    assert "#SBATCH --signal=USR2@45" in script.read_text().splitlines()
 
 
 def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     """The reason line: Slurm's state and signal when the job died outside the training loop,
     the job's own reason otherwise, each with the checkpoint it resumes from and the command."""
     from olmoablate.launch.reasons import exit_text, reason_for
+    from olmoablate.launch.runstate import OwnStatus
 
     ck = tmp_path / "runs" / "r" / "checkpoints"
     for step in (5, 10):
@@ -422,21 +437,27 @@ def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     assert exit_text(killed) == "signal 9"
     assert exit_text(records["17_1"]) == "exit code 1"
     assert exit_text({"ExitCode": "1:0", "DerivedExitCode": "0:0"}) == "exit code 1"
-    running = {"state": "running", "step": 12, "reason": None}
-    assert reason_for(tmp_path, "r", "failed", running, killed, None) == (
+    results = ResultsDir(tmp_path)
+    running = OwnStatus.of({"state": "running", "step": 12, "reason": None})
+    assert reason_for(results, "r", "failed", running, killed, None) == (
         f"FAILED, signal 9 at step 12; resumable from checkpoint step 10: "
         f"olmoablate submit {tmp_path} --retry-failed"
     )
-    own = {"state": "cancelled", "step": 11, "reason": "cancelled by scancel (Slurm job X)"}
+    own = OwnStatus.of(
+        {"state": "cancelled", "step": 11, "reason": "cancelled by scancel (Slurm job X)"}
+    )
     cancelled = {"State": "CANCELLED by 0", "ExitCode": "0:15"}
-    assert reason_for(tmp_path, "r", "cancelled", own, cancelled, None) == (
+    assert reason_for(results, "r", "cancelled", own, cancelled, None) == (
         f"cancelled by scancel (Slurm job X); resumable from checkpoint step 10: "
         f"olmoablate submit {tmp_path}"
     )
-    early = {"state": "failed", "step": 0, "reason": "failed before training started: OSError: x"}
-    assert reason_for(tmp_path, "q", "failed", early, {"State": "FAILED"}, None) == (
+    early = OwnStatus.of(
+        {"state": "failed", "step": 0, "reason": "failed before training started: OSError: x"}
+    )
+    assert reason_for(results, "q", "failed", early, {"State": "FAILED"}, None) == (
         "failed before training started: OSError: x; no checkpoint, restarts from step 0: "
         f"olmoablate submit {tmp_path} --retry-failed"
     )
-    assert reason_for(tmp_path, "r", "running", running, None, None) is None
-    assert reason_for(tmp_path, "r", "completed", {"state": "completed"}, None, None) is None
+    assert reason_for(results, "r", "running", running, None, None) is None
+    done = OwnStatus.of({"state": "completed"})
+    assert reason_for(results, "r", "completed", done, None, None) is None

@@ -21,7 +21,7 @@ EXPECTED_BASELINE_PARAMS = {"1B": 1_484_916_736, "3B": 3_503_508_736, "7B": 7_29
 
 
 def _plan(path: Path) -> dict:
-    return build_plan(load_spec(path))
+    return build_plan(load_spec(path)).as_json()
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[p.stem for p in SPECS])

@@ -9,33 +9,47 @@ import numpy as np
 import pytest
 import yaml
 
+from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.report.collect import check_gate_unchanged, collect, resolve_results_dir
+from olmoablate.report.collect import collect, resolve_results_dir
+from olmoablate.report.prereg import check_gate_unchanged
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 
 
 def test_resolve_by_dir_name_and_spec_file(tmp_path: Path) -> None:
     root = tmp_path / "results" / "synth"
     make_results(root, SynthSpec(), {})
-    assert resolve_results_dir(str(root)) == root
-    assert resolve_results_dir("synth", tmp_path / "results") == root
+    assert resolve_results_dir(str(root)).root == root
+    assert resolve_results_dir(str(root / "plan.json")).root == root
+    assert resolve_results_dir("synth", tmp_path / "results").root == root
     spec = tmp_path / "whatever.yaml"
     spec.write_text("name: synth\n")
-    assert resolve_results_dir(str(spec), tmp_path / "results") == root
+    assert resolve_results_dir(str(spec), tmp_path / "results").root == root
     with pytest.raises(UserError, match=r"plan\.json: not found .*olmoablate plan nope"):
         resolve_results_dir("nope", tmp_path / "results")
+    nameless = tmp_path / "nameless.yaml"  # the contract's one rule: a spec names its folder
+    nameless.write_text("sizes: [1B]\n")
+    with pytest.raises(UserError, match=r"nameless\.yaml: name: required"):
+        resolve_results_dir(str(nameless), tmp_path / "results")
 
 
-def test_bad_plan_is_a_user_error(tmp_path: Path) -> None:
+def test_bad_plan_is_a_one_line_user_error(tmp_path: Path) -> None:
     root = tmp_path / "bad"
-    root.mkdir()
+    plan = make_results(root, SynthSpec(), {})
     (root / "plan.json").write_text("{not json")
     with pytest.raises(UserError, match="unreadable plan"):
         collect(root)
     (root / "plan.json").write_text(json.dumps({"pairs": []}))
-    with pytest.raises(UserError, match="field `runs` missing"):
+    with pytest.raises(UserError, match=r"plan\.json: .*field required"):
         collect(root)
+    # a run entry missing a field the report reads: the file, the entry and the field
+    del plan["runs"][1]["training"]["global_batch_size"]
+    (root / "plan.json").write_text(json.dumps(plan))
+    with pytest.raises(UserError) as err:
+        collect(root)
+    msg = str(err.value)
+    assert "\n" not in msg and "plan.json: runs[1].training.global_batch_size" in msg
 
 
 def test_cache_reused_and_invalidated(tmp_path: Path) -> None:
@@ -60,10 +74,11 @@ def test_parallel_parse_matches_serial(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(seeds=(0, 1), steps=300), {})
     serial = collect(root, use_cache=False, workers=1)
-    from olmoablate.report.collect import _want_spec, load_metrics_many
+    from olmoablate.report.collect import _want_spec
+    from olmoablate.report.metric_cache import load_metrics_many
 
     jobs = [
-        (rid, rd.directory / "metrics.jsonl", *_want_spec(rd.entry, rd.summary, "train/CE loss"))
+        (rid, rd.dir.metrics, *_want_spec(rd.entry, rd.summary, "train/CE loss"))
         for rid, rd in serial.runs.items()
     ]
     parsed = load_metrics_many(jobs, None, workers=2, min_parallel_bytes=0)
@@ -81,21 +96,25 @@ def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:
     raw_gate = {"stage": "1B", "min_effect": 0.01}
     spec.write_text(yaml.safe_dump({"name": "synth", "gate": raw_gate}))
     plan["spec_path"] = str(spec)
-    plan["gate_raw_sha256"] = sha256_of(raw_gate)
+    plan["gate_raw_sha256"] = plan["gates"][0]["gate_raw_sha256"] = sha256_of(raw_gate)
     (root / "plan.json").write_text(json.dumps(plan))
-    assert check_gate_unchanged(plan, root) == []
+
+    def check(plan: dict) -> list[str]:
+        return check_gate_unchanged(Plan.from_json(plan))
+
+    assert check(plan) == []
     spec.write_text(yaml.safe_dump({"name": "synth", "gate": {**raw_gate, "min_effect": 0.001}}))
-    warnings = check_gate_unchanged(plan, root)
+    warnings = check(plan)
     assert len(warnings) == 1 and "GATE CHANGED AFTER PLANNING" in warnings[0]
     assert collect(root).warnings == warnings
     # without gate_raw_sha256: compare with defaults applied on both sides
-    del plan["gate_raw_sha256"]
-    assert check_gate_unchanged(plan, root) != []
-    spec.write_text(yaml.safe_dump({"name": "synth", "gate": plan["gate"]}))
-    assert check_gate_unchanged(plan, root) == []
+    plan["gate_raw_sha256"] = None
+    assert check(plan) != []
+    spec.write_text(yaml.safe_dump({"name": "synth", "gate": {"stage": "1B", "min_effect": 0.01}}))
+    assert check(plan) == []
     # plan.json edited by hand
     plan["gate"]["min_effect"] = 0.5
-    assert any("plan.json was edited" in w for w in check_gate_unchanged(plan, root))
+    assert any("plan.json was edited" in w for w in check(plan))
 
 
 def test_fingerprint_cache_follows_file_changes(tmp_path: Path) -> None:
@@ -146,7 +165,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     """Reports re-run while runs train: appended rows are parsed on top of the cached body, and
     every answer equals a parse from scratch, through requeue duplicates, NaNs, torn last lines,
     cache rewrites, files replaced atomically and files rewritten in place."""
-    import olmoablate.report.collect as mod
+    import olmoablate.report.metric_cache as mod
 
     root = tmp_path / "synth"
     truths = {
@@ -200,7 +219,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_cache_encoding_round_trips_bit_exactly() -> None:
-    from olmoablate.report.collect import _decode, _encode, _pack, _unpack
+    from olmoablate.report.metric_cache import _decode, _encode, _pack, _unpack
 
     n = 1000
     cols = {
@@ -226,17 +245,17 @@ def test_cache_encoding_round_trips_bit_exactly() -> None:
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While runs train, only the appended fingerprint lines are compared; the answers equal a
     check from scratch (no cache), including the step of a first mismatch."""
-    import olmoablate.report.compare as compare_mod
+    import olmoablate.report.fingerprints as fingerprints_mod
     from olmoablate.report.build import build
 
     full_checks = {"n": 0}
-    real = compare_mod.fingerprint_problems
+    real = fingerprints_mod.fingerprint_problems
 
     def counting(a: bytes | None, b: bytes | None) -> tuple[list[str], str]:
         full_checks["n"] += 1
         return real(a, b)
 
-    monkeypatch.setattr(compare_mod, "fingerprint_problems", counting)
+    monkeypatch.setattr(fingerprints_mod, "fingerprint_problems", counting)
 
     root = tmp_path / "synth"
     make_results(root, SynthSpec(steps=100), {"sn_da": ArmTruth(offset=-0.05)})
@@ -277,3 +296,21 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
     assert checks["cached_full"] == 1  # the appended lines differ: the full check says where
     assert len(reasons) == 1 and "first at step 122" in reasons[0]
     assert "differ at 4 of 125 common steps" in reasons[0]
+
+
+def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path) -> None:
+    """A spec may leave `gate:` out; the report then decides at 1B with the schema's gate
+    defaults (`collect.UNGATED`), never with a second copy of them."""
+    from olmoablate.contract.schema import Gate
+    from olmoablate.report.build import build
+    from olmoablate.report.collect import UNGATED
+
+    root = tmp_path / "synth"
+    plan = make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
+    plan.update(gate=None, gate_sha256=None, gate_raw_sha256=None, gates=[])
+    (root / "plan.json").write_text(json.dumps(plan))
+    res = collect(root)
+    assert res.gate is UNGATED and res.gate == Gate(stage="1B")
+    assert res.warnings == [] and res.prereg_broken is None
+    rep = build(res)
+    assert rep.stage == "1B" and [p.pair_id for p in rep.pairs] == ["1B-s0-sn_da"]

@@ -1,66 +1,85 @@
-"""Certificates, fingerprints and metric conventions of the per-pair comparison."""
+"""Certificates, fingerprints and metric conventions of the per-pair comparison
+(`report.pairing`, `report.fingerprints`, `report.compare`)."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+from pathlib import Path
+from typing import Any
 
-from olmoablate.report.compare import (
-    certificate_problems,
-    fingerprint_problems,
-    improvement_sign,
-    metric_direction,
-)
+from olmoablate.contract.plan import Plan, RunEntry
+from olmoablate.report.compare import improvement_sign, metric_direction
+from olmoablate.report.fingerprints import fingerprint_problems
+from olmoablate.report.pairing import certificate_problems
 
-BASE = {
-    "run_id": "1B-s0-baseline",
-    "arm": "baseline",
-    "architecture": {},
-    "params": 10,
-    "tokens": 100,
-    "steps": 10,
-    "training": {"tokens": 100, "steps": 10, "optimizer": {"lr": 0.003}},
-    "size_dims": {"n_layers": 16},
-}
+SPECS = Path(__file__).parent.parent / "specs"
 
 
-def _variant(**changes: object) -> dict:
-    v = copy.deepcopy(BASE)
-    v.update({"run_id": "1B-s0-v", "arm": "v", "architecture": {"siamese_norm": {}}, "params": 11})
-    v.update(changes)
-    return v
+@functools.cache
+def _plan(name: str = "looped_olmo") -> Plan:
+    from olmoablate.spec.expand import build_plan
+    from olmoablate.spec.load import load_spec
+
+    return build_plan(load_spec(SPECS / f"{name}.yaml"))
+
+
+def _run(run_id: str) -> RunEntry:
+    return _plan().run(run_id)
+
+
+def _edited(entry: RunEntry, edit: Any) -> RunEntry:
+    """``entry`` with its plan.json form edited by ``edit(d)`` (as a hand edit would)."""
+    d = copy.deepcopy(entry.as_json())
+    edit(d)
+    return RunEntry.model_validate(d)
 
 
 def test_architecture_and_cost_may_differ() -> None:
-    assert certificate_problems(BASE, _variant(), "tokens") == []
+    base, var = _run("1B-s0-baseline"), _run("1B-s0-looped")
+    assert var.params != base.params and var.architecture != base.architecture
+    assert certificate_problems(base, var, "tokens") == []
 
 
 def test_any_other_setting_invalidates() -> None:
-    v = _variant()
-    v["training"]["optimizer"]["lr"] = 0.01
-    probs = certificate_problems(BASE, v, "tokens")
+    var = _edited(_run("1B-s0-looped"), lambda d: d["training"]["optimizer"].update(lr=0.01))
+    probs = certificate_problems(_run("1B-s0-baseline"), var, "tokens")
     assert probs and "training.optimizer.lr" in probs[0]
+    assert any("1B-s0-looped: plan entry no longer matches" in p for p in probs)
 
 
 def test_tokens_may_differ_only_under_flops_budget() -> None:
-    v = _variant(tokens=200, steps=20)
-    v["training"].update(tokens=200, steps=20)
-    assert certificate_problems(BASE, v, "tokens")
-    assert certificate_problems(BASE, v, "flops") == []
+    base, var = _run("1B-s0-baseline"), _run("1B-s0-looped_flops")
+    assert var.tokens != base.tokens
+    assert certificate_problems(base, var, "tokens")
+    assert certificate_problems(base, var, "flops") == []
+
+
+def _deeper(d: dict[str, Any]) -> None:
+    """A run planned with 4 layers in its size dimensions (its own certificate recomputed)."""
+    from olmoablate.contract.certificate import certificate_of
+
+    d["size_dims"]["n_layers"] = 4
+    d["certificate"] = certificate_of(d)
 
 
 def test_reference_arm_may_change_depth() -> None:
-    v = _variant(architecture={"layers": {"n_layers": 4}}, size_dims={"n_layers": 4})
-    assert certificate_problems(BASE, v, "tokens") == []
+    base = _run("1B-s0-baseline")
+    ref = _edited(_run("1B-s0-olmo3_4layer"), _deeper)  # a `layers:` arm: declared depth change
+    assert certificate_problems(base, ref, "tokens") == []
+    plain = _edited(_run("1B-s0-looped_tied"), _deeper)  # no `layers:` block: a difference
+    probs = certificate_problems(base, plain, "tokens")
+    assert probs and "size_dims.n_layers" in probs[0]
 
 
 def test_stale_stored_certificate_is_reported() -> None:
-    from olmoablate.contract.certificate import certificate_of
-
-    b = {**BASE, "certificate": certificate_of(BASE, "tokens")}
-    v = {**_variant(), "certificate": "0" * 64}
-    probs = certificate_problems(b, v, "tokens")
-    assert any("no longer matches its recorded certificate" in p for p in probs)
+    var = _edited(_run("1B-s0-looped"), lambda d: d.update(certificate="0" * 64))
+    probs = certificate_problems(_run("1B-s0-baseline"), var, "tokens")
+    assert probs == [
+        "variant 1B-s0-looped: plan entry no longer matches its recorded certificate "
+        "(plan.json edited after planning?)"
+    ]
 
 
 def _fp(steps: range, salt: str = "") -> bytes:
@@ -93,22 +112,13 @@ def test_metric_direction() -> None:
 def test_real_plan_pairs_are_valid_including_flops_matched() -> None:
     """Every pair `plan` makes from the shipped specs passes the report's certificate check,
     including FLOPs-matched pairs whose baseline is shared with token-matched pairs."""
-    from pathlib import Path
-
-    from olmoablate.report.compare import certificate_problems
-    from olmoablate.spec.expand import build_plan
-    from olmoablate.spec.load import load_spec
-
-    plan = build_plan(load_spec(Path(__file__).parent.parent / "specs" / "looped_olmo.yaml"))
-    runs = {r["run_id"]: r for r in plan["runs"]}
-    assert any(p["budget_match"] == "flops" for p in plan["pairs"])
-    for p in plan["pairs"]:
-        assert (
-            certificate_problems(runs[p["baseline_run"]], runs[p["variant_run"]], p["budget_match"])
-            == []
-        )
-    base = dict(runs["1B-s0-baseline"])
-    base["training"] = {**base["training"], "grad_clip": 0.5}
-    problems = certificate_problems(base, runs["1B-s0-looped_flops"], "flops")
+    for name in ("looped_olmo", "siamese_depth_attention", "demo"):
+        plan = _plan(name)
+        for p in plan.pairs:
+            base, var = plan.run(p.baseline_run), plan.run(p.variant_run)
+            assert certificate_problems(base, var, p.budget_match) == [], p.pair_id
+    assert any(p.budget_match == "flops" for p in _plan().pairs)
+    base = _edited(_run("1B-s0-baseline"), lambda d: d["training"].update(grad_clip=0.5))
+    problems = certificate_problems(base, _run("1B-s0-looped_flops"), "flops")
     assert any("training.grad_clip" in x for x in problems)
     assert any("no longer matches its recorded certificate" in x for x in problems)

@@ -19,8 +19,10 @@ def _results(tmp_path: Path, tokens: dict[str, int] | None, entropy: float = 9.0
     root = tmp_path / spec.name
     make_results(root, spec)
     plan = read_json(root / "plan.json")
-    plan["eval_sets"] = {"1B": {"demo-heldout": {"scored_tokens": 1000,
-                                                 "unigram_entropy_nats": entropy}}}  # fmt: skip
+    # what `plan` measured from the set's files (contract.plan.EvalSetInfo)
+    info = {"files": 1, "tokens": 1100, "documents": 10, "sequences": 10}
+    info |= {"scored_tokens": 1000, "unigram_entropy_nats": entropy}
+    plan["eval_sets"] = {"1B": {"demo-heldout": info}}
     write_json_atomic(root / "plan.json", plan)
     for arm, n in (tokens or {}).items():
         path = root / "runs" / f"1B-s0-{arm}" / "metrics.jsonl"

@@ -14,9 +14,9 @@ from olmoablate.report.gate import (
     STOP,
     ArmHealth,
     PairEvidence,
+    as_gate,
     estimate,
     evaluate_variant,
-    gate_config,
     quality_check,
     tolerance_check,
 )
@@ -37,18 +37,22 @@ def ev(pair: str, seed: int, imp: list[float], **kw: object) -> PairEvidence:
     return PairEvidence(pair_id=pair, seed=seed, improvement=imp, **kw)  # type: ignore[arg-type]
 
 
-def test_defaults_filled_and_explicit_null_kept() -> None:
-    cfg = gate_config(
+def test_defaults_come_from_the_schema_and_explicit_null_is_kept() -> None:
+    from olmoablate.contract.schema import Gate
+
+    cfg = as_gate(
         {"stage": "1B", "stability": {"max_loss_spikes": 7}, "max_step_time_overhead": None}
     )
-    assert cfg["stability"] == {
+    assert cfg.stability.model_dump() == {
         "max_loss_spikes": 7,
         "max_grad_norm": None,
         "allow_nonfinite": False,
     }
-    assert cfg["max_step_time_overhead"] is None  # explicitly disabled
-    assert cfg["max_peak_memory_overhead"] == 0.10
-    assert cfg["last_n"] == 3 and cfg["confidence"] == 0.95
+    assert cfg.max_step_time_overhead is None  # explicitly disabled
+    defaults = Gate(stage="1B")  # the one place the defaults live
+    assert cfg.max_peak_memory_overhead == defaults.max_peak_memory_overhead == 0.10
+    assert (cfg.last_n, cfg.confidence) == (defaults.last_n, defaults.confidence) == (3, 0.95)
+    assert as_gate(cfg) is cfg  # a plan's gate is already the model
 
 
 def test_single_seed_never_uses_its_point_spread() -> None:

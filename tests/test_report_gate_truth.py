@@ -216,13 +216,14 @@ def _edited(tmp_path: Path, spec_gate_edit: dict[str, Any] | None) -> Report:
     spec_file.write_text(yaml.safe_dump({"name": "synth", "gate": spec_gate}))
     plan["spec_path"] = str(spec_file)
     plan["gate"]["min_effect"] = 0.5  # edited by hand after planning: would make it stop
+    plan["gates"][0]["gate"]["min_effect"] = 0.5  # `plan` records a gate: block in gates too
     (root / "plan.json").write_text(json.dumps(plan))
     return build(collect(root, use_cache=False, workers=1))
 
 
 def test_edited_plan_gate_is_decided_by_the_recorded_gate(tmp_path: Path) -> None:
     rep = _edited(tmp_path, None)
-    assert rep.results.gate["min_effect"] == 0.01
+    assert rep.results.gate.min_effect == 0.01
     assert rep.verdict == "proceed", rep.reasons
     assert any("recovered from" in w for w in rep.results.warnings)
 
@@ -234,7 +235,7 @@ def test_edited_plan_and_spec_gate_breaks_preregistration(tmp_path: Path) -> Non
 
 
 def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> None:
-    from olmoablate.report.render import render_html, render_markdown
+    from olmoablate.report.writers import render_html, render_markdown
 
     spec = SynthSpec(gate={**BASE, "noise": {"measure": {"aa_seeds": 1}}}, aa_seeds=1)
     truths = {"sn_da": ArmTruth(offset=-0.03), "1B-s1-baseline": ArmTruth(offset=0.01)}

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_demo_spec_preregisters_one_gate_per_proposal() -> None:
-    plan = build_plan(load_spec(REPO / "specs" / "demo.yaml"))
+    plan = build_plan(load_spec(REPO / "specs" / "demo.yaml")).as_json()
     gates = {g["name"]: g for g in plan["gates"]}
     assert list(gates) == ["siamese_depth", "looped"]
     assert gates["siamese_depth"]["gate"]["rule"] == "quality"

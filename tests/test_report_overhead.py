@@ -16,17 +16,15 @@ from olmoablate.report.overhead import (
     steady_steps,
 )
 
-ENTRY = {
-    "training": {"schedule": {"warmup_steps": 10}, "checkpoint_interval": 50},
-    "evaluation": {"interval": 20},
-}
+#: warm-up 10 steps, evaluation every 20 steps, checkpoints every 50
+PLAN = {"warmup_steps": 10, "intervals": (20, 50)}
 
 
 def test_steady_steps_drop_warmup_eval_checkpoint_and_resume_steps() -> None:
     steps = np.arange(1, 101)
     times = np.full(100, 1.0)
     in_attempt = np.where(steps <= 60, steps, steps - 60)  # resumed after step 60
-    t, dropped = steady_steps(steps, ENTRY, times, in_attempt)
+    t, dropped = steady_steps(steps, times, in_attempt, **PLAN)
     kept = [
         s
         for s in steps
@@ -37,8 +35,8 @@ def test_steady_steps_drop_warmup_eval_checkpoint_and_resume_steps() -> None:
     ]
     assert t.size == len(kept) and dropped == 100 - len(kept)
     # rows without the column are kept (older metrics files)
-    t2, _ = steady_steps(steps, ENTRY, times, np.full(100, np.nan))
-    assert t2.size == steady_steps(steps, ENTRY, times)[0].size
+    t2, _ = steady_steps(steps, times, np.full(100, np.nan), **PLAN)
+    assert t2.size == steady_steps(steps, times, **PLAN)[0].size
 
 
 def test_attempt_warmup_matches_the_training_job() -> None:

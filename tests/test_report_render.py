@@ -15,8 +15,8 @@ import pytest
 
 from olmoablate.report.build import build, write_next_plan
 from olmoablate.report.collect import collect
-from olmoablate.report.render import write_all
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.report.writers import write_all
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -30,7 +30,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
         sizes=("1B", "3B"),
         seeds=(0, 1),
         variants={
-            "looped": {"looped": {"loops": 4}},
+            "looped": {"looped": {"body_layers": 4, "loops": 4, "tail": 1}},
             "ref4": {"layers": {"n_layers": 4}},
         },
         gate={

@@ -26,13 +26,23 @@ from conftest import (
     read_status,
     wait_for,
 )
-from slurm_helpers import CLI, assert_same_as_reference, cli, wait_states
+from slurm_helpers import (
+    CLI,
+    assert_same_as_reference,
+    cli,
+    plan_from_spec,
+    status_json,
+    wait_states,
+)
 
-from olmoablate.launch import launcher
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.launch.cancel import cancel
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.resolve import load_plan
+from olmoablate.launch.reconcile import reconcile
+from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
 
 def test_cluster_script_is_idempotent(slurm_cluster: dict[str, Any]) -> None:
     t0 = time.monotonic()
@@ -58,7 +68,7 @@ def test_slurm_pair_is_bitwise_equal_to_local(
     slurm_cluster: dict[str, Any], local_reference: dict[str, Any], tmp_path: Path
 ) -> None:
     results = make_pair_plan(tmp_path)
-    res = launcher.submit(results, load_plan(results), "slurm")
+    res = submit(ResultsDir(results), "slurm")
     jobs = dict(res.submitted)
     assert sorted(jobs) == sorted(PAIR)
     # Both arms of the pair went out as ONE job array.
@@ -69,8 +79,7 @@ def test_slurm_pair_is_bitwise_equal_to_local(
     assert_same_as_reference(results, local_reference)
 
     def accounted() -> bool:  # sacct lags the controller a little; poll instead of asserting
-        plan, ledger = load_plan(results), Ledger.read(results)
-        views = launcher.reconcile(results, plan, ledger, sacct_max_age_s=0)
+        views = reconcile(ResultsDir(results), Ledger.read(ResultsDir(results)), sacct_max_age_s=0)
         return all(views[r].scheduler_state == "COMPLETED" for r in PAIR)
 
     wait_for(accounted, 60, "sacct to report both array tasks COMPLETED", interval=1.0)
@@ -82,7 +91,7 @@ def test_preempted_and_timed_out_jobs_requeue_and_resume(
     import submitit
 
     results = make_pair_plan(tmp_path)
-    res = launcher.submit(results, load_plan(results), "slurm")
+    res = submit(ResultsDir(results), "slurm")
     jobs = dict(res.submitted)
     folder = results / "submitit"
     kinds = {PAIR[0]: "preempt", PAIR[1]: "timeout"}
@@ -110,7 +119,7 @@ def test_preempted_and_timed_out_jobs_requeue_and_resume(
         ckpts = sorted((results / "runs" / rid / "checkpoints").glob("step*"))
         assert ckpts, "no checkpoint written"
     # The ledger still knows one job id per run: requeue keeps the Slurm job id.
-    ledger = Ledger.read(results)
+    ledger = Ledger.read(ResultsDir(results))
     assert all(ledger.runs[r]["job_ids"] == [jobs[r]] for r in PAIR)
 
 
@@ -132,7 +141,7 @@ def test_concurrent_submits_cancel_and_resume(
     assert all(p.returncode == 0 for p in procs), outs
     summaries = sorted(o[0].strip().splitlines()[-1] for o in outs)
     assert summaries == ["submitted 0 job(s), skipped 2", "submitted 2 job(s), skipped 0"], outs
-    ledger = Ledger.read(results)
+    ledger = Ledger.read(ResultsDir(results))
     assert all(len(ledger.runs[r]["job_ids"]) == 1 for r in PAIR)
     # And a third submit, later, sends nothing either.
     assert (
@@ -149,7 +158,7 @@ def test_concurrent_submits_cancel_and_resume(
             st = read_status(results, rid)
             assert st.get("state") != "completed", f"{rid} finished before it could be cancelled"
             if st.get("state") == "running" and (st.get("step") or 0) >= 3:
-                (action,) = launcher.cancel(results, load_plan(results), [rid])
+                (action,) = cancel(ResultsDir(results), [rid])
                 assert "SIGTERM" in action[1], action
                 todo.discard(rid)
         time.sleep(0.05)
@@ -165,7 +174,7 @@ def test_concurrent_submits_cancel_and_resume(
     assert out.strip().endswith("submitted 2 job(s), skipped 0"), out
     wait_states(results, {"completed"}, timeout=240)
     assert_same_as_reference(results, local_reference)
-    assert all(len(Ledger.read(results).runs[r]["job_ids"]) == 2 for r in PAIR)
+    assert all(len(Ledger.read(ResultsDir(results)).runs[r]["job_ids"]) == 2 for r in PAIR)
 
 
 def test_ddp_two_tasks_gloo_under_slurm(
@@ -180,7 +189,7 @@ def test_ddp_two_tasks_gloo_under_slurm(
     run["slurm"]["cpus_per_task"] = 1
     run["certificate"] = certificate_of(run, "tokens")  # topology is part of the certificate
     results = make_plan(tmp_path, [run]).parent
-    res = launcher.submit(results, load_plan(results), "slurm")
+    res = submit(ResultsDir(results), "slurm")
     ((rid, job_id),) = res.submitted
     script = (results / "slurm" / "tiny-s0.sbatch").read_text()
     assert "#SBATCH --ntasks-per-node=2" in script
@@ -215,3 +224,31 @@ def test_test_only_reports_satisfiable_and_unsatisfiable(
     (big / "plan.json").write_text(json.dumps(plan))
     proc = cli("submit", str(big), "--executor", "slurm", "--test-only", check=False)
     assert proc.returncode == 1 and "unsatisfiable" in proc.stdout, proc.stdout
+
+
+def test_spec_slurm_settings_reach_the_submitted_job(
+    slurm_cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression (issue 13) on the real cluster: a spec with `slurm.max_num_timeout: 0` and no
+    `signal_delay_s` gives submitted jobs whose pickled timeout countdown (what submitit's
+    timeout handler decrements) is 0, not 3, and whose sbatch script, as submitit wrote it,
+    says `--signal=USR2@120`. Held (`extra: {hold: true}`) so nothing trains."""
+    import submitit
+
+    results = plan_from_spec(tmp_path, "slurm: {max_num_timeout: 0, extra: {hold: true}}\n")
+    jobs = dict(submit(ResultsDir(results), "slurm").submitted)
+    try:
+        assert len(jobs) == 2
+        for job_id in jobs.values():
+            job: submitit.SlurmJob[Any] = submitit.SlurmJob(results / "submitit", job_id)
+            script = job.paths.submission_file.read_text().splitlines()
+            assert "#SBATCH --signal=USR2@120" in script and "#SBATCH --hold" in script, script
+            delayed = submitit.helpers.DelayedSubmission.load(job.paths.submitted_pickle)
+            assert delayed._timeout_countdown == 0
+            record = subprocess.run(
+                ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True
+            ).stdout
+            assert "JobState=PENDING" in record, record  # held, as the script asked
+    finally:
+        cancel(ResultsDir(results), force=True)
+    assert {v["state"] for v in status_json(results).values()} == {"cancelled"}

@@ -37,9 +37,9 @@ from slurm_helpers import (
 )
 
 from olmoablate.contract.certificate import certificate_of
-from olmoablate.launch import launcher
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.resolve import load_plan
+from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def two_node_reference(
     """The pair trained once on 2 nodes, uninterrupted (results dir)."""
     assert SLURM_NODES >= NODES
     results = two_node_plan(tmp_path_factory.mktemp("two-node"))
-    res = launcher.submit(results, load_plan(results), "slurm")
+    res = submit(ResultsDir(results), "slurm")
     assert sorted(r for r, _ in res.submitted) == sorted(PAIR)
     wait_states(results, {"completed"}, timeout=420)
     return results
@@ -109,7 +109,7 @@ def test_two_node_pair_matches_one_process(
     two_node_reference: Path, local_reference_dir: Path, local_reference: dict[str, Any]
 ) -> None:
     results = two_node_reference
-    ledger = Ledger.read(results)
+    ledger = Ledger.read(ResultsDir(results))
     for rid in PAIR:
         rows = ce_losses(results, rid)
         assert [s for s, _ in rows] == list(range(1, PAIR_STEPS + 1))
@@ -140,7 +140,7 @@ def test_two_node_preemption_resumes_bitwise(two_node_reference: Path, tmp_path:
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(ResultsDir(results), "slurm").submitted
     wait_mid_run(results, rid)
     # Preemption as submitit simulates it (and Slurm sends with send_user_signal): TERM, then USR2.
     submitit.SlurmJob(folder=results / "submitit", job_id=job_id)._interrupt(timeout=False)
@@ -148,14 +148,14 @@ def test_two_node_preemption_resumes_bitwise(two_node_reference: Path, tmp_path:
     assert_same_as_reference(results, reference, (rid,))
     assert read_status(results, rid)["attempt"] >= 2
     assert f"Requeued job {job_id}" in job_log(results, job_id), job_log(results, job_id)[-2000:]
-    assert Ledger.read(results).runs[rid]["job_ids"] == [job_id]
+    assert Ledger.read(ResultsDir(results)).runs[rid]["job_ids"] == [job_id]
 
 
 def test_two_node_scontrol_requeue_resumes(two_node_reference: Path, tmp_path: Path) -> None:
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(ResultsDir(results), "slurm").submitted
     wait_mid_run(results, rid)
     subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=30)
     # The job saw Slurm's restart count grow: it saved a checkpoint and left the requeue to Slurm.
@@ -169,7 +169,7 @@ def test_two_node_scontrol_requeue_resumes(two_node_reference: Path, tmp_path: P
     assert_same_as_reference(results, reference, (rid,))
     st = read_status(results, rid)
     assert st["attempt"] == 2, st  # SLURM_RESTART_COUNT=1: the same job, started twice
-    assert Ledger.read(results).runs[rid]["job_ids"] == [job_id]
+    assert Ledger.read(ResultsDir(results)).runs[rid]["job_ids"] == [job_id]
 
 
 def test_two_node_plain_scancel_ends_cancelled_and_resumes(
@@ -178,7 +178,7 @@ def test_two_node_plain_scancel_ends_cancelled_and_resumes(
     reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
     rid = PAIR[0]
     results = two_node_plan(tmp_path, (rid,))
-    ((_, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((_, job_id),) = submit(ResultsDir(results), "slurm").submitted
     wait_mid_run(results, rid)
     subprocess.run(["scancel", job_id], check=True, timeout=30)
     wait_for(lambda: read_status(results, rid).get("state") == "cancelled", 120, "cancelled")
@@ -193,7 +193,7 @@ def test_two_node_plain_scancel_ends_cancelled_and_resumes(
     ), views[rid]
     # Never requeued by itself: still cancelled a while later, one job in the ledger.
     assert sacct_state(job_id).startswith("CANCELLED")
-    assert Ledger.read(results).runs[rid]["job_ids"] == [job_id]
+    assert Ledger.read(ResultsDir(results)).runs[rid]["job_ids"] == [job_id]
     out = cli("submit", str(results), "--executor", "slurm").stdout
     assert out.strip().endswith("submitted 1 job(s), skipped 0"), out
     wait_states(results, {"completed"}, timeout=420)

@@ -29,10 +29,10 @@ from slurm_helpers import (
 )
 
 from olmoablate.contract.certificate import certificate_of
-from olmoablate.launch import launcher
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.resolve import load_plan
 from olmoablate.launch.runstate import latest_checkpoint_step
+from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ def test_scancel_signal_term_cancels_and_never_requeues(
     slurm_cluster: dict[str, Any], tmp_path: Path
 ) -> None:
     results = make_plan(tmp_path, [run_entry(PAIR[0], "baseline", {}, steps=20)]).parent
-    ((rid, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((rid, job_id),) = submit(ResultsDir(results), "slurm").submitted
     wait_mid_run(results, rid)
     subprocess.run(["scancel", "--signal=TERM", job_id], check=True, timeout=30)
     wait_for(lambda: read_status(results, rid).get("state") == "cancelled", 120, "cancelled")
@@ -56,7 +56,7 @@ def test_scancel_signal_term_cancels_and_never_requeues(
         f"step {st['step']}: olmoablate submit {results}"
     ), view
     assert "Requeued" not in job_log(results, job_id)
-    assert Ledger.read(results).runs[rid]["job_ids"] == [job_id]
+    assert Ledger.read(ResultsDir(results)).runs[rid]["job_ids"] == [job_id]
 
 
 def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
@@ -72,7 +72,7 @@ def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
         run["slurm"].update(slurm)
         run["certificate"] = certificate_of(run, "tokens")  # the slurm block is part of it
     results = make_plan(tmp_path, runs).parent
-    jobs = dict(launcher.submit(results, load_plan(results), "slurm").submitted)
+    jobs = dict(submit(ResultsDir(results), "slurm").submitted)
     killed, timed_out = PAIR
     wait_mid_run(results, timed_out)
     submitit.SlurmJob(folder=results / "submitit", job_id=jobs[timed_out])._interrupt(timeout=True)
@@ -106,7 +106,7 @@ def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
 def test_failure_before_training_says_why(slurm_cluster: dict[str, Any], tmp_path: Path) -> None:
     results = make_plan(tmp_path, [run_entry(PAIR[0], "baseline", {}, steps=20)]).parent
     (tmp_path / "data" / "train.bin").unlink()  # the data went away between plan and run
-    ((rid, job_id),) = launcher.submit(results, load_plan(results), "slurm").submitted
+    ((rid, job_id),) = submit(ResultsDir(results), "slurm").submitted
     views = wait_states(results, {"failed"}, timeout=180)
     reason = views[rid]["reason"]
     assert reason.startswith("failed before training started: "), views[rid]

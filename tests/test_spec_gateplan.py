@@ -31,7 +31,7 @@ def _spec(tmp_path: Path, gate: dict, seeds: list[int] | None = None, name: str 
 
 
 def test_aa_seeds_add_priced_unpaired_baselines(tmp_path: Path) -> None:
-    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}})))
+    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}}))).as_json()
     aa = [r for r in plan["runs"] if r.get("role") == "aa"]
     assert [r["run_id"] for r in aa] == ["tiny-s1-baseline", "tiny-s2-baseline"]
     assert plan["aa_runs"] == [r["run_id"] for r in aa]
@@ -40,7 +40,7 @@ def test_aa_seeds_add_priced_unpaired_baselines(tmp_path: Path) -> None:
     assert all(r["gpu_hours"] == base["gpu_hours"] and r["steps"] == base["steps"] for r in aa)
     assert not any(p["baseline_run"] in plan["aa_runs"] for p in plan["pairs"])
     # an A/A run is exactly the baseline its seed would have: same certificate
-    seeded = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1, 2], name="h")))
+    seeded = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1, 2], name="h"))).as_json()
     twin = next(r for r in seeded["runs"] if r["run_id"] == "tiny-s1-baseline")
     assert twin["certificate"] == aa[0]["certificate"]
     assert aa[0]["training"]["init_seed"] == twin["training"]["init_seed"]

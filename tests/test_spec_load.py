@@ -189,5 +189,5 @@ def test_compile_per_size_and_in_the_plan(tmp_path: Path) -> None:
     p.write_text(text.replace("tokens: 4096", "tokens: 4096\n  compile: {tiny: true}"))
     ls = load_spec(p)
     assert ls.per_size["tiny"].training.compile is True
-    runs = build_plan(ls)["runs"]
+    runs = build_plan(ls).as_json()["runs"]
     assert {r["training"]["compile"] for r in runs} == {True}

@@ -107,13 +107,13 @@ def test_tokenizer_json_spec_validates_and_plans(good_files: Path) -> None:
         plan = build_plan(load_spec(spec))
     finally:
         os.chdir(old)
-    data = plan["runs"][0]["training"]["data"]
-    assert (data["eos_token_id"], data["pad_token_id"], data["dtype"]) == (0, 1, "uint16")
-    assert data["tokenizer_sha256"] == BPE_SHA256
-    held = plan["eval_sets"]["tiny"]["held"]
+    data = plan.runs[0].training.data
+    assert (data.eos_token_id, data.pad_token_id, data.dtype) == (0, 1, "uint16")
+    assert data.tokenizer_sha256 == BPE_SHA256
+    held = plan.eval_sets["tiny"]["held"]
     # 4 documents of 101 tokens (EOS included) at seq 32: 1 + ceil(69 / 31) = 4 chunks each
-    assert held["sequences"] == 16 and held["scored_tokens"] == 4 * 100
-    assert held["tokens"] == 404 and held["unigram_entropy_nats"] > 0
+    assert held.sequences == 16 and held.scored_tokens == 4 * 100
+    assert held.tokens == 404 and (held.unigram_entropy_nats or 0) > 0
 
 
 def test_vocab_smaller_than_tokenizer_is_rejected(good_files: Path) -> None:

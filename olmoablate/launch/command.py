@@ -1,6 +1,7 @@
-"""`olmoablate submit|status|cancel`: thin Typer wrappers around olmoablate.launch.launcher.
+"""`olmoablate submit|status|cancel`: thin Typer wrappers around the launch library
+(launch/submit.py, launch/reconcile.py + launch/view.py, launch/cancel.py).
 
-Imported by cli.py at start-up, so nothing heavy at module level (the launcher itself imports
+Imported by cli.py at start-up, so nothing heavy at module level (the launch modules import
 submitit/rich lazily and never torch).
 """
 
@@ -89,30 +90,29 @@ def submit_command(
     from rich.table import Table
 
     from olmoablate.console import make_console, print_whole
-    from olmoablate.launch import launcher
-    from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
+    from olmoablate.contract.layout import resolve_results
+    from olmoablate.launch.submit import submit
 
-    results_dir = resolve_results_dir(spec)
-    plan = load_plan(results_dir)
-    redo_ids = check_run_ids(plan, redo, "--redo")
-    only = check_run_ids(plan, run, "--run") or None
+    results = resolve_results(spec)
+    plan = results.plan
+    redo_ids = plan.check_run_ids(redo, "--redo")
+    only = plan.check_run_ids(run, "--run") or None
     if size:
-        sizes = sorted({r["size"] for r in plan["runs"]})
+        sizes = sorted({r.size for r in plan.runs})
         unknown = [s for s in size if s not in sizes]
         if unknown:
             raise UserError(
-                f"{results_dir / 'plan.json'}: --size {', '.join(unknown)} is not planned "
+                f"{results.plan_path}: --size {', '.join(unknown)} is not planned "
                 f"(allowed: {', '.join(sizes)})"
             )
-        by_size = [r["run_id"] for r in plan["runs"] if r["size"] in size]
+        by_size = [r.run_id for r in plan.runs if r.size in size]
         only = [r for r in (only or by_size) if r in by_size]
         if not only:
             raise UserError("--run and --size select no run together")
     console = make_console()
     try:
-        result = launcher.submit(
-            results_dir,
-            plan,
+        result = submit(
+            results,
             executor,
             retry_failed=retry_failed,
             redo=redo_ids,
@@ -171,25 +171,23 @@ def status_command(
     the checkpoint it would resume from and the command that resumes it.
     """
     from olmoablate.console import make_console, print_whole
-    from olmoablate.launch import launcher
+    from olmoablate.contract.layout import resolve_results
     from olmoablate.launch.ledger import Ledger
-    from olmoablate.launch.resolve import load_plan, resolve_results_dir
+    from olmoablate.launch.reconcile import reconcile
+    from olmoablate.launch.view import status_table, views_json
 
-    results_dir = resolve_results_dir(spec)
-    plan = load_plan(results_dir)
-    views = list(
-        launcher.reconcile(
-            results_dir, plan, Ledger.read(results_dir), sacct_max_age_s=max_age
-        ).values()
-    )
+    results = resolve_results(spec)
+    views = list(reconcile(results, Ledger.read(results), sacct_max_age_s=max_age).values())
     if as_json:
-        typer.echo(launcher.views_json(views))
+        typer.echo(views_json(views))
         return
     console = make_console()
-    print_whole(console, launcher.status_table(views, title=f"{results_dir}"))
+    print_whole(console, status_table(views, title=f"{results.root}"))
     for v in views:  # one line of reason per run that is not running or completed
         if v.reason:
-            console.print(f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True
+            )
 
 
 def cancel_command(
@@ -208,13 +206,12 @@ def cancel_command(
     """Cancel live runs. Running jobs get SIGTERM, save a checkpoint and stop, so the next
     `olmoablate submit` resumes them; pending jobs leave the queue. The ledger marks them cancelled.
     """
-    from olmoablate.launch import launcher
-    from olmoablate.launch.resolve import check_run_ids, load_plan, resolve_results_dir
+    from olmoablate.contract.layout import resolve_results
+    from olmoablate.launch.cancel import cancel
 
-    results_dir = resolve_results_dir(spec)
-    plan = load_plan(results_dir)
-    ids = check_run_ids(plan, run, "--run") or None
-    actions = launcher.cancel(results_dir, plan, ids, force=force)
+    results = resolve_results(spec)
+    ids = results.plan.check_run_ids(run, "--run") or None
+    actions = cancel(results, ids, force=force)
     for rid, what in actions:
         typer.echo(f"{rid}: {what}")
     typer.echo(f"cancelled {sum(1 for _, w in actions if not w.startswith('nothing'))} run(s)")

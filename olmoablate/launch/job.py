@@ -30,19 +30,14 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import submitit
 
+from olmoablate.contract.layout import ResultsDir, RunDir
+from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.launch import slurm as sl
-from olmoablate.launch.runstate import (
-    CANCEL_MARKER,
-    DEFAULT_TARGET,
-    FIT_STARTED_ENV,
-    mark_status,
-)
+from olmoablate.launch.runstate import DEFAULT_TARGET, FIT_STARTED_ENV, JobTarget, mark_status
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +48,7 @@ MAX_REQUEUES_WITHOUT_PROGRESS = 3
 USR2_GRACE_S = 3.0
 
 
-def resolve_target(target: str | Callable[[str, str], dict[str, Any]]) -> Callable[..., Any]:
+def resolve_target(target: JobTarget) -> Any:
     """``"package.module:function"`` -> the function (imported on the compute node)."""
     if callable(target):
         return target
@@ -149,21 +144,17 @@ class TrainRun(submitit.helpers.Checkpointable):
     """One run of the plan, as a requeueable submitit job.
 
     Holds only paths and counters, so the pickle submitit re-dumps at each requeue stays tiny;
-    all training state lives in the OLMo-core checkpoint folder.
+    all training state lives in the OLMo-core checkpoint folder. The run's plan entry is read
+    (``Plan.load``, typed) on the compute node at every start: a plan that does not validate
+    fails the run with the one-line reason in its status.json.
     """
 
     def __init__(
-        self,
-        plan_path: str,
-        run_id: str,
-        results_dir: str,
-        gpus_per_node: int = 0,
-        target: str | Callable[[str, str], dict[str, Any]] = DEFAULT_TARGET,
+        self, plan_path: str, run_id: str, results_dir: str, target: JobTarget = DEFAULT_TARGET
     ) -> None:
         self.plan_path = str(plan_path)
         self.run_id = run_id
         self.results_dir = str(results_dir)
-        self.gpus_per_node = gpus_per_node
         self.target = target
         self.attempt = 0
         self.requeues = 0
@@ -173,11 +164,15 @@ class TrainRun(submitit.helpers.Checkpointable):
         self._signals: list[str] = []  # signals that reached this class's own handlers
 
     @property
-    def run_dir(self) -> Path:
-        return Path(self.results_dir) / "runs" / self.run_id
+    def run_dir(self) -> RunDir:
+        return ResultsDir(self.results_dir).run(self.run_id)
+
+    def entry(self) -> RunEntry:
+        """This run's plan entry, validated."""
+        return Plan.load(self.plan_path).run(self.run_id)
 
     def cancel_requested(self) -> bool:
-        return (self.run_dir / CANCEL_MARKER).exists()
+        return self.run_dir.cancel_marker.exists()
 
     def __call__(self) -> dict[str, Any]:
         # Slurm's own requeues rerun the same pickle: count them from SLURM_RESTART_COUNT.
@@ -203,7 +198,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         signal.signal(signal.SIGTERM, self._outside_training)
         submitit_usr2 = signal.getsignal(signal.SIGUSR2)
         try:
-            setup_distributed_env(self.gpus_per_node)
+            setup_distributed_env(self.entry().topology.gpus_per_node)
             result = resolve_target(self.target)(self.plan_path, self.run_id)
         except Exception as err:
             # Errors before the training job could write its own status (bad plan entry, import
@@ -213,7 +208,7 @@ class TrainRun(submitit.helpers.Checkpointable):
                 why = f"{type(err).__name__}: {lines[0] if lines else ''}"[:500]
                 if not os.environ.get(FIT_STARTED_ENV):
                     why = f"failed before training started: {why}"
-                mark_status(self.run_dir / "status.json", state="failed", reason=why)
+                mark_status(self.run_dir.status, state="failed", reason=why)
             raise
         if not isinstance(result, dict):
             result = {"state": "failed", "reason": f"job returned {type(result).__name__}"}
@@ -248,9 +243,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             return self._cancelled(result, rank == 0, decision.reason)
         if decision.action in ("slurm", "stop"):
             if rank == 0:
-                mark_status(
-                    self.run_dir / "status.json", state="interrupted", reason=decision.reason
-                )
+                mark_status(self.run_dir.status, state="interrupted", reason=decision.reason)
             return result
         step = int(result.get("step") or 0)
         if step <= self.last_step:
@@ -261,7 +254,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         if self.stalled_requeues >= MAX_REQUEUES_WITHOUT_PROGRESS:
             if rank == 0:
                 mark_status(
-                    self.run_dir / "status.json",
+                    self.run_dir.status,
                     state="failed",
                     reason=f"interrupted {self.stalled_requeues} times without progress",
                 )
@@ -274,7 +267,7 @@ class TrainRun(submitit.helpers.Checkpointable):
                 submitit_usr2(signal.SIGUSR2, None)
             except submitit.core.utils.UncompletedJobError as err:
                 mark_status(
-                    self.run_dir / "status.json",
+                    self.run_dir.status,
                     state="failed",
                     reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
                 )
@@ -287,7 +280,7 @@ class TrainRun(submitit.helpers.Checkpointable):
 
     def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
         if rank0:
-            mark_status(self.run_dir / "status.json", state="cancelled", reason=reason)
+            mark_status(self.run_dir.status, state="cancelled", reason=reason)
         return {**result, "state": "cancelled"}
 
     def _outside_training(self, signum: int, frame: Any) -> None:
@@ -309,7 +302,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         )
         if os.environ.get("RANK", "0") == "0":
             state = "cancelled" if decision.action == "cancel" else "interrupted"
-            mark_status(self.run_dir / "status.json", state=state, reason=decision.reason)
+            mark_status(self.run_dir.status, state=state, reason=decision.reason)
         raise SystemExit(0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:

@@ -4,28 +4,56 @@ Layout::
 
     {"schema": 1, "spec_name": ..., "spec_sha256": ..., "updated": ISO,
      "runs": {run_id: {"executor": "slurm|local", "state": ..., "attempts": n,
-                       "job_ids": [..], "jobs": [{"job_id", "executor", "submitted", "attempt"}],
-                       "updated": ISO, "reason": str|None}}}
+                       "job_ids": [..], "jobs": [{"job_id", "executor", "submitted", "attempt",
+                                                  "host" (local jobs)}],
+                       "updated": ISO, "reason": str|None,
+                       "owner_pid", "host" (runs queued by a local `submit`)}}}
 
 Every read-decide-write happens under ``file_lock(results/<spec>/.ledger.lock)`` (see
 ``Ledger.locked``) and every write is atomic, so two concurrent `submit` calls serialize and a
-reader never sees half a file.
+reader never sees half a file. The ledger is launch's own record (no other stage reads it): the
+rest of launch reads it through :meth:`Ledger.record` (typed), the dict keys live only here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 
-LEDGER_FILE = "ledger.json"
+#: Held for every read-decide-write of the ledger (launch's own file, next to ledger.json).
 LOCK_FILE = ".ledger.lock"
 SCHEMA = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRecord:
+    """One job the ledger recorded for a run."""
+
+    job_id: str
+    executor: str  # "slurm" | "local"
+    #: Local jobs: the machine that started them (their pid means nothing on another one).
+    host: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What the ledger knows of one run: the launcher's side of its state."""
+
+    executor: str | None
+    state: str | None
+    attempts: int
+    reason: str | None
+    #: Runs queued by a local `submit`: that process (the queue dies with it).
+    owner_pid: int | None
+    last_job: JobRecord | None
 
 
 def now_iso() -> str:
@@ -35,20 +63,20 @@ def now_iso() -> str:
 class Ledger:
     """In-memory view of ledger.json; mutate only inside ``Ledger.locked``."""
 
-    def __init__(self, results_dir: Path, data: dict[str, Any]) -> None:
-        self.results_dir = results_dir
+    def __init__(self, results: ResultsDir, data: dict[str, Any]) -> None:
+        self.results = results
         self.data = data
 
     @property
     def path(self) -> Path:
-        return self.results_dir / LEDGER_FILE
+        return self.results.ledger
 
     @classmethod
-    def read(cls, results_dir: Path) -> Ledger:
+    def read(cls, results: ResultsDir) -> Ledger:
         """Read without the lock (for `status`): atomic writes make this safe."""
-        path = results_dir / LEDGER_FILE
+        path = results.ledger
         if not path.exists():
-            return cls(results_dir, {"schema": SCHEMA, "spec_sha256": None, "runs": {}})
+            return cls(results, {"schema": SCHEMA, "spec_sha256": None, "runs": {}})
         try:
             data = read_json(path)
         except (OSError, ValueError) as err:
@@ -57,14 +85,14 @@ class Ledger:
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
             raise UserError(f"{path}: field `runs` is missing; move the file aside to start over")
-        return cls(results_dir, data)
+        return cls(results, data)
 
     @classmethod
     @contextlib.contextmanager
-    def locked(cls, results_dir: Path) -> Iterator[Ledger]:
+    def locked(cls, results: ResultsDir) -> Iterator[Ledger]:
         """Hold the ledger lock for a whole read-decide-write; saves on clean exit."""
-        with file_lock(results_dir / LOCK_FILE):
-            ledger = cls.read(results_dir)
+        with file_lock(results.root / LOCK_FILE):
+            ledger = cls.read(results)
             yield ledger
             ledger.save()
 
@@ -80,13 +108,43 @@ class Ledger:
     def entry(self, run_id: str) -> dict[str, Any] | None:
         return self.runs.get(run_id)
 
-    def last_job(self, run_id: str) -> dict[str, Any] | None:
+    def record(self, run_id: str) -> RunRecord | None:
+        """The run's entry, typed (None: never submitted, or forgotten by --redo)."""
         entry = self.entry(run_id)
-        if not entry or not entry.get("jobs"):
+        if entry is None:
             return None
-        return entry["jobs"][-1]
+        jobs = entry.get("jobs") or []
+        last = jobs[-1] if jobs else None
+        owner = entry.get("owner_pid")
+        return RunRecord(
+            executor=entry.get("executor"),
+            state=entry.get("state"),
+            attempts=int(entry.get("attempts", 0)),
+            reason=entry.get("reason"),
+            owner_pid=int(owner) if owner else None,
+            last_job=None
+            if last is None
+            else JobRecord(str(last["job_id"]), str(last["executor"]), last.get("host")),
+        )
 
-    def record_submission(self, run_id: str, job_id: str, executor: str, state: str) -> None:
+    def mark_queued(self, run_id: str, owner_pid: int, host: str) -> None:
+        """A local `submit` (process ``owner_pid`` on ``host``) holds the run in its queue."""
+        entry = self.runs.setdefault(
+            run_id, {"executor": "local", "attempts": 0, "job_ids": [], "jobs": []}
+        )
+        entry.update(
+            executor="local",
+            state="queued",
+            owner_pid=owner_pid,
+            reason=None,
+            updated=now_iso(),
+            host=host,
+        )
+
+    def record_submission(
+        self, run_id: str, job_id: str, executor: str, state: str, host: str | None = None
+    ) -> None:
+        """A job was started for the run (``host``: the machine, for local jobs)."""
         entry = self.runs.setdefault(
             run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
         )
@@ -95,14 +153,15 @@ class Ledger:
         entry["state"] = state
         entry["reason"] = None
         entry.setdefault("job_ids", []).append(job_id)
-        entry.setdefault("jobs", []).append(
-            {
-                "job_id": job_id,
-                "executor": executor,
-                "submitted": now_iso(),
-                "attempt": entry["attempts"],
-            }
-        )
+        job = {
+            "job_id": job_id,
+            "executor": executor,
+            "submitted": now_iso(),
+            "attempt": entry["attempts"],
+        }
+        if host is not None:
+            job["host"] = host
+        entry.setdefault("jobs", []).append(job)
         entry["updated"] = now_iso()
 
     def set_state(self, run_id: str, state: str, reason: str | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from olmoablate.console import is_terminal, make_console, print_whole
+from olmoablate.launch.view import fmt_eta, fmt_tokens
 
 #: Seconds between two plain progress lines of the same run while only its step moves.
 PLAIN_INTERVAL_S = 30.0
@@ -26,15 +27,13 @@ def _num(v: Any, fmt: str) -> str:
 
 def plain_line(view: Any) -> str:
     """One run as a single ``key=value`` line: whole values, no colour, no padding."""
-    from olmoablate.launch.launcher import _fmt_eta, _fmt_tokens
-
     step = f"{view.step if view.step is not None else '-'}/{view.total_steps or '-'}"
-    eta = _fmt_eta(view.eta_s) if view.state in ("running", "pending") else "-"
+    eta = fmt_eta(view.eta_s) if view.state in ("running", "pending") else "-"
     fields = [
         ("run", view.run_id),
         ("state", view.state),
         ("step", step),
-        ("tokens", _fmt_tokens(view.tokens)),
+        ("tokens", fmt_tokens(view.tokens)),
         ("loss", _num(view.last_loss, ".4f")),
         ("tok/s", _num(view.tokens_per_s, ",.0f")),
         ("ETA", eta),
@@ -48,7 +47,7 @@ def plain_line(view: Any) -> str:
 
 
 class Progress:
-    """Shows ``views()`` (a list of launcher RunViews) while a local pool trains.
+    """Shows ``views()`` (a list of ``launch.reconcile.RunView``) while a local pool trains.
 
     ``table(views)`` renders the table (the same one `status` prints). ``live`` forces the
     form (tests); by default it is a live table iff stdout is a terminal.

@@ -10,11 +10,8 @@ command that resumes it, because that is what the user wants to do next. No torc
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from olmoablate.launch.resolve import run_dir
-from olmoablate.launch.runstate import latest_checkpoint_step
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.launch.runstate import OwnStatus, latest_checkpoint_step
 
 #: States that carry a reason line (live and finished-good runs speak for themselves).
 EXPLAINED_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", "unknown"})
@@ -44,11 +41,11 @@ def exit_text(record: dict[str, str]) -> str:
     return "exit code 0"
 
 
-def resume_hint(results_dir: Path, run_id: str, state: str) -> str:
+def resume_hint(results: ResultsDir, run_id: str, state: str) -> str:
     """Where the run resumes and the command that does it."""
-    step = latest_checkpoint_step(run_dir(results_dir, run_id) / "checkpoints")
+    step = latest_checkpoint_step(results.run(run_id).checkpoints)
     flag = " --retry-failed" if state == "failed" else ""
-    cmd = f"olmoablate submit {results_dir}{flag}"
+    cmd = f"olmoablate submit {results.root}{flag}"
     if state == "diverged":
         return ""  # final: never retried (use --redo to start over)
     if step is None:
@@ -57,10 +54,10 @@ def resume_hint(results_dir: Path, run_id: str, state: str) -> str:
 
 
 def reason_for(
-    results_dir: Path,
+    results: ResultsDir,
     run_id: str,
     state: str,
-    own: dict[str, Any],
+    own: OwnStatus,
     sacct: dict[str, str] | None,
     ledger_reason: str | None,
 ) -> str | None:
@@ -71,18 +68,17 @@ def reason_for(
     """
     if state not in EXPLAINED_STATES:
         return None
-    own_state = own.get("state")
-    step = own.get("step")
-    at = f" at step {step}" if isinstance(step, int) and step > 0 else " before training started"
+    step = own.step
+    at = f" at step {step}" if step is not None and step > 0 else " before training started"
     cause: str | None = None
-    if own_state == state or (own_state in OWN_FINAL_STATES and own.get("reason")):
-        cause = own.get("reason")
+    if own.state == state or (own.state in OWN_FINAL_STATES and own.reason):
+        cause = own.reason
     if cause is None and sacct is not None and sacct.get("State"):
         # The job ended outside the training loop: Slurm's word.
         slurm_state = str(sacct["State"]).split()[0]
         cause = f"{slurm_state}, {exit_text(sacct)}{at}"
     if cause is None:
-        cause = own.get("reason") or ledger_reason
+        cause = own.reason or ledger_reason
     if cause is None:
         cause = f"job ended{at} without a final state"
-    return f"{cause}{resume_hint(results_dir, run_id, state)}"
+    return f"{cause}{resume_hint(results, run_id, state)}"

@@ -1,4 +1,4 @@
-"""Slurm side of the launcher: sbatch parameters from a plan run, rendering, sacct, scancel.
+"""Slurm side of the launcher: sbatch parameters from a plan run, rendering, squeue, sacct, scancel.
 
 The sbatch script is always rendered by submitit's own ``_make_sbatch_string`` from the same
 parameter dict we give ``SlurmExecutor.update_parameters``, so `--dry-run` shows exactly what a
@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.schema import Topology
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, write_json_atomic
 
@@ -27,62 +30,41 @@ SACCT_FIELDS = "JobID,State,ExitCode,DerivedExitCode,Elapsed,Start,End,NodeList"
 CMD_TIMEOUT_S = 30
 
 
-def slurm_setting(run: dict[str, Any], key: str) -> Any:
-    """``run["slurm"][key]``, or the spec schema's default when the plan lacks it.
-
-    The default lives in one place (``olmoablate.contract.schema.Slurm``); a value the plan gives is
-    used as is, 0 included (``max_num_timeout: 0`` = never requeue after a timeout).
-    """
-    value = (run.get("slurm") or {}).get(key)
-    if value is not None:
-        return value
-    from olmoablate.contract.schema import Slurm
-
-    return Slurm.model_fields[key].default
-
-
-def tasks_per_node(run: dict[str, Any]) -> int:
+def tasks_per_node(topology: Topology) -> int:
     """One task per GPU; on CPU-only topologies one task per CPU process (gloo DDP)."""
-    topo = run.get("topology") or {}
-    gpus = int(topo.get("gpus_per_node") or 0)
-    return gpus if gpus > 0 else max(1, int(topo.get("cpu_processes") or 1))
+    return topology.gpus_per_node if topology.gpus_per_node > 0 else topology.cpu_processes
 
 
-def sbatch_parameters(run: dict[str, Any], job_name: str) -> dict[str, Any]:
+def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
     """Map a plan run's `topology`/`slurm` blocks to submitit SlurmExecutor parameters.
 
     Names are sbatch-native (submitit's `_make_sbatch_string` arguments) so the same dict serves
-    the real executor and the dry-run renderer.
+    the real executor and the dry-run renderer. Every value is the plan's (the spec's defaults
+    were applied by `plan`, from contract/schema.py): nothing here has a default of its own.
     """
-    topo = run.get("topology") or {}
-    slurm = run.get("slurm") or {}
-    gpus = int(topo.get("gpus_per_node") or 0)
+    topo, slurm = run.topology, run.slurm
     params: dict[str, Any] = {
         "job_name": job_name,
-        "time": int(slurm.get("time_min") or 60),
-        "nodes": int(topo.get("nodes") or 1),
-        "ntasks_per_node": tasks_per_node(run),
-        "signal_delay_s": int(slurm_setting(run, "signal_delay_s")),
+        "time": slurm.time_min,
+        "nodes": topo.nodes,
+        "ntasks_per_node": tasks_per_node(topo),
+        "signal_delay_s": slurm.signal_delay_s,
     }
-    if gpus > 0:
-        params["gpus_per_node"] = gpus
-    if slurm.get("cpus_per_task"):
-        params["cpus_per_task"] = int(slurm["cpus_per_task"])
+    if topo.gpus_per_node > 0:
+        params["gpus_per_node"] = topo.gpus_per_node
+    if slurm.cpus_per_task:
+        params["cpus_per_task"] = slurm.cpus_per_task
     for key in ("partition", "account", "qos", "constraint"):
-        if slurm.get(key):
-            params[key] = str(slurm[key])
-    if slurm.get("exclusive"):
+        if value := getattr(slurm, key):
+            params[key] = value
+    if slurm.exclusive:
         params["exclusive"] = True
-    if slurm.get("mem_gb"):
-        mem = float(slurm["mem_gb"])
-        params["mem"] = f"{int(mem)}GB" if mem == int(mem) else f"{int(mem * 1024)}MB"
-    extra = slurm.get("extra") or {}
-    if extra:
-        params["additional_parameters"] = {str(k): v for k, v in extra.items()}
-    setup = [f"export {k}={v}" for k, v in job_env(run).items()]
-    setup += [
-        str(line) for line in slurm.get("setup") or []
-    ]  # the spec's own lines (module load...)
+    if slurm.mem_gb:
+        params["mem"] = f"{slurm.mem_gb}GB"
+    if slurm.extra:
+        params["additional_parameters"] = dict(slurm.extra)
+    # The job's environment first, then the spec's own lines (module load...).
+    setup = [f"export {k}={v}" for k, v in job_env(run).items()] + list(slurm.setup)
     if setup:
         params["setup"] = setup
     return params
@@ -99,19 +81,27 @@ CPU_MALLOC_ENV: dict[str, str] = {
 }
 
 
-def job_env(run: dict[str, Any]) -> dict[str, str]:
+def job_env(run: RunEntry) -> dict[str, str]:
     """Environment a run's job process needs before Python starts (glibc reads it at start-up).
 
     Threads per process come from the plan (reproducible CPU numbers); CPU runs get the malloc
     settings above. GPU runs keep the defaults.
     """
-    env: dict[str, str] = {}
-    threads = (run.get("training") or {}).get("threads")
-    if threads:
-        env["OMP_NUM_THREADS"] = str(int(threads))
-    if int((run.get("topology") or {}).get("gpus_per_node") or 0) == 0:
+    env = {"OMP_NUM_THREADS": str(run.training.threads)}
+    if run.topology.gpus_per_node == 0:
         env.update(CPU_MALLOC_ENV)
     return env
+
+
+def slurm_executor(folder: Path, run: RunEntry, params: dict[str, Any]) -> Any:
+    """submitit's SlurmExecutor for one job array: ``params`` from :func:`sbatch_parameters`,
+    the timeout requeue budget from the plan run (``max_num_timeout: 0`` = never requeue after a
+    timeout; submitit's own default of 3 never applies)."""
+    import submitit
+
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=run.slurm.max_num_timeout)
+    ex.update_parameters(**params)
+    return ex
 
 
 def submitit_command(folder: Path) -> str:
@@ -197,8 +187,13 @@ def parse_sacct(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
+def sacct_cache(results: ResultsDir) -> Path:
+    """Where the sacct answers of one results folder are cached (launch's own file)."""
+    return results.root / SACCT_CACHE
+
+
 def sacct_states(
-    results_dir: Path, job_ids: list[str], max_age_s: float = 10.0
+    results: ResultsDir, job_ids: list[str], max_age_s: float = 10.0
 ) -> dict[str, dict[str, str]] | None:
     """One sacct call for all `job_ids`, cached for `max_age_s`. None when sacct is unavailable.
 
@@ -206,7 +201,7 @@ def sacct_states(
     """
     if not job_ids:
         return {}
-    cache_path = results_dir / SACCT_CACHE
+    cache_path = sacct_cache(results)
     key = ",".join(sorted(set(job_ids)))
     try:
         cache = read_json(cache_path)
@@ -233,8 +228,8 @@ def sacct_states(
     return records
 
 
-def invalidate_sacct_cache(results_dir: Path) -> None:
-    (results_dir / SACCT_CACHE).unlink(missing_ok=True)
+def invalidate_sacct_cache(results: ResultsDir) -> None:
+    sacct_cache(results).unlink(missing_ok=True)
 
 
 def scontrol_job(job_id: str) -> dict[str, str] | None:
@@ -261,13 +256,31 @@ def scontrol_job(job_id: str) -> dict[str, str] | None:
     return record
 
 
-def squeue_state(job_id: str) -> str | None:
-    """Live state from the controller (no accounting lag); None when the job left the queue."""
-    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+def squeue_states(job_ids: list[str]) -> dict[str, str] | None:
+    """Live states of our jobs from the controller in one call (no accounting lag); None if it
+    cannot be asked. Jobs that left the queue are absent."""
+    if not job_ids or shutil.which("squeue") is None:
+        return {} if job_ids == [] else None
+    try:
+        proc = subprocess.run(
+            ["squeue", "-h", "-a", "-r", "-o", "%i|%T"],
+            capture_output=True,
+            text=True,
+            timeout=CMD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return None
     if proc.returncode != 0:
         return None
-    states = [s.strip() for s in proc.stdout.splitlines() if s.strip()]
-    return states[0] if states else None
+    wanted = set(job_ids)
+    out: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        jid, _, state = line.strip().partition("|")
+        for one in _expand_array_ids(jid):
+            if one in wanted:
+                out[one] = state
+    return out
 
 
 def scancel(job_id: str, graceful: bool) -> None:

@@ -44,7 +44,7 @@ from olmo_core.nn.attention import Attention, AttentionConfig, AttentionType
 from olmo_core.nn.attention.base import SequenceMixer
 from olmo_core.nn.buffer_cache import BufferCache
 
-from olmoablate.models.arch import DepthAttentionSettings
+from olmoablate.contract.arch import DepthAttention as DepthAttentionBlock
 
 
 def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
@@ -67,7 +67,7 @@ _PLANS: dict[tuple[int, int], tuple[object, tuple[tuple[int, ...], ...], frozens
 
 
 def depth_plan(
-    settings: DepthAttentionSettings, depth: int
+    settings: DepthAttentionBlock, depth: int
 ) -> tuple[tuple[tuple[int, ...], ...], frozenset[int]]:
     """(S_l for l < depth, the layers some later layer reads), memoized per settings object:
     the model asks once per layer per forward, i.e. per decoded token."""
@@ -81,7 +81,7 @@ def depth_plan(
     return hit[1], hit[2]
 
 
-def read_later(settings: DepthAttentionSettings, depth: int) -> frozenset[int]:
+def read_later(settings: DepthAttentionBlock, depth: int) -> frozenset[int]:
     """Layers whose (k, ṽ) some later layer of a ``depth``-layer forward mixes in."""
     return depth_plan(settings, depth)[1]
 
@@ -105,7 +105,7 @@ def mix_values(
 
     Training (grad enabled): per-source loops instead of one stacked tensor, since autograd
     would save a stacked copy of every source key/value once more per layer (memory and
-    bandwidth, pitfall B.4.6). Without grad (decoding, evaluation) nothing is saved, and the
+    bandwidth). Without grad (decoding, evaluation) nothing is saved, and the
     stacked form (:func:`mix_values_stacked`) does the same arithmetic in a fixed handful of
     operators whatever the source count, which is what bounds per-token decode latency.
     """
@@ -190,7 +190,7 @@ class DepthState:
     every layer's (k, ṽ)); layers that no later layer reads are not kept.
     """
 
-    def __init__(self, settings: DepthAttentionSettings, depth: int | None = None) -> None:
+    def __init__(self, settings: DepthAttentionBlock, depth: int | None = None) -> None:
         self.settings = settings
         self.plan, self.read = depth_plan(settings, depth) if depth is not None else ((), None)
         self.keys: dict[int, torch.Tensor] = {}

@@ -13,14 +13,9 @@ from typing import Any
 
 from olmoablate.io import write_json_atomic
 from olmoablate.report.collect import Results
-from olmoablate.report.compare import (
-    PairResult,
-    SizeRow,
-    compare_pair,
-    consistency,
-    evidence_for,
-)
+from olmoablate.report.compare import PairResult, compare_pair
 from olmoablate.report.evalcover import coverage_lines
+from olmoablate.report.evidence import SizeRow, consistency, evidence_for
 from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
@@ -70,12 +65,12 @@ class Report:
         g = self.results.gate
         return {
             "name": self.gate_name,
-            "variant": g.get("variant"),
+            "variant": g.variant,
             "spec": self.results.spec_name,
             "stage": self.stage,
-            "rule": g["rule"],
-            "metric": g["metric"],
-            "direction": g["direction"],
+            "rule": g.rule,
+            "metric": g.metric,
+            "direction": g.direction,
             "verdict": self.verdict,
             "primary_variant": self.primary,
             "reasons": self.reasons,
@@ -118,7 +113,7 @@ class Report:
             "next_steps": self.next_steps,
             "notes": self.notes,
             "eval_coverage": self.eval_lines,
-            "gate_sha256": self.results.plan.get("gate_sha256"),
+            "gate_sha256": self.results.plan.gate_sha256,
         }
 
 
@@ -132,11 +127,9 @@ def _ordered_unique(items: list[str]) -> list[str]:
 def build(results: Results) -> Report:
     """Compare all pairs and evaluate the gate at ``gate.stage``."""
     g = results.gate
-    stage = str(g["stage"])
-    reference = g.get("reference")
-    sizes = _ordered_unique(
-        [str(r.get("size")) for r in results.plan["runs"] if isinstance(r, dict)]
-    )
+    stage = g.stage
+    reference = g.reference
+    sizes = _ordered_unique([r.size for r in results.plan.runs])
     pair_results: list[PairResult] = []
     for p in results.pairs:
         r = compare_pair(results, p)
@@ -145,8 +138,8 @@ def build(results: Results) -> Report:
     at_stage = [r for r in pair_results if r.size == stage]
     variants = _ordered_unique([r.variant_name for r in at_stage])
     non_ref = [v for v in variants if v != reference]
-    if g.get("variant"):
-        primary: str | None = str(g["variant"])
+    if g.variant:
+        primary: str | None = g.variant
         family = [primary]
         exploratory = [v for v in non_ref if v != primary and v not in results.other_gated]
     else:
@@ -158,7 +151,7 @@ def build(results: Results) -> Report:
         ev: list[PairEvidence] = []
         for r in mine:
             ref_pair = None
-            if g["rule"] == "quality_per_param":
+            if g.rule == "quality_per_param":
                 ref_pair = next(
                     (
                         x
@@ -171,7 +164,7 @@ def build(results: Results) -> Report:
                 )
             e = evidence_for(r, results, ref_pair)
             e.timing = pair_timing(results, r)
-            if g["rule"] == "quality_per_param" and ref_pair is None:
+            if g.rule == "quality_per_param" and ref_pair is None:
                 e.valid = False
                 e.invalid_reasons.append(
                     f"no pair of reference variant {reference!r} for seed {r.seed} at {stage}"
@@ -190,7 +183,7 @@ def build(results: Results) -> Report:
     size_rows, consistent = consistency(
         pair_results, results, sizes, {stage: noise} if noise is not None else None
     )
-    notes = _tradeoff_notes(at_stage, family, reference) if g["rule"] == "quality_per_param" else []
+    notes = _tradeoff_notes(at_stage, family, reference) if g.rule == "quality_per_param" else []
     report = Report(
         results,
         pair_results,
@@ -234,17 +227,19 @@ def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any
         if pair is None:
             continue
         ve, be = pair.variant.entry, pair.baseline.entry
-        re_ = ref.variant.entry if ref is not None else {}
+        re_ = ref.variant.entry if ref is not None else None
+        ref_params = re_.unique_params if re_ is not None else None
+        ref_flops = re_.total_train_flops if re_ is not None else None
         notes.append(
-            f"{v}: unique parameters {_num_txt(ve.get('unique_params'))} = "
-            f"{_ratio_txt(ve.get('unique_params'), re_.get('unique_params'))} of reference "
-            f"{reference!r}, {_ratio_txt(ve.get('unique_params'), be.get('unique_params'))} of "
+            f"{v}: unique parameters {_num_txt(ve.unique_params)} = "
+            f"{_ratio_txt(ve.unique_params, ref_params)} of reference "
+            f"{reference!r}, {_ratio_txt(ve.unique_params, be.unique_params)} of "
             "the depth-matched baseline"
         )
         notes.append(
-            f"{v}: training FLOPs {_num_txt(ve.get('total_train_flops'))} = "
-            f"{_ratio_txt(ve.get('total_train_flops'), re_.get('total_train_flops'))} of reference "
-            f"{reference!r}, {_ratio_txt(ve.get('total_train_flops'), be.get('total_train_flops'))} "
+            f"{v}: training FLOPs {_num_txt(ve.total_train_flops)} = "
+            f"{_ratio_txt(ve.total_train_flops, ref_flops)} of reference "
+            f"{reference!r}, {_ratio_txt(ve.total_train_flops, be.total_train_flops)} "
             "of the baseline (compute is not saved by sharing parameters)"
         )
     return notes
@@ -256,7 +251,7 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         return
     results = report.results
     g = results.gate
-    promote = [str(s) for s in (g.get("promote_to") or [])]
+    promote = list(g.promote_to)
     if not promote:
         report.next_steps.append("gate.promote_to is empty: no next size to plan")
         return
@@ -266,32 +261,32 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         for v in report.variant_verdicts
         if v.verdict == PROCEED and v.role != "exploratory"
     )
-    if g.get("reference"):
-        keep_arms.add(str(g["reference"]))
-    runs = [
-        r
-        for r in results.plan["runs"]
-        if isinstance(r, dict) and r.get("size") in promote and r.get("arm") in keep_arms
-    ]
-    pairs = [p for p in results.pairs if p.get("size") in promote and p.get("variant") in keep_arms]
-    present = _ordered_unique([str(r.get("size")) for r in runs])
+    if g.reference:
+        keep_arms.add(g.reference)
+    plan = results.plan
+    runs = [r for r in plan.runs if r.size in promote and r.arm in keep_arms]
+    pairs = [p for p in plan.pairs if p.size in promote and p.variant in keep_arms]
+    present = _ordered_unique([r.size for r in runs])
     missing = [s for s in promote if s not in present]
+    head = plan.as_json()
+    if plan.gate_name is not None:  # a view of one gate of several: name its spec block
+        head["gate_name"] = plan.gate_name
     next_plan = {
-        **results.plan,
-        "runs": runs,
-        "pairs": pairs,
+        **head,
+        "runs": [r.as_json() for r in runs],
+        "pairs": [p.model_dump(mode="json") for p in pairs],
         "promoted_from": {
             "stage": report.stage,
             "verdict": report.verdict,
             "variants": sorted(keep_arms - {"baseline"}),
-            "gate_sha256": results.plan.get("gate_sha256"),
+            "gate_sha256": plan.gate_sha256,
         },
         "missing_sizes": missing,
     }
     path = out_dir / "next_plan.json"
     write_json_atomic(path, next_plan)
     report.next_plan_path = path
-    spec = str(results.plan.get("spec_path") or results.spec_name)
+    spec = plan.spec_path or results.spec_name
     for s in present:
         report.next_steps.append(f"olmoablate submit {shlex.quote(spec)} --size {shlex.quote(s)}")
     if missing:

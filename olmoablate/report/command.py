@@ -53,12 +53,12 @@ def report_command(
         )
     from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.gates import build_all, write_next_plans
-    from olmoablate.report.render import print_terminal, write_all
+    from olmoablate.report.writers import print_terminal, write_all
 
-    root = resolve_results_dir(spec, results_root)
-    results = collect(root, use_cache=not no_cache)
+    layout = resolve_results_dir(spec, results_root)
+    results = collect(layout, use_cache=not no_cache)
     report = build_all(results)  # one report per pre-registered gate (`gates:`), first in front
-    out_dir = Path(out) if out else root
+    out_dir = Path(out) if out else layout.root
     write_next_plans(report, out_dir)
     written = write_all(report, out_dir, formats)
     print_terminal(report, written)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
 from olmoablate.report.collect import Results
 
 
@@ -38,11 +38,10 @@ def coverage(results: Results) -> list[ArmCoverage]:
     for rd in results.runs.values():
         if rd.metrics is None:
             continue
-        size, arm = str(rd.entry.get("size")), str(rd.entry.get("arm"))
-        sets = ((rd.entry.get("evaluation") or {}).get("lm_sets") or {}).keys()
-        for name in sets:
+        size, arm = rd.entry.size, rd.entry.arm
+        for name in rd.entry.evaluation.lm_sets:
             cov = out.setdefault((size, arm, name), ArmCoverage(size, arm, name))
-            ce = rd.column(f"eval/lm/{name}/CE loss")
+            ce = rd.column(names.lm_eval(name, "CE loss"))
             if ce is None:
                 continue
             ok = np.isfinite(ce)
@@ -50,7 +49,7 @@ def coverage(results: Results) -> list[ArmCoverage]:
                 continue
             cov.final_ce.append(float(ce[ok][-1]))
             cov.points += int(ok.sum())
-            tok = rd.column(f"eval/lm/{name}/tokens")
+            tok = rd.column(names.lm_eval(name, "tokens"))
             if tok is None or not np.isfinite(tok[ok]).all():
                 cov.missing_tokens = True
             else:
@@ -60,14 +59,16 @@ def coverage(results: Results) -> list[ArmCoverage]:
 
 def coverage_lines(results: Results) -> list[str]:
     """Human lines for the terminal and the markdown report (warnings start with WARNING)."""
-    facts: dict[str, Any] = results.plan.get("eval_sets") or {}
+    facts = results.plan.eval_sets
     lines: list[str] = []
     warnings: list[str] = []
     rows = coverage(results)
     for cov in rows:
-        fact = (facts.get(cov.size) or {}).get(cov.eval_set) or {}
-        scorable = fact.get("scored_tokens")
-        entropy = fact.get("unigram_entropy_nats")
+        # measured at plan time; a plan from before eval_sets existed has none
+        sets = facts[cov.size] if cov.size in facts else {}
+        fact = sets[cov.eval_set] if cov.eval_set in sets else None
+        scorable = fact.scored_tokens if fact is not None else None
+        entropy = fact.unigram_entropy_nats if fact is not None else None
         if not cov.final_ce:
             continue
         ce = sum(cov.final_ce) / len(cov.final_ce)

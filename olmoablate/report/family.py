@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import holm
 from olmoablate.report.gate import (
     INCONCLUSIVE,
@@ -19,8 +20,8 @@ from olmoablate.report.gate import (
     STOP,
     PairEvidence,
     VariantVerdict,
+    as_gate,
     evaluate_variant,
-    gate_config,
 )
 from olmoablate.report.noise import NoiseSource
 
@@ -70,7 +71,7 @@ class GateOutcome:
 
 
 def evaluate_gate(
-    cfg: Mapping[str, Any],
+    cfg: Gate | Mapping[str, Any],
     evidence: Mapping[str, Sequence[PairEvidence]],
     family: Sequence[str],
     exploratory: Sequence[str] = (),
@@ -84,7 +85,8 @@ def evaluate_gate(
     that survive it). ``exploratory`` variants are evaluated and shown, uncorrected, never
     promoted and never part of the headline.
     """
-    conf = float(gate_config(cfg)["confidence"])
+    cfg = as_gate(cfg)
+    conf = cfg.confidence
     fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in family]
     note = apply_holm(fam, conf)
     expl = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in exploratory]

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import p_above, seeds_needed
 from olmoablate.report.noise import (
     FLOOR,
@@ -37,38 +38,12 @@ __all__ = ["Estimate", "estimate"]
 
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
-#: Defaults of the spec schema's gate block (handle plans written before a key existed).
-GATE_DEFAULTS: dict[str, Any] = {
-    "stage": "1B",
-    "promote_to": [],
-    "rule": "quality",
-    "metric": "train/CE loss",
-    "direction": "lower",
-    "min_effect": 0.0,
-    "confidence": 0.95,
-    "last_n": 3,
-    "variant": None,
-    "reference": None,
-    "tolerance": 0.02,
-    "noise": {"floor": None, "measure": None},
-    "stability": {"max_loss_spikes": 3, "max_grad_norm": None, "allow_nonfinite": False},
-    "max_step_time_overhead": 0.10,
-    "max_peak_memory_overhead": 0.10,
-    "max_decode_latency_overhead": None,
-}
 
-
-def gate_config(raw: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The plan's gate block with the schema defaults filled in (nested blocks too)."""
-    cfg: dict[str, Any] = {
-        k: (dict(v) if isinstance(v, dict) else v) for k, v in GATE_DEFAULTS.items()
-    }
-    for key, value in (raw or {}).items():
-        if isinstance(value, Mapping) and isinstance(cfg.get(key), dict):
-            cfg[key] = {**cfg[key], **value}
-        else:
-            cfg[key] = value  # an explicit null disables a limit (e.g. max_step_time_overhead)
-    return cfg
+def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
+    """A gate block as the schema's model: a plan's (already a :class:`Gate`) or one written as
+    in a spec (a mapping; the schema fills the defaults, :mod:`olmoablate.contract.schema` is the
+    only place they live)."""
+    return gate if isinstance(gate, Gate) else Gate.model_validate(dict(gate))
 
 
 @dataclass
@@ -249,18 +224,18 @@ class VariantVerdict:
         }
 
 
-def stability_stops(health: ArmHealth, cfg: Mapping[str, Any], who: str) -> list[str]:
+def stability_stops(health: ArmHealth, cfg: Gate, who: str) -> list[str]:
     """Hard-stop reasons from one arm's stability record."""
-    stab = cfg.get("stability") or {}
+    stab = cfg.stability
     out: list[str] = []
-    limit = stab.get("max_loss_spikes")
-    if limit is not None and health.spikes > limit:
+    limit = stab.max_loss_spikes
+    if health.spikes > limit:
         out.append(f"{who}: {health.spikes} loss spikes > max_loss_spikes {limit}")
-    if health.nonfinite and not stab.get("allow_nonfinite", False):
+    if health.nonfinite and not stab.allow_nonfinite:
         out.append(f"{who}: non-finite loss/grad values (allow_nonfinite is false)")
     if health.diverged:
         out.append(f"{who}: run diverged (state {health.state or 'diverged'})")
-    gmax = stab.get("max_grad_norm")
+    gmax = stab.max_grad_norm
     if gmax is not None and health.max_grad_norm is not None and health.max_grad_norm > gmax:
         out.append(f"{who}: max grad norm {health.max_grad_norm:.4g} > max_grad_norm {gmax:g}")
     return out
@@ -269,7 +244,7 @@ def stability_stops(health: ArmHealth, cfg: Mapping[str, Any], who: str) -> list
 def evaluate_variant(
     variant: str,
     evidence: Sequence[PairEvidence],
-    cfg: Mapping[str, Any],
+    cfg: Gate | Mapping[str, Any],
     noise: NoiseSource | None = None,
     way_out: str = "",
 ) -> VariantVerdict:
@@ -278,10 +253,10 @@ def evaluate_variant(
     ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
     baselines are measured by the caller, `olmoablate.report.gate_inputs`).
     """
-    cfg = gate_config(cfg)
-    floor = (cfg.get("noise") or {}).get("floor")
+    cfg = as_gate(cfg)
+    floor = cfg.noise.floor
     if noise is None and floor is not None:
-        noise = floor_source(float(floor))
+        noise = floor_source(floor)
     reasons: list[str] = []
     stops: list[str] = []
     blockers: list[str] = []
@@ -291,7 +266,7 @@ def evaluate_variant(
             reasons.append(f"pair {p.pair_id} INVALID, excluded: {'; '.join(p.invalid_reasons)}")
     valid = [p for p in evidence if p.valid]
     if not valid:
-        blockers.append(f"no valid pair for variant {variant!r} at stage {cfg['stage']}")
+        blockers.append(f"no valid pair for variant {variant!r} at stage {cfg.stage}")
     for p in valid:
         stops.extend(f"pair {p.pair_id}: {r}" for r in stability_stops(p.variant, cfg, "variant"))
         base = stability_stops(p.baseline, cfg, "baseline")
@@ -307,8 +282,7 @@ def evaluate_variant(
     stops.extend(o_stops)
     blockers.extend(o_blockers)
     checks: list[QualityCheck] = []
-    conf, metric = float(cfg["confidence"]), str(cfg["metric"])
-    last_n = int(cfg["last_n"])
+    conf, metric, last_n = cfg.confidence, cfg.metric, cfg.last_n
     jit = [jitter(p.series_x, p.series, last_n) for p in valid]
     jit_known = [j for j in jit if j is not None]
     jitter_se = max((j.se_of_mean for j in jit_known), default=math.nan)
@@ -321,23 +295,21 @@ def evaluate_variant(
     )
     if valid:
         main = estimate([p.improvement for p in valid], conf, noise, jitter_se)
-        if cfg["rule"] == "quality_per_param":
+        if cfg.rule == "quality_per_param":
             ref = estimate([p.reference_improvement or [] for p in valid], conf, noise, jitter_se)
             checks.append(
                 quality_check(
-                    f"vs reference {cfg.get('reference')!r} (parameter-matched)",
+                    f"vs reference {cfg.reference!r} (parameter-matched)",
                     ref,
-                    float(cfg["min_effect"]),
+                    cfg.min_effect,
                     conf,
                     metric,
                     way_out,
                 )
             )
-            checks.append(tolerance_check(main, float(cfg["tolerance"]), conf, metric))
+            checks.append(tolerance_check(main, cfg.tolerance, conf, metric))
         else:
-            checks.append(
-                quality_check("vs baseline", main, float(cfg["min_effect"]), conf, metric, way_out)
-            )
+            checks.append(quality_check("vs baseline", main, cfg.min_effect, conf, metric, way_out))
     reasons.extend(stops)
     reasons.extend(blockers)
     reasons.extend(c.reason for c in checks)

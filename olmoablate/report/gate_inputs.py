@@ -8,41 +8,37 @@ module reads runs (A/A baselines, ledger, summaries) and turns them into those n
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
+from olmoablate.contract import metrics as names
+from olmoablate.contract.schema import Gate
 from olmoablate.io import read_json
 from olmoablate.report.collect import Results, RunData
-from olmoablate.report.compare import PairResult, _curve
+from olmoablate.report.compare import PairResult
 from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
-from olmoablate.report.overhead import ArmTiming, arm_timing
+from olmoablate.report.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
 
 
 def stage_baselines(results: Results, stage: str) -> list[RunData]:
     """Every baseline run at the stage size: the pairs' baselines and the A/A ones."""
-    return [
-        rd
-        for rd in results.runs.values()
-        if rd.entry.get("size") == stage and rd.entry.get("arm") == "baseline"
-    ]
+    return [rd for rd in results.runs.values() if rd.entry.size == stage and rd.entry.is_baseline]
 
 
-def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource | None, list[str]]:
+def noise_source(results: Results, cfg: Gate) -> tuple[NoiseSource | None, list[str]]:
     """The declared one-seed noise source (floor, or A/A baselines measured now) and notes."""
-    noise = cfg.get("noise") or {}
     notes: list[str] = []
-    if noise.get("floor") is not None:
-        return floor_source(float(noise["floor"])), notes
-    measure = noise.get("measure") or {}
-    if not measure.get("aa_seeds"):
+    if cfg.noise.floor is not None:
+        return floor_source(cfg.noise.floor), notes
+    measure = cfg.noise.measure
+    if measure is None:
         return None, notes
-    stage, metric = str(cfg["stage"]), str(cfg["metric"])
-    runs = [rd for rd in stage_baselines(results, stage) if len(_curve(rd, metric))]
-    want = int(measure["aa_seeds"]) + 1
+    stage, metric = cfg.stage, cfg.metric
+    runs = [rd for rd in stage_baselines(results, stage) if len(rd.curve(metric))]
+    want = measure.aa_seeds + 1
     have = len(stage_baselines(results, stage))
     if runs:  # matched tokens: only baselines that reached the furthest eval point
-        last = max(float(_curve(rd, metric).x[-1]) for rd in runs)
-        behind = [rd.run_id for rd in runs if float(_curve(rd, metric).x[-1]) < last]
+        last = max(float(rd.curve(metric).x[-1]) for rd in runs)
+        behind = [rd.run_id for rd in runs if float(rd.curve(metric).x[-1]) < last]
         if behind:
             notes.append(
                 f"A/A noise: {', '.join(behind)} not yet at {last:.4g} tokens; left out so the "
@@ -56,10 +52,10 @@ def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource 
         )
         return None, notes
     window = 0
-    if not metric.startswith("eval/"):
-        window = int((runs[0].entry.get("evaluation") or {}).get("interval") or 0)
-    curves = [(_curve(rd, metric).x, _curve(rd, metric).y) for rd in runs]
-    values = run_level_values(curves, int(cfg["last_n"]), window)
+    if not names.is_eval(metric):
+        window = runs[0].entry.evaluation.interval
+    curves = [(rd.curve(metric).x, rd.curve(metric).y) for rd in runs]
+    values = run_level_values(curves, cfg.last_n, window)
     src = aa_source(values, [rd.run_id for rd in runs])
     if src is not None and len(runs) < have:
         notes.append(f"A/A noise: {len(runs)} of {have} stage baselines have the metric so far")
@@ -67,20 +63,13 @@ def noise_source(results: Results, cfg: Mapping[str, Any]) -> tuple[NoiseSource 
 
 
 def _gpu_hours(results: Results, stage: str, arm: str) -> float | None:
-    hours = [
-        float(r["gpu_hours"])
-        for r in results.plan.get("runs", [])
-        if isinstance(r, dict)
-        and r.get("size") == stage
-        and r.get("arm") == arm
-        and isinstance(r.get("gpu_hours"), int | float)
-    ]
+    hours = [r.gpu_hours for r in results.plan.runs if r.size == stage and r.arm == arm]
     return hours[0] if hours else None
 
 
-def way_out(results: Results, cfg: Mapping[str, Any], variants: list[str]) -> str:
+def way_out(results: Results, cfg: Gate, variants: list[str]) -> str:
     """The cheapest ways to make a one-seed gate resolvable, priced from the plan."""
-    stage = str(cfg["stage"])
+    stage = cfg.stage
     base = _gpu_hours(results, stage, "baseline")
     var = sum(h for h in (_gpu_hours(results, stage, v) for v in variants) if h is not None)
     aa = f"+1 run, {base:.4g} GPU-h" if base else "+1 run"
@@ -98,7 +87,7 @@ def _ledger(results: Results) -> dict[str, Any]:
     memo = results.__dict__.setdefault("_ledger_memo", {})
     if "ledger" not in memo:
         try:
-            obj = read_json(results.root / "ledger.json")
+            obj = read_json(results.layout.ledger)
         except (OSError, ValueError):
             obj = {}
         memo["ledger"] = obj.get("runs", {}) if isinstance(obj, dict) else {}
@@ -108,7 +97,7 @@ def _ledger(results: Results) -> dict[str, Any]:
 def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
-    cols = {k: rd.column(k) for k in ("step_time_s", "step_cpu_time_s", "step_in_attempt")}
+    cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}
     led = _ledger(results).get(rd.run_id)
     return arm_timing(
         rd.run_id,
@@ -122,8 +111,8 @@ def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
 
 def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
     """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
-    gpus = int((res.baseline.entry.get("topology") or {}).get("gpus_per_node") or 0)
-    both_cpu = all(r.column("step_cpu_time_s") is not None for r in (res.baseline, res.variant))
+    gpus = res.baseline.entry.topology.gpus_per_node
+    both_cpu = all(r.column(CPU) is not None for r in (res.baseline, res.variant))
     use_cpu = gpus == 0 and both_cpu
     b = _timing(results, res.baseline, use_cpu)
     v = _timing(results, res.variant, use_cpu)

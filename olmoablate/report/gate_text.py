@@ -42,11 +42,11 @@ def statistics_lines(report: Report) -> list[str]:
 def gate_text(report: Report) -> str:
     g = report.results.gate
     txt = (
-        f"Variant `{g.get('variant') or '(all)'}`, stage **{report.stage}**, rule `{g['rule']}`, "
-        f"metric `{g['metric']}` ({g['direction']} is better), min_effect {g['min_effect']}, "
-        f"confidence {g['confidence']}, last_n {g['last_n']}"
-        + (f", reference `{g['reference']}`" if g.get("reference") else "")
-        + f"; pre-registered (sha256 {str(report.results.plan.get('gate_sha256'))[:12]})."
+        f"Variant `{g.variant or '(all)'}`, stage **{report.stage}**, rule `{g.rule}`, "
+        f"metric `{g.metric}` ({g.direction} is better), min_effect {g.min_effect}, "
+        f"confidence {g.confidence}, last_n {g.last_n}"
+        + (f", reference `{g.reference}`" if g.reference else "")
+        + f"; pre-registered (sha256 {str(report.results.plan.gate_sha256)[:12]})."
     )
     if report.notes:
         txt += " " + " ".join(f"{n}." for n in report.notes)
@@ -78,16 +78,16 @@ def gates_rows(report: Report) -> list[list[Any]]:
     for r in report.gates:
         g = r.results.gate
         v = next(
-            (x for x in r.variant_verdicts if x.variant == g.get("variant")),
+            (x for x in r.variant_verdicts if x.variant == g.variant),
             r.variant_verdicts[0] if r.variant_verdicts else None,
         )
         est = v.checks[0].estimate if v is not None and v.checks else None
         rows.append(
             [
                 r.gate_name,
-                v.variant if v is not None else g.get("variant"),
-                g["rule"],
-                g["metric"],
+                v.variant if v is not None else g.variant,
+                g.rule,
+                g.metric,
                 r.verdict.upper(),
                 est.mean if est else None,
                 est.lower if est else None,

@@ -11,21 +11,20 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from olmoablate.contract.gates import gate_views
+from olmoablate.contract.plan import Plan
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.collect import Results
-from olmoablate.report.gate import gate_config
+from olmoablate.report.collect import UNGATED, Results
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 
 
-def results_for_gate(results: Results, view: dict) -> Results:
+def results_for_gate(results: Results, view: Plan) -> Results:
     """``results`` deciding with the gate of ``view`` (a plan with that gate in ``gate``)."""
-    prereg = resolve_gate(view, results.root)
+    prereg = resolve_gate(view)
     out = dataclasses.replace(
         results,
         plan=view,
-        gate=gate_config(prereg.gate),
-        warnings=check_gate_unchanged(view, results.root) + prereg.warnings,
+        gate=prereg.gate or UNGATED,
+        warnings=check_gate_unchanged(view) + prereg.warnings,
     )
     out.prereg_broken = prereg.broken
     return out
@@ -33,7 +32,7 @@ def results_for_gate(results: Results, view: dict) -> Results:
 
 def build_all(results: Results) -> Report:
     """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
-    views = gate_views(results.plan)
+    views = results.plan.gate_views()
     if len(views) <= 1:
         report = build(results)
         report.gate_name = views[0][0] if views else "gate"
@@ -42,8 +41,7 @@ def build_all(results: Results) -> Report:
     reports = []
     # the variants (and references) of each gate: decided there, so not exploratory elsewhere
     gated = [
-        [str(x) for x in ((v.get("gate") or {}).get(k) for k in ("variant", "reference")) if x]
-        for _, v in views
+        [x for x in (v.gate.variant, v.gate.reference) if x] if v.gate else [] for _, v in views
     ]
     for i, (name, view) in enumerate(views):
         res = results if i == 0 else results_for_gate(results, view)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from olmoablate.io import WANDB_LINK_FILE as LINK_FILE
 from olmoablate.report.collect import Results
 
 
@@ -18,7 +17,7 @@ def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
     """run_id -> the W&B record of that run, for runs that logged to W&B."""
     out: dict[str, dict[str, Any]] = {}
     for rid, run in results.runs.items():
-        path = run.directory / LINK_FILE
+        path = run.dir.wandb
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -30,7 +29,7 @@ def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
 
 def wandb_section(
     results: Results,
-) -> tuple[str, str, list[tuple[list[str], list[list[Any]]]], list[str]] | None:
+) -> tuple[str, str, list[tuple[list[str], list[list[Any]]]]] | None:
     """The report's "W&B runs" section (None when no run logged to W&B)."""
     links = wandb_links(results)
     if not links:
@@ -45,4 +44,4 @@ def wandb_section(
         "One W&B run per arm (the same run across requeues); every metric is charted against "
         "`tokens`, and `train FLOPs` is logged for a compute axis."
     )
-    return ("W&B runs", text, [(["run", "arm", "group", "W&B id", "link"], rows)], [])
+    return ("W&B runs", text, [(["run", "arm", "group", "W&B id", "link"], rows)])

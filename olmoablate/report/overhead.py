@@ -23,8 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import t_ppf
 
+#: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
+#: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
 WALL, CPU = "step_time_s", "step_cpu_time_s"
 ATTEMPT = "step_in_attempt"
 #: Steps of every attempt (start or resume) that are warm-up; the training job's
@@ -47,18 +51,18 @@ class ArmTiming:
 
 def steady_steps(
     steps: np.ndarray,
-    entry: Mapping[str, Any],
     times: np.ndarray,
     in_attempt: np.ndarray | None = None,
+    *,
+    warmup_steps: int = 0,
+    intervals: Sequence[int] = (),
 ) -> tuple[np.ndarray, int]:
     """Times of steady-state steps (see module docstring) and how many steps were dropped.
 
     ``in_attempt`` (metrics ``step_in_attempt``): also drop the first steps after every resume.
+    ``intervals``: the eval and checkpoint intervals (the step of each and the one after it go).
     """
-    tr = entry.get("training") or {}
-    warm = int((tr.get("schedule") or {}).get("warmup_steps") or 0)
-    ev = int((entry.get("evaluation") or {}).get("interval") or 0)
-    ck = int(tr.get("checkpoint_interval") or 0)
+    warm = warmup_steps
     s = np.asarray(steps, dtype=np.int64)
     t = np.asarray(times, dtype=float)
     drop = (s <= max(1, warm)) | ~np.isfinite(t) | (t <= 0)
@@ -66,7 +70,7 @@ def steady_steps(
         drop |= (
             np.nan_to_num(np.asarray(in_attempt, dtype=float), nan=np.inf) <= ATTEMPT_WARMUP_STEPS
         )
-    for every in (ev, ck):
+    for every in intervals:
         if every > 0:
             drop |= (s % every == 0) | ((s - 1) % every == 0)
     return t[~drop], int(drop.sum())
@@ -85,7 +89,7 @@ def arm_timing(
     run_id: str,
     steps: np.ndarray | None,
     columns: Mapping[str, np.ndarray | None],
-    entry: Mapping[str, Any],
+    entry: RunEntry,
     use_cpu: bool,
     info: Sequence[Mapping[str, Any] | None] = (),
 ) -> ArmTiming | None:
@@ -97,7 +101,13 @@ def arm_timing(
     times = columns.get(col)
     if steps is None or times is None:
         return None
-    t, dropped = steady_steps(steps, entry, times, columns.get(ATTEMPT))
+    t, dropped = steady_steps(
+        steps,
+        times,
+        columns.get(ATTEMPT),
+        warmup_steps=entry.training.schedule.warmup_steps,
+        intervals=(entry.evaluation.interval, entry.training.checkpoint_interval),
+    )
     host = executor = None
     for d in info:
         if not d:
@@ -235,15 +245,9 @@ def step_time_check(
     return OverheadCheck(outcome, reason, math.exp(mean) - 1.0, lo, hi, notes)
 
 
-_POINT_LIMITS = (
-    ("peak_memory", "max_peak_memory_overhead", "peak memory"),
-    ("decode_latency", "max_decode_latency_overhead", "decode latency"),
-)
-
-
 def overhead_checks(
     pairs: Sequence[tuple[str, tuple[ArmTiming, ArmTiming] | None, Mapping[str, float | None]]],
-    cfg: Mapping[str, Any],
+    cfg: Gate,
 ) -> tuple[list[str], list[str], OverheadCheck | None]:
     """(hard stops, blockers, the step-time check) from the measured overheads.
 
@@ -255,8 +259,8 @@ def overhead_checks(
     """
     stops: list[str] = []
     blockers: list[str] = []
-    conf = float(cfg.get("confidence") or 0.95)
-    limit = cfg.get("max_step_time_overhead")
+    conf = cfg.confidence
+    limit = cfg.max_step_time_overhead
     timed = [(pid, *timing) for pid, timing, _ in pairs if timing is not None]
     check = step_time_check(timed, limit, conf)
     if check is not None:
@@ -273,8 +277,11 @@ def overhead_checks(
                 f"times; no per-step times for an interval) > limit {limit:.0%}: cannot tell "
                 "noise from overhead"
             )
-    for key, limit_key, label in _POINT_LIMITS:
-        lim = cfg.get(limit_key)
+    point_limits = (
+        ("peak_memory", cfg.max_peak_memory_overhead, "peak memory"),
+        ("decode_latency", cfg.max_decode_latency_overhead, "decode latency"),
+    )
+    for key, lim, label in point_limits:
         vals = [o.get(key) for _, _, o in pairs]
         vals = [v for v in vals if v is not None and math.isfinite(v)]
         if lim is None or not vals:

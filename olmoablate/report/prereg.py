@@ -9,30 +9,34 @@ no trustworthy gate and the report gives no verdict ("pre-registration broken").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.plan import Plan
+from olmoablate.contract.schema import Gate
 from olmoablate.io import sha256_file, sha256_of
-from olmoablate.report.gate import gate_config
 
 
 @dataclass
 class PreRegistered:
-    gate: dict[str, Any] | None  # the gate to decide with (display only when ``broken``)
+    gate: Gate | None  # the gate to decide with (display only when ``broken``)
     source: str  # "plan.json" | "spec" | "plan.json (unverified)"
     warnings: list[str] = field(default_factory=list)
     broken: str | None = None
 
 
-def _spec_path(plan: Mapping[str, Any]) -> Path | None:
-    spec_path = plan.get("spec_path")
-    if not spec_path:
+def _block(gate: Gate | None) -> dict[str, Any] | None:
+    """The gate block as plan.json holds it (what ``gate_sha256`` hashes)."""
+    return None if gate is None else gate.model_dump(mode="json")
+
+
+def _spec_path(plan: Plan) -> Path | None:
+    if not plan.spec_path:
         return None
-    candidates = [Path(spec_path)]
-    if plan.get("workdir"):
-        candidates.insert(0, Path(plan["workdir"]) / spec_path)
+    candidates = [Path(plan.spec_path)]
+    if plan.workdir:
+        candidates.insert(0, Path(plan.workdir) / plan.spec_path)
     return next((c for c in candidates if c.is_file()), None)
 
 
@@ -45,50 +49,50 @@ def _raw_gate(doc: Any, name: str | None) -> Any:
     return doc.get("gate")
 
 
-def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, dict[str, Any] | None]:
-    """(raw gate block, validated gate block or None) of the spec file."""
-    import yaml
-
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    raw = _raw_gate(doc, name)
+def _validated(raw: Any) -> Gate | None:
     if not isinstance(raw, dict):
-        return raw, None
+        return None
     from pydantic import ValidationError
 
-    from olmoablate.contract.schema import Gate
-
     try:
-        return raw, Gate.model_validate(raw).model_dump()
+        return Gate.model_validate(raw)
     except ValidationError:
-        return raw, None
+        return None
 
 
-def resolve_gate(plan: Mapping[str, Any], root: Path) -> PreRegistered:
-    """The pre-registered gate of ``plan`` (see module docstring)."""
-    block = plan.get("gate")
-    recorded = plan.get("gate_sha256")
-    if block is None or not recorded:
-        return PreRegistered(block, "plan.json (unverified)")
-    if sha256_of(block) == recorded:
-        return PreRegistered(dict(block), "plan.json")
+def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, Gate | None]:
+    """(raw gate block, validated gate or None) of the spec file."""
+    import yaml
+
+    raw = _raw_gate(yaml.safe_load(path.read_text(encoding="utf-8")), name)
+    return raw, _validated(raw)
+
+
+def resolve_gate(plan: Plan) -> PreRegistered:
+    """The pre-registered gate of ``plan`` (a plan, or its view of one gate; see module
+    docstring)."""
+    gate, recorded = plan.gate, plan.gate_sha256
+    if gate is None or not recorded:
+        return PreRegistered(gate, "plan.json (unverified)")
+    if sha256_of(_block(gate)) == recorded:
+        return PreRegistered(gate, "plan.json")
     path = _spec_path(plan)
     if path is not None:
         try:
-            raw, validated = _spec_gate(path, plan.get("gate_name"))
-            spec_same = plan.get("spec_sha256") == sha256_file(path)
+            raw, validated = _spec_gate(path, plan.gate_name)
+            spec_same = plan.spec_sha256 == sha256_file(path)
         except Exception as err:  # noqa: BLE001 - reported: an unreadable spec breaks recovery
             raw, validated, spec_same = None, None, False
             why = f"could not re-read {path} ({err.__class__.__name__})"
         else:
             why = f"{path} does not match the recorded hash either"
-        hashes = {recorded, plan.get("gate_raw_sha256")}
-        gate_same = (validated is not None and sha256_of(validated) == recorded) or (
+        hashes = {recorded, plan.gate_raw_sha256}
+        gate_same = (validated is not None and sha256_of(_block(validated)) == recorded) or (
             raw is not None and sha256_of(raw) in hashes
         )
-        if gate_same or (spec_same and isinstance(raw, dict)):
-            gate = validated if validated is not None else dict(raw)
+        if validated is not None and (gate_same or spec_same):
             return PreRegistered(
-                gate,
+                validated,
                 "spec",
                 [
                     "PRE-REGISTRATION: plan.json's gate block was edited after planning (it no "
@@ -103,14 +107,14 @@ def resolve_gate(plan: Mapping[str, Any], root: Path) -> PreRegistered:
         f"gate_sha256 and {why}; no verdict can be given (re-plan deliberately with "
         "`olmoablate plan --replan` to pre-register a new gate)"
     )
-    return PreRegistered(dict(block), "plan.json (edited)", [f"GATE: {broken}"], broken)
+    return PreRegistered(gate, "plan.json (edited)", [f"GATE: {broken}"], broken)
 
 
-def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
+def check_gate_unchanged(plan: Plan) -> list[str]:
     """Loud warnings when the gate was edited after planning (pre-registration lock)."""
     out: list[str] = []
-    gate = plan.get("gate")
-    if gate is not None and plan.get("gate_sha256") and sha256_of(gate) != plan["gate_sha256"]:
+    block = _block(plan.gate)
+    if block is not None and plan.gate_sha256 and sha256_of(block) != plan.gate_sha256:
         out.append(
             "GATE CHANGED: plan.json's gate block does not match its recorded gate_sha256 "
             "(plan.json was edited after planning)"
@@ -125,13 +129,15 @@ def check_gate_unchanged(plan: Mapping[str, Any], root: Path) -> list[str]:
     except Exception as err:  # noqa: BLE001 - reported, never fatal
         out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
         return out
-    raw = _raw_gate(doc, plan.get("gate_name"))
-    if plan.get("gate_raw_sha256"):
-        changed = sha256_of(raw) != plan["gate_raw_sha256"]
-    elif plan.get("gate_sha256") and sha256_of(raw) == plan["gate_sha256"]:
+    raw = _raw_gate(doc, plan.gate_name)
+    if plan.gate_raw_sha256:
+        changed = sha256_of(raw) != plan.gate_raw_sha256
+    elif plan.gate_sha256 and sha256_of(raw) == plan.gate_sha256:
         changed = False
-    else:
-        changed = gate_config(raw if isinstance(raw, dict) else {}) != gate_config(gate or {})
+    elif raw is None or plan.gate is None:
+        changed = (raw is None) != (plan.gate is None)
+    else:  # no raw hash recorded: compare with the schema's defaults applied on both sides
+        changed = _validated(raw) != plan.gate
     if changed:
         out.append(
             f"GATE CHANGED AFTER PLANNING: the gate block in {path} differs from the one recorded "

@@ -1,10 +1,11 @@
 """Synthetic results folders with known truth, for the report's tests and benchmark.
 
 Why in the package (not only in tests): ``bench/report.py`` and the screenshot script need the same
-generator, and it documents by example exactly what the report reads: ``plan.json`` as described
-in docs/design.md and per-run ``metrics.jsonl`` / ``fingerprints.jsonl`` / ``status.json`` /
-``summary.json`` in the training job's format (one JSON object per line, ``json.dumps`` style).
-Nothing here is used when reporting real results.
+generator, and it documents by example exactly what the report reads: a contract ``Plan`` (built
+by :mod:`olmoablate.report.synthetic_plan`, the one synthetic-plan builder the training tests use
+too) and per-run ``metrics.jsonl`` / ``fingerprints.jsonl`` / ``status.json`` / ``summary.json``
+in the training job's format (one JSON object per line, ``json.dumps`` style), at the paths of
+``ResultsDir``. Nothing here is used when reporting real results.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.io import sha256_of, write_json_atomic, write_text_atomic
+from olmoablate.contract import sizes
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import PLAN_FILE, Plan, RunEntry
+from olmoablate.io import write_json_atomic, write_text_atomic
+from olmoablate.report import synthetic_plan as sp
 
 
 @dataclass
@@ -64,116 +68,103 @@ class SynthSpec:
     aa_seeds: int = 0  # A/A baselines at the stage size (role aa), as gate.noise.measure adds
 
 
+def _dims(size: str) -> dict[str, Any]:
+    """The OLMo 3 preset of ``size`` when there is one (1B, 3B, 7B, ...), else a tiny custom size."""
+    if size in sizes.PRESET_NAMES:
+        return sizes.preset(size).as_dict()
+    return {**sp.TINY_DIMS, "name": size}
+
+
 def _entry(
-    spec: SynthSpec, size: str, seed: int, arm: str, arch: Mapping[str, Any], pairs: list[str]
-) -> dict[str, Any]:
+    spec: SynthSpec,
+    size: str,
+    seed: int,
+    arm: str,
+    arch: Mapping[str, Any],
+    pairs: list[str],
+    role: str | None = None,
+) -> RunEntry:
     run_id = f"{size}-s{seed}-{arm}"
-    looped = "looped" in arch
-    params = 1_000_000_000 if not looped else 400_000_000
-    training = {
-        "sequence_length": 128,
-        "tokens": spec.steps * spec.global_batch_size,
-        "global_batch_size": spec.global_batch_size,
-        "microbatch_size": 1024,
-        "steps": spec.steps,
-        "optimizer": {"name": "adamw", "lr": 0.003},
-        "stability": {
-            "spike_window": 50,
-            "spike_factor": 3.0,
-            "max_spikes": 20,
-            "stop_on_nonfinite": True,
+    params = 1_000_000_000 if "looped" not in arch else 400_000_000
+    tokens = spec.steps * spec.global_batch_size
+    # As `plan` does: the baseline always keeps the spec's token budget; variants follow the
+    # spec's budget.match (here with the same steps, so only the certificate rule differs).
+    return sp.run_entry(
+        run_id,
+        arm,
+        arch,
+        seed=seed,
+        group_id=f"{size}-s{seed}",
+        pair_id=pairs[0] if pairs else run_id,
+        pairs=pairs,
+        dims=_dims(size),
+        steps=spec.steps,
+        seq=128,
+        budget_match="tokens" if arm == "baseline" else spec.budget_match,
+        role=role,
+        costs={
+            "params": params,
+            "non_embedding_params": params - 200_000_000,
+            "unique_params": params,
+            "train_flops_per_token": 6 * params,
+            "final_train_flops_per_token": 6 * params,
+            "total_train_flops": 6 * params * tokens,
+            "gpu_hours": 1.0,
+            "peak_memory_gb": 40.0,
+            "optimizer_state_gb": params * 8 / 1e9,
         },
-        "init_seed": seed,
-        "data": {"paths": ["data/demo/train.bin"], "seed": 34521},
-    }
-    entry: dict[str, Any] = {
-        "run_id": run_id,
-        "group_id": f"{size}-s{seed}",
-        "pair_id": pairs[0] if pairs else run_id,
-        "pairs": pairs,
-        "size": size,
-        "arm": arm,
-        "seed": seed,
-        "architecture": dict(arch),
-        "size_dims": {"name": size, "d_model": 2048, "n_layers": 16},
-        "params": params,
-        "non_embedding_params": params - 200_000_000,
-        "unique_params": params,
-        "train_flops_per_token": 6 * params,
-        "tokens": training["tokens"],
-        "steps": spec.steps,
-        "total_train_flops": 6 * params * training["tokens"],
-        "gpu_hours": 1.0,
-        "peak_memory_gb": 40.0,
-        "optimizer_state_gb": params * 8 / 1e9,
-        "training": training,
-        "evaluation": {"interval": spec.eval_interval, "lm_sets": {spec.eval_set: ["x.bin"]}},
-        "topology": {"nodes": 1, "gpus_per_node": 8},
-    }
-    # As `plan` does: a run's own certificate under its own budget rule (the baseline always
-    # keeps the spec's token budget; variants follow the spec's budget.match).
-    entry["budget_match"] = "tokens" if arm == "baseline" else spec.budget_match
-    entry["certificate"] = certificate_of(entry)
-    return entry
+        training={
+            "tokens": tokens,
+            "global_batch_size": spec.global_batch_size,
+            "microbatch_size": 1024,
+            "optimizer": {"lr": 0.003},
+            "init_seed": seed,
+            "data": {"paths": ["data/demo/train.bin"], "tokenizer": "dolma2"},
+        },
+        evaluation={
+            "interval": spec.eval_interval,
+            "lm_sets": {spec.eval_set: ["x.bin"]},
+            "max_eval_tokens": None,
+        },
+        topology={"gpus_per_node": 8},
+    )
 
 
-def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
-    runs: list[dict[str, Any]] = []
-    pairs: list[dict[str, Any]] = []
+def synthetic_plan(spec: SynthSpec) -> Plan:
+    """The contract :class:`Plan` of ``spec``: per size and seed one baseline and every variant,
+    then ``aa_seeds`` A/A baselines at the gate's stage size (as ``gate.noise.measure`` adds)."""
+    runs: list[RunEntry] = []
     for size in spec.sizes:
         for seed in spec.seeds:
             group = f"{size}-s{seed}"
-            pids = [f"{group}-{v}" for v in spec.variants]
-            runs.append(_entry(spec, size, seed, "baseline", {}, pids))
+            runs.append(
+                _entry(spec, size, seed, "baseline", {}, [f"{group}-{v}" for v in spec.variants])
+            )
             for v, arch in spec.variants.items():
                 runs.append(_entry(spec, size, seed, v, arch, [f"{group}-{v}"]))
-                pairs.append(
-                    {
-                        "pair_id": f"{group}-{v}",
-                        "group_id": group,
-                        "size": size,
-                        "seed": seed,
-                        "variant": v,
-                        "baseline_run": f"{group}-baseline",
-                        "variant_run": f"{group}-{v}",
-                        "budget_match": spec.budget_match,
-                        "certificate": certificate_of(runs[-1], spec.budget_match),
-                        "differs": ["architecture"]
-                        + (["tokens"] if spec.budget_match == "flops" else []),
-                    }
-                )
     gate = {"stage": spec.sizes[0], **spec.gate}
     first = max(spec.seeds) + 1
     for seed in range(first, first + spec.aa_seeds):
-        aa = _entry(spec, str(gate["stage"]), seed, "baseline", {}, [])
-        aa["role"] = "aa"
-        aa["certificate"] = certificate_of(aa)
-        runs.append(aa)
-    plan = {
-        "schema": 1,
-        "spec_name": spec.name,
-        "spec_path": f"specs/{spec.name}.yaml",
-        "spec_sha256": "0" * 64,
-        "created": "2026-01-01T00:00:00Z",
-        "olmoablate_version": "0.1.0",
-        "budget": {"match": spec.budget_match},
-        "gate": gate,
-        "gate_sha256": sha256_of(gate),
-        "gate_raw_sha256": sha256_of(gate),
-        "accounting": {"gpu_peak_tflops": 989.0, "assumed_mfu": 0.4},
-        "pairs": pairs,
-        "runs": runs,
-    }
-    write_json_atomic(root / "plan.json", plan)
-    return plan
+        runs.append(_entry(spec, str(gate["stage"]), seed, "baseline", {}, [], role="aa"))
+    return sp.build_plan(runs, spec_name=spec.name, gate=gate, budget_match=spec.budget_match)
 
 
-def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmTruth) -> None:
+def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
+    """Write ``root/plan.json``; return it as plan.json holds it (tests edit and rewrite it)."""
+    plan = synthetic_plan(spec)
+    plan.write(root / PLAN_FILE)
+    return plan.as_json()
+
+
+def write_run(
+    root: Path, spec: SynthSpec, entry: RunEntry | Mapping[str, Any], truth: ArmTruth
+) -> None:
     """metrics.jsonl, fingerprints.jsonl, status.json and summary.json for one run."""
-    rid = str(entry["run_id"])
-    rd = root / "runs" / rid
-    rd.mkdir(parents=True, exist_ok=True)
-    seed = int(entry["seed"])
+    run = entry if isinstance(entry, RunEntry) else RunEntry.model_validate(dict(entry))
+    rid = run.run_id
+    rd = ResultsDir(root).run(rid)
+    rd.path.mkdir(parents=True, exist_ok=True)
+    seed = run.seed
     rng = np.random.default_rng(int(hashlib.sha256(rid.encode()).hexdigest()[:8], 16))
     last = truth.stop_at or spec.steps
     steps = np.arange(1, last + 1)
@@ -205,7 +196,7 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
                 f'"optim/step skipped": 0.0, "throughput/total tokens": {float(s * gbs)!r}, '
                 f'"throughput/device/TPS": {gbs / truth.step_time_s!r}, '
                 f'"throughput/device/MFU": 0.4123, '
-                f'"throughput/total petaflops": {s * gbs * float(entry["train_flops_per_token"]) / 1e15!r}, '
+                f'"throughput/total petaflops": {s * gbs * float(run.train_flops_per_token) / 1e15!r}, '
             )
         row += f'"optim/total grad norm": {float(gnorm[i])!r}, '
         for t, h in enumerate(truth.h_norms):
@@ -229,12 +220,12 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
     text = "".join(lines)
     if truth.truncate_last:
         text += '{"step": ' + str(last + 1) + ', "tokens": 12'
-    write_text_atomic(rd / "metrics.jsonl", text)
+    write_text_atomic(rd.metrics, text)
     fp = "".join(
         f'{{"step": {s}, "tokens": {s * gbs}, "sha256": "{hashlib.sha256(f"{seed}-{s}{truth.data_salt}".encode()).hexdigest()}"}}\n'
         for s in steps.tolist()
     )
-    write_text_atomic(rd / "fingerprints.jsonl", fp)
+    write_text_atomic(rd.fingerprints, fp)
     status = {
         "run_id": rid,
         "state": truth.state,
@@ -248,25 +239,25 @@ def write_run(root: Path, spec: SynthSpec, entry: Mapping[str, Any], truth: ArmT
         "reason": None,
         "updated": "2026-01-01T00:00:00Z",
     }
-    write_json_atomic(rd / "status.json", status)
+    write_json_atomic(rd.status, status)
     if truth.state == "completed":
         summary: dict[str, Any] = {
-            "params": entry["params"],
-            "unique_params": entry["unique_params"],
+            "params": run.params,
+            "unique_params": run.unique_params,
             "peak_memory_gb": truth.peak_memory_gb,
             "mean_step_time_s": truth.step_time_s,
             "tokens_per_s": gbs / truth.step_time_s,
             "steps": last,
             "tokens": last * gbs,
             "wall_time_s": truth.step_time_s * last,
-            "optimizer_state_bytes": int(entry["params"]) * 8,
+            "optimizer_state_bytes": run.params * 8,
             "loss_spikes": len(truth.spikes_at),
         }
         if truth.host is not None:
             summary["hostname"] = truth.host
         if truth.decode_latency_s is not None:
             summary["decode_latency_s"] = truth.decode_latency_s
-        write_json_atomic(rd / "summary.json", summary)
+        write_json_atomic(rd.summary, summary)
 
 
 def make_results(
@@ -274,8 +265,9 @@ def make_results(
 ) -> dict[str, Any]:
     """Write a full results folder; ``truths`` maps arm name (or run_id) to its ArmTruth."""
     truths = truths or {}
-    plan = write_plan(root, spec)
-    for entry in plan["runs"]:
-        truth = truths.get(entry["run_id"]) or truths.get(entry["arm"]) or ArmTruth()
-        write_run(root, spec, entry, truth)
-    return plan
+    plan = synthetic_plan(spec)
+    plan.write(root / PLAN_FILE)
+    for run in plan.runs:
+        truth = truths.get(run.run_id) or truths.get(run.arm) or ArmTruth()
+        write_run(root, spec, run, truth)
+    return plan.as_json()

@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError
-from olmoablate.io import write_json_atomic
+
+if TYPE_CHECKING:
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.contract.plan import Plan
+    from olmoablate.contract.schema import Evaluation
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -50,7 +54,6 @@ def validate_command(
     FILE:LINE: field.path: what is wrong (allowed: ...). Also expands each spec into its pairs,
     so a spec whose arms would differ in more than architecture fails here too.
     """
-    from olmoablate.contract.gates import gate_views
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.gateplan import gate_lines
     from olmoablate.spec.load import SpecError, load_spec
@@ -74,11 +77,11 @@ def validate_command(
         for w in ls.warnings:
             typer.echo(str(w), err=True)
         typer.echo(
-            f"ok  {f}  ({len(plan['runs'])} runs, {len(plan['pairs'])} pairs, "
+            f"ok  {f}  ({len(plan.runs)} runs, {len(plan.pairs)} pairs, "
             f"sizes {', '.join(ls.spec.sizes)})"
         )
-        for name, view in gate_views(plan):
-            where = "gate" if len(plan.get("gates") or []) < 2 else f"gates.{name}"
+        for name, view in plan.gate_views():
+            where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
             for w in gate_lines(view)[1]:
                 typer.echo(f"warning: {f}: {where}: {w}", err=True)
     if failed:
@@ -117,45 +120,50 @@ def plan_command(
         raise UserError(
             f"{spec}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
         )
-    out_dir = results_dir(ls.spec.name, results_root)
-    plan_path = out_dir / "plan.json"
-    _guard_replan(plan_path, plan, replan)
-    write_json_atomic(plan_path, plan)
+    out = results_dir(ls.spec.name, results_root)
+    _guard_replan(out, plan, replan)
+    plan.write(out.plan_path)
 
     shown = _filter(plan, size)
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(shown, indent=2))
+        typer.echo(json.dumps(shown.as_json(), indent=2))
         return
-    render_plan(shown, plan_path)
+    render_plan(shown, out.plan_path)
 
 
-def _guard_replan(plan_path: Path, plan: dict[str, Any], replan: bool) -> None:
-    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans."""
-    if not plan_path.exists() or replan:
+def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
+    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans.
+
+    The old plan is compared by its spec hash only (read without validating it, so even a plan
+    this version cannot load is protected rather than overwritten).
+    """
+    if not out.plan_path.exists() or replan:
         return
     try:
-        old = json.loads(plan_path.read_text(encoding="utf-8"))
+        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    if old.get("spec_sha256") == plan["spec_sha256"]:
+    if isinstance(old, dict) and old.get("spec_sha256") == plan.spec_sha256:
         return
-    runs_dir = plan_path.parent / "runs"
-    started = runs_dir.is_dir() and any(runs_dir.iterdir())
+    started = out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
     if started:
         raise UserError(
-            f"{plan_path}: the spec changed since this plan was made and runs have started; "
+            f"{out.plan_path}: the spec changed since this plan was made and runs have started; "
             "the old plan (and its pre-registered gate) is kept. Re-plan deliberately with "
             "--replan, or give the changed spec a new name"
         )
 
 
-def _filter(plan: dict[str, Any], sizes: list[str] | None) -> dict[str, Any]:
+def _filter(plan: Plan, sizes: list[str] | None) -> Plan:
+    """The plan as shown: only ``sizes`` (plan.json itself always holds every size)."""
     if not sizes:
         return plan
-    out = dict(plan)
-    out["runs"] = [r for r in plan["runs"] if r["size"] in sizes]
-    out["pairs"] = [p for p in plan["pairs"] if p["size"] in sizes]
-    return out
+    return plan.model_copy(
+        update={
+            "runs": [r for r in plan.runs if r.size in sizes],
+            "pairs": [p for p in plan.pairs if p.size in sizes],
+        }
+    )
 
 
 def _human(n: float) -> str:
@@ -165,13 +173,13 @@ def _human(n: float) -> str:
     return f"{n:.3g}"
 
 
-def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
+def render_plan(plan: Plan, plan_path: Path) -> None:
     from rich.table import Table
 
     from olmoablate.console import make_console, print_whole
 
     console = make_console()
-    table = Table(title=f"plan: {plan['spec_name']}  ({plan_path})", show_lines=False)
+    table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
     for col in (
         "run_id",
         "pair",
@@ -186,59 +194,54 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
         "certificate",
     ):
         table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
-    for r in plan["runs"]:
+    for r in plan.runs:
         table.add_row(
-            r["run_id"],
-            r["pair_id"] if r.get("role") != "aa" else "A/A (gate noise)",
-            r["arm"] + (" (role aa)" if r.get("role") == "aa" else ""),
-            _human(r["params"]),
-            _human(r["non_embedding_params"]),
-            _human(r["train_flops_per_token"]),
-            _human(r["tokens"]),
-            str(r["steps"]),
-            f"{r['gpu_hours']:.4g}",
-            f"{r['peak_memory_gb']:.3g}",
-            r["certificate"][:12],
+            r.run_id,
+            r.pair_id if not r.is_aa else "A/A (gate noise)",
+            r.arm + (" (role aa)" if r.is_aa else ""),
+            _human(r.params),
+            _human(r.non_embedding_params),
+            _human(r.train_flops_per_token),
+            _human(r.tokens),
+            str(r.steps),
+            f"{r.gpu_hours:.4g}",
+            f"{r.peak_memory_gb:.3g}",
+            r.certificate[:12],
         )
     print_whole(console, table)
     pairs = Table(title="pairs (what differs between the arms)")
     for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
         pairs.add_column(col)
-    runs = {r["run_id"]: r for r in plan["runs"]}
-    for p in plan["pairs"]:
-        var = runs.get(p["variant_run"], {})
+    runs = plan.runs_by_id
+    for p in plan.pairs:
+        var, base = runs[p.variant_run], runs[p.baseline_run]
         arch = " + ".join(
             f"{k}({', '.join(f'{a}={b}' for a, b in v.items())})"
-            for k, v in var.get("architecture", {}).items()
+            for k, v in var.architecture.as_mapping().items()
         )
         differs = "; ".join(
             f"architecture: {arch}"
             if d == "architecture"
-            else f"tokens: {_human(runs[p['baseline_run']]['tokens'])} -> {_human(var['tokens'])} (FLOPs-matched)"
-            for d in p["differs"]
+            else f"tokens: {_human(base.tokens)} -> {_human(var.tokens)} (FLOPs-matched)"
+            for d in p.differs
         )
         pairs.add_row(
-            p["pair_id"],
-            p["baseline_run"],
-            p["variant_run"],
-            p["budget_match"],
-            differs,
-            p["certificate"][:12],
+            p.pair_id, p.baseline_run, p.variant_run, p.budget_match, differs, p.certificate[:12]
         )
     print_whole(console, pairs)
     render_evaluation(plan, console)
-    from olmoablate.contract.gates import gate_views
     from olmoablate.spec.gateplan import gate_lines
 
-    views = gate_views(plan)
+    views = plan.gate_views()
     for name, view in views:
-        g = view["gate"]
+        g = view.gate
+        assert g is not None  # a view always holds its gate
         label = "gate" if len(views) == 1 else f"gate {name!r}"
         console.print(
-            f"{label} (pre-registered, sha256 {str(view.get('gate_sha256'))[:12]}): "
-            f"variant {g.get('variant') or '(all)'}; stage {g['stage']} -> "
-            f"{', '.join(g['promote_to']) or '-'}; rule {g['rule']}; metric '{g['metric']}' "
-            f"({g['direction']} is better), min effect {g['min_effect']}, confidence {g['confidence']}",
+            f"{label} (pre-registered, sha256 {str(view.gate_sha256)[:12]}): "
+            f"variant {g.variant or '(all)'}; stage {g.stage} -> "
+            f"{', '.join(g.promote_to) or '-'}; rule {g.rule}; metric '{g.metric}' "
+            f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}",
             markup=False,
         )
         info, warnings = gate_lines(view)
@@ -248,17 +251,17 @@ def render_plan(plan: dict[str, Any], plan_path: Path) -> None:
             console.print(f"[bold red]WARNING: {label}: {w}[/]")
 
 
-def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
+def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
     """What a run of this evaluation block scores, as text (wrapped, never cut)."""
-    sets = ", ".join(ev.get("lm_sets") or {}) or "none"
-    cap = ev.get("max_eval_tokens")
+    sets = ", ".join(ev.lm_sets) or "none"
+    cap = ev.max_eval_tokens
     lines = [
-        f"every {ev.get('interval')} steps and at the end; LM sets: {sets}"
+        f"every {ev.interval} steps and at the end; LM sets: {sets}"
         + (f" (first {_human(cap)} tokens each)" if cap else "")
     ]
-    tasks = list(ev.get("downstream") or [])
+    tasks = list(ev.downstream)
     if tasks:
-        capped = ev.get("max_downstream_batches")
+        capped = ev.max_downstream_batches
         lines.append(
             f"downstream ({len(tasks)} task{'s' if len(tasks) != 1 else ''}, ai2-olmo-eval"
             + (f", first {capped} batches each" if capped else "")
@@ -275,22 +278,22 @@ def _eval_lines(ev: dict[str, Any], loop_counts: list[str]) -> list[str]:
     return lines
 
 
-def render_evaluation(plan: dict[str, Any], console: Any) -> None:
+def render_evaluation(plan: Plan, console: Any) -> None:
     """The evaluation protocol per size (sizes with the same protocol share one block): it is part
     of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
-    by_size: dict[str, tuple[dict[str, Any], list[str]]] = {}
-    for r in plan["runs"]:
-        ev, loops = by_size.setdefault(r["size"], (r.get("evaluation") or {}, []))
-        if r.get("loop_counts"):
-            counts = f"{r['arm']}: {', '.join(str(n) for n in r['loop_counts'])}"
+    by_size: dict[str, tuple[Evaluation, list[str]]] = {}
+    for r in plan.runs:
+        ev, loops = by_size.setdefault(r.size, (r.evaluation, []))
+        if r.loop_counts:
+            counts = f"{r.arm}: {', '.join(str(n) for n in r.loop_counts)}"
             if counts not in loops:
                 loops.append(counts)
-    groups: dict[str, list[str]] = {}
+    groups: dict[str, tuple[Evaluation, list[str], list[str]]] = {}
     for size, (ev, loops) in by_size.items():
-        groups.setdefault(json.dumps([ev, loops], sort_keys=True), []).append(size)
+        key = json.dumps([ev.model_dump(), loops], sort_keys=True)
+        groups.setdefault(key, (ev, loops, []))[2].append(size)
     console.print("evaluation (identical on both arms of every pair):")
-    for key, sizes in groups.items():
-        ev, loops = json.loads(key)
+    for ev, loops, sizes in groups.values():
         for line in _eval_lines(ev, loops):
             console.print(
                 f"  {', '.join(sizes)}: {line}", markup=False, highlight=False, soft_wrap=True

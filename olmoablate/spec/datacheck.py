@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from olmoablate.contract import sizes as sizes_mod
 from olmoablate.contract import tokens as tk
-
-if TYPE_CHECKING:
-    from olmoablate.spec.load import SizeSettings
+from olmoablate.contract.schema import SizeSettings
 
 Problems = list[tuple[tuple[str | int, ...], str]]
 

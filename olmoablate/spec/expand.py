@@ -17,6 +17,8 @@ from typing import Any
 from olmoablate import __version__
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.certificate import certificate_of, differences, shared_settings
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import PLAN_SCHEMA, Plan
 from olmoablate.contract.schema import computes_in_bf16
 from olmoablate.contract.tokens import narrowest_dtype
 from olmoablate.errors import UserError
@@ -24,18 +26,9 @@ from olmoablate.io import sha256_of
 from olmoablate.spec.datacheck import resolve_ids
 from olmoablate.spec.load import LoadedSpec
 
-PLAN_SCHEMA = 1
-
 
 class PairingError(UserError):
     """A pair whose arms differ in more than architecture (and the declared budget)."""
-
-
-def _warmup_steps(schedule: dict[str, Any], steps: int) -> int:
-    if schedule.get("warmup_steps") is not None:
-        return int(schedule["warmup_steps"])
-    fraction = schedule.get("warmup_fraction")
-    return round(steps * (0.01 if fraction is None else float(fraction)))
 
 
 def resolve_loop_counts(raw: list[int | str], loops: int) -> list[int]:
@@ -71,9 +64,8 @@ def _run_entry(
     info, data["eos_token_id"], data["pad_token_id"] = resolve_ids(st, dims)
     data["tokenizer_sha256"] = info.sha256 or None
     data["dtype"] = narrowest_dtype(dims.vocab_size)
-    schedule = t.schedule.model_dump()
-    schedule["warmup_steps"] = _warmup_steps(schedule, base_steps)
-    schedule.pop("warmup_fraction")
+    schedule = t.schedule.model_dump(exclude={"warmup_fraction"})
+    schedule["warmup_steps"] = t.schedule.warmup_for(base_steps)
     optimizer = t.optimizer.model_dump()
     optimizer["betas"] = list(optimizer["betas"])
     tokens = steps * t.global_batch_size
@@ -145,8 +137,12 @@ def _run_entry(
     return run
 
 
-def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any]:
-    """Every run and pair of the spec, with costs and certificates. Raises PairingError."""
+def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
+    """Every run and pair of the spec, with costs and certificates. Raises PairingError.
+
+    The document is validated as a contract :class:`Plan` here, so `plan` can never write a
+    plan.json that a later stage would reject.
+    """
     spec = ls.spec
     runs: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
@@ -199,7 +195,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         )
     if raw_gate is None and gates:
         raw_gate = raw_gates.get(gates[0]["name"])
-    return {
+    doc = {
         "schema": PLAN_SCHEMA,
         "spec_name": spec.name,
         "description": spec.description,
@@ -228,6 +224,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> dict[str, Any
         "pairs": pairs,
         "runs": runs,
     }
+    return Plan.from_json(doc, where=f"{ls.path} (the plan it expands to)")
 
 
 def aa_seeds(seeds: list[int], k: int) -> list[int]:
@@ -287,5 +284,5 @@ def check_pair(base: dict[str, Any], var: dict[str, Any], match: str) -> None:
         )
 
 
-def results_dir(spec_name: str, results_root: str | Path = "results") -> Path:
-    return Path(results_root) / spec_name
+def results_dir(spec_name: str, results_root: str | Path = "results") -> ResultsDir:
+    return ResultsDir.for_spec(spec_name, results_root)

@@ -11,18 +11,17 @@ probability ``POWER``. Pure Python (login node): no numpy, torch or pandas.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
+from olmoablate.contract.plan import Plan
 from olmoablate.contract.stats import mde
 
 POWER = 0.8
 
 
-def _hours(plan: Mapping[str, Any], size: str, arm: str, role: str | None = None) -> float:
-    for r in plan.get("runs", []):
-        if r.get("size") == size and r.get("arm") == arm and r.get("role") == role:
-            return float(r.get("gpu_hours") or 0.0)
+def _hours(plan: Plan, size: str, arm: str, aa: bool = False) -> float:
+    for r in plan.runs:
+        if r.size == size and r.arm == arm and r.is_aa == aa:
+            return r.gpu_hours
     return 0.0
 
 
@@ -31,51 +30,47 @@ def _cost(runs: int, hours: float) -> str:
     return f"+{runs} run(s), {hours:.4g} GPU-h" if hours else f"+{runs} run(s)"
 
 
-def gated_variants(plan: Mapping[str, Any]) -> list[str]:
+def gated_variants(plan: Plan) -> list[str]:
     """Variants the gate decides on at its stage: the primary, or every non-reference one."""
-    g = plan.get("gate") or {}
-    stage = g.get("stage")
-    at = []
-    for p in plan.get("pairs", []):
-        if p.get("size") == stage and p.get("variant") not in at:
-            at.append(p.get("variant"))
-    if g.get("variant"):
-        return [str(g["variant"])] if g["variant"] in at else []
-    return [v for v in at if v != g.get("reference")]
+    g = plan.gate
+    if g is None:
+        return []
+    at: list[str] = []
+    for p in plan.pairs:
+        if p.size == g.stage and p.variant not in at:
+            at.append(p.variant)
+    if g.variant:
+        return [g.variant] if g.variant in at else []
+    return [v for v in at if v != g.reference]
 
 
-def gate_lines(plan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
     """(information lines, warnings) about the planned gate's statistics and their costs."""
-    g = plan.get("gate")
-    if not g:
+    g = plan.gate
+    if g is None:
         return [], []
-    stage, conf = str(g["stage"]), float(g.get("confidence") or 0.95)
-    noise = g.get("noise") or {}
-    floor = noise.get("floor")
-    k = int((noise.get("measure") or {}).get("aa_seeds") or 0)
+    stage, conf = g.stage, g.confidence
+    floor = g.noise.floor
+    k = g.noise.measure.aa_seeds if g.noise.measure is not None else 0
     variants = gated_variants(plan)
-    seeds = {
-        int(p["seed"])
-        for p in plan.get("pairs", [])
-        if p.get("size") == stage and p.get("variant") in variants
-    }
+    seeds = {p.seed for p in plan.pairs if p.size == stage and p.variant in variants}
     n = len(seeds)
     base_h = _hours(plan, stage, "baseline")
     pair_h = base_h + sum(_hours(plan, stage, v) for v in variants)
     lines: list[str] = []
     warnings: list[str] = []
-    me = float(g.get("min_effect") or 0.0)
+    me = g.min_effect
     unit = "sd_d (the sd of one seed's paired delta)"
     if n >= 2:
         src = f"noise: paired seeds ({n} seeds at {stage}, Student t with {n - 1} dof)"
         if floor is not None:
-            m = mde(float(floor), n, conf, POWER)
+            m = mde(floor, n, conf, POWER)
             src += f"; MDE with the declared floor {floor:g}: {m:.3g} (proceeds at {me + m:.3g})"
         else:
             src += f"; MDE = {mde(1.0, n, conf, POWER):.3g} x {unit}"
         lines.append(src)
     elif n == 1 and floor is not None:
-        m = mde(float(floor), 1, conf, POWER, dof=math.inf)
+        m = mde(floor, 1, conf, POWER, dof=math.inf)
         lines.append(
             f"noise: declared floor sd_d = {floor:g} (one seed, normal bound); MDE {m:.3g}: a "
             f"true effect of {me + m:.3g} proceeds with {POWER:.0%} probability"
@@ -84,7 +79,7 @@ def gate_lines(plan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         m = mde(1.0, 1, conf, POWER, dof=k) * math.sqrt(2.0)
         lines.append(
             f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
-            f"{', '.join(str(r['seed']) for r in plan.get('runs', []) if r.get('role') == 'aa')} "
+            f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
             f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
             f"conservative); MDE = {m:.3g} x sd_run"
         )
@@ -111,15 +106,11 @@ def gate_lines(plan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
             f"family-wise correction at {1 - conf:.3g} (the best one is tested at "
             f"{(1 - conf) / len(variants):.3g}); set gate.variant to let one primary decide"
         )
-    elif g.get("variant"):
-        others = [
-            str(v)
-            for v in (plan.get("variants") or {})
-            if v not in (g["variant"], g.get("reference"))
-        ]
+    elif g.variant:
+        others = [v for v in plan.variants if v not in (g.variant, g.reference)]
         if others:
             lines.append(
-                f"primary variant {g['variant']} decides; {', '.join(others)}: exploratory "
+                f"primary variant {g.variant} decides; {', '.join(others)}: exploratory "
                 "(shown uncorrected, never promoted)"
             )
     return lines, warnings

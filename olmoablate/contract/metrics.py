@@ -1,0 +1,85 @@
+"""Metric names, defined once: what the training job records and the report and gate read.
+
+Why here: a metric is written by one stage (OLMo-core's trainer and our callbacks, into
+``metrics.jsonl``) and read by others (report, gate, validate checking a gate's ``metric``). A name
+spelled twice drifts; a renamed metric must fail at one place. The names that OLMo-core itself
+records (``train/CE loss``, ``optim/total grad norm``, ``throughput/...``) are OLMo-core 3.0's.
+
+Looped models are also scored at other loop counts; those passes carry the suffix
+``" (loops=<n>)"`` (:func:`with_loops` / :func:`split_loops`).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: OLMo-core's training loss (cross-entropy, nats/token) and perplexity.
+CE_LOSS = "train/CE loss"
+PPL = "train/PPL"
+#: OLMo-core's optimizer metrics.
+GRAD_NORM = "optim/total grad norm"
+STEP_SKIPPED = "optim/step skipped"
+#: OLMo-core's throughput metrics (the FLOPs axis and tokens/s/device).
+TOTAL_PFLOPS = "throughput/total petaflops"
+DEVICE_TPS = "throughput/device/TPS"
+#: Ours (olmoablate.train.callbacks): the loop count in force and each loop's state norm.
+LOOPS = "train/loops"
+H_NORM_PREFIX = "train/H norm"
+#: Every evaluation metric starts with this (OLMo-core's evaluator callbacks' prefix).
+EVAL_PREFIX = "eval/"
+LM_EVAL_PREFIX = "eval/lm/"
+DOWNSTREAM_PREFIX = "eval/downstream/"
+
+_LOOPS_SUFFIX = re.compile(r"^(?P<name>.+) \(loops=(?P<n>\d+)\)$")
+_H_NORM = re.compile(r"^train/H norm \(loop (?P<t>\d+)\)$")
+
+
+def h_norm(loop: int) -> str:
+    """``train/H norm (loop <t>)`` for loop ``t`` (1-based)."""
+    return f"{H_NORM_PREFIX} (loop {loop})"
+
+
+def h_norm_loop(name: str) -> int | None:
+    """The loop of an :func:`h_norm` name, None for any other name."""
+    m = _H_NORM.match(name)
+    return int(m.group("t")) if m else None
+
+
+def lm_eval(set_name: str, metric: str = "CE loss") -> str:
+    """``eval/lm/<set>/<metric>``: OLMo-core's LM evaluator names (CE loss, PPL, tokens)."""
+    return f"{LM_EVAL_PREFIX}{set_name}/{metric}"
+
+
+def downstream(task: str, metric: str) -> str:
+    """``eval/downstream/<task> (<metric>)``: OLMo-core's downstream evaluator names."""
+    return f"{DOWNSTREAM_PREFIX}{task} ({metric})"
+
+
+def with_loops(name: str, loops: int) -> str:
+    """``<name> (loops=<n>)``: a metric of a looped model scored at loop count ``loops``."""
+    return f"{name} (loops={int(loops)})"
+
+
+def split_loops(name: str) -> tuple[str, int | None]:
+    """The inverse of :func:`with_loops`: (base name, loop count), or (name, None)."""
+    m = _LOOPS_SUFFIX.match(name)
+    if m is None:
+        return name, None
+    return m.group("name"), int(m.group("n"))
+
+
+def is_eval(name: str) -> bool:
+    return name.startswith(EVAL_PREFIX)
+
+
+def is_lm_ce(name: str) -> bool:
+    """An LM eval set's CE loss (``eval/lm/<set>/CE loss``), at the trained loop count."""
+    return name.startswith(LM_EVAL_PREFIX) and name.endswith("/CE loss")
+
+
+def gate_metrics(lm_sets: list[str]) -> set[str]:
+    """Metrics a gate may decide on besides downstream ones: train and LM-eval loss and PPL."""
+    names = {CE_LOSS, PPL}
+    for s in lm_sets:
+        names |= {lm_eval(s, "CE loss"), lm_eval(s, "PPL")}
+    return names

@@ -1,0 +1,396 @@
+"""The plan as typed models: what `plan` writes to ``results/<spec>/plan.json`` and every later
+stage reads.
+
+Why typed: launch, train and report each used to re-read the plan's dicts by hand and retype the
+spec's defaults with ``.get(key, default)``; the copies drifted (``max_num_timeout: 0`` became 3,
+a ``signal_delay_s`` fallback of 90 against the schema's 120). Here a plan is validated once, by
+:meth:`Plan.load`, and a stage reads attributes. The plan records *concrete* values (the spec's
+defaults already applied), so the plan-only models below have no defaults at all: a missing
+field is a one-line error naming the file and the field, never a silent fallback. Sections the
+plan copies verbatim from the spec reuse the spec's models (``Optimizer``, ``Evaluation``,
+``Topology``, ``Gate``, ...), whose defaults live in :mod:`olmoablate.contract.schema` only.
+
+The JSON form is exactly the one the previous release wrote (``PLAN_SCHEMA`` 1): field order,
+keys and values round-trip (:meth:`Plan.as_json`), so certificates and pre-registration hashes of
+existing results folders still match.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_serializer,
+)
+
+from olmoablate.contract.arch import Architecture
+from olmoablate.contract.base import first_error
+from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.planformat import run_named, upgrade
+from olmoablate.contract.schema import (
+    Budget,
+    Evaluation,
+    Gate,
+    Optimizer,
+    Stability,
+    Topology,
+    Wandb,
+)
+from olmoablate.contract.sizes import SizeDims
+from olmoablate.errors import UserError
+from olmoablate.io import read_json, write_json_atomic
+
+#: plan.json format version. 1 = the format since the first release (this module reads it as is).
+PLAN_SCHEMA = 1
+PLAN_FILE = "plan.json"
+
+BudgetMatch = Literal["tokens", "flops"]
+
+
+class PlanModel(BaseModel):
+    """Frozen (a stage cannot edit the plan in memory), unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class RunData(PlanModel):
+    """``training.data`` as planned: the spec's ``data`` with the seed offset applied and the
+    tokenizer's facts (vocab, EOS, PAD, file hash) and the token dtype resolved."""
+
+    paths: list[str] | None
+    mix: str | None
+    root: str | None
+    tokenizer: str
+    eos_token_id: int
+    pad_token_id: int
+    seed: int
+    vocab_size: int
+    tokenizer_sha256: str | None
+    dtype: str
+
+
+class RunSchedule(PlanModel):
+    """``training.schedule`` as planned: the warm-up resolved to steps."""
+
+    name: Literal["cosine", "linear", "constant", "wsd"]
+    warmup_steps: int = Field(ge=0)
+    alpha_f: float
+    decay_fraction: float
+
+
+class RunTraining(PlanModel):
+    sequence_length: int = Field(gt=0)
+    tokens: int = Field(gt=0)
+    global_batch_size: int = Field(gt=0)
+    microbatch_size: int = Field(gt=0)
+    steps: int = Field(gt=0)
+    optimizer: Optimizer
+    schedule: RunSchedule
+    grad_clip: float | None
+    z_loss: float | None
+    precision: Literal["auto", "fp32", "bf16"]
+    compile: bool | Literal["auto"]
+    init_seed: int
+    threads: int = Field(gt=0)
+    data: RunData
+    checkpoint_interval: int = Field(gt=0)
+    stability: Stability
+    wandb: Wandb
+
+
+class RunSlurm(PlanModel):
+    """``slurm`` as planned: the spec's block with the time limit in minutes (``time_min``)."""
+
+    partition: str | None
+    account: str | None
+    qos: str | None
+    constraint: str | None
+    exclusive: bool
+    cpus_per_task: int | None
+    mem_gb: int | None
+    max_num_timeout: int = Field(ge=0)
+    signal_delay_s: int = Field(gt=0)
+    extra: dict[str, str | int | bool]
+    setup: list[str]
+    time_min: int = Field(ge=1)
+
+
+def _size_dims(value: Any) -> Any:
+    """``size_dims`` (a JSON object) -> :class:`SizeDims`, every field present and an int/bool."""
+    if not isinstance(value, dict):
+        return value
+    names = [f.name for f in fields(SizeDims)]
+    missing = [n for n in names if n not in value]
+    unknown = [k for k in value if k not in names]
+    if missing or unknown:
+        raise ValueError(
+            f"size dimensions need exactly {', '.join(names)}"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    for n in names:
+        want = str if n == "name" else bool if n == "preset" else int
+        v = value[n]
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise ValueError(f"{n} must be {want.__name__}, got {v!r}")
+    return SizeDims(**value)
+
+
+class RunEntry(PlanModel):
+    """One training run: an arm of one or more pairs (a baseline serves every variant of its
+    size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
+
+    run_id: str
+    group_id: str
+    pair_id: str
+    pairs: list[str]
+    size: str
+    arm: str
+    seed: int
+    architecture: Architecture
+    budget_match: BudgetMatch
+    size_dims: Annotated[SizeDims, BeforeValidator(_size_dims)]
+    params: int
+    non_embedding_params: int
+    unique_params: int
+    train_flops_per_token: int
+    final_train_flops_per_token: int
+    tokens: int
+    steps: int
+    total_train_flops: int
+    gpu_hours: float
+    peak_memory_gb: float
+    optimizer_state_gb: float
+    training: RunTraining
+    evaluation: Evaluation
+    topology: Topology
+    slurm: RunSlurm
+    #: Looped variants: the loop counts every eval point scores (always including the trained b).
+    loop_counts: list[int] | None = None
+    role: Literal["aa"] | None = None
+    certificate: str
+
+    @field_serializer("architecture")
+    def _arch(self, arch: Architecture) -> dict[str, Any]:
+        return arch.as_mapping()
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.arm == "baseline"
+
+    @property
+    def is_aa(self) -> bool:
+        return self.role == "aa"
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry exactly as plan.json holds it (what the certificate hashes)."""
+        return _drop_absent(self.model_dump(mode="json"), ("loop_counts", "role"))
+
+    def certificate_now(self, budget_match: str | None = None) -> str:
+        """The certificate recomputed from this entry (the job and the report compare it with
+        the recorded ``certificate`` to catch a hand-edited arm)."""
+        return certificate_of(self.as_json(), budget_match)
+
+
+class Pair(PlanModel):
+    pair_id: str
+    group_id: str
+    size: str
+    seed: int
+    variant: str
+    baseline_run: str
+    variant_run: str
+    budget_match: BudgetMatch
+    certificate: str
+    differs: list[str]
+
+
+class GateEntry(PlanModel):
+    """One pre-registered gate: its block and the hashes `report` checks it against."""
+
+    name: str
+    gate: Gate
+    gate_sha256: str
+    gate_raw_sha256: str | None
+
+
+class EvalSetInfo(PlanModel):
+    """What one LM eval set holds, measured from its files at plan time (None: not readable
+    then, e.g. a remote path)."""
+
+    files: int
+    tokens: int | None
+    documents: int | None
+    sequences: int | None
+    scored_tokens: int | None
+    unigram_entropy_nats: float | None
+
+
+class Plan(PlanModel):
+    """plan.json: every run and pair of a spec, their costs, certificates and gates."""
+
+    schema_version: int = Field(alias="schema")
+    spec_name: str
+    description: str
+    spec_path: str
+    workdir: str
+    spec_sha256: str
+    created: str
+    olmoablate_version: str
+    sizes: list[str]
+    seeds: list[int]
+    variants: dict[str, Architecture]
+    budget: Budget
+    gate: Gate | None
+    gate_sha256: str | None
+    gate_raw_sha256: str | None
+    eval_sets: dict[str, dict[str, EvalSetInfo]]
+    gates: list[GateEntry]
+    aa_runs: list[str]
+    accounting: dict[str, str]
+    pairs: list[Pair]
+    runs: list[RunEntry]
+    #: In a view of one gate (:meth:`gate_views`) of a ``gates:`` spec: that gate's name (its
+    #: block in the spec is ``gates.<name>``). Never written.
+    gate_name: str | None = Field(None, exclude=True)
+
+    _path: Path | None = PrivateAttr(None)
+
+    @field_serializer("variants")
+    def _variants(self, variants: dict[str, Architecture]) -> dict[str, Any]:
+        return {k: v.as_mapping() for k, v in variants.items()}
+
+    # ------------------------------------------------------------------ reading and writing
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read and validate ``path`` (a plan.json or the results folder holding one).
+
+        Every problem is a one-line :class:`UserError` naming the file and the field.
+        """
+        p = Path(path)
+        plan_path = p / PLAN_FILE if p.is_dir() else p
+        if not plan_path.is_file():
+            raise UserError(f"{plan_path} not found: run `olmoablate plan SPEC` first")
+        try:
+            doc = read_json(plan_path)
+        except (OSError, ValueError) as err:
+            raise UserError(f"{plan_path}: unreadable plan ({err})") from None
+        plan = cls.from_json(doc, where=str(plan_path))
+        plan._path = plan_path
+        return plan
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = PLAN_FILE) -> Plan:
+        """Validate a plan.json document (already parsed); ``where`` names it in errors."""
+        if not isinstance(doc, dict):
+            raise UserError(f"{where}: not a plan (expected a JSON object)")
+        version = doc.get("schema")
+        if isinstance(version, int) and version > PLAN_SCHEMA:
+            raise UserError(
+                f"{where}: schema: plan format {version} was written by a newer olmoablate "
+                f"(this one reads format {PLAN_SCHEMA}); upgrade olmoablate"
+            )
+        try:
+            return cls.model_validate(upgrade(doc))
+        except ValidationError as err:
+            raise UserError(
+                f"{where}: {first_error(err)}{run_named(err, doc)}; rerun `olmoablate plan SPEC`"
+            ) from None
+
+    def as_json(self) -> dict[str, Any]:
+        """The plan exactly as plan.json holds it."""
+        out = self.model_dump(mode="json", by_alias=True)
+        out["runs"] = [r.as_json() for r in self.runs]
+        return out
+
+    def write(self, path: str | Path) -> None:
+        """Write plan.json atomically (a reader never sees half a plan)."""
+        write_json_atomic(path, self.as_json())
+
+    @property
+    def path(self) -> Path | None:
+        """The plan.json this plan was loaded from (None when built in memory)."""
+        return self._path
+
+    # ------------------------------------------------------------------ lookups
+    @functools.cached_property
+    def runs_by_id(self) -> dict[str, RunEntry]:
+        """Runs keyed by run id, in plan order."""
+        return {r.run_id: r for r in self.runs}
+
+    @functools.cached_property
+    def pairs_by_id(self) -> dict[str, Pair]:
+        return {p.pair_id: p for p in self.pairs}
+
+    def run(self, run_id: str) -> RunEntry:
+        """The run ``run_id``; a one-line error listing the plan's runs when there is none."""
+        try:
+            return self.runs_by_id[run_id]
+        except KeyError:
+            raise UserError(
+                f"{self._where()}: no run {run_id!r} in this plan "
+                f"(allowed: {', '.join(self.runs_by_id) or '(none)'})"
+            ) from None
+
+    def pair(self, pair_id: str) -> Pair:
+        try:
+            return self.pairs_by_id[pair_id]
+        except KeyError:
+            raise UserError(
+                f"{self._where()}: no pair {pair_id!r} in this plan "
+                f"(allowed: {', '.join(self.pairs_by_id) or '(none)'})"
+            ) from None
+
+    def pairs_of(self, run_id: str) -> list[Pair]:
+        """The pairs run ``run_id`` is an arm of (a baseline may serve several)."""
+        return [p for p in self.pairs if run_id in (p.baseline_run, p.variant_run)]
+
+    def check_run_ids(self, run_ids: list[str] | None, option: str) -> list[str]:
+        """User-named run ids, checked against the plan (one-line error naming the allowed)."""
+        for rid in run_ids or []:
+            if rid not in self.runs_by_id:
+                allowed = ", ".join(self.runs_by_id) or "(none)"
+                raise UserError(f"{option} {rid}: not a run of this plan (allowed: {allowed})")
+        return list(run_ids or [])
+
+    # ------------------------------------------------------------------ gates
+    def gate_views(self) -> list[tuple[str, Plan]]:
+        """(name, this plan with that gate in ``gate``/``gate_sha256``) for every gate.
+
+        Why views: every piece of the gate (pre-registration check, noise source, MDE lines, the
+        report's statistics) reads one gate from ``plan.gate``; a view puts each of several
+        pre-registered gates there in turn, so each is decided by the same code, independently.
+        """
+        out = []
+        for e in self.gates:
+            view = self.model_copy(
+                update={
+                    "gate": e.gate,
+                    "gate_sha256": e.gate_sha256,
+                    "gate_raw_sha256": e.gate_raw_sha256,
+                    "gate_name": e.name,
+                }
+            )
+            view._path = self._path
+            out.append((e.name, view))
+        return out
+
+    def _where(self) -> str:
+        return str(self._path) if self._path is not None else PLAN_FILE
+
+
+def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Optional keys the previous release left out when unset (not written as null)."""
+    for k in keys:
+        if d.get(k) is None:
+            d.pop(k, None)
+    return d

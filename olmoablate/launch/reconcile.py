@@ -1,0 +1,171 @@
+"""The state of every run: what the scheduler says, reconciled with what the run itself wrote.
+
+State of a run = what the scheduler says (squeue for live jobs, sacct for ended ones, the pid for
+local jobs) reconciled with the run's own status.json. The run's own word wins for
+`completed`/`diverged` (completion is decided by the step count, not by an exit code); the
+scheduler wins for liveness. `submit`, `cancel` and `status` all decide from these views, so the
+rules live here once. No torch, no submitit: `status` must be fast on a login node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from typing import Any
+
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.errors import UserError
+from olmoablate.launch import slurm as sl
+from olmoablate.launch.ledger import JobRecord, Ledger
+from olmoablate.launch.reasons import reason_for
+from olmoablate.launch.runstate import OwnStatus
+
+#: A job for the run is queued (local queue), pending or running, or a cancel is under way.
+LIVE_STATES = frozenset({"queued", "pending", "running", "cancelling"})
+#: Final good-or-bad-but-final states: never resubmitted without --redo.
+DONE_STATES = frozenset({"completed", "diverged"})
+
+
+@dataclasses.dataclass
+class RunView:
+    """One line of `olmoablate status`."""
+
+    run_id: str
+    group_id: str
+    state: str
+    executor: str | None = None
+    job_id: str | None = None
+    attempts: int = 0
+    step: int | None = None
+    total_steps: int | None = None
+    tokens: int | None = None
+    total_tokens: int | None = None
+    last_loss: float | None = None
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    scheduler_state: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if pid runs and is not a zombie (PID 1 may reap late)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _local_job_alive(job: JobRecord) -> bool:
+    if job.host and job.host != socket.gethostname():
+        return False  # another machine's job: we cannot see it; treat as ended
+    try:
+        return pid_alive(int(job.job_id))
+    except ValueError:
+        return False
+
+
+def _eta(own: OwnStatus, total_tokens: int) -> float | None:
+    if not own.tokens_per_s or own.tokens is None or not total_tokens:
+        return None
+    return max(0.0, (total_tokens - own.tokens) / own.tokens_per_s)
+
+
+def reconcile(
+    results: ResultsDir,
+    ledger: Ledger,
+    *,
+    sacct_max_age_s: float = 10.0,
+    require_scheduler: bool = False,
+) -> dict[str, RunView]:
+    """Current state of every run of the plan (see the module docstring for the rules)."""
+    runs = results.plan.runs_by_id
+    records = {rid: ledger.record(rid) for rid in runs}
+    slurm_jobs = {
+        rid: rec.last_job
+        for rid, rec in records.items()
+        if rec is not None and rec.last_job is not None and rec.last_job.executor == "slurm"
+    }
+    slurm_ids = [job.job_id for job in slurm_jobs.values()]
+    live = sl.squeue_states(slurm_ids) if slurm_ids else {}
+    if live is None and require_scheduler:
+        raise UserError("cannot reach the Slurm controller (squeue failed); is the cluster up?")
+    acct = sl.sacct_states(results, slurm_ids, max_age_s=sacct_max_age_s) if slurm_ids else {}
+    views: dict[str, RunView] = {}
+    for rid, run in runs.items():
+        status = OwnStatus.read(results.run(rid))
+        rec = records[rid]
+        job = rec.last_job if rec is not None else None
+        view = RunView(
+            run_id=rid,
+            group_id=run.group_id,
+            state="missing",
+            executor=rec.executor if rec is not None else None,
+            job_id=job.job_id if job is not None else None,
+            attempts=rec.attempts if rec is not None else 0,
+            step=status.step,
+            total_steps=status.total_steps or run.steps,
+            tokens=status.tokens,
+            total_tokens=run.tokens,
+            last_loss=status.last_loss,
+            tokens_per_s=status.tokens_per_s,
+            eta_s=_eta(status, run.tokens),
+        )
+        views[rid] = view
+        own = status.state
+        step, total = status.step, view.total_steps
+        reached_end = step is not None and isinstance(total, int) and total > 0 and step >= total
+        ledger_state = rec.state if rec is not None else None
+        cancelled = ledger_state == "cancelled"
+
+        # Is a job for this run alive right now?
+        sched: str | None = None
+        if job is not None and job.executor == "slurm":
+            jid = job.job_id
+            if live and jid in live:
+                view.scheduler_state = live[jid]
+                sched = sl.map_slurm_state(live[jid])
+            elif acct and jid in acct:
+                view.scheduler_state = acct[jid].get("State")
+                sched = sl.map_slurm_state(view.scheduler_state)
+            elif live is not None:
+                sched = "ended"  # the controller no longer has it and accounting forgot it
+            # else: nobody to ask; fall back to status.json below
+        elif job is not None and job.executor == "local":
+            sched = "running" if _local_job_alive(job) else "ended"
+            view.scheduler_state = "alive" if sched == "running" else "exited"
+        elif rec is not None and ledger_state == "queued":
+            owner = rec.owner_pid
+            sched = "queued" if owner and pid_alive(owner) else "ended"
+
+        live_now = sched in ("pending", "running", "queued")
+        if own == "completed" or (
+            reached_end and not live_now and own not in ("diverged", "failed")
+        ):
+            # The step count decides completion, but only once the job has let go of the run:
+            # the last step is logged before metrics are flushed and the final status written.
+            view.state = "completed"
+        elif own == "diverged":
+            view.state = "diverged"
+        elif live_now:
+            view.state = "cancelling" if cancelled else sched
+            if sched == "running" and own == "pending":
+                view.state = "running"
+        elif cancelled or own == "cancelled" or sched == "cancelled":
+            view.state = "cancelled"
+        elif own == "failed" or sched == "failed" or ledger_state == "failed":
+            view.state = "failed"
+        elif rec is not None:
+            # The job ended (or nobody can tell us about it) before the run reached its last step:
+            # it was interrupted and can resume from its checkpoint.
+            view.state = "interrupted" if sched is not None or own else "unknown"
+        elif status.present:
+            view.state = "interrupted"  # trained before, without a ledger (e.g. ledger moved)
+        sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
+        reason = rec.reason if rec is not None else None
+        view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+    return views

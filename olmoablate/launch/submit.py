@@ -1,0 +1,240 @@
+"""`submit`: decide which runs need sending and send them (Slurm job arrays or the local pool).
+
+`submit` sends only runs that are missing, cancelled or interrupted (and failed ones with
+`retry_failed`), deciding from launch/reconcile.py's views under the ledger lock, so concurrent
+`submit` calls never send a run twice. Both arms of a pair share a group and go out as one Slurm
+job array, rendered by submitit itself (launch/slurm.py), so `--dry-run` shows what is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.plan import Plan, RunEntry
+from olmoablate.errors import UserError
+from olmoablate.io import canonical_json, write_text_atomic
+from olmoablate.launch import slurm as sl
+from olmoablate.launch.devices import check_local_capacity, visible_gpus
+from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.localpool import LocalPool
+from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, RunView, reconcile
+from olmoablate.launch.runstate import DEFAULT_TARGET, JobTarget, mark_status
+
+EXECUTORS = ("local", "slurm")
+#: ``results/<spec>/slurm/<group>.sbatch``: the scripts `--dry-run` renders (launch's own files).
+SBATCH_DIR = "slurm"
+
+
+@dataclasses.dataclass
+class SubmitResult:
+    submitted: list[tuple[str, str]]  # (run_id, job_id)
+    skipped: list[tuple[str, str]]  # (run_id, reason)
+    rendered: list[Path]
+    test_only: list[tuple[str, bool, str]]  # (group_id, ok, slurm's message)
+
+
+def decide(
+    views: dict[str, RunView], *, retry_failed: bool, redo: list[str], only: list[str] | None
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Which runs to send now, and why the others are not sent."""
+    send: list[str] = []
+    skip: list[tuple[str, str]] = []
+    for rid, view in views.items():
+        if only is not None and rid not in only:
+            continue
+        if rid in redo:
+            if view.state in LIVE_STATES:
+                raise UserError(f"--redo {rid}: run is {view.state}; `olmoablate cancel` it first")
+            send.append(rid)
+        elif view.state in DONE_STATES or view.state in LIVE_STATES:
+            skip.append((rid, view.state))
+        elif view.state == "failed" and not retry_failed:
+            skip.append((rid, "failed (use --retry-failed)"))
+        else:
+            send.append(rid)
+    return send, skip
+
+
+def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
+    """Clear a stale cancel request; for --redo move the old run directory aside (never delete)."""
+    rdir = results.run(run_id)
+    if fresh and rdir.path.exists():
+        dest = results.superseded / f"{run_id}-{time.strftime('%Y%m%dT%H%M%S')}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        rdir.path.rename(dest)
+    rdir.path.mkdir(parents=True, exist_ok=True)
+    rdir.cancel_marker.unlink(missing_ok=True)
+    mark_status(rdir.status, run_id=run_id, state="pending", reason=None)
+
+
+Batch = tuple[str, dict[str, Any], list[RunEntry]]  # (group id, sbatch parameters, runs)
+
+
+def group_batches(plan: Plan, run_ids: list[str]) -> list[Batch]:
+    """Runs grouped by group_id (one job array per group), split further only if sbatch
+    parameters differ inside a group (they should not: both arms share size and topology)."""
+    batches: dict[tuple[str, str], Batch] = {}
+    for rid in run_ids:
+        run = plan.run(rid)
+        gid = run.group_id
+        params = sl.sbatch_parameters(run, job_name=f"olmoablate-{plan.spec_name}-{gid}")
+        key = (gid, canonical_json(params))
+        if key not in batches:
+            batches[key] = (gid, params, [])
+        batches[key][2].append(run)
+    out = list(batches.values())
+    seen: dict[str, int] = {}
+    for i, (gid, params, runs_) in enumerate(out):
+        seen[gid] = seen.get(gid, 0) + 1
+        if seen[gid] > 1:
+            out[i] = (f"{gid}.{seen[gid]}", params, runs_)
+    return out
+
+
+def render_all(results: ResultsDir, run_ids: list[str]) -> list[Path]:
+    """Write results/<spec>/slurm/<group_id>.sbatch for every batch (no cluster needed)."""
+    folder = results.submitit.resolve()
+    paths = []
+    for gid, params, runs in group_batches(results.plan, run_ids):
+        path = results.root / SBATCH_DIR / f"{gid}.sbatch"
+        write_text_atomic(path, sl.render_sbatch(params, folder, len(runs)))
+        paths.append(path)
+    return paths
+
+
+def check_spec(ledger: Ledger, plan: Plan, redo: list[str]) -> None:
+    """Refuse to mix runs of two versions of a spec in one ledger unless they are redone."""
+    sha = plan.spec_sha256
+    old = ledger.data.get("spec_sha256")
+    if old and sha and old != sha and ledger.runs:
+        if not redo:
+            raise UserError(
+                f"plan.json spec_sha256 {sha[:12]} differs from the ledger's {old[:12]} (the spec "
+                "changed since the last submit); name the runs to redo with --redo RUN_ID"
+            )
+    ledger.data["spec_sha256"] = sha or old
+    ledger.data["spec_name"] = plan.spec_name
+
+
+def submit(
+    results: ResultsDir,
+    executor: str,
+    *,
+    retry_failed: bool = False,
+    redo: list[str] | None = None,
+    only: list[str] | None = None,
+    dry_run: bool = False,
+    test_only: bool = False,
+    parallel: int = 1,
+    target: JobTarget = DEFAULT_TARGET,
+    progress: bool = True,
+) -> SubmitResult:
+    """Send the runs of ``results.plan`` that need sending. Local: blocks until they finish (or
+    Ctrl-C)."""
+    if executor not in EXECUTORS:
+        raise UserError(f"--executor {executor}: allowed values are {', '.join(EXECUTORS)}")
+    redo = list(redo or [])
+    if dry_run or test_only:
+        ledger = Ledger.read(results)
+        rendered = render_all(results, list(results.plan.runs_by_id))
+        tests: list[tuple[str, bool, str]] = []
+        if test_only:
+            if not sl.have_slurm():
+                raise UserError("--test-only needs a reachable Slurm cluster (sbatch not found)")
+            for path in rendered:
+                ok, msg = sl.test_only(path)
+                tests.append((path.stem, ok, msg))
+        views = reconcile(results, ledger)
+        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        return SubmitResult([(r, "(dry-run)") for r in send], skip, rendered, tests)
+    if executor == "slurm":
+        if not sl.have_slurm():
+            raise UserError(
+                "--executor slurm: sbatch/sacct not found; use --executor local or --dry-run"
+            )
+        return _submit_slurm(results, retry_failed, redo, only, target)
+    return _submit_local(results, retry_failed, redo, only, parallel, target, progress)
+
+
+def _submit_slurm(
+    results: ResultsDir,
+    retry_failed: bool,
+    redo: list[str],
+    only: list[str] | None,
+    target: JobTarget,
+) -> SubmitResult:
+    from olmoablate.launch.job import TrainRun
+
+    plan_path = str(results.plan_path.resolve())
+    root = str(results.root.resolve())
+    folder = results.submitit.resolve()
+    submitted: list[tuple[str, str]] = []
+    with Ledger.locked(results) as ledger:
+        check_spec(ledger, results.plan, redo)
+        views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=True)
+        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        for rid in redo:
+            ledger.forget(rid)
+        rendered = render_all(results, send) if send else []
+        for gid, params, runs in group_batches(results.plan, send):
+            ex = sl.slurm_executor(folder, runs[0], params)
+            for run in runs:
+                prepare_run_dir(results, run.run_id, fresh=run.run_id in redo)
+            jobs = []
+            try:
+                with ex.batch():
+                    for run in runs:
+                        jobs.append(ex.submit(TrainRun(plan_path, run.run_id, root, target)))
+            except Exception as err:  # sbatch rejected the script: say so in one line
+                ledger.save()
+                first = str(err).strip().splitlines()
+                raise UserError(
+                    f"sbatch rejected group {gid}: {first[-1] if first else err}"
+                ) from None
+            for run, job in zip(runs, jobs, strict=True):
+                ledger.record_submission(run.run_id, job.job_id, "slurm", "pending")
+                submitted.append((run.run_id, job.job_id))
+            # Persist after each array: a failure in the next group must not forget this one.
+            ledger.save()
+        sl.invalidate_sacct_cache(results)
+    return SubmitResult(submitted, skip, rendered, [])
+
+
+def _submit_local(
+    results: ResultsDir,
+    retry_failed: bool,
+    redo: list[str],
+    only: list[str] | None,
+    parallel: int,
+    target: JobTarget,
+    progress: bool,
+) -> SubmitResult:
+    if parallel < 1:
+        raise UserError(f"--parallel {parallel}: must be at least 1")
+    plan = results.plan
+    with Ledger.locked(results) as ledger:
+        check_spec(ledger, plan, redo)
+        views = reconcile(results, ledger, sacct_max_age_s=0)
+        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        gpus = visible_gpus()
+        for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
+            check_local_capacity(gpus, plan.run(rid).topology.gpus_per_node, parallel)
+        for rid in send:
+            if rid in redo:
+                ledger.forget(rid)
+            ledger.mark_queued(rid, owner_pid=os.getpid(), host=socket.gethostname())
+            prepare_run_dir(results, rid, fresh=rid in redo)
+    if not send:
+        return SubmitResult([], skip, [], [])
+    # Longest runs first (by planned training FLOPs): with `parallel` slots this keeps the
+    # slowest arm from starting last and stretching the whole batch.
+    send = sorted(send, key=lambda rid: -plan.run(rid).total_train_flops)
+    pool = LocalPool(results, send, parallel, target)
+    submitted = pool.run(progress=progress)
+    return SubmitResult(submitted, skip, [], [])

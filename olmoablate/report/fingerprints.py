@@ -1,0 +1,189 @@
+"""The data-order rule of a pair: both arms must have trained on the same batches.
+
+Why one module: the rule (compare ``fingerprints.jsonl`` per common step) and its cache are used
+by the loader (:mod:`olmoablate.report.collect`, which owns the cache for a report) and by the
+comparison (:mod:`olmoablate.report.compare`, which marks a pair INVALID on a mismatch); living
+here, neither of the two imports the other for it.
+
+Why a cache: each file is ~100 bytes per step and a baseline serves several pairs, so a check is
+keyed by the identity (size, mtime, inode) of both files, and while runs train only the lines
+appended since the last matching check are compared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from olmoablate.contract.columnar import probe as _probe
+from olmoablate.io import sha256_of, write_bytes_atomic
+
+#: Part of every cache key: bump it when the cached answers change meaning.
+CACHE_VERSION = 2
+#: The report's fingerprint cache, in the report cache folder.
+CACHE_FILE = "fingerprints.json"
+
+
+def fingerprint_problems(a: bytes | None, b: bytes | None) -> tuple[list[str], str]:
+    """Compare two fingerprints.jsonl contents per common step; (problems, note)."""
+    if a is None or b is None:
+        which = "baseline" if a is None else "variant"
+        return [], f"data order unverified: {which} has no fingerprints.jsonl"
+    short, long_ = (a, b) if len(a) <= len(b) else (b, a)
+    if long_.startswith(short):  # identical or one arm further along: every common step matches
+        n_common = short.count(b"\n")
+        if n_common == 0:
+            return [], "data order unverified: no common fingerprint steps yet"
+        return [], f"data fingerprints match on {n_common} common steps"
+    fa, fb = _fingerprint_map(a), _fingerprint_map(b)
+    common = sorted(set(fa) & set(fb))
+    bad = [s for s in common if fa[s] != fb[s]]
+    if bad:
+        return (
+            [
+                f"data fingerprints differ at {len(bad)} of {len(common)} common steps "
+                f"(first at step {bad[0]}): the arms did not see the same batches"
+            ],
+            "",
+        )
+    return [], f"data fingerprints match on {len(common)} common steps"
+
+
+def _fingerprint_map(data: bytes) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+            out[int(row["step"])] = str(row["sha256"])  # last row of a step wins
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def file_identity(path: Path) -> list[int] | None:
+    """(size, mtime, inode) of a fingerprints file: the key of cached comparisons."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def complete_lines(path: Path) -> bytes | None:
+    """Complete lines of a fingerprints file (a torn last line is dropped), or None."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    return data[: data.rfind(b"\n") + 1]
+
+
+def check_cached(cache: dict[str, list[Any]], pb: Path, pv: Path) -> tuple[list[str], str]:
+    """:func:`fingerprint_problems` of the files ``pb`` (baseline) and ``pv`` (variant), reusing
+    and updating ``cache`` (the answers by the identity of both files, and the byte-identical
+    prefix that matched last time)."""
+    ib, iv = file_identity(pb), file_identity(pv)
+    key = sha256_of([CACHE_VERSION, ib, iv])
+    if ib is not None and iv is not None and key in cache:
+        problems, note = cache[key]
+        return list(problems), str(note)
+    prefix_key = sha256_of([CACHE_VERSION, "prefix", str(pb), str(pv)])
+    if ib is not None and iv is not None:
+        grown = _fingerprints_grown(pb, pv, cache.get(prefix_key))
+        if grown is not None:
+            n_common, entry = grown
+            note = f"data fingerprints match on {n_common} common steps"
+            if n_common == 0:
+                note = "data order unverified: no common fingerprint steps yet"
+            cache[key] = [[], note]
+            cache[prefix_key] = entry
+            return [], note
+    data_b, data_v = complete_lines(pb), complete_lines(pv)
+    problems, note = fingerprint_problems(data_b, data_v)
+    if ib is not None and iv is not None:
+        cache[key] = [problems, note]
+        cache.pop(prefix_key, None)
+        if not problems and data_b is not None and data_v is not None:
+            entry = _fingerprint_prefix(pb, pv, data_b, data_v)
+            if entry is not None:
+                cache[prefix_key] = entry
+    return problems, note
+
+
+def load_cache(cache_dir: Path | None) -> dict[str, list[Any]]:
+    """The cache saved by the last report in ``cache_dir`` ({} when absent or unreadable)."""
+    path = cache_dir / CACHE_FILE if cache_dir is not None else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def save_cache(cache_dir: Path | None, cache: dict[str, list[Any]]) -> None:
+    """Write the cache; a read-only results copy simply keeps none."""
+    if cache_dir is None:
+        return
+    try:
+        write_bytes_atomic(cache_dir / CACHE_FILE, json.dumps(cache).encode("utf-8"))
+    except OSError:
+        pass
+
+
+def _complete_end(path: Path) -> int:
+    """Offset after the last newline of ``path`` (complete lines only)."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        pos, width = size, 4096
+        while pos > 0:
+            lo = max(0, pos - width)
+            fh.seek(lo)
+            nl = fh.read(pos - lo).rfind(b"\n")
+            if nl >= 0:
+                return lo + nl + 1
+            pos, width = lo, width * 4
+    return 0
+
+
+def _fingerprint_prefix(pb: Path, pv: Path, data_b: bytes, data_v: bytes) -> list[Any] | None:
+    """After a full check found no mismatch: how far the two files are byte-identical (the
+    shorter one's complete lines, when it is a prefix of the other), with what is needed to
+    trust that prefix next time. None when they match per step but not byte for byte."""
+    short, long_ = (data_b, data_v) if len(data_b) <= len(data_v) else (data_v, data_b)
+    if not long_.startswith(short):
+        return None
+    try:
+        common = len(short)
+        ids = [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)]
+        return [common, short.count(b"\n"), ids, _probe(pb, common), _probe(pv, common)]
+    except OSError:
+        return None
+
+
+def _fingerprints_grown(pb: Path, pv: Path, entry: Any) -> tuple[int, list[Any]] | None:
+    """(common steps, new entry) when both files still start with the prefix that matched last
+    time and their appended complete lines agree too; None when a full check is needed."""
+    try:
+        common, n_lines, ids, probe_b, probe_v = entry
+        if [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)] != ids:
+            return None
+        ends = [_complete_end(pb), _complete_end(pv)]
+        if min(ends) < common:
+            return None
+        if _probe(pb, common) != probe_b or _probe(pv, common) != probe_v:
+            return None
+        new_common = min(ends)
+        with pb.open("rb") as fb, pv.open("rb") as fv:
+            fb.seek(common)
+            fv.seek(common)
+            tail_b = fb.read(new_common - common)
+            tail_v = fv.read(new_common - common)
+        if tail_b != tail_v:
+            return None  # a mismatch (or a requeue rewrite): the full check says where
+        n_common = n_lines + tail_b.count(b"\n")
+        new_entry = [new_common, n_common, ids, _probe(pb, new_common), _probe(pv, new_common)]
+        return n_common, new_entry
+    except (OSError, TypeError, ValueError):
+        return None

@@ -1,0 +1,44 @@
+"""The pairing-certificate check: do two plan entries still form a valid pair?
+
+Why it lives in the report and not only in ``plan``: a pair whose arms differ in anything but the
+declared architecture measures the wrong thing, and plan.json can be edited after planning. The
+report recomputes the certificate (:mod:`olmoablate.contract.certificate`, the same hash ``plan``
+wrote) and marks such a pair INVALID, kept out of the gate, instead of silently giving a delta.
+"""
+
+from __future__ import annotations
+
+from olmoablate.contract.certificate import differences, shared_settings
+from olmoablate.contract.plan import RunEntry
+
+
+def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
+    """Why the two plan entries do not form a valid pair (empty list = valid).
+
+    Recomputes the pairing certificate (`olmoablate.contract.certificate`, the same hash `plan`
+    wrote) of both arms under the pair's budget rule, and checks each entry still matches the
+    certificate recorded for it (a plan.json edited after planning is caught here).
+    """
+    problems: list[str] = []
+    if baseline.certificate_now(budget_match) != variant.certificate_now(budget_match):
+        diff = differences(
+            shared_settings(baseline.as_json(), budget_match),
+            shared_settings(variant.as_json(), budget_match),
+        )
+        diff = _allow_reference_depth(diff, baseline, variant)
+        if diff:
+            problems.append(f"settings differ beyond the architecture: {', '.join(diff[:8])}")
+    for who, entry in (("baseline", baseline), ("variant", variant)):
+        if entry.certificate and entry.certificate != entry.certificate_now():
+            problems.append(
+                f"{who} {entry.run_id}: plan entry no longer matches its recorded "
+                "certificate (plan.json edited after planning?)"
+            )
+    return problems
+
+
+def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntry) -> list[str]:
+    """A `layers:` reference arm is declared to change the depth; that difference is allowed."""
+    if variant.architecture.layers is not None or baseline.architecture.layers is not None:
+        return [d for d in diff if d != "size_dims.n_layers"]
+    return diff

@@ -1,0 +1,105 @@
+"""Results folders written before the typed contract layer still `status` and `report` (issue 13).
+
+tests/fixtures/results_v1 is a real results folder made by the previous release (main e75ec36;
+how: its README.md). The current code must list every run and write a byte-identical gate.json:
+the verdicts, estimates and reasons a team already acted on do not move when the code under them
+is restructured. gate.json holds no timestamps or absolute paths, so nothing is normalised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results_v1"
+SPEC = "compat_v1"
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "olmoablate", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.fixture
+def old_results(tmp_path: Path) -> Path:
+    """A scratch copy of the fixture (the report writes into the results folder)."""
+    work = tmp_path / "work"
+    shutil.copytree(FIXTURE, work)
+    (work / "gate.json").unlink()  # the stored verdict stays in the repository, not in the copy
+    return work
+
+
+def _plan_runs() -> list[str]:
+    plan = json.loads((FIXTURE / "results" / SPEC / "plan.json").read_text())
+    return [r["run_id"] for r in plan["runs"]]
+
+
+def test_fixture_is_a_complete_old_folder() -> None:
+    runs = _plan_runs()
+    assert len(runs) == 6
+    for rid in runs:
+        for name in ("status.json", "metrics.jsonl", "fingerprints.jsonl", "summary.json"):
+            assert (FIXTURE / "results" / SPEC / "runs" / rid / name).is_file(), (rid, name)
+    gate = json.loads((FIXTURE / "gate.json").read_text())
+    assert gate["verdicts"] == {"sn_da": "proceed", "looped": "inconclusive"}
+
+
+def test_status_lists_every_run(old_results: Path) -> None:
+    out = _cli("status", f"{SPEC}.yaml", "--json", cwd=old_results)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["run_id"] for r in rows] == _plan_runs()
+    assert {r["state"] for r in rows} == {"completed"}
+    table = _cli("status", f"results/{SPEC}", cwd=old_results)
+    assert table.returncode == 0, table.stdout + table.stderr
+    for rid in _plan_runs():
+        assert rid in table.stdout
+
+
+def test_report_writes_identical_gate_json(old_results: Path) -> None:
+    res = old_results / "results" / SPEC
+    inputs = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
+    out = _cli("report", f"{SPEC}.yaml", cwd=old_results)
+    assert out.returncode == 0, out.stdout + out.stderr
+    want = (FIXTURE / "gate.json").read_text()
+    got = (res / "gate.json").read_text()
+    assert json.loads(got) == json.loads(want)  # first the content, with a readable diff
+    assert got == want  # then the bytes: key order and number formatting too
+    assert "gate verdicts: sn_da: proceed; looped: inconclusive" in out.stdout
+    for p, data in inputs.items():  # nothing the old release wrote is rewritten or lost
+        assert p.read_bytes() == data, p
+
+
+def test_old_plan_loads_with_the_contract() -> None:
+    """The acceptance test of item 6: plan.json keeps schema 1 and the typed model reads it."""
+    from olmoablate.contract.plan import Plan
+
+    path = FIXTURE / "results" / SPEC / "plan.json"
+    raw = json.loads(path.read_text())
+    plan = Plan.load(path)
+    assert [r.run_id for r in plan.runs] == _plan_runs()
+    assert len(plan.pairs) == 4 and [g.name for g in plan.gates] == ["sn_da", "looped"]
+    looped = plan.run("micro-s0-looped")
+    assert looped.architecture.looped is not None
+    # the loop counts the old release really trained (its `train/loops` column, steps 1..24)
+    rows = (FIXTURE / "results" / SPEC / "runs" / looped.run_id / "metrics.jsonl").read_text()
+    trained = {
+        r["step"]: int(r["train/loops"])
+        for r in map(json.loads, rows.splitlines())
+        if "train/loops" in r
+    }
+    assert sorted(set(trained.values())) == [1, 2, 3]
+    assert {s: looped.architecture.looped.loops_at_step(s) for s in trained} == trained
+    assert plan.as_json() == raw
