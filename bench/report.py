@@ -60,9 +60,21 @@ def _gen(args: tuple[str, SynthSpec, RunEntry]) -> None:
     write_run(Path(root), spec, entry, _truth(entry.arm))
 
 
+def _plan_loads(root: Path) -> bool:
+    """Whether ``root`` holds a plan this version reads (data of an older format is rebuilt)."""
+    from olmoablate.contract.plan import Plan
+    from olmoablate.errors import UserError
+
+    try:
+        Plan.load(root / PLAN_FILE)
+    except (UserError, OSError):
+        return False
+    return True
+
+
 def generate(root: Path, runs: int, steps: int) -> None:
     marker = root / f".generated-{runs}-{steps}"
-    if marker.exists():
+    if marker.exists() and _plan_loads(root):
         print(f"reusing {root}")
         return
     shutil.rmtree(root, ignore_errors=True)
@@ -169,6 +181,12 @@ def main() -> int:
         action="store_true",
         help="remove the jobs' metrics.parquet copies: time parsing the JSON itself",
     )
+    ap.add_argument(
+        "--keep",
+        default=None,
+        help="copy each phase's gate.json, comparison.csv and report.md to KEEP/<phase>/ "
+        "(to check that a change leaves the report byte-identical)",
+    )
     args = ap.parse_args()
     root = Path(args.dir)
     generate(root, args.runs, args.steps)
@@ -189,6 +207,11 @@ def main() -> int:
             if label == "appended":
                 sizes = append_steps(root, args.append)
             t = time_report(root, use_cache=True)
+            if args.keep:
+                keep = Path(args.keep) / label
+                keep.mkdir(parents=True, exist_ok=True)
+                for name in ("gate.json", "comparison.csv", "report.md"):
+                    shutil.copy2(root / name, keep / name)
             skip = ("total", "verdict", "cpu")
             parts = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k not in skip)
             print(

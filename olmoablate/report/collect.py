@@ -108,6 +108,8 @@ class Results:
     cache_dir: Path | None = None
     #: fingerprint comparisons by the identity of both files (`report.fingerprints`)
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
+    #: fingerprint files read by this report (each read once: `report.fingerprints.Reads`)
+    fp_reads: fingerprints.Reads = field(default_factory=fingerprints.Reads)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
@@ -123,7 +125,9 @@ class Results:
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """(problems, note) of the two arms' data fingerprints, cached across reports."""
-        return fingerprints.check_cached(self.fp_cache, base.dir.fingerprints, var.dir.fingerprints)
+        return fingerprints.check_cached(
+            self.fp_cache, base.dir.fingerprints, var.dir.fingerprints, self.fp_reads
+        )
 
     def save_cache(self) -> None:
         fingerprints.save_cache(self.cache_dir, self.fp_cache)
