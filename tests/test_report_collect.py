@@ -236,10 +236,14 @@ def test_cache_encoding_round_trips_bit_exactly() -> None:
     specs = {k: _encode(k, v, arrays) for k, v in cols.items()}
     assert specs["steps"]["enc"] == "range" and specs["tokens"]["enc"] == "range"
     assert specs["sparse"]["enc"] == "sparse" and specs["dense"]["enc"] == "dense"
-    meta, back = _unpack(bytearray(_pack({"specs": specs}, arrays)))
+    packed = bytearray(b"".join(_pack({"specs": specs}, arrays)))
+    meta, back = _unpack(packed)
     for k, v in cols.items():
         got = _decode(k, meta["specs"][k], back, n)
         assert got.dtype == v.dtype and got.tobytes() == v.tobytes(), k
+    for damaged in (packed[:-8], packed[:-8] + bytearray(b"\xff" * 8)):  # cut short; overwritten
+        with pytest.raises(ValueError):
+            _unpack(damaged)
 
 
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
