@@ -126,18 +126,19 @@ def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
     c0 = cpu()
     t0 = time.perf_counter()
     results = collect(root, use_cache=use_cache)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu()
     report = build(results)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), cpu()
     write_next_plan(report, root)
     write_all(report, root, ["md", "html", "csv", "json"])
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), cpu()
     return {
         "collect": t1 - t0,
         "compare+gate": t2 - t1,
         "render": t3 - t2,
         "total": t3 - t0,
-        "cpu": cpu() - c0,
+        "cpu": c3 - c0,
+        "cpu_parts": f"{c1 - c0:.2f}/{c2 - c1:.2f}/{c3 - c2:.2f}",  # type: ignore[dict-item]
         "verdict": report.verdict,  # type: ignore[dict-item]
     }
 
@@ -212,12 +213,12 @@ def main() -> int:
                 keep.mkdir(parents=True, exist_ok=True)
                 for name in ("gate.json", "comparison.csv", "report.md"):
                     shutil.copy2(root / name, keep / name)
-            skip = ("total", "verdict", "cpu")
+            skip = ("total", "verdict", "cpu", "cpu_parts")
             parts = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k not in skip)
             print(
                 f"{label}: report of {n_runs} runs x {args.steps} steps in {t['total']:.2f} s "
                 f"wall = {t['total'] / goal:.2f}x the {goal:.0f} s goal; {t['cpu']:.2f} s CPU "
-                f"over all processes ({parts}; verdict {t['verdict']}; "
+                f"over all processes ({parts}; CPU by part {t['cpu_parts']} s; verdict {t['verdict']}; "
                 f"load average {os.getloadavg()[0]:.1f})"
             )
     finally:

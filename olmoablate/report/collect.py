@@ -219,6 +219,15 @@ def collect(
             rd.issues.append(f"{rid}: run directory missing (not submitted or not copied)")
         runs[rid] = rd
     cache_dir = layout.report_cache if use_cache else None
+    fp_cache = fingerprints.load_cache(cache_dir)
+    # the pairs' data-order checks read ~100 bytes per step of both arms: done meanwhile
+    background = fingerprints.Background(
+        fp_cache,
+        [
+            (layout.run(p.baseline_run).fingerprints, layout.run(p.variant_run).fingerprints)
+            for p in plan.pairs
+        ],
+    )
     for rid, m in load_metrics_many(jobs, cache_dir, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
@@ -229,7 +238,7 @@ def collect(
     for rd in runs.values():
         issues.extend(rd.issues)
     warnings = check_gate_unchanged(first) + prereg.warnings
-    fp_cache = fingerprints.load_cache(cache_dir)
+    background.merge_into(fp_cache)
     out = Results(layout, plan, gate, runs, issues, warnings, cache_dir, fp_cache)
     out.prereg_broken = prereg.broken
     return out

@@ -13,6 +13,7 @@ appended since the last matching check are compared.
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -171,6 +172,69 @@ def check_cached(
             if entry is not None:
                 cache[prefix_key] = entry
     return problems, note
+
+
+def _check_all(cache: dict[str, list[Any]], pairs: list[tuple[Path, Path]]) -> dict[str, list[Any]]:
+    """Run :func:`check_cached` on every pair (in a worker); the cache entries it made."""
+    before = dict(cache)
+    reads = Reads()
+    for pb, pv in pairs:
+        check_cached(cache, pb, pv, reads)
+    return {k: v for k, v in cache.items() if before.get(k) != v}
+
+
+class Background:
+    """The pairs' fingerprint checks running in one forked process while the report loads the
+    metrics (a cold report's two largest reads, on two cores at once). Its answers only fill
+    the cache: every pair is still checked through :func:`check_cached`, which uses an answer
+    only while both files keep the identity it was computed for, so a file that changes
+    meanwhile is simply checked again, and a worker that fails costs only the time."""
+
+    #: Below this many bytes of files to check, a process costs more than it saves.
+    MIN_BYTES = 32 * 2**20
+
+    def __init__(
+        self,
+        cache: dict[str, list[Any]],
+        pairs: list[tuple[Path, Path]],
+        min_bytes: int | None = None,
+    ) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._future = None
+        todo = [
+            (pb, pv)
+            for pb, pv in pairs
+            if sha256_of([CACHE_VERSION, file_identity(pb), file_identity(pv)]) not in cache
+        ]
+        size = sum(i[0] for pair in todo for i in map(file_identity, pair) if i is not None)
+        if (
+            not todo
+            or size < (self.MIN_BYTES if min_bytes is None else min_bytes)
+            or (os.cpu_count() or 1) < 2
+            or "fork" not in multiprocessing.get_all_start_methods()
+        ):
+            return
+        try:
+            ctx = multiprocessing.get_context("fork")
+            pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+            try:
+                self._future = pool.submit(_check_all, dict(cache), todo)
+            finally:
+                pool.shutdown(wait=False)
+        except OSError:  # no process to be had: the checks run in-process
+            self._future = None
+
+    def merge_into(self, cache: dict[str, list[Any]]) -> None:
+        """Wait for the worker and add its answers to ``cache`` (nothing if it failed)."""
+        if self._future is None:
+            return
+        try:
+            cache.update(self._future.result())
+        except Exception:  # noqa: BLE001 - a lost worker only means checking in-process
+            pass
+        self._future = None
 
 
 def load_cache(cache_dir: Path | None) -> dict[str, list[Any]]:

@@ -91,7 +91,8 @@ def _arange(n: int, dtype: np.dtype) -> np.ndarray:
     if hit is None:
         hit = np.arange(n, dtype=dtype)
         hit.flags.writeable = False
-        _ARANGES.clear()  # one length at a time: a ladder's runs mostly share it
+        if len(_ARANGES) >= 4:  # a few (length, dtype): a ladder's runs mostly share them
+            _ARANGES.clear()
         _ARANGES[key] = hit
     return hit
 
