@@ -78,7 +78,7 @@ def _broken(plan_file: Path, tmp_path: Path, edit) -> Path:  # type: ignore[no-u
             lambda d: d["runs"][0]["slurm"].update(max_num_timeout=-1),
             r"runs\[0\]\.slurm\.max_num_timeout: ",
         ),
-        (lambda d: d["runs"][1].update(extra_key=1), r"runs\[1\]\.extra_key: unknown field"),
+        (lambda d: d["runs"][1].update(extra_key=1), r"runs\[1\]\.extra_key: unknown key"),
         (lambda d: d["pairs"][0].update(seed="0"), r"pairs\[0\]\.seed: "),
         (
             lambda d: d["runs"][0]["size_dims"].pop("d_model"),

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 import torch
-from fixtures.plan_fixture import make_plan, run_entry
+from fixtures.plan_fixture import certify, make_plan, run_entry, typed
 
-from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
 from olmoablate.launch import devices
 from olmoablate.train import callbacks as cbs
@@ -136,11 +136,12 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
 # ----------------------------------------------------------------------------- 3, 4: precision
 
 
-def _gpu_run(dp: str, precision: str = "auto", nodes: int = 1, **topo: Any) -> dict[str, Any]:
+def _gpu_run(dp: str, precision: str = "auto", nodes: int = 1, **topo: Any) -> RunEntry:
+    """A GPU run as `plan` records it from a spec with this topology (GPU defaults resolved)."""
     run = run_entry("r", "baseline", {}, batch_seqs=16, micro_seqs=1)
-    run["topology"].update(nodes=nodes, gpus_per_node=8, data_parallel=dp, **topo)
+    run["topology"] = {"nodes": nodes, "gpus_per_node": 8, "data_parallel": dp, **topo}
     run["training"]["precision"] = precision
-    return run
+    return typed(run)
 
 
 def test_ddp_on_cuda_trains_in_bf16_autocast() -> None:
@@ -159,9 +160,9 @@ def test_single_process_bf16_autocast_config_builds() -> None:
     """The autocast dtype must be an OLMo-core DType (a torch.dtype crashed in build())."""
     from olmoablate.models import build_model_config
 
-    run = run_entry("r", "baseline", {}, training={"precision": "bf16"})
+    run = typed(run_entry("r", "baseline", {}, training={"precision": "bf16"}))
     tm = cfgs.train_module_config(run, cfgs.Environment("cpu"))
-    model = build_model_config(run["size_dims"], {}, attn_backend="torch").build(init_device="meta")
+    model = build_model_config(run.size_dims, {}, attn_backend="torch").build(init_device="meta")
     assert tm.build(model).autocast_precision is torch.bfloat16
 
 
@@ -196,10 +197,10 @@ def test_activation_checkpointing_and_official_intervals() -> None:
         "metrics_collect_interval": 10,
         "cancel_check_interval": 10,
     }
-    assert cfgs.execution(run).data_workers == 8
-    cpu = run_entry("r", "baseline", {})
+    assert run.topology.data_workers == 8
+    cpu = typed(run_entry("r", "baseline", {}))
     assert cfgs.trainer_intervals(cpu)["metrics_collect_interval"] == 1
-    assert cfgs.execution(cpu).data_workers == 0
+    assert cpu.topology.data_workers == 0
 
 
 # ----------------------------------------------------------------------------- validate
@@ -456,8 +457,7 @@ def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
         training={"precision": "bf16"},
     )
     entry["topology"].update(cpu_processes=2, data_parallel="fsdp")
-    entry["certificate"] = certificate_of(entry, "tokens")
-    plan = make_plan(tmp_path, [entry])
+    plan = make_plan(tmp_path, [certify(entry)])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")
     proc = subprocess.run(

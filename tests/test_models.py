@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from olmoablate.errors import UserError
-from olmoablate.models import build_model, build_model_config, param_counts, parse_arch
+from olmoablate.models import build_model, build_model_config, param_counts
 
 VOCAB = 64
 SEQ = 12
@@ -401,14 +401,16 @@ def test_looped_curriculum_and_flops() -> None:
         }
     }
     model = build_model(size(2), arch)
-    assert [model.set_train_step(s) for s in (0, 9, 10, 25, 1000)] == [2, 2, 4, 6, 6]
+    assert model.current_loops == 2  # before the trainer sets a step: the first step's b
+    # OLMo-core's 1-based step of the step being trained (contract Looped.loops_at_step)
+    assert [model.set_train_step(s) for s in (1, 10, 11, 26, 1001)] == [2, 2, 4, 6, 6]
     base_k = build_model(size(2, n_layers=4), {})
     body = sum(b.num_flops_per_token(SEQ) for b in base_k.blocks.values())
     head = base_k.lm_head.num_flops_per_token(SEQ)
-    for step, b in ((0, 2), (10, 4), (30, 6)):
+    for step, b in ((1, 2), (11, 4), (31, 6)):
         model.set_train_step(step)
         assert model.num_flops_per_token(SEQ) == (body * (b + 4)) // 3 + 2 * head
-    model.set_train_step(0)
+    model.set_train_step(1)
     assert model.num_flops_per_token(SEQ) == body * 2 + 2 * head  # b = T = 2: all differentiable
 
 
@@ -534,17 +536,21 @@ def test_attn_backend_auto_and_explicit() -> None:
 @pytest.mark.parametrize(
     ("arch", "field"),
     [
-        ({"looped": {"body_layers": 6, "loops": 2}}, "arch.looped.body_layers"),
-        ({"looped": {"body_layers": 4, "loops": 2, "tail": 3}}, "arch.looped.tail"),
+        (
+            {"looped": {"body_layers": 6, "loops": 2}},
+            "looped: body_layers=6 must be a multiple of 4",
+        ),
+        ({"looped": {"body_layers": 4, "loops": 2, "tail": 3}}, "tail=3 must be <= loops=2"),
         ({"looped": {"body_layers": 4, "loops": 2}, "siamese_norm": {}}, "siamese_norm"),
         ({"looped": {"body_layers": 4, "loops": 2}, "layers": {"n_layers": 4}}, "layers"),
-        ({"depth_attention": {"stride": 0}}, "arch.depth_attention.stride"),
-        ({"siamese_norm": {"output_norm": True}}, "output_norms"),
-        ({"mystery": {}}, "allowed"),
-        ({"looped": {"body_layers": 4}}, "arch.looped.loops"),
+        ({"depth_attention": {"stride": 0}}, "depth_attention.stride"),
+        ({"siamese_norm": {"output_norm": True}}, "siamese_norm.output_norm: unknown key"),
+        ({"mystery": {}}, "allowed: siamese_norm, depth_attention, looped, layers"),
+        ({"looped": {"body_layers": 4}}, "looped.loops"),
     ],
 )
 def test_bad_arch_is_one_line_user_error(arch: dict, field: str) -> None:
+    """The model builder reads ``arch`` through the contract (one rule set, one-line errors)."""
     with pytest.raises(UserError) as err:
-        parse_arch(arch)
+        build_model_config(size(2), arch)
     assert field in str(err.value) and "\n" not in str(err.value)

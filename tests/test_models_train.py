@@ -80,7 +80,7 @@ def _worker(root: str, dp: str) -> None:
         def pre_step(self, batch: dict) -> None:
             model = self.trainer.train_module.model
             if hasattr(model, "set_train_step"):
-                self.loops[self.step] = model.set_train_step(self.step - 1)
+                self.loops[self.step] = model.set_train_step(self.step)
                 self.trainer.train_module.num_flops_per_token.cache_clear()
 
         def log_metrics(self, step: int, metrics: dict[str, float]) -> None:

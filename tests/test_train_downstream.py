@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
+from fixtures.plan_fixture import certify, make_plan, run_entry
 
 from olmoablate.spec import downstream
 
@@ -38,7 +38,6 @@ def _train_with_task(
     """Train one tiny run for 2 steps with ``task`` scored at step 2; return that eval row."""
     if downstream.known_tasks() is None:
         pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
-    from olmoablate.contract.certificate import certificate_of
     from olmoablate.train.job import run_job
 
     run_id = f"tiny-s0-{arm}"
@@ -62,9 +61,12 @@ def _train_with_task(
     )
     if loop_counts:
         entry["loop_counts"] = loop_counts
-    entry["certificate"] = certificate_of(entry, "tokens")
     plan = make_plan(
-        tmp_path, [entry], vocab=data["vocab_size"], eos=data["eos_token_id"], train_tokens=20_000
+        tmp_path,
+        [certify(entry)],
+        vocab=data["vocab_size"],
+        eos=data["eos_token_id"],
+        train_tokens=20_000,
     )
     status = run_job(str(plan), run_id)
     assert status["state"] == "completed", status

@@ -217,11 +217,9 @@ def test_interrupted_run_resumes_bitwise(
     assert sorted(_evals(run_dir)) == [8, 16]
 
 
-def test_nan_marks_run_diverged_and_final(tmp_path: Path) -> None:
-    entry = run_entry(
-        "tiny-s0-baseline", "baseline", {}, steps=10, training={"debug_nan_at_step": 4}
-    )
-    plan = make_plan(tmp_path, [entry])
+def test_nan_marks_run_diverged_and_final(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OLMOABLATE_DEBUG_NAN_AT_STEP", "4")
+    plan = make_plan(tmp_path, [run_entry("tiny-s0-baseline", "baseline", {}, steps=10)])
     status = run_job(str(plan), "tiny-s0-baseline")
     assert status["state"] == "diverged", status
     assert status["diverged_at_step"] == 4
@@ -269,15 +267,16 @@ def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
         steps=7,
         evaluation={"interval": 3, "loop_counts": [1, 2, 4]},
     )
+    entry["loop_counts"] = [1, 2, 3, 4]  # what `plan` resolves [1, 2, 4] to (b = 3 included)
     plan = make_plan(tmp_path, [entry])
     assert run_job(str(plan), "tiny-s0-loop")["state"] == "completed"
     rows = {r["step"]: r for r in _rows(_run_dir(plan, "tiny-s0-loop") / "metrics.jsonl")}
     # b(step) = min(loops, start + increment * floor((step - 1) / interval)), 1-based steps:
     # the same schedule the plan's FLOPs accounting integrates over.
-    from olmoablate.contract.accounting import loops_at_step
+    from olmoablate.contract.arch import Looped
 
-    lp = entry["architecture"]["looped"]
-    expected = [loops_at_step(lp, s) for s in range(1, 8)]
+    lp = Looped.model_validate(entry["architecture"]["looped"])
+    expected = [lp.loops_at_step(s) for s in range(1, 8)]
     assert expected == [1, 1, 1, 2, 2, 2, 3]
     assert [rows[s]["train/loops"] for s in range(1, 8)] == expected
     assert "train/H norm (loop 3)" in rows[7] and "train/H norm (loop 3)" not in rows[6]

@@ -1,4 +1,5 @@
-"""Tests of olmoablate.train.plan: loading a run entry and refusing bad ones in one line."""
+"""Tests of olmoablate.train.plan: loading a run entry (through the contract's Plan.load) and
+refusing bad ones in one line, before torch loads."""
 
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ def test_load_run_resolves_paths_against_workdir(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     ctx = load_run(plan, "tiny-s0-sn")
     assert ctx.run_id == "tiny-s0-sn" and ctx.spec_name == "fixture"
-    assert ctx.run_dir == plan.parent / "runs" / "tiny-s0-sn"
+    assert ctx.run_dir.path == plan.parent / "runs" / "tiny-s0-sn"
+    assert ctx.run_dir.status == plan.parent / "runs" / "tiny-s0-sn" / "status.json"
+    assert ctx.run.training.optimizer.lr == 0.01 and ctx.plan.run("tiny-s0-sn") is ctx.run
+    assert load_run(plan.parent, "tiny-s0-sn").run == ctx.run  # the results folder works too
     assert ctx.resolve("data/train.bin") == str(tmp_path / "data" / "train.bin")
     assert ctx.resolve("/abs/x.bin") == "/abs/x.bin"
     assert ctx.resolve("s3://bucket/x.npy") == "s3://bucket/x.npy"
@@ -49,13 +53,13 @@ def test_load_run_resolves_paths_against_workdir(tmp_path: Path) -> None:
 
 def test_unknown_run_and_missing_plan(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
-    with pytest.raises(UserError, match="no run 'nope'.*known: tiny-s0-baseline, tiny-s0-sn"):
+    with pytest.raises(UserError, match=r"no run 'nope'.*allowed: tiny-s0-baseline, tiny-s0-sn"):
         load_run(plan, "nope")
-    with pytest.raises(UserError, match="plan file not found"):
+    with pytest.raises(UserError, match="missing.json not found"):
         load_run(tmp_path / "missing.json", "x")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UserError, match="not valid JSON"):
+    with pytest.raises(UserError, match="bad.json: unreadable plan"):
         load_run(bad, "x")
 
 
@@ -91,14 +95,34 @@ def test_architecture_is_not_part_of_the_certificate() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
+        # field types and allowed values: the contract's Plan.load
         (
             lambda r: r["training"]["optimizer"].update(name="sgd"),
-            r"optimizer\.name = 'sgd' is not supported; allowed: adamw, skip_step_adamw",
+            r"runs\[1\]\.training\.optimizer\.name: Input should be 'adamw' or 'skip_step_adamw'",
         ),
         (
             lambda r: r["training"]["schedule"].update(name="step"),
-            r"schedule\.name = 'step' is not supported; allowed: cosine, linear, constant, wsd",
+            r"schedule\.name: Input should be 'cosine', 'linear', 'constant' or 'wsd'",
         ),
+        (
+            lambda r: r["training"].update(steps=0),
+            r"training\.steps: Input should be greater than 0",
+        ),
+        (
+            lambda r: r["training"].update(precision="fp8"),
+            r"training\.precision: Input should be 'auto', 'fp32' or 'bf16'",
+        ),
+        (
+            lambda r: r["training"].pop("optimizer"),
+            r"runs\[1\]\.training\.optimizer: field required",
+        ),
+        (
+            lambda r: r["training"]["optimizer"].update(lr=-1.0),
+            r"optimizer\.lr: Input should be greater than 0",
+        ),
+        (lambda r: r["architecture"].update(wormholes={}), r"architecture\.wormholes: unknown"),
+        (lambda r: r["training"].update(compile="yes"), r"runs\[1\]\.training\.compile"),
+        # rules across fields: train.plan.check_run
         (
             lambda r: r["training"].update(global_batch_size=100),
             r"global_batch_size = 100 \(tokens\) must be a multiple of sequence_length = 64",
@@ -107,18 +131,13 @@ def test_architecture_is_not_part_of_the_certificate() -> None:
             lambda r: r["training"].update(microbatch_size=65),
             r"microbatch_size = 65 \(tokens\) must be a multiple",
         ),
-        (lambda r: r["training"].update(steps=0), r"training\.steps = 0 must be an integer >= 1"),
         (
             lambda r: r["training"]["data"].update(eos_token_id=5000),
-            r"eos_token_id = 5000 is outside the model vocabulary",
+            r"eos_token_id = 5000 is outside the model vocabulary .*allowed: 0 to 1023",
         ),
         (
-            lambda r: r["training"].update(precision="fp8"),
-            r"precision = 'fp8' is not supported; allowed: auto, fp32, bf16",
-        ),
-        (
-            lambda r: r["training"].pop("optimizer"),
-            r"missing field 'runs\[tiny-s0-sn\]\.training\.optimizer'",
+            lambda r: r["training"]["data"].update(paths=None),
+            r"runs\[tiny-s0-sn\]\.training\.data needs 'paths' or 'mix'",
         ),
     ],
 )

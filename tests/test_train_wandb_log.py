@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
+from fixtures.plan_fixture import make_plan, run_entry, typed
 
-from olmoablate.train.wandb_log import LINK_FILE, TOKENS, TRAIN_FLOPS, FlopsAxis, tags_of, wandb_id
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.train.wandb_log import TOKENS, TRAIN_FLOPS, FlopsAxis, tags_of, wandb_id
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -87,11 +88,9 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
         training={"checkpoint_interval": 4, "wandb": {"mode": "offline", "project": "p-test"}},
         evaluation={"interval": 8},
     )
-    from olmoablate.contract.certificate import certificate_of
-
-    entry["certificate"] = certificate_of(entry, "tokens")
     plan = make_plan(tmp_path, [entry])
-    run_dir = plan.parent / "runs" / "tiny-s0-looped"
+    rd = ResultsDir(plan.parent).run("tiny-s0-looped")
+    run_dir = rd.path
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "olmoablate.train.job", str(plan), "tiny-s0-looped"]
@@ -118,7 +117,7 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
         run = runs[0]
         assert run.project == "p-test"
         assert run.run_group == "fixture/tiny-s0" and run.job_type == "looped"
-        assert list(run.tags) == tags_of("fixture", entry)
+        assert list(run.tags) == tags_of("fixture", typed(entry))
         assert set(run.tags) == {"spec:fixture", "size:tiny", "seed:0", "arm:looped"}
         config = {i.key: json.loads(i.value_json) for i in run.config.update}
         assert config["certificate"] == entry["certificate"] and config["run_id"] == entry["run_id"]
@@ -129,7 +128,7 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
         assert named.get(TRAIN_FLOPS) == TOKENS and TOKENS in named
         histories.append(_history(recs))
 
-    flops = FlopsAxis(entry)
+    flops = FlopsAxis(typed(entry))
     gbs = entry["training"]["global_batch_size"]
     for rows in histories:
         trained = [r for r in rows if "train/CE loss" in r]
@@ -143,5 +142,5 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
     assert last_first >= 5 and max(resumed) == STEPS
     assert min(resumed) > stopped["step"] - 4  # continues from the checkpoint, not from 0
 
-    link = json.loads((run_dir / LINK_FILE).read_text())
+    link = json.loads(rd.wandb.read_text())
     assert link["id"] == expected_id and link["mode"] == "offline" and link["url"] is None

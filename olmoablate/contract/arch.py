@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from olmoablate.contract.base import Strict
+from olmoablate.contract.base import Strict, first_error
 from olmoablate.contract.sizes import ATTENTION_CYCLE
 from olmoablate.errors import UserError
 
@@ -178,15 +178,3 @@ def parse_architecture(
         return Architecture.model_validate({k: ({} if v is True else v) for k, v in arch.items()})
     except ValidationError as err:
         raise UserError(f"{where}: {first_error(err, BLOCKS)}") from None
-
-
-def first_error(err: ValidationError, allowed: tuple[str, ...] = ()) -> str:
-    """The first pydantic error as ``field.path: message`` (one line)."""
-    e = err.errors()[0]
-    loc = ".".join(str(p) for p in e["loc"])
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] == "extra_forbidden":
-        msg = "unknown key" + (
-            f" (allowed: {', '.join(allowed)})" if allowed and len(e["loc"]) == 1 else ""
-        )
-    return f"{loc}: {msg}" if loc else msg

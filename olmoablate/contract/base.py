@@ -7,9 +7,10 @@ fail `Plan.load` with the field's name instead of a KeyError ten minutes into a 
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: Names of specs, variants, gates and eval sets (they become file and run names).
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -25,3 +26,73 @@ class Strict(BaseModel):
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
+
+
+_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_count(value: Any) -> int:
+    """``262144``, ``2.5e9``, ``"100M"``, ``"2.5B"``, ``"1T"`` -> int (tokens)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number of tokens")
+        return int(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMBGT]?)\s*", value.upper())
+        if m:
+            number = float(m.group(1)) * _SUFFIX.get(m.group(2), 1)
+            if number.is_integer():
+                return int(number)
+    raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M' / '2.5B' / '1T'")
+
+
+def parse_minutes(value: Any) -> int:
+    """Slurm time: minutes (int) or ``"HH:MM:SS"`` / ``"D-HH:MM:SS"`` / ``"MM:SS"`` -> minutes."""
+    if isinstance(value, bool):
+        raise ValueError("must be minutes or 'D-HH:MM:SS'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{2})(?::(\d{2}))?", value.strip())
+        if m:
+            days = int(m.group(1) or 0)
+            if m.group(4) is None:  # MM:SS or D-HH:MM
+                if m.group(1):
+                    hours, minutes, seconds = int(m.group(2)), int(m.group(3)), 0
+                else:
+                    hours, minutes, seconds = 0, int(m.group(2)), int(m.group(3))
+            else:
+                hours, minutes, seconds = int(m.group(2)), int(m.group(3)), int(m.group(4))
+            return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+        if value.strip().isdigit():
+            return int(value.strip())
+    raise ValueError("must be minutes (e.g. 2880) or a Slurm time like '2-00:00:00'")
+
+
+_UNION_TAG = re.compile(
+    r"(bool|int|float|str|none|list\[.*\]|dict\[.*\]|literal\[.*\]|function-.*)"
+)
+
+
+def first_error(err: ValidationError, allowed: tuple[str, ...] = ()) -> str:
+    """The first pydantic error as one line, ``runs[3].training.steps: <what is wrong>``.
+
+    ``allowed`` names the valid keys of the top level, said when the error is an unknown one.
+    """
+    e = err.errors()[0]
+    loc = ""
+    for part in e["loc"]:
+        if isinstance(part, str) and _UNION_TAG.fullmatch(part):
+            continue  # pydantic's name of a union member (``bool``, ``literal['auto']``), not a field
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if e["type"] == "missing":
+        msg = "field required (missing)"
+    elif e["type"] == "extra_forbidden":
+        top = allowed and len(e["loc"]) == 1
+        msg = "unknown key" + (f" (allowed: {', '.join(allowed)})" if top else "")
+    return f"{loc}: {msg}" if loc else msg

@@ -13,7 +13,7 @@ is free and works on a copy of a cluster's results anywhere.
       submitit/                  submit    (submitit's job folders and logs)
       runs/<run_id>/             the training job of that run
         status.json  metrics.jsonl  metrics.parquet  fingerprints.jsonl  summary.json
-        wandb.json  checkpoints/  .cancel-requested (cancel -> job)
+        wandb.json  checkpoints/  cache/  wandb/  .cancel-requested (cancel -> job)
       runs/.superseded/          replan    (runs moved aside when their entry changed)
       .report-cache/             report    (parse cache; safe to delete)
 """
@@ -74,6 +74,16 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def cache(self) -> Path:
+        """The job's scratch (OLMo-core's dataset work dir); safe to delete between attempts."""
+        return self.path / "cache"
+
+    @property
+    def wandb_dir(self) -> Path:
+        """W&B's own files (offline runs: ``wandb sync <wandb_dir>/wandb/offline-run-*``)."""
+        return self.path / "wandb"
 
     @property
     def cancel_marker(self) -> Path:

@@ -33,7 +33,9 @@ from pydantic import (
 )
 
 from olmoablate.contract.arch import Architecture
+from olmoablate.contract.base import first_error
 from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.planformat import run_named, upgrade
 from olmoablate.contract.schema import (
     Budget,
     Evaluation,
@@ -298,10 +300,10 @@ class Plan(PlanModel):
                 f"(this one reads format {PLAN_SCHEMA}); upgrade olmoablate"
             )
         try:
-            return cls.model_validate(_upgrade(doc))
+            return cls.model_validate(upgrade(doc))
         except ValidationError as err:
             raise UserError(
-                f"{where}: {validation_message(err)}; rerun `olmoablate plan SPEC`"
+                f"{where}: {first_error(err)}{run_named(err, doc)}; rerun `olmoablate plan SPEC`"
             ) from None
 
     def as_json(self) -> dict[str, Any]:
@@ -384,48 +386,6 @@ class Plan(PlanModel):
 
     def _where(self) -> str:
         return str(self._path) if self._path is not None else PLAN_FILE
-
-
-def validation_message(err: ValidationError) -> str:
-    """The first pydantic error as ``runs[3].training.steps: <message>`` (one line)."""
-    e = err.errors()[0]
-    loc = ""
-    for part in e["loc"]:
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-    msg = str(e["msg"]).removeprefix("Value error, ")
-    if e["type"] == "missing":
-        msg = "field required (missing)"
-    elif e["type"] == "extra_forbidden":
-        msg = "unknown field"
-    return f"{loc}: {msg}" if loc else msg
-
-
-def _upgrade(doc: dict[str, Any]) -> dict[str, Any]:
-    """Fill the keys a format-1 plan from before several gates and A/A runs existed lacks.
-
-    Such a plan had one gate in ``gate``; it becomes the only entry of ``gates`` (named after
-    its variant), exactly what `plan` records for a ``gate:`` spec today.
-    """
-    if all(k in doc for k in ("gates", "aa_runs", "eval_sets")):
-        return doc
-    doc = dict(doc)
-    doc.setdefault("aa_runs", [])
-    doc.setdefault("eval_sets", {})
-    if "gates" not in doc:
-        g = doc.get("gate")
-        doc["gates"] = (
-            [
-                {
-                    "name": (g.get("variant") if isinstance(g, dict) else None) or "gate",
-                    "gate": g,
-                    "gate_sha256": doc.get("gate_sha256"),
-                    "gate_raw_sha256": doc.get("gate_raw_sha256"),
-                }
-            ]
-            if g
-            else []
-        )
-    return doc
 
 
 def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

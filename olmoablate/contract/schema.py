@@ -24,8 +24,28 @@ from olmoablate.contract.arch import (  # noqa: F401  (re-exported: the spec's b
     Looped,
     SiameseNorm,
 )
-from olmoablate.contract.base import NAME_RE, NonNegInt, PosInt, Strict
-from olmoablate.contract.metrics import CE_LOSS
+from olmoablate.contract.base import (  # noqa: F401  (parse_* re-exported)
+    NAME_RE,
+    NonNegInt,
+    PosInt,
+    Strict,
+    parse_count,
+    parse_minutes,
+)
+from olmoablate.contract.execution import (  # noqa: F401  (re-exported: the spec's sections)
+    GPU_DATA_WORKERS,
+    GPU_METRICS_INTERVAL,
+    Slurm,
+    Topology,
+    computes_in_bf16,
+)
+from olmoablate.contract.gatespec import (  # noqa: F401  (re-exported: the spec's sections)
+    Budget,
+    Gate,
+    GateNoise,
+    GateNoiseMeasure,
+    GateStability,
+)
 
 #: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
@@ -48,51 +68,6 @@ OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "c4-ppl-validation",
     "code-fresh-ppl-validation",
 )
-
-_SUFFIX = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-
-
-def parse_count(value: Any) -> int:
-    """``262144``, ``2.5e9``, ``"100M"``, ``"2.5B"``, ``"1T"`` -> int (tokens)."""
-    if isinstance(value, bool):
-        raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M'")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError("must be a whole number of tokens")
-        return int(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMBGT]?)\s*", value.upper())
-        if m:
-            number = float(m.group(1)) * _SUFFIX.get(m.group(2), 1)
-            if number.is_integer():
-                return int(number)
-    raise ValueError("must be a number of tokens like 262144, 2.5e9 or '100M' / '2.5B' / '1T'")
-
-
-def parse_minutes(value: Any) -> int:
-    """Slurm time: minutes (int) or ``"HH:MM:SS"`` / ``"D-HH:MM:SS"`` / ``"MM:SS"`` -> minutes."""
-    if isinstance(value, bool):
-        raise ValueError("must be minutes or 'D-HH:MM:SS'")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{2})(?::(\d{2}))?", value.strip())
-        if m:
-            days = int(m.group(1) or 0)
-            if m.group(4) is None:  # MM:SS or D-HH:MM
-                if m.group(1):
-                    hours, minutes, seconds = int(m.group(2)), int(m.group(3)), 0
-                else:
-                    hours, minutes, seconds = 0, int(m.group(2)), int(m.group(3))
-            else:
-                hours, minutes, seconds = int(m.group(2)), int(m.group(3)), int(m.group(4))
-            return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
-        if value.strip().isdigit():
-            return int(value.strip())
-    raise ValueError("must be minutes (e.g. 2880) or a Slurm time like '2-00:00:00'")
-
 
 # ----------------------------------------------------------------------------------------------
 # Sizes
@@ -311,157 +286,6 @@ class Evaluation(Strict):
                     "loop count b like 'b', '0.5b', '2b'"
                 )
         return v
-
-
-#: Execution settings resolved from the topology when the spec leaves them out, following
-#: OLMo-core's official OLMo 3 scripts on GPU (docs/gpu-settings.md names the source of each) and
-#: the cheapest faithful setting on CPU. This is the only place these defaults live.
-GPU_DATA_WORKERS = 8
-GPU_METRICS_INTERVAL = 10
-
-
-def computes_in_bf16(precision: str, gpus_per_node: int) -> bool:
-    """The one precision rule: ``bf16`` always, ``auto`` = bf16 on GPU and fp32 on CPU.
-
-    Used by the plan's cost accounting, `validate` and the training job alike, so what is
-    costed, what is validated and what is trained can never disagree.
-    """
-    return precision == "bf16" or (precision == "auto" and gpus_per_node > 0)
-
-
-class Topology(Strict):
-    """Where and how a run executes. Every field is shared by both arms (pairing certificate).
-
-    ``None`` fields are resolved by ``_resolve`` (so the plan records concrete values):
-    ``data_parallel`` -> ``hsdp`` on more than one GPU node (one replica per node, sharded inside
-    the node, as OLMo-core's official OLMo 3 7B/32B scripts), else ``fsdp``; ``data_workers`` ->
-    8 on GPU (official), 0 on CPU; ``metrics_interval`` (metrics collection, cancel checks,
-    fingerprint gathering, non-finite checks) -> 10 steps on GPU (official), 1 on CPU.
-    """
-
-    nodes: PosInt = 1
-    gpus_per_node: NonNegInt = 8
-    cpu_processes: PosInt = 1
-    gpu_type: str = "H100"
-    gpu_peak_tflops: float = Field(989.0, gt=0)
-    assumed_mfu: float = Field(0.4, gt=0, le=1)
-    data_parallel: Literal["ddp", "fsdp", "hsdp"] | None = None
-    #: FSDP/HSDP wrapping (OLMo-core ``TransformerDataParallelWrappingStrategy``); official 7B: blocks.
-    fsdp_wrapping: Literal["full", "blocks", "fine_grained"] = "blocks"
-    #: Recompute each block's activations in backward (OLMo-core ``ac_config`` mode ``full``).
-    activation_checkpointing: Literal["none", "full"] = "none"
-    #: ``auto``: flash_2 when flash-attn is installed, CUDA is used and the run computes in bf16;
-    #: torch otherwise. flash_* never run in fp32 (validate rejects it).
-    attention_backend: Literal["auto", "torch", "flash_2", "flash_3"] = "auto"
-    data_workers: NonNegInt | None = None
-    metrics_interval: PosInt | None = None
-
-    @model_validator(mode="after")
-    def _resolve(self) -> Topology:
-        gpu = self.gpus_per_node > 0
-        if self.data_parallel is None:
-            self.data_parallel = "hsdp" if gpu and self.nodes > 1 else "fsdp"
-        if self.data_workers is None:
-            self.data_workers = GPU_DATA_WORKERS if gpu else 0
-        if self.metrics_interval is None:
-            self.metrics_interval = GPU_METRICS_INTERVAL if gpu else 1
-        return self
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * (self.gpus_per_node if self.gpus_per_node else self.cpu_processes)
-
-
-class Slurm(Strict):
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: int | str = 60
-    constraint: str | None = None
-    exclusive: bool = False
-    cpus_per_task: PosInt | None = None
-    mem_gb: PosInt | None = None
-    max_num_timeout: NonNegInt = 3
-    signal_delay_s: PosInt = 120
-    extra: dict[str, str | int | bool] = {}
-    setup: list[str] = []
-
-    @field_validator("time", mode="before")
-    @classmethod
-    def _time(cls, v: Any) -> int:
-        minutes = parse_minutes(v)
-        if minutes < 1:
-            raise ValueError("must be at least 1 minute")
-        return minutes
-
-
-# ----------------------------------------------------------------------------------------------
-# Budget and gate
-# ----------------------------------------------------------------------------------------------
-
-
-class Budget(Strict):
-    match: Literal["tokens", "flops"] = "tokens"
-    variants: dict[str, Literal["tokens", "flops"]] = {}
-
-
-class GateNoiseMeasure(Strict):
-    """Measure the run-to-run noise now: ``plan`` adds ``aa_seeds`` extra baselines at the stage
-    size with other seeds (A/A runs, priced like any run)."""
-
-    aa_seeds: PosInt
-
-
-class GateNoise(Strict):
-    """Where a one-seed gate's noise comes from (docs/gate-statistics.md).
-
-    ``floor``: the standard deviation of the paired delta (variant - baseline, last_n mean)
-    across seeds for this recipe, measured earlier. ``measure``: A/A baselines measured now.
-    Several paired seeds need neither (their spread is used).
-    """
-
-    floor: float | None = Field(None, gt=0)
-    measure: GateNoiseMeasure | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> GateNoise:
-        if self.floor is not None and self.measure is not None:
-            raise ValueError("give noise.floor (measured earlier) or noise.measure, not both")
-        return self
-
-
-class GateStability(Strict):
-    max_loss_spikes: NonNegInt = 3
-    max_grad_norm: float | None = Field(None, gt=0)
-    allow_nonfinite: bool = False
-
-
-class Gate(Strict):
-    stage: str
-    promote_to: list[str] = []
-    rule: Literal["quality", "quality_per_param"] = "quality"
-    metric: str = CE_LOSS
-    direction: Literal["lower", "higher"] = "lower"
-    min_effect: float = Field(0.0, ge=0)
-    confidence: float = Field(0.95, gt=0.5, lt=1)
-    last_n: PosInt = 3
-    variant: str | None = None
-    reference: str | None = None
-    tolerance: float = Field(0.02, ge=0)
-    noise: GateNoise = GateNoise()
-    stability: GateStability = GateStability()
-    max_step_time_overhead: float | None = Field(0.10, ge=0)
-    max_peak_memory_overhead: float | None = Field(0.10, ge=0)
-    max_decode_latency_overhead: float | None = Field(None, ge=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> Gate:
-        if self.rule == "quality_per_param" and not self.reference:
-            raise ValueError(
-                "rule quality_per_param needs `reference`: the variant that is the "
-                "parameter-matched OLMo 3 model (e.g. `layers: {n_layers: 4}`)"
-            )
-        return self
 
 
 # ----------------------------------------------------------------------------------------------

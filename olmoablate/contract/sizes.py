@@ -9,6 +9,7 @@ cannot silently drift from the library.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 #: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
 #: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
@@ -24,6 +25,12 @@ DOLMA2_PAD_TOKEN_ID = 100277
 #: `olmoablate.data` vendors); recorded in every dolma2 plan entry.
 DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
 
+
+def dolma2_tokenizer_file() -> Path:
+    """Where the vendored dolma2 ``tokenizer.json`` is installed (``olmoablate/data/``): named here
+    so every stage that needs the file (data prepares with it, train's downstream evaluation
+    tokenizes with it) reads one location without importing another stage."""
+    return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
 
 
 @dataclass(frozen=True)

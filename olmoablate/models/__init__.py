@@ -5,8 +5,9 @@ Public API (imported lazily so that ``import olmoablate.models`` does not pull i
     build_model(size, arch, *, vocab_size=None, init_seed=0) -> torch.nn.Module
     build_model_config(size, arch, *, vocab_size=None, init_seed=0, attn_backend=None)
     unique_param_count(model), param_counts(model)
-    parse_arch(arch) -> ArchSettings          (torch-free)
 
+``arch`` is an :class:`olmoablate.contract.arch.Architecture` or its plan mapping (the blocks and
+their rules, e.g. ``DepthAttention.sources`` and ``Looped.loops_at_step``, live in the contract).
 See :mod:`.siamese`, :mod:`.depth_attention` and :mod:`.transformer` for the exact equations,
 parameter counts and FLOP formulas.
 """
@@ -15,14 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from olmoablate.models.arch import ArchSettings, parse_arch
-
 __all__ = [
-    "ArchSettings",
     "build_model",
     "build_model_config",
     "param_counts",
-    "parse_arch",
     "unique_param_count",
 ]
 

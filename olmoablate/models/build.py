@@ -11,14 +11,14 @@ from typing import Any
 
 import torch
 
+from olmoablate.contract.arch import Architecture
 from olmoablate.contract.sizes import SizeDims
-from olmoablate.models.arch import ArchSettings
 from olmoablate.models.config import build_model_config
 
 
 def build_model(
     size: str | dict[str, Any] | SizeDims,
-    arch: dict[str, Any] | ArchSettings | None,
+    arch: dict[str, Any] | Architecture | None,
     *,
     vocab_size: int | None = None,
     init_seed: int = 0,

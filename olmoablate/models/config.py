@@ -12,6 +12,7 @@ baseline model *is* OLMo-core's ``Transformer``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from typing import Any
@@ -21,9 +22,9 @@ from olmo_core.nn.attention import AttentionBackendName, SlidingWindowAttentionC
 from olmo_core.nn.feed_forward import FeedForwardConfig
 from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
 
+from olmoablate.contract.arch import Architecture, parse_architecture
 from olmoablate.contract.sizes import SizeDims, resolve
 from olmoablate.errors import UserError
-from olmoablate.models.arch import ArchSettings, parse_arch
 from olmoablate.models.depth_attention import DepthAttentionConfig
 from olmoablate.models.siamese import SiameseNormBlockConfig
 from olmoablate.models.transformer import AblationTransformer
@@ -32,26 +33,10 @@ OLMO3_ROPE_THETA = 500_000
 OLMO3_NORM_EPS = 1e-6
 
 
-def canonical_arch(settings: ArchSettings) -> dict[str, Any]:
-    """``arch`` with defaults filled in and no None values (stable across JSON round trips)."""
-    out: dict[str, Any] = {}
-    if settings.siamese_norm is not None:
-        out["siamese_norm"] = dataclasses.asdict(settings.siamese_norm)
-    if settings.depth_attention is not None:
-        out["depth_attention"] = dataclasses.asdict(settings.depth_attention)
-    if settings.looped is not None:
-        looped = dataclasses.asdict(settings.looped)
-        if looped["curriculum"] is None:
-            del looped["curriculum"]
-        out["looped"] = looped
-    if settings.n_layers is not None:
-        out["layers"] = {"n_layers": settings.n_layers}
-    return out
-
-
 @dataclass
 class AblationTransformerConfig(TransformerConfig):
-    """``TransformerConfig`` + the canonical ``arch`` mapping; builds :class:`AblationTransformer`."""
+    """``TransformerConfig`` + the ``arch`` mapping (:meth:`Architecture.as_mapping`: defaults
+    filled in, JSON-able for OLMo-core's config files); builds :class:`AblationTransformer`."""
 
     arch: dict[str, Any] = field(default_factory=dict)
 
@@ -84,7 +69,7 @@ class AblationTransformerConfig(TransformerConfig):
 
     @property
     def num_params(self) -> int:
-        settings = parse_arch(self.arch)
+        settings = parse_architecture(self.arch)
         assert self.lm_head.layer_norm is not None
         norm = self.lm_head.layer_norm.num_params(self.d_model)
         extra = 0
@@ -141,7 +126,7 @@ def olmo3_config(
 
 def build_model_config(
     size: str | dict[str, Any] | SizeDims,
-    arch: dict[str, Any] | ArchSettings | None,
+    arch: Mapping[str, Any] | Architecture | None,
     *,
     vocab_size: int | None = None,
     init_seed: int = 0,
@@ -152,7 +137,7 @@ def build_model_config(
         dims = resolve(size, vocab_size)
     except KeyError:
         raise UserError(f"size: unknown preset {size!r}") from None
-    settings = parse_arch(arch)
+    settings = parse_architecture(arch)
     if settings.looped is not None:
         n_layers = settings.looped.body_layers
     else:
@@ -183,4 +168,4 @@ def build_model_config(
         )
     fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
     fields["block"] = block
-    return AblationTransformerConfig(**fields, arch=canonical_arch(settings))
+    return AblationTransformerConfig(**fields, arch=settings.as_mapping())

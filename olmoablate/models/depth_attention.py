@@ -44,7 +44,7 @@ from olmo_core.nn.attention import Attention, AttentionConfig, AttentionType
 from olmo_core.nn.attention.base import SequenceMixer
 from olmo_core.nn.buffer_cache import BufferCache
 
-from olmoablate.models.arch import DepthAttentionSettings
+from olmoablate.contract.arch import DepthAttention as DepthAttentionBlock
 
 
 def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
@@ -78,7 +78,7 @@ def mix_values(
     """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
 
     Per-source loops instead of one stacked tensor: the source count is small and stacking would
-    copy every source key/value once more per layer (memory and bandwidth, pitfall B.4.6).
+    copy every source key/value once more per layer (memory and bandwidth).
     """
     if not source_keys:
         return v
@@ -127,7 +127,7 @@ class DepthState:
     slot)`` after it.
     """
 
-    def __init__(self, settings: DepthAttentionSettings) -> None:
+    def __init__(self, settings: DepthAttentionBlock) -> None:
         self.settings = settings
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}

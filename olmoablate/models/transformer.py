@@ -38,7 +38,7 @@ from olmo_core.nn.lm_head import LMOutputWithLoss
 from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
-from olmoablate.models.arch import ArchSettings, parse_arch
+from olmoablate.contract.arch import Architecture, parse_architecture
 from olmoablate.models.depth_attention import DepthState, depth_extra_forward_flops
 
 
@@ -46,7 +46,7 @@ class AblationTransformer(Transformer):
     """An OLMo 3 ``Transformer`` with the architecture changes described by ``arch``."""
 
     def __init__(self, *, arch: dict[str, Any], **kwargs: Any) -> None:
-        settings = parse_arch(arch)
+        settings = parse_architecture(arch)
         super().__init__(**kwargs)
         self.arch = settings
         lm_head_cfg = kwargs["lm_head"]
@@ -58,7 +58,8 @@ class AblationTransformer(Transformer):
         self.state_norm = None
         if settings.looped is not None and settings.looped.state_norm:
             self.state_norm = layer_norm.build(self.d_model, init_device=init_device)
-        self.current_loops = settings.looped.loops_at_step(0) if settings.looped else 1
+        # the loop count of the first training step until the trainer sets one
+        self.current_loops = settings.looped.loops_at_step(1) if settings.looped else 1
         self._h_norms: list[torch.Tensor] = []
         # Transformer.__init__ cached these before the modules above existed.
         for name in ("num_params", "num_non_embedding_params"):
@@ -69,10 +70,9 @@ class AblationTransformer(Transformer):
     def set_train_step(self, step: int) -> int:
         """Apply the loop curriculum; returns the loop count b now in force.
 
-        ``step`` is the 0-based index of the step about to run, i.e. the number of optimizer
-        steps already taken (OLMo-core's ``trainer.global_step - 1`` inside ``pre_step``, where
-        the trainer has already incremented it): ``b = min(loops, start + increment *
-        (step // interval_steps))``.
+        ``step`` is OLMo-core's 1-based ``trainer.global_step`` of the step about to be trained
+        (the first step is 1), the convention of :meth:`olmoablate.contract.arch.Looped.loops_at_step`,
+        which defines b for the model, the callback and the FLOPs accounting alike.
         """
         if self.arch.looped is not None:
             self.current_loops = self.arch.looped.loops_at_step(step)
@@ -279,11 +279,6 @@ class AblationTransformer(Transformer):
         return (body * (b + 2 * tail)) // 3 + tail * head + self.depth_flops()
 
 
-def arch_of(model: torch.nn.Module) -> ArchSettings:
-    """The architecture settings of a built model (the baseline for plain ``Transformer``)."""
-    return getattr(model, "arch", ArchSettings())
-
-
 def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[tuple[Any, ...]]:
     """The distinct block calls of one forward as torch.compile sees them.
 
@@ -294,7 +289,7 @@ def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[
     needs graphs for. ``n_loops``: the largest loop count to cover (default: ``looped.loops``).
     Works for OLMo-core's plain ``Transformer`` (the baseline) too.
     """
-    arch = arch_of(model)
+    arch = getattr(model, "arch", Architecture())  # a plain OLMo-core Transformer: the baseline
     da = arch.depth_attention
     blocks = list(model.blocks.values())  # type: ignore[union-attr]
     k = len(blocks)

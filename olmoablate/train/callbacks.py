@@ -16,7 +16,7 @@ The records and the numeric guards live in :mod:`olmoablate.train.records` and
   become OLMo-core's graceful cancel (final checkpoint, normal return).
 * :class:`StatusCallback` -> ``status.json`` while training.
 * :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
-  the same held-out loss at every loop count in ``evaluation.loop_counts``.
+  the same held-out loss at every loop count of the run entry's ``loop_counts``.
 * :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
   (ai2-olmo-eval) evaluator: every task at every extra loop count.
 * W&B logging is its own module, :mod:`olmoablate.train.wandb_log` (optional, never required).
@@ -48,6 +48,8 @@ from olmo_core.train.callbacks import (
     EvaluatorCallback,
 )
 
+from olmoablate.contract import metrics as metric_names
+from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
 from olmoablate.io import write_json_atomic
 from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.train.guards import (
@@ -57,8 +59,6 @@ from olmoablate.train.guards import (
     nonfinite_flags,
 )
 from olmoablate.train.records import (
-    CE_LOSS,
-    GRAD_NORM,
     FingerprintCallback,
     MetricsJSONLCallback,
     _model_of,
@@ -119,13 +119,14 @@ class LoopCurriculumCallback(Callback):
     _loops: Any = None
 
     def _set(self, step: int) -> None:
-        """``step`` is OLMo-core's 1-based step about to run; the model wants the 0-based index
-        (steps already taken), the same convention as `olmoablate.contract.accounting.loops_at_step`."""
+        """``step`` is OLMo-core's 1-based step about to run, the convention of
+        :meth:`olmoablate.contract.arch.Looped.loops_at_step` (the first step trains with
+        ``loops_at_step(1)``), which the model's ``set_train_step`` applies."""
         model = _model_of(self.trainer)
         hook = getattr(model, "set_train_step", None)
         if not callable(hook):
             return
-        hook(step - 1)
+        hook(step)
         loops = getattr(model, "current_loops", None)
         if loops != self._loops:
             # TransformerTrainModule.num_flops_per_token is lru_cached; drop the stale value.
@@ -152,10 +153,10 @@ class LoopCurriculumCallback(Callback):
             return
         values = norms.tolist() if isinstance(norms, torch.Tensor) else list(norms)
         for t, v in enumerate(values):
-            self.trainer.record_metric(f"train/H norm (loop {t + 1})", float(v))
+            self.trainer.record_metric(metric_names.h_norm(t + 1), float(v))
         loops = getattr(model, "current_loops", None)
         if loops is not None:
-            self.trainer.record_metric("train/loops", float(loops))
+            self.trainer.record_metric(metric_names.LOOPS, float(loops))
 
 
 @dataclass
@@ -287,7 +288,7 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
                             break
                     for name, value in evaluator.compute_metrics().items():
                         self.trainer.record_metric(
-                            f"{prefix}/{evaluator.name}/{name} (loops={n})", value
+                            metric_names.with_loops(f"{prefix}/{evaluator.name}/{name}", n), value
                         )
         finally:
             model.current_loops = trained_loops

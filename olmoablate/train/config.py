@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.schema import computes_in_bf16 as precision_rule
 from olmoablate.errors import UserError
 from olmoablate.train.plan import RunContext
 
@@ -20,8 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.nn.transformer import TransformerConfig
     from olmo_core.optim import OptimConfig, Scheduler
     from olmo_core.train.train_module import TransformerTrainModuleConfig
-
-    from olmoablate.contract.schema import Topology
 
 
 @dataclass(frozen=True)
@@ -34,40 +34,20 @@ class Environment:
     distributed: bool = False
 
 
-def execution(run: dict[str, Any]) -> Topology:
-    """The run's topology with the schema's defaults filled in (the one place they live).
-
-    Plans record concrete values; entries written by hand (tests) may omit fields.
-    """
-    from pydantic import ValidationError
-
-    from olmoablate.contract.schema import Topology
-
-    try:
-        return Topology.model_validate(dict(run.get("topology") or {}))
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise UserError(f"runs[{run['run_id']}].topology.{where}: {first['msg']}") from None
-
-
-def computes_in_bf16(run: dict[str, Any]) -> bool:
+def computes_in_bf16(run: RunEntry) -> bool:
     """The plan's precision rule (:func:`olmoablate.contract.schema.computes_in_bf16`)."""
-    from olmoablate.contract.schema import computes_in_bf16 as rule
-
-    return rule(str(run["training"].get("precision", "auto")), execution(run).gpus_per_node)
+    return precision_rule(run.training.precision, run.topology.gpus_per_node)
 
 
-def attention_backend(run: dict[str, Any], env: Environment) -> str:
+def attention_backend(run: RunEntry, env: Environment) -> str:
     """The attention backend both arms use: never flash in fp32 or without CUDA.
 
     ``auto`` picks flash_2 only when this node has CUDA and flash-attn and the run computes in
     bf16; the resolved name is recorded in ``summary.json``.
     """
-    topo = execution(run)
-    name = topo.attention_backend
+    name = run.topology.attention_backend
     half = computes_in_bf16(run)
-    where = f"runs[{run['run_id']}].topology.attention_backend = {name!r}"
+    where = f"runs[{run.run_id}].topology.attention_backend = {name!r}"
     if name == "auto":
         if env.device_type != "cuda" or not half:
             return "torch"
@@ -82,117 +62,59 @@ def attention_backend(run: dict[str, Any], env: Environment) -> str:
     return name
 
 
-def tokenizer_config(run: dict[str, Any]) -> TokenizerConfig:
-    """Only the ids matter for training on pre-tokenized arrays (see notes §Tokenizer)."""
+def tokenizer_config(run: RunEntry) -> TokenizerConfig:
+    """Only the ids matter: training reads pre-tokenized token files, so the tokenizer itself
+    is never loaded here (downstream evaluation tokenizes; :func:`downstream_tokenizer_file`)."""
     from olmo_core.data import TokenizerConfig
 
-    data = run["training"]["data"]
+    data = run.training.data
     return TokenizerConfig(
-        vocab_size=int(data["vocab_size"]),
-        eos_token_id=int(data["eos_token_id"]),
-        pad_token_id=int(data["pad_token_id"]),
-        bos_token_id=data.get("bos_token_id"),
+        vocab_size=data.vocab_size, eos_token_id=data.eos_token_id, pad_token_id=data.pad_token_id
     )
 
 
-def _fallback_model_config(run: dict[str, Any], attn_backend: str | None) -> TransformerConfig:
-    """OLMo 3 baseline built straight from OLMo-core, used only when olmoablate.models is absent.
+def model_config(run: RunEntry, env: Environment) -> TransformerConfig:
+    """The model of this arm (:func:`olmoablate.models.build_model_config`), with the pair's
+    shared ``init_seed`` and the attention backend of :func:`attention_backend`."""
+    from olmoablate.models import build_model_config
 
-    Same recipe as ``TransformerConfig.olmo3_*`` (reordered norm, full-width QK-norm, RoPE 5e5,
-    SWA pattern [w, w, w, full] with the last layer full) but with the custom dims of the run.
-    """
-    from olmo_core.nn.attention import SlidingWindowAttentionConfig
-    from olmo_core.nn.feed_forward import FeedForwardConfig
-    from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig
-
-    arch = dict(run.get("architecture") or {})
-    dims = dict(run["size_dims"])
-    layers = arch.pop("layers", None)
-    if arch:
-        raise UserError(
-            f"runs[{run['run_id']}].architecture uses {sorted(arch)} but olmoablate.models is not "
-            "installed; only the baseline ({}) and 'layers' are available"
-        )
-    n_layers = int((layers or {}).get("n_layers") or dims["n_layers"])
-    w = int(dims["sliding_window"])
-    return TransformerConfig.llama_like(
-        d_model=int(dims["d_model"]),
-        vocab_size=int(dims["vocab_size"]),
-        n_layers=n_layers,
-        n_heads=int(dims["n_heads"]),
-        n_kv_heads=int(dims.get("n_kv_heads") or dims["n_heads"]),
-        qk_norm=True,
-        rope_theta=500_000,
-        layer_norm_eps=1e-6,
-        block_name=TransformerBlockType.reordered_norm,
-        sliding_window=SlidingWindowAttentionConfig(
-            pattern=[w, w, w, -1],
-            force_full_attention_on_first_layer=False,
-            force_full_attention_on_last_layer=True,
-        ),
-        attn_backend=attn_backend,  # type: ignore[arg-type]
-        feed_forward=FeedForwardConfig(hidden_size=int(dims["mlp_hidden_size"]), bias=False),
+    init_seed = run.training.init_seed
+    cfg = build_model_config(
+        run.size_dims,
+        run.architecture,
+        init_seed=init_seed,
+        attn_backend=attention_backend(run, env),
     )
-
-
-def model_config(run: dict[str, Any], env: Environment) -> TransformerConfig:
-    """The model of this arm, with the pair's shared ``init_seed``.
-
-    Uses ``olmoablate.models.build_model_config`` (the bundled variants) when that package
-    provides it, else the OLMo-core baseline above. The torch attention backend is forced on CPU
-    so GPU presets don't warn on every layer; on CUDA it is :func:`attention_backend`.
-    """
-    init_seed = int(run["training"].get("init_seed", 0))
-    attn_backend = attention_backend(run, env)
-    try:
-        from olmoablate.models import build_model_config  # type: ignore[attr-defined]
-    except ImportError:
-        build_model_config = None
-    if build_model_config is None:
-        cfg = _fallback_model_config(run, attn_backend)
-    else:
-        try:
-            cfg = build_model_config(
-                run["size_dims"],
-                run.get("architecture") or {},
-                vocab_size=int(run["size_dims"]["vocab_size"]),
-                init_seed=init_seed,
-                attn_backend=attn_backend,
-            )
-        except (KeyError, ValueError) as err:
-            raise UserError(f"runs[{run['run_id']}].architecture: {err}") from None
     cfg.init_seed = init_seed
     return cfg
 
 
-def optim_config(run: dict[str, Any]) -> OptimConfig:
+def optim_config(run: RunEntry) -> OptimConfig:
     """AdamW or OLMo 3's SkipStepAdamW; embeddings excluded from weight decay when asked."""
     from olmo_core.optim import AdamWConfig, OptimGroupOverride, SkipStepAdamWConfig
 
-    o = run["training"]["optimizer"]
+    o = run.training.optimizer
     overrides = None
-    if o.get("no_decay_embeddings", True):
+    if o.no_decay_embeddings:
         overrides = [OptimGroupOverride(params=["embeddings.weight"], opts={"weight_decay": 0.0})]
     kwargs: dict[str, Any] = {
-        "lr": float(o["lr"]),
-        "betas": tuple(float(b) for b in o.get("betas", (0.9, 0.95))),
-        "eps": float(o.get("eps", 1e-8)),
-        "weight_decay": float(o.get("weight_decay", 0.1)),
+        "lr": float(o.lr),
+        "betas": tuple(float(b) for b in o.betas),
+        "eps": float(o.eps),
+        "weight_decay": float(o.weight_decay),
         "group_overrides": overrides,
     }
-    if o["name"] == "skip_step_adamw":
+    if o.name == "skip_step_adamw":
         return SkipStepAdamWConfig(**kwargs)
     return AdamWConfig(**kwargs)
 
 
-def scheduler(run: dict[str, Any]) -> Scheduler:
+def scheduler(run: RunEntry) -> Scheduler:
     """The LR schedule over ``training.steps`` (OLMo-core's t_max defaults to max_steps)."""
     from olmo_core.optim import WSD, ConstantWithWarmup, CosWithWarmup, LinearWithWarmup
 
-    s = run["training"]["schedule"]
-    warmup = int(s.get("warmup_steps", 0))
-    alpha_f = float(s.get("alpha_f", 0.1))
-    name = s["name"]
+    s = run.training.schedule
+    warmup, alpha_f, name = s.warmup_steps, float(s.alpha_f), s.name
     if name == "cosine":
         return CosWithWarmup(warmup=warmup, alpha_f=alpha_f)
     if name == "linear":
@@ -200,15 +122,14 @@ def scheduler(run: dict[str, Any]) -> Scheduler:
     if name == "constant":
         return ConstantWithWarmup(warmup=warmup)
     # wsd: stable at lr, then decay over the last decay_fraction of the run to alpha_f * lr.
-    lr = float(run["training"]["optimizer"]["lr"])
     return WSD(
         warmup=warmup,
-        decay_fraction=float(s.get("decay_fraction", 0.1)),
-        decay_min_lr=alpha_f * lr,
+        decay_fraction=float(s.decay_fraction),
+        decay_min_lr=alpha_f * float(run.training.optimizer.lr),
     )
 
 
-def compile_enabled(run: dict[str, Any], env: Environment) -> bool:
+def compile_enabled(run: RunEntry, env: Environment) -> bool:
     """``training.compile``: true/false as given; ``auto`` compiles on CUDA only.
 
     Why not on CPU by default: inductor compiles every distinct block graph with the C++
@@ -217,19 +138,11 @@ def compile_enabled(run: dict[str, Any], env: Environment) -> bool:
     The setting sits in the run's ``training`` mapping, which the pairing certificate covers, so
     the two arms of a pair always compile alike.
     """
-    from olmoablate.contract.schema import COMPILE_DEFAULT
-
-    value = run["training"].get("compile", COMPILE_DEFAULT)  # plans written before the field
-    if value == "auto":
-        return env.device_type == "cuda"
-    if not isinstance(value, bool):
-        raise UserError(
-            f"runs[{run['run_id']}].training.compile = {value!r}; allowed: auto, true, false"
-        )
-    return value
+    value = run.training.compile
+    return env.device_type == "cuda" if value == "auto" else value
 
 
-def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTrainModuleConfig:
+def train_module_config(run: RunEntry, env: Environment) -> TransformerTrainModuleConfig:
     """Optimizer, schedule, clipping, z-loss, microbatching, parallelism and precision.
 
     Precision is exactly the plan's (:func:`computes_in_bf16`) on every path: sharded data
@@ -250,17 +163,15 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
         TransformerTrainModuleConfig,
     )
 
-    tr = run["training"]
-    topo = execution(run)
-    seq = int(tr["sequence_length"])
-    gbs = int(tr["global_batch_size"])
+    tr, topo = run.training, run.topology
+    seq, gbs = tr.sequence_length, tr.global_batch_size
     rank_batch = gbs // max(env.world_size, 1)
     if rank_batch * env.world_size != gbs or rank_batch % seq:
         raise UserError(
-            f"runs[{run['run_id']}].training.global_batch_size = {gbs} tokens cannot be split "
+            f"runs[{run.run_id}].training.global_batch_size = {gbs} tokens cannot be split "
             f"into whole sequences of {seq} over {env.world_size} data-parallel ranks"
         )
-    micro = min(int(tr.get("microbatch_size") or gbs), rank_batch)
+    micro = min(tr.microbatch_size, rank_batch)
     while rank_batch % micro:  # largest whole-sequence microbatch that divides the rank batch
         micro -= seq
 
@@ -268,6 +179,11 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
     dp_name = str(topo.data_parallel)
     dp_config = None
     if env.distributed:
+        if dp_name == "hsdp" and env.world_size % topo.nodes:
+            raise UserError(
+                f"runs[{run.run_id}].topology.data_parallel = 'hsdp' keeps one replica per node "
+                f"but the job's {env.world_size} ranks do not split over nodes = {topo.nodes}"
+            )
         sharded = dp_name in ("fsdp", "hsdp")
         dp_config = TransformerDataParallelConfig(
             name=DataParallelType(dp_name),
@@ -284,14 +200,13 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
             mode=TransformerActivationCheckpointingMode.full
         )
 
-    grad_clip = tr.get("grad_clip")
     return TransformerTrainModuleConfig(
         rank_microbatch_size=micro,
         max_sequence_length=seq,
         optim=optim_config(run),
         scheduler=scheduler(run),
-        max_grad_norm=float(grad_clip) if grad_clip else None,
-        z_loss_multiplier=float(tr["z_loss"]) if tr.get("z_loss") else None,
+        max_grad_norm=float(tr.grad_clip) if tr.grad_clip else None,
+        z_loss_multiplier=float(tr.z_loss) if tr.z_loss else None,
         dp_config=dp_config,
         ac_config=ac_config,
         autocast_precision=autocast,
@@ -299,10 +214,11 @@ def train_module_config(run: dict[str, Any], env: Environment) -> TransformerTra
     )
 
 
-def trainer_intervals(run: dict[str, Any]) -> dict[str, int]:
+def trainer_intervals(run: RunEntry) -> dict[str, int]:
     """Metrics collection and cancel checks every ``topology.metrics_interval`` steps (official
     OLMo 3: 10 on GPU). Per-step rows are still written: OLMo-core buffers each step's metrics."""
-    interval = int(execution(run).metrics_interval or 1)
+    interval = run.topology.metrics_interval
+    assert interval is not None  # the schema resolves it
     return {"metrics_collect_interval": interval, "cancel_check_interval": interval}
 
 
@@ -310,33 +226,30 @@ def dataset_config(ctx: RunContext) -> NumpyFSLDatasetConfig:
     """Training tokens: explicit token files, or an OLMo-core data mix under ``data.root``."""
     from olmo_core.data import NumpyFSLDatasetConfig
 
-    tr = ctx.training
-    data = tr["data"]
+    data = ctx.training.data
     common: dict[str, Any] = {
         "tokenizer": tokenizer_config(ctx.run),
-        "sequence_length": int(tr["sequence_length"]),
-        "work_dir": str(ctx.run_dir / "cache" / "dataset"),
+        "sequence_length": ctx.training.sequence_length,
+        "work_dir": str(ctx.cache_dir / "dataset"),
     }
-    if data.get("mix"):
-        root = data.get("root")
+    if data.mix:
         return NumpyFSLDatasetConfig.from_data_mix(
-            data["mix"],
-            mix_base_dir=ctx.resolve(root) if root else None,
+            data.mix,
+            mix_base_dir=ctx.resolve(data.root) if data.root else None,
             **common,
         )
-    return NumpyFSLDatasetConfig(paths=[ctx.resolve(p) for p in data["paths"]], **common)
+    return NumpyFSLDatasetConfig(paths=[ctx.resolve(p) for p in data.paths or []], **common)
 
 
 def data_loader_config(ctx: RunContext) -> NumpyDataLoaderConfig:
     """Seeded loader: the global batch of step i depends only on data, seed and batch size."""
     from olmo_core.data import NumpyDataLoaderConfig
 
-    tr = ctx.training
     return NumpyDataLoaderConfig(
-        global_batch_size=int(tr["global_batch_size"]),
-        seed=int(tr["data"].get("seed", 34521)),
-        work_dir=str(ctx.run_dir / "cache" / "loader"),
-        num_workers=int(execution(ctx.run).data_workers or 0),
+        global_batch_size=ctx.training.global_batch_size,
+        seed=ctx.training.data.seed,
+        work_dir=str(ctx.cache_dir / "loader"),
+        num_workers=ctx.run.topology.data_workers or 0,
     )
 
 
@@ -345,13 +258,12 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
     carries its set name as label."""
     from olmoablate.train.eval_data import WholeSetEvalDatasetConfig
 
-    sets = ctx.evaluation.get("lm_sets") or {}
+    sets = ctx.evaluation.lm_sets
     if not sets:
         return None
     paths: list[str] = []
     metadata: list[dict[str, Any]] = []
     for label, files in sets.items():
-        files = [files] if isinstance(files, str) else list(files)
         for f in files:
             paths.append(ctx.resolve(f))
             metadata.append({"label": str(label)})
@@ -359,17 +271,17 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
         tokenizer=tokenizer_config(ctx.run),
         paths=paths,
         metadata=metadata,
-        sequence_length=int(ctx.training["sequence_length"]),
-        work_dir=str(ctx.run_dir / "cache" / "eval"),
+        sequence_length=ctx.training.sequence_length,
+        work_dir=str(ctx.cache_dir / "eval"),
     )
 
 
 def downstream_tokenizer_file(ctx: RunContext) -> str:
     """The tokenizer.json the downstream tasks are tokenized with: the one the run trained on."""
-    from olmoablate.data import tokenizer_path
+    from olmoablate.contract.sizes import dolma2_tokenizer_file
 
-    name = str(ctx.training["data"].get("tokenizer") or "dolma2")
-    return str(tokenizer_path()) if name == "dolma2" else ctx.resolve(name)
+    name = ctx.training.data.tokenizer
+    return str(dolma2_tokenizer_file()) if name == "dolma2" else ctx.resolve(name)
 
 
 def downstream_evaluator_config(
@@ -392,19 +304,19 @@ def downstream_evaluator_config(
 
     from olmoablate.train.callbacks import LoopedDownstreamEvaluatorCallbackConfig
 
-    data = ctx.training["data"]
-    interval = int(ctx.evaluation["interval"])
-    cap = ctx.evaluation.get("max_downstream_batches")
+    data = ctx.training.data
+    interval = ctx.evaluation.interval
+    cap = ctx.evaluation.max_downstream_batches
     return LoopedDownstreamEvaluatorCallbackConfig(
         loop_counts=list(loop_counts or []),
         tasks=tasks,
         tokenizer=TokenizerConfig(
-            vocab_size=int(data["vocab_size"]),
-            eos_token_id=int(data["eos_token_id"]),
-            pad_token_id=int(data["pad_token_id"]),
+            vocab_size=data.vocab_size,
+            eos_token_id=data.eos_token_id,
+            pad_token_id=data.pad_token_id,
             identifier=downstream_tokenizer_file(ctx),
         ),
         eval_interval=interval,
         fixed_steps=[steps] if steps % interval else None,
-        eval_duration=Duration.steps(int(cap)) if cap else Duration.epochs(1),
+        eval_duration=Duration.steps(cap) if cap else Duration.epochs(1),
     )

@@ -12,10 +12,15 @@ import torch
 from olmo_core.distributed.utils import is_distributed
 from olmo_core.train.callbacks import Callback
 
+from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
 from olmoablate.contract.stability import SpikeDetector
-from olmoablate.train.records import CE_LOSS, GRAD_NORM, _model_of, collect_due
+from olmoablate.train.records import _model_of, collect_due
 
 log = logging.getLogger(__name__)
+
+#: The job's running spike count, logged with each step (for W&B and metrics.jsonl readers; the
+#: report recounts spikes from the losses with the same rule).
+LOSS_SPIKES = "stability/loss spikes"
 
 
 def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
@@ -141,7 +146,7 @@ class StabilityCallback(Callback):
         if self.detector.update(float(loss)):
             self.spikes += 1
             log.warning(f"Loss spike at step {step}: {loss:.4f}")
-        metrics["stability/loss spikes"] = float(self.spikes)
+        metrics[LOSS_SPIKES] = float(self.spikes)
         if (
             self.max_spikes is not None
             and self.spikes > self.max_spikes
@@ -184,7 +189,7 @@ class ComputeDtypeCallback(Callback):
 
 @dataclass
 class DebugNaNCallback(Callback):
-    """Test hook (``training.debug_nan_at_step``): poisons the gradients of step ``at_step``.
+    """Test hook (``OLMOABLATE_DEBUG_NAN_AT_STEP``): poisons the gradients of step ``at_step``.
 
     It runs after backward and before the optimizer step, so the grad norm of that exact step is
     NaN - a deterministic way to exercise the divergence path without relying on an LR blow-up.

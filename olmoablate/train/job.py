@@ -15,9 +15,13 @@ through submitit (it is a picklable module-level function) and by ``torchrun``/`
    anything else is ``failed`` and re-raised;
 5. writes ``status.json`` and ``summary.json`` atomically and returns the status dict.
 
-Paths in the plan are resolved against ``plan["workdir"]`` (the directory ``plan`` was run from)
-without changing the process's working directory, which is equivalent to the chdir of
-docs/design.md but safe when the function runs inside another program.
+The plan is read through the contract (:class:`olmoablate.contract.plan.Plan`, typed attributes,
+no defaults retyped here) and the run's files are the contract's
+:class:`olmoablate.contract.layout.RunDir`.
+
+Paths in the plan are resolved against ``plan.workdir`` (the directory ``plan`` was run from,
+docs/design.md) without changing the process's working directory, so the job is also safe when it
+runs inside another program (the local executor, a test).
 
 A run whose ``status.json`` already says ``completed`` or ``diverged`` is returned as is; delete the
 run directory to train it again.
@@ -31,11 +35,12 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.metrics import CE_LOSS
 from olmoablate.errors import UserError
-from olmoablate.io import read_json, write_json_atomic
+from olmoablate.io import write_json_atomic
+from olmoablate.train.decode import decode_figures
 from olmoablate.train.plan import RunContext, load_run
 
 log = logging.getLogger(__name__)
@@ -47,12 +52,20 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-def _previous_status(path: Path) -> dict[str, Any]:
+#: Test hook: poison the gradients of this step (a deterministic way into the divergence path).
+#: An environment variable, not a plan field: the plan holds only what an experiment means.
+DEBUG_NAN_ENV = "OLMOABLATE_DEBUG_NAN_AT_STEP"
+
+
+def debug_nan_step() -> int | None:
+    """The step :data:`DEBUG_NAN_ENV` asks to poison, or None."""
+    value = os.environ.get(DEBUG_NAN_ENV)
+    if not value:
+        return None
     try:
-        status = read_json(path)
-    except (OSError, ValueError):
-        return {}
-    return status if isinstance(status, dict) else {}
+        return int(value)
+    except ValueError:
+        raise UserError(f"{DEBUG_NAN_ENV}={value!r}: expected a step number") from None
 
 
 def _environment(ctx: RunContext) -> Any:
@@ -65,9 +78,9 @@ def _environment(ctx: RunContext) -> Any:
     """
     import torch
 
-    from olmoablate.train.config import Environment, execution
+    from olmoablate.train.config import Environment
 
-    gpus = execution(ctx.run).gpus_per_node
+    gpus = ctx.run.topology.gpus_per_node
     if gpus > 0 and not torch.cuda.is_available():
         raise UserError(
             f"runs[{ctx.run_id}].topology.gpus_per_node = {gpus} but CUDA is not available on "
@@ -79,17 +92,6 @@ def _environment(ctx: RunContext) -> Any:
     return Environment(
         device_type="cuda" if use_cuda else "cpu", world_size=world, distributed=distributed
     )
-
-
-def _param_counts(model: Any) -> dict[str, int]:
-    """Stored parameters counted once even when shared (looped bodies) and, for looped models,
-    the effective (unrolled) count; from olmoablate.models when available."""
-    try:
-        from olmoablate.models import param_counts
-    except ImportError:
-        unique = sum(p.numel() for p in model.parameters())
-        return {"unique": unique, "effective": unique}
-    return dict(param_counts(model))
 
 
 def _optimizer_state_bytes(optim: Any) -> int:
@@ -118,10 +120,8 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     from olmoablate.train import wandb_log
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
-    steps = int(tr["steps"])
-    gbs = int(tr["global_batch_size"])
-    stab = tr.get("stability") or {}
-    wb = tr.get("wandb") or {}
+    steps, gbs = tr.steps, tr.global_batch_size
+    stab, wb = tr.stability, tr.wandb
 
     model_cfg = cfgs.model_config(run, env)
     model = model_cfg.build(init_device="meta")
@@ -133,22 +133,20 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     rd = ctx.run_dir
     own: dict[str, Any] = {
-        "metrics": cbs.MetricsJSONLCallback(path=str(rd / "metrics.jsonl"), global_batch_size=gbs),
-        "fingerprints": cbs.FingerprintCallback(
-            path=str(rd / "fingerprints.jsonl"), global_batch_size=gbs
-        ),
+        "metrics": cbs.MetricsJSONLCallback(path=str(rd.metrics), global_batch_size=gbs),
+        "fingerprints": cbs.FingerprintCallback(path=str(rd.fingerprints), global_batch_size=gbs),
         "curriculum": cbs.LoopCurriculumCallback(),
         "stability": cbs.StabilityCallback(
-            spike_window=int(stab.get("spike_window", 50)),
-            spike_factor=float(stab.get("spike_factor", 3.0)),
-            min_relative_jump=float(stab.get("min_relative_jump", 0.05)),
-            max_spikes=None if stab.get("max_spikes") is None else int(stab["max_spikes"]),
-            stop_on_nonfinite=bool(stab.get("stop_on_nonfinite", True)),
+            spike_window=stab.spike_window,
+            spike_factor=stab.spike_factor,
+            min_relative_jump=stab.min_relative_jump,
+            max_spikes=stab.max_spikes,
+            stop_on_nonfinite=stab.stop_on_nonfinite,
         ),
         "interrupt": cbs.InterruptCallback(),
         "compute_dtype": cbs.ComputeDtypeCallback(),
         "status": cbs.StatusCallback(
-            path=str(rd / "status.json"),
+            path=str(rd.status),
             base=base_status,
             interval=max(1, min(10, steps // 20 or 1)),
             total_steps=steps,
@@ -157,26 +155,26 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         "wandb": wandb_log.WandBLoggerCallback(
             run_id=ctx.run_id,
             wandb_id=wandb_log.wandb_id(ctx.spec_name, ctx.run_id),
-            project=str(wb.get("project") or "olmoablate"),
-            entity=wb.get("entity"),
-            group=f"{ctx.spec_name}/{run.get('group_id')}",
-            job_type=str(run.get("arm")),
+            project=wb.project,
+            entity=wb.entity,
+            group=f"{ctx.spec_name}/{run.group_id}",
+            job_type=run.arm,
             tags=wandb_log.tags_of(ctx.spec_name, run),
-            mode=str(wb.get("mode") or "offline"),
-            directory=str(rd / "wandb"),
-            link_path=str(rd / wandb_log.LINK_FILE),
-            config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.get("gate_sha256"), **run},
+            mode=wb.mode,
+            directory=str(rd.wandb_dir),
+            link_path=str(rd.wandb),
+            config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.gate_sha256, **run.as_json()},
             global_batch_size=gbs,
             flops=wandb_log.FlopsAxis(run),
         ),
     }
-    nan_step = tr.get("debug_nan_at_step")
+    nan_step = debug_nan_step()
     if nan_step is not None:
-        own["debug_nan"] = cbs.DebugNaNCallback(at_step=int(nan_step))
+        own["debug_nan"] = cbs.DebugNaNCallback(at_step=nan_step)
 
     trainer_cfg = TrainerConfig(
-        save_folder=str(ctx.checkpoint_dir),
-        work_dir=str(rd / "cache" / "trainer"),
+        save_folder=str(rd.checkpoints),
+        work_dir=str(ctx.cache_dir / "trainer"),
         save_overwrite=True,
         max_duration=Duration.steps(steps),
         **cfgs.trainer_intervals(run),
@@ -184,7 +182,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     trainer_cfg = trainer_cfg.with_callback(
         "checkpointer",
         CheckpointerCallback(
-            save_interval=int(tr.get("checkpoint_interval") or steps),
+            save_interval=tr.checkpoint_interval,
             save_async=False if env.device_type == "cpu" else None,
             max_checkpoints=2,
             pre_train_checkpoint=False,
@@ -192,9 +190,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     ).with_callback("console_logger", ConsoleLoggerCallback(metrics_log_interval=10))
     eval_ds = cfgs.eval_dataset_config(ctx)
     if eval_ds is not None:
-        max_eval_tokens = ev.get("max_eval_tokens")
-        interval = int(ev["interval"])
-        looped = bool((run.get("architecture") or {}).get("looped"))
+        max_eval_tokens, interval = ev.max_eval_tokens, ev.interval
         trainer_cfg = trainer_cfg.with_callback(
             "lm_evaluator",
             cbs.LoopedLMEvaluatorCallbackConfig(
@@ -202,19 +198,16 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
                 eval_interval=interval,
                 fixed_steps=[steps] if steps % interval else None,
                 eval_duration=(
-                    Duration.tokens(int(max_eval_tokens)) if max_eval_tokens else Duration.epochs(1)
+                    Duration.tokens(max_eval_tokens) if max_eval_tokens else Duration.epochs(1)
                 ),
-                loop_counts=_loop_counts(run) if looped else [],
+                loop_counts=list(run.loop_counts or []),
             ),
         )
-    tasks = [str(t) for t in ev.get("downstream") or []]
+    tasks = list(ev.downstream)
     if tasks:
-        looped = bool((run.get("architecture") or {}).get("looped"))
         trainer_cfg = trainer_cfg.with_callback(
             "downstream_evaluator",
-            cfgs.downstream_evaluator_config(
-                ctx, tasks, steps, _loop_counts(run) if looped else None
-            ),
+            cfgs.downstream_evaluator_config(ctx, tasks, steps, run.loop_counts),
         )
     for name, cb in own.items():
         trainer_cfg = trainer_cfg.with_callback(name, cb)
@@ -245,27 +238,26 @@ def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, 
 def _summary(
     trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
 ) -> dict[str, Any]:
+    from olmoablate.models import param_counts
     from olmoablate.train.callbacks import peak_memory_gb
-    from olmoablate.train.config import execution
 
     model = trainer.train_module.model
-    counts = _param_counts(model)
+    counts = param_counts(model)
     metrics_cb = own["metrics"]
     steady = metrics_cb.steady_step_times()  # warm-up steps of this attempt excluded
     times = list(metrics_cb.step_times)
     mean_step = sum(steady) / len(steady) if steady else None
     gbs = int(trainer.global_batch_size)
-    topo = execution(ctx.run)
-    flops_per_token = ctx.run.get("train_flops_per_token") or 0
+    flops_per_token = ctx.run.train_flops_per_token
     mfu = None
     if mean_step and env.device_type == "cuda" and flops_per_token:
-        peak = float(topo.gpu_peak_tflops) * 1e12 * max(env.world_size, 1)
+        peak = ctx.run.topology.gpu_peak_tflops * 1e12 * max(env.world_size, 1)
         mfu = flops_per_token * gbs / mean_step / peak
     return {
         "params": int(model.num_params),
         "non_embedding_params": int(model.num_non_embedding_params),
         "unique_params": counts["unique"],
-        "effective_params": counts.get("effective", counts["unique"]),
+        "effective_params": counts["effective"],
         "peak_memory_gb": peak_memory_gb(),
         "mean_step_time_s": mean_step,
         "steady_steps": len(steady),
@@ -284,111 +276,6 @@ def _summary(
     }
 
 
-def _loop_counts(run: dict[str, Any]) -> list[int]:
-    """Loop counts to evaluate a looped arm at: the plan's resolved list (``run["loop_counts"]``,
-    e.g. ``[2, 4, 8, 16]`` for ``[0.5b, b, 2b, 4b]``), else the spec's raw list resolved here."""
-    if run.get("loop_counts"):
-        return [int(n) for n in run["loop_counts"]]
-    from olmoablate.spec.expand import resolve_loop_counts
-
-    raw = (run.get("evaluation") or {}).get("loop_counts") or []
-    return resolve_loop_counts(list(raw), int(run["architecture"]["looped"]["loops"]))
-
-
-def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
-    """The trained model as one plain module on this rank's device: the model itself in a
-    single process; under DDP/FSDP/HSDP a replica loaded from the gathered full state dict
-    (a collective: every rank calls this) on rank 0, ``None`` on the other ranks. In the run's
-    compute precision, so the KV cache and latency are those of the trained setup."""
-    import torch
-
-    from olmoablate.train import config as cfgs
-
-    model = trainer.train_module.model
-    if not env.distributed:
-        return model
-    from olmo_core.distributed.utils import get_rank
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    state = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
-    if get_rank() != 0:
-        return None
-    device = trainer.train_module.device
-    replica = cfgs.model_config(ctx.run, env).build(init_device="cpu")
-    replica.load_state_dict(state, strict=True)
-    replica = replica.to(device)
-    if cfgs.computes_in_bf16(ctx.run):
-        replica = replica.to(torch.bfloat16)
-    if hasattr(model, "current_loops"):
-        replica.current_loops = model.current_loops  # the loop count the arm was trained at
-    return replica
-
-
-def _decode_figures(trainer: Any, ctx: RunContext, env: Any) -> dict[str, Any]:
-    """Decode figures of the trained model (rank 0); never fails the run. See
-    :func:`_measure_decode`. Every rank must call this (the state-dict gather is collective)."""
-    try:
-        model = _decode_model(trainer, ctx, env)
-    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
-        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        model = None
-    out = _measure_decode(model, ctx) if model is not None else {}
-    if env.distributed:
-        import torch
-
-        torch.distributed.barrier()  # the other ranks wait for rank 0's measurement
-    return out
-
-
-def _measure_decode(
-    model: Any, ctx: RunContext, prompt_tokens: int = 64, new_tokens: int = 16
-) -> dict[str, Any]:
-    """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1).
-
-    Measured once at the end of a completed run with our KV-cache decoder
-    (`olmoablate.models.generate`; looped arms at their trained loop count, one cache per virtual
-    layer), so the report can compare arms. Content does not change the cost, so the prompt is
-    seeded random ids. Distributed runs measure an unsharded replica on rank 0.
-    """
-    import torch
-
-    from olmoablate.models.generate import IncrementalDecoder
-
-    seq = int(ctx.training["sequence_length"])
-    prompt_len = max(1, min(prompt_tokens, seq - new_tokens))
-    vocab = int(ctx.training["data"].get("vocab_size") or ctx.run["size_dims"]["vocab_size"])
-    device = next(model.parameters()).device
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, min(vocab, 100_000), (1, prompt_len), generator=gen).to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), IncrementalDecoder(model, 1, prompt_len + new_tokens) as dec:
-            logits = dec.step(prompt)
-            nxt = logits[:, -1:].argmax(-1)
-            t0 = time.perf_counter()
-            for _ in range(new_tokens):
-                nxt = dec.step(nxt)[:, -1:].argmax(-1)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            per_token = (time.perf_counter() - t0) / new_tokens
-            cache = int(dec.cache_bytes())
-    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
-        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        return {}
-    finally:
-        model.train(was_training)
-    return {
-        "decode_latency_s": per_token,
-        "kv_cache_bytes": cache,
-        "decode_prompt_tokens": prompt_len,
-        "decode_new_tokens": new_tokens,
-        "decode_device": device.type,
-    }
-
-
 def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
 
@@ -397,8 +284,9 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     """
     t_start = time.perf_counter()
     ctx = load_run(plan_path, run_id)
-    status_path = ctx.run_dir / "status.json"
-    previous = _previous_status(status_path)
+    status_path = ctx.run_dir.status
+    # status.json is the job's own record (not plan data): absent on a first start.
+    previous = ctx.run_dir.read_status() or {}
     if previous.get("state") in FINAL_STATES:
         log.info(f"{run_id} is already {previous['state']}; nothing to do")
         return previous
@@ -408,16 +296,14 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
     env = _environment(ctx)
-    threads = int(ctx.training.get("threads") or 0)
-    if env.device_type == "cpu" and threads > 0:
-        torch.set_num_threads(threads)
+    if env.device_type == "cpu":
+        torch.set_num_threads(ctx.training.threads)
 
-    steps = int(ctx.training["steps"])
-    gbs = int(ctx.training["global_batch_size"])
+    steps, gbs = ctx.training.steps, ctx.training.global_batch_size
     base = {
         "run_id": run_id,
-        "pair_id": ctx.run.get("pair_id"),
-        "arm": ctx.run.get("arm"),
+        "pair_id": ctx.run.pair_id,
+        "arm": ctx.run.arm,
         # The launcher's attempt counter (submitit requeues) when set, else one per call.
         "attempt": int(
             os.environ.get("OLMOABLATE_ATTEMPT") or int(previous.get("attempt") or 0) + 1
@@ -443,7 +329,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         return status
 
     prepare_training_environment(
-        seed=int(ctx.training.get("init_seed", 0)),
+        seed=ctx.training.init_seed,
         # "cpu:gloo,cuda:nccl" makes OLMo-core call torch.cuda.set_device, which a CPU-only
         # torch build lacks; plain gloo is the CPU equivalent.
         backend=(
@@ -454,7 +340,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     )
     trainer = None
     try:
-        ctx.run_dir.mkdir(parents=True, exist_ok=True)
+        ctx.run_dir.path.mkdir(parents=True, exist_ok=True)
         write_status("running", int(previous.get("step") or 0))
         trainer, own = _build_trainer(ctx, env, base)
         error: BaseException | None = None
@@ -466,7 +352,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         metrics_cb, stability = own["metrics"], own["stability"]
         last = metrics_cb.last_row
         extra = {
-            "last_loss": last.get("train/CE loss"),
+            "last_loss": last.get(CE_LOSS),  # a metrics row (absent before the first step)
             "tokens_per_s": None,
         }
         summary = _summary(trainer, own, time.perf_counter() - t_start, step, ctx, env)
@@ -486,9 +372,9 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             # All of them, in order: the job wrapper decides cancel vs requeue from these.
             extra["signals"] = list(own["interrupt"].signals)
         if state == "completed":
-            summary.update(_decode_figures(trainer, ctx, env))
+            summary.update(decode_figures(trainer, ctx, env))
         if get_rank() == 0:
-            write_json_atomic(ctx.run_dir / "summary.json", {**summary, "state": state})
+            write_json_atomic(ctx.run_dir.summary, {**summary, "state": state})
         return write_status(state, step, **extra)
     except UserError as err:
         write_status("failed", int(previous.get("step") or 0), reason=f"bad run entry: {err}"[:500])

@@ -32,9 +32,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 log = logging.getLogger(__name__)
 
-CE_LOSS = "train/CE loss"
-GRAD_NORM = "optim/total grad norm"
-
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")

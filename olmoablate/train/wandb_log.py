@@ -19,7 +19,6 @@ Why these choices:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -30,13 +29,14 @@ from typing import Any, ClassVar
 from olmo_core.distributed.utils import get_rank
 from olmo_core.train.callbacks import Callback
 
-from olmoablate.io import WANDB_LINK_FILE, write_json_atomic
+from olmoablate.contract.plan import RunEntry
+from olmoablate.io import write_json_atomic
 
 log = logging.getLogger(__name__)
 
+#: W&B-only axis names (never in metrics.jsonl): tokens seen and cumulative training FLOPs.
 TOKENS = "tokens"
 TRAIN_FLOPS = "train FLOPs"
-LINK_FILE = WANDB_LINK_FILE
 
 
 def wandb_id(spec_name: str, run_id: str) -> str:
@@ -44,29 +44,20 @@ def wandb_id(spec_name: str, run_id: str) -> str:
     return hashlib.sha1(f"{spec_name}/{run_id}".encode()).hexdigest()[:16]
 
 
-def tags_of(spec_name: str, run: dict[str, Any]) -> list[str]:
+def tags_of(spec_name: str, run: RunEntry) -> list[str]:
     """Filterable tags: spec, size, seed, arm (W&B caps a tag at 64 characters)."""
-    tags = [
-        f"spec:{spec_name}",
-        f"size:{run.get('size')}",
-        f"seed:{run.get('seed')}",
-        f"arm:{run.get('arm')}",
-    ]
+    tags = [f"spec:{spec_name}", f"size:{run.size}", f"seed:{run.seed}", f"arm:{run.arm}"]
     return [t[:64] for t in tags]
 
 
 class FlopsAxis:
     """Cumulative training FLOPs after ``step`` steps, from the plan entry (curriculum-aware)."""
 
-    def __init__(self, run: dict[str, Any]) -> None:
-        from olmoablate.contract.sizes import SizeDims
-
-        names = {f.name for f in dataclasses.fields(SizeDims)}
-        self.dims = SizeDims(**{k: v for k, v in run["size_dims"].items() if k in names})
-        self.arch = run.get("architecture") or {}
-        tr = run["training"]
-        self.seq = int(tr["sequence_length"])
-        self.gbs = int(tr["global_batch_size"])
+    def __init__(self, run: RunEntry) -> None:
+        self.dims = run.size_dims
+        self.arch = run.architecture
+        self.seq = run.training.sequence_length
+        self.gbs = run.training.global_batch_size
 
     def __call__(self, step: int) -> float:
         from olmoablate.contract.accounting import total_train_flops
