@@ -8,6 +8,10 @@ here, neither of the two imports the other for it.
 Why a cache: each file is ~100 bytes per step and a baseline serves several pairs, so a check is
 keyed by the identity (size, mtime, inode) of both files, and while runs train only the lines
 appended since the last matching check are compared.
+
+Why cheap when cold too: with no cache every pair needs the full comparison, so a report reads
+each file once (:class:`Reads`, shared by a baseline's pairs), counts a common prefix's lines once,
+and runs the checks in a forked worker while the metrics load (:class:`Background`).
 """
 
 from __future__ import annotations
@@ -223,7 +227,7 @@ class Background:
                 self._future = pool.submit(_check_all, dict(cache), todo)
             finally:
                 pool.shutdown(wait=False)
-        except OSError:  # no process to be had: the checks run in-process
+        except Exception:  # noqa: BLE001 - no process to be had (limits, a daemonic parent): in-process
             self._future = None
 
     def merge_into(self, cache: dict[str, list[Any]]) -> None:
