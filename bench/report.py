@@ -60,9 +60,21 @@ def _gen(args: tuple[str, SynthSpec, RunEntry]) -> None:
     write_run(Path(root), spec, entry, _truth(entry.arm))
 
 
+def _plan_loads(root: Path) -> bool:
+    """Whether ``root`` holds a plan this version reads (data of an older format is rebuilt)."""
+    from olmoablate.contract.plan import Plan
+    from olmoablate.errors import UserError
+
+    try:
+        Plan.load(root / PLAN_FILE)
+    except (UserError, OSError):
+        return False
+    return True
+
+
 def generate(root: Path, runs: int, steps: int) -> None:
     marker = root / f".generated-{runs}-{steps}"
-    if marker.exists():
+    if marker.exists() and _plan_loads(root):
         print(f"reusing {root}")
         return
     shutil.rmtree(root, ignore_errors=True)
@@ -114,18 +126,19 @@ def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
     c0 = cpu()
     t0 = time.perf_counter()
     results = collect(root, use_cache=use_cache)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), cpu()
     report = build(results)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), cpu()
     write_next_plan(report, root)
     write_all(report, root, ["md", "html", "csv", "json"])
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), cpu()
     return {
         "collect": t1 - t0,
         "compare+gate": t2 - t1,
         "render": t3 - t2,
         "total": t3 - t0,
-        "cpu": cpu() - c0,
+        "cpu": c3 - c0,
+        "cpu_parts": f"{c1 - c0:.2f}/{c2 - c1:.2f}/{c3 - c2:.2f}",  # type: ignore[dict-item]
         "verdict": report.verdict,  # type: ignore[dict-item]
     }
 
@@ -169,6 +182,12 @@ def main() -> int:
         action="store_true",
         help="remove the jobs' metrics.parquet copies: time parsing the JSON itself",
     )
+    ap.add_argument(
+        "--keep",
+        default=None,
+        help="copy each phase's gate.json, comparison.csv and report.md to KEEP/<phase>/ "
+        "(to check that a change leaves the report byte-identical)",
+    )
     args = ap.parse_args()
     root = Path(args.dir)
     generate(root, args.runs, args.steps)
@@ -189,12 +208,17 @@ def main() -> int:
             if label == "appended":
                 sizes = append_steps(root, args.append)
             t = time_report(root, use_cache=True)
-            skip = ("total", "verdict", "cpu")
+            if args.keep:
+                keep = Path(args.keep) / label
+                keep.mkdir(parents=True, exist_ok=True)
+                for name in ("gate.json", "comparison.csv", "report.md"):
+                    shutil.copy2(root / name, keep / name)
+            skip = ("total", "verdict", "cpu", "cpu_parts")
             parts = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k not in skip)
             print(
                 f"{label}: report of {n_runs} runs x {args.steps} steps in {t['total']:.2f} s "
                 f"wall = {t['total'] / goal:.2f}x the {goal:.0f} s goal; {t['cpu']:.2f} s CPU "
-                f"over all processes ({parts}; verdict {t['verdict']}; "
+                f"over all processes ({parts}; CPU by part {t['cpu_parts']} s; verdict {t['verdict']}; "
                 f"load average {os.getloadavg()[0]:.1f})"
             )
     finally:

@@ -138,3 +138,20 @@ def test_collect_really_starts_from_the_copy(tmp_path: Path) -> None:
     assert fast is not None and plain is not None
     i = int(np.searchsorted(plain.steps, step))
     assert plain.columns["tokens"][i] == old + 1 and fast.columns["tokens"][i] == old
+
+
+def test_columns_come_back_as_to_numpy_would_give_them() -> None:
+    """The copy's columns are read straight from pyarrow's buffers (to_numpy imports pandas):
+    sliced and multi-chunk columns, nulls and other types give what to_numpy gives."""
+    import pyarrow as pa
+
+    cases = [
+        pa.chunked_array([pa.array([1.0, 2.0, 3.0]).slice(1), pa.array([4.0, -0.0])]),
+        pa.chunked_array([pa.array(np.arange(5, dtype=np.int64)).slice(2)]),
+        pa.chunked_array([pa.array([1.0, None, 3.0])]),
+        pa.chunked_array([pa.array([1, 2], type=pa.int32())]),
+        pa.chunked_array([], type=pa.float64()),
+    ]
+    for col in cases:
+        got, want = columnar._numpy(col), col.to_numpy()
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

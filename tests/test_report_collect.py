@@ -236,10 +236,14 @@ def test_cache_encoding_round_trips_bit_exactly() -> None:
     specs = {k: _encode(k, v, arrays) for k, v in cols.items()}
     assert specs["steps"]["enc"] == "range" and specs["tokens"]["enc"] == "range"
     assert specs["sparse"]["enc"] == "sparse" and specs["dense"]["enc"] == "dense"
-    meta, back = _unpack(bytearray(_pack({"specs": specs}, arrays)))
+    packed = bytearray(b"".join(_pack({"specs": specs}, arrays)))
+    meta, back = _unpack(packed)
     for k, v in cols.items():
         got = _decode(k, meta["specs"][k], back, n)
         assert got.dtype == v.dtype and got.tobytes() == v.tobytes(), k
+    for damaged in (packed[:-8], packed[:-8] + bytearray(b"\xff" * 8)):  # cut short; overwritten
+        with pytest.raises(ValueError):
+            _unpack(damaged)
 
 
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -249,13 +253,13 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
     from olmoablate.report.build import build
 
     full_checks = {"n": 0}
-    real = fingerprints_mod.fingerprint_problems
+    real = fingerprints_mod._full_check
 
-    def counting(a: bytes | None, b: bytes | None) -> tuple[list[str], str]:
+    def counting(a: bytes | None, b: bytes | None, count=None):  # type: ignore[no-untyped-def]
         full_checks["n"] += 1
-        return real(a, b)
+        return real(a, b, count)
 
-    monkeypatch.setattr(fingerprints_mod, "fingerprint_problems", counting)
+    monkeypatch.setattr(fingerprints_mod, "_full_check", counting)
 
     root = tmp_path / "synth"
     make_results(root, SynthSpec(steps=100), {"sn_da": ArmTruth(offset=-0.05)})
@@ -314,3 +318,58 @@ def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path
     assert res.warnings == [] and res.prereg_broken is None
     rep = build(res)
     assert rep.stage == "1B" and [p.pair_id for p in rep.pairs] == ["1B-s0-sn_da"]
+
+
+def test_background_fingerprint_checks_equal_in_process_ones(tmp_path: Path) -> None:
+    """The pairs' checks done in a worker while metrics load fill the cache with exactly the
+    answers of in-process checks, a mismatch included; a file changed afterwards is checked
+    again, not answered from the worker."""
+    from olmoablate.report import fingerprints as fpm
+
+    root = tmp_path / "synth"
+    spec = SynthSpec(steps=60, variants={"a": {"siamese_norm": {}}, "b": {"siamese_norm": {}}})
+    make_results(root, spec, {"b": ArmTruth(data_salt="other")})
+    runs = root / "runs"
+    pairs = [
+        (runs / "1B-s0-baseline" / "fingerprints.jsonl", runs / f"1B-s0-{v}" / "fingerprints.jsonl")
+        for v in "ab"
+    ]
+    inline: dict = {}
+    want = [fpm.check_cached(inline, pb, pv) for pb, pv in pairs]
+    assert want[0][0] == [] and "first at step 1" in want[1][0][0]
+    cache: dict = {}
+    bg = fpm.Background(cache, pairs, min_bytes=0)
+    assert bg._future is not None  # a worker really ran (two cores here)
+    bg.merge_into(cache)
+    assert cache == inline
+    with pairs[0][1].open("a") as fh:
+        fh.write('{"step": 61, "tokens": 61, "sha256": "x"}\n')
+    assert fpm.check_cached(cache, *pairs[0]) == fpm.check_cached({}, *pairs[0])
+
+
+def test_each_fingerprints_file_is_read_once_per_report(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A baseline serves every variant of its (size, seed): its fingerprints are read once per
+    report, yet a file that changes between two pairs' checks is read again."""
+    from olmoablate.report import fingerprints as fpm
+    from olmoablate.report.build import build
+
+    root = tmp_path / "synth"
+    spec = SynthSpec(steps=60, variants={v: {"siamese_norm": {}} for v in ("a", "b", "c")})
+    make_results(root, spec)
+    reads: dict[str, int] = {}
+    real = fpm.complete_lines
+
+    def counting(path: Path) -> bytes | None:
+        reads[path.parent.name] = reads.get(path.parent.name, 0) + 1
+        return real(path)
+
+    monkeypatch.setattr(fpm, "complete_lines", counting)
+    rep = build(collect(root, use_cache=False))
+    assert reads == {"1B-s0-baseline": 1, "1B-s0-a": 1, "1B-s0-b": 1, "1B-s0-c": 1}
+    assert all(p.notes == ["data fingerprints match on 60 common steps"] for p in rep.pairs)
+    memo = fpm.Reads()
+    base = root / "runs" / "1B-s0-baseline" / "fingerprints.jsonl"
+    assert memo.lines(base) == memo.lines(base) and reads["1B-s0-baseline"] == 2
+    with base.open("a") as fh:
+        fh.write('{"step": 61, "tokens": 61, "sha256": "x"}\n')
+    assert memo.lines(base) == real(base) and reads["1B-s0-baseline"] == 3

@@ -47,7 +47,7 @@ def test_aa_seeds_add_priced_unpaired_baselines(tmp_path: Path) -> None:
     # and the training job accepts it
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "plan.json").write_text(json.dumps(plan))
-    assert load_run(tmp_path / "res" / "plan.json", "tiny-s1-baseline").run["role"] == "aa"
+    assert load_run(tmp_path / "res" / "plan.json", "tiny-s1-baseline").run.role == "aa"
     assert aa_seeds([3, 0], 2) == [4, 5]
 
 

@@ -108,6 +108,8 @@ class Results:
     cache_dir: Path | None = None
     #: fingerprint comparisons by the identity of both files (`report.fingerprints`)
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
+    #: fingerprint files read by this report (each read once: `report.fingerprints.Reads`)
+    fp_reads: fingerprints.Reads = field(default_factory=fingerprints.Reads)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
@@ -123,7 +125,9 @@ class Results:
 
     def fingerprint_check(self, base: RunData, var: RunData) -> tuple[list[str], str]:
         """(problems, note) of the two arms' data fingerprints, cached across reports."""
-        return fingerprints.check_cached(self.fp_cache, base.dir.fingerprints, var.dir.fingerprints)
+        return fingerprints.check_cached(
+            self.fp_cache, base.dir.fingerprints, var.dir.fingerprints, self.fp_reads
+        )
 
     def save_cache(self) -> None:
         fingerprints.save_cache(self.cache_dir, self.fp_cache)
@@ -215,6 +219,15 @@ def collect(
             rd.issues.append(f"{rid}: run directory missing (not submitted or not copied)")
         runs[rid] = rd
     cache_dir = layout.report_cache if use_cache else None
+    fp_cache = fingerprints.load_cache(cache_dir)
+    # the pairs' data-order checks read ~100 bytes per step of both arms: done meanwhile
+    background = fingerprints.Background(
+        fp_cache,
+        [
+            (layout.run(p.baseline_run).fingerprints, layout.run(p.variant_run).fingerprints)
+            for p in plan.pairs
+        ],
+    )
     for rid, m in load_metrics_many(jobs, cache_dir, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
@@ -225,7 +238,7 @@ def collect(
     for rd in runs.values():
         issues.extend(rd.issues)
     warnings = check_gate_unchanged(first) + prereg.warnings
-    fp_cache = fingerprints.load_cache(cache_dir)
+    background.merge_into(fp_cache)
     out = Results(layout, plan, gate, runs, issues, warnings, cache_dir, fp_cache)
     out.prereg_broken = prereg.broken
     return out

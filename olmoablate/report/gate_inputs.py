@@ -95,6 +95,15 @@ def _ledger(results: Results) -> dict[str, Any]:
 
 
 def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
+    """One arm's steady-state times, computed once per run: a baseline serves every variant
+    of its (size, seed)."""
+    memo_key = f"timing:{use_cpu}"
+    if memo_key not in rd.memo:
+        rd.memo[memo_key] = _compute_timing(results, rd, use_cpu)
+    return rd.memo[memo_key]
+
+
+def _compute_timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
     cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}

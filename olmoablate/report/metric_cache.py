@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -26,10 +27,9 @@ import numpy as np
 from olmoablate.contract.columnar import load_copy
 from olmoablate.contract.columnar import probe as _probe
 from olmoablate.contract.metricsfile import Metrics, Part, append, read_metrics, read_part
-from olmoablate.io import write_bytes_atomic
 
 #: Stored in every cache file: a file of another version is parsed again.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 #: One metrics file to load: (run id, metrics.jsonl, wanted keys, wanted key prefixes).
 Job = tuple[str, Path, tuple[str, ...], tuple[str, ...]]
@@ -55,10 +55,8 @@ def _encode(name: str, arr: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[s
     n = int(arr.size)
     if n >= 2 and arr.dtype.kind in "fi":
         a0, d = arr[0], arr[1] - arr[0]
-        if np.isfinite(a0) and np.isfinite(d):
-            prog = a0 + d * np.arange(n, dtype=arr.dtype)
-            if prog.tobytes() == np.ascontiguousarray(arr).tobytes():  # bitwise (-0.0 too)
-                return {"enc": "range", "dtype": arr.dtype.str, "a0": a0.item(), "d": d.item()}
+        if np.isfinite(a0) and np.isfinite(d) and _is_progression(arr, a0, d):
+            return {"enc": "range", "dtype": arr.dtype.str, "a0": a0.item(), "d": d.item()}
     if arr.dtype.kind == "f" and n:
         present = ~np.isnan(arr)
         k = int(present.sum())
@@ -71,11 +69,44 @@ def _encode(name: str, arr: np.ndarray, arrays: dict[str, np.ndarray]) -> dict[s
     return {"enc": "dense"}
 
 
+def _is_progression(arr: np.ndarray, a0: Any, d: Any) -> bool:
+    """Whether ``arr`` is bit for bit ``a0 + d * arange(n)`` (-0.0 and NaN told apart). The
+    last and middle elements are tried first: most columns (losses) fail there, without
+    building the progression (two fresh column-sized arrays per column and run)."""
+    n = int(arr.size)
+    t = arr.dtype.type
+    for i in (n - 1, n // 2):
+        if np.asarray(a0 + d * t(i)).tobytes() != np.asarray(arr[i]).tobytes():
+            return False
+    prog = _arange(n, arr.dtype) * d
+    prog += a0  # a0 + d * i, the decoder's expression (IEEE + and * commute exactly)
+    bits = np.dtype(f"u{arr.dtype.itemsize}")
+    return bool(np.array_equal(prog.view(bits), np.ascontiguousarray(arr).view(bits)))
+
+
+def _arange(n: int, dtype: np.dtype) -> np.ndarray:
+    """``arange(n)`` of ``dtype``, built once per report for the common (n, dtype)."""
+    key = (n, np.dtype(dtype).str)
+    hit = _ARANGES.get(key)
+    if hit is None:
+        hit = np.arange(n, dtype=dtype)
+        hit.flags.writeable = False
+        if len(_ARANGES) >= 4:  # a few (length, dtype): a ladder's runs mostly share them
+            _ARANGES.clear()
+        _ARANGES[key] = hit
+    return hit
+
+
+_ARANGES: dict[tuple[int, str], np.ndarray] = {}
+
+
 def _decode(name: str, spec: dict[str, Any], arrays: dict[str, np.ndarray], n: int) -> np.ndarray:
     enc = spec["enc"]
     if enc == "range":
         dt = np.dtype(spec["dtype"])
-        return dt.type(spec["a0"]) + dt.type(spec["d"]) * np.arange(n, dtype=dt)
+        out = _arange(n, dt) * dt.type(spec["d"])
+        out += dt.type(spec["a0"])
+        return out
     if enc == "sparse":
         out = np.full(n, np.nan)
         out[arrays[f"{name}_i"]] = arrays[f"{name}_v"]
@@ -86,21 +117,27 @@ def _decode(name: str, spec: dict[str, Any], arrays: dict[str, np.ndarray], n: i
 _MAGIC = b"OABCACHE"
 
 
-def _pack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
-    """One file: magic, header length, JSON header (meta + array table), raw arrays.
+def _pack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """One file as chunks to write: magic, header length, JSON header (meta, array table and
+    the CRC-32 of the arrays' bytes), raw arrays (memoryviews: no copy of the data).
 
     Why not npz: loading a ladder's cache is on the critical path of every report, and zip
-    CRC checks and per-member parsing cost more than the data copy itself."""
+    CRC checks and per-member parsing cost more than the data copy itself. Why a CRC: the
+    cache is written without fsync (a cache, rebuilt when unusable; a cold report writes one
+    per run), so a file cut short or zero-filled by a crash must be recognised."""
     table = []
-    blobs = []
+    blobs: list[memoryview] = []
     pos = 0
+    crc = 0
     for name, arr in arrays.items():
         a = np.ascontiguousarray(arr)
         table.append([name, a.dtype.str, int(a.size), pos])
-        blobs.append(a.tobytes())
+        view = memoryview(a).cast("B")
+        crc = zlib.crc32(view, crc)
+        blobs.append(view)
         pos += a.nbytes
-    head = json.dumps({"meta": meta, "arrays": table}).encode("utf-8")
-    return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *blobs])
+    head = json.dumps({"meta": meta, "arrays": table, "size": pos, "crc": crc}).encode("utf-8")
+    return [_MAGIC, len(head).to_bytes(8, "little"), head, *blobs]
 
 
 def _unpack(data: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -109,10 +146,26 @@ def _unpack(data: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     n = int.from_bytes(data[8:16], "little")
     head = json.loads(bytes(data[16 : 16 + n]))
     base = 16 + n
+    if len(data) != base + int(head["size"]):
+        raise ValueError("cache file of the wrong size")
+    if zlib.crc32(memoryview(data)[base:]) != int(head["crc"]):
+        raise ValueError("cache file damaged")
     arrays = {}
     for name, dtype, count, pos in head["arrays"]:
         arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=base + pos)
     return head["meta"], arrays
+
+
+def _write_cache_file(path: Path, chunks: list[bytes | memoryview]) -> None:
+    """Temporary file + rename (a reader sees the old file or the new one), no fsync."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.writelines(chunks)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -193,7 +246,7 @@ def _cache_store(
             "duplicate_rows": body.duplicate_rows,
             "nonfinite": body.nonfinite,
         }
-        write_bytes_atomic(cache, _pack(meta, arrays))
+        _write_cache_file(cache, _pack(meta, arrays))
     except OSError:
         pass  # a read-only results copy still gets its report
 
@@ -205,14 +258,20 @@ def _finish(path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...], part: 
 
 
 def _incremental(
-    cached: _Cached, cache: Path, path: Path, keys: tuple[str, ...], prefixes: tuple[str, ...]
+    cached: _Cached,
+    cache: Path,
+    path: Path,
+    keys: tuple[str, ...],
+    prefixes: tuple[str, ...],
+    store: bool = False,
 ) -> Metrics | None:
-    """Parse only what was appended since ``cached``; None when only a full parse is exact."""
+    """Parse only what was appended since ``cached``; None when only a full parse is exact.
+    ``store``: write the report cache whatever was appended (``cached`` is the job's copy)."""
     part = read_part(path, _wanted(keys, prefixes), cached.offset, cached.lines)
     body = append(cached.body, part.body)
     if body is None:
         return None
-    if part.end - cached.offset > _REWRITE_MIN:
+    if store or part.end - cached.offset > _REWRITE_MIN:
         # the old entry stays valid (a prefix of an append-only file): rewrite it only when the
         # rows parsed on top of it each time have grown, not on every report of a running job
         _cache_store(cache, path, keys, prefixes, body, part.end, cached.lines + part.lines)
@@ -238,13 +297,17 @@ def load_metrics_many(
     for run_id, path, keys, prefixes in jobs:
         cache = cache_dir / f"{run_id}.bin" if cache_dir is not None else None
         cached = _cache_load(cache, path, keys, prefixes) if cache is not None else None
+        from_copy = False
         if cached is None and cache is not None:
             # no report cache yet: start from the job's columnar copy (olmoablate.contract.columnar)
+            # and keep what the report read of it in the report cache, which is cheaper to load
+            # (only the wanted columns, progressions and sparse columns stored compactly)
             copy = load_copy(path, _wanted(keys, prefixes))
             cached = _Cached(*copy) if copy is not None else None
+            from_copy = cached is not None
         if cached is not None and cache is not None:
             if path.stat().st_size - cached.offset <= _INCREMENTAL_MAX:
-                m = _incremental(cached, cache, path, keys, prefixes)
+                m = _incremental(cached, cache, path, keys, prefixes, store=from_copy)
                 if m is not None:
                     out[run_id] = m
                     continue
