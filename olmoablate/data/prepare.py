@@ -44,7 +44,7 @@ from olmoablate.data.corpus import (
     list_documents,
     read_text,
 )
-from olmoablate.data.vocab import BY_SHA256, DOLMA2, VOCABS, Vocab
+from olmoablate.data.vocab import BPE_TRAIN_HOLDOUT_EVERY, BY_SHA256, DOLMA2, VOCABS, Vocab
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 
@@ -369,7 +369,7 @@ def _prepare_locked(
     chunks: dict[str, list[Any]] = {s: [] for s in SPLITS}
     n_docs = {s: 0 for s in SPLITS}
     n_tok = {s: 0 for s in SPLITS}
-    train_texts: list[str] = []  # every train-split document (for the BPE provenance check)
+    bpe_texts: list[str] = []  # the documents the shipped BPE was trained on (provenance check)
     index = 0  # over non-empty documents: decides the split
     empty = 0
     truncated = False
@@ -380,11 +380,11 @@ def _prepare_locked(
         encoded = tok.encode_batch(kept, add_special_tokens=False)
         for text, enc in zip(kept, encoded, strict=True):
             split = "heldout" if index % heldout_every == 0 else "train"
+            if index % BPE_TRAIN_HOLDOUT_EVERY:
+                bpe_texts.append(text)
             index += 1
-            if split == "train":
-                train_texts.append(text)
             if truncated:
-                continue  # past the cap: only collect train texts for the BPE check
+                continue  # past the cap: only collect the texts for the BPE check
             ids = np.asarray(enc.ids, dtype=np.int64)
             if split == "train" and max_tokens is not None:
                 room = max_tokens - n_tok["train"]
@@ -451,7 +451,7 @@ def _prepare_locked(
             "licence": src.licence,
         },
         stats=_stats(arrays, vocab.vocab_size),
-        tokenizer_extra=_bpe_provenance(vocab, train_texts),
+        tokenizer_extra=_bpe_provenance(vocab, bpe_texts, heldout_every),
     )
     write_json_atomic(out / MANIFEST_NAME, manifest.to_dict())
     _make_readable(out / MANIFEST_NAME)
@@ -471,15 +471,16 @@ def _stats(arrays: dict[str, Any], vocab_size: int) -> dict[str, Any]:
     }
 
 
-def _bpe_provenance(vocab: Vocab, train_texts: list[str]) -> dict[str, Any]:
-    """Re-train the BPE on the train documents and say whether it reproduces the shipped file."""
+def _bpe_provenance(vocab: Vocab, bpe_texts: list[str], heldout_every: int) -> dict[str, Any]:
+    """Re-train the BPE on the documents it was trained on and say whether that reproduces the
+    shipped file, and whether every held-out document is text the tokenizer never saw."""
     if vocab.name == "dolma2":
         return {}
     from olmoablate.data.bpe import to_json_bytes, train_bpe
 
     try:
         trained = hashlib.sha256(
-            to_json_bytes(train_bpe(train_texts, vocab.vocab_size))
+            to_json_bytes(train_bpe(bpe_texts, vocab.vocab_size))
         ).hexdigest()
     except ValueError as err:  # e.g. a corpus too small for 4,094 merges
         log.warning(f"BPE provenance check skipped: {err}; token files use the shipped tokenizer")
@@ -491,7 +492,8 @@ def _bpe_provenance(vocab: Vocab, train_texts: list[str]) -> dict[str, Any]:
             "shipped tokenizer, which the specs name"
         )
     return {
-        "trained_on": "every train-split document (none held out)",
+        "trained_on": f"every document i with i % {BPE_TRAIN_HOLDOUT_EVERY} != 0",
+        "heldout_unseen_by_tokenizer": heldout_every % BPE_TRAIN_HOLDOUT_EVERY == 0,
         "retrained_sha256": trained,
         "reproduced": trained == vocab.sha256,
     }

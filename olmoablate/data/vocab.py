@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 #: Debian python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2).
 BPE_FILENAME = "python_docs_bpe4096.json"
 BPE_SHA256 = "196b538c292e2126ad748976a595808f41092b16297c852e4b8e6521f1120c10"
+#: The documents the shipped BPE was trained on: every non-empty document ``i`` (sorted-path
+#: order) with ``i % BPE_TRAIN_HOLDOUT_EVERY != 0``. A held-out split ``i % k == 0`` with ``k`` a
+#: multiple of this is text the tokenizer never saw (the demo holds out every 40th document).
+BPE_TRAIN_HOLDOUT_EVERY = 20
 
 
 def bpe_path() -> Path:
