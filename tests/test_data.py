@@ -372,10 +372,10 @@ def test_shipped_bpe_is_reproduced_from_the_train_documents() -> None:
     """The pinned file is what `train_bpe` makes from the demo's train split (Debian package)."""
     from olmoablate.data.bpe import to_json_bytes, train_bpe
     from olmoablate.data.corpus import get_source, list_documents, read_text
-    from olmoablate.data.vocab import BPE_SHA256
+    from olmoablate.data.vocab import BPE_SHA256, BPE_TRAIN_HOLDOUT_EVERY
 
     texts = [t for t in map(read_text, list_documents(get_source("python-docs"))) if t.strip()]
-    train = [t for i, t in enumerate(texts) if i % 20]
+    train = [t for i, t in enumerate(texts) if i % BPE_TRAIN_HOLDOUT_EVERY]
     if len(texts) != 497:
         pytest.skip(f"another python3.11-doc version ({len(texts)} documents)")
     assert hashlib.sha256(to_json_bytes(train_bpe(train))).hexdigest() == BPE_SHA256
