@@ -136,6 +136,19 @@ def _run(cmd: list[str], timeout: float = CMD_TIMEOUT_S) -> subprocess.Completed
         raise UserError(f"`{' '.join(cmd)}` did not answer within {timeout:.0f} s") from None
 
 
+def _query(cmd: list[str]) -> str | None:
+    """stdout of a read-only Slurm query (sacct, squeue, scontrol), or None when it cannot be
+    asked: not installed, no answer within ``CMD_TIMEOUT_S``, or a non-zero exit. Callers
+    treat None as "unknown" and fall back to the run's own status file."""
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=CMD_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def test_only(script: Path) -> tuple[bool, str]:
     """`sbatch --test-only`: does Slurm consider this script satisfiable? (nothing is queued)."""
     proc = _run(["sbatch", "--test-only", str(script)])
@@ -211,19 +224,10 @@ def sacct_states(
         pass
     if shutil.which("sacct") is None:
         return None
-    try:
-        proc = subprocess.run(
-            ["sacct", "--parsable2", "-j", key, "-o", SACCT_FIELDS],
-            capture_output=True,
-            text=True,
-            timeout=CMD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    out = _query(["sacct", "--parsable2", "-j", key, "-o", SACCT_FIELDS])
+    if out is None:
         return None
-    if proc.returncode != 0:
-        return None
-    records = parse_sacct(proc.stdout)
+    records = parse_sacct(out)
     write_json_atomic(cache_path, {"key": key, "time": time.time(), "records": records})
     return records
 
@@ -236,20 +240,11 @@ def scontrol_job(job_id: str) -> dict[str, str] | None:
     """``scontrol show job -o JOB``: the controller's live record of one job as {Key: value}
     (JobState, Restarts, Reason...), None when it cannot be asked. Used by the job itself to tell
     a user's scancel (state leaves RUNNING) from Slurm's own requeue (Restarts grows)."""
-    try:
-        proc = subprocess.run(
-            ["scontrol", "show", "job", "-o", job_id],
-            capture_output=True,
-            text=True,
-            timeout=CMD_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0 or not proc.stdout.strip():
+    out = _query(["scontrol", "show", "job", "-o", job_id])
+    if out is None or not out.strip():
         return None
     record: dict[str, str] = {}
-    for token in proc.stdout.split("\n", 1)[0].split():
+    for token in out.split("\n", 1)[0].split():
         key, sep, value = token.partition("=")
         if sep and key not in record:
             record[key] = value
@@ -261,21 +256,12 @@ def squeue_states(job_ids: list[str]) -> dict[str, str] | None:
     cannot be asked. Jobs that left the queue are absent."""
     if not job_ids or shutil.which("squeue") is None:
         return {} if job_ids == [] else None
-    try:
-        proc = subprocess.run(
-            ["squeue", "-h", "-a", "-r", "-o", "%i|%T"],
-            capture_output=True,
-            text=True,
-            timeout=CMD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return None
-    if proc.returncode != 0:
+    listing = _query(["squeue", "-h", "-a", "-r", "-o", "%i|%T"])
+    if listing is None:
         return None
     wanted = set(job_ids)
     out: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
+    for line in listing.splitlines():
         jid, _, state = line.strip().partition("|")
         for one in _expand_array_ids(jid):
             if one in wanted:
