@@ -11,7 +11,13 @@ import math
 from typing import Any
 
 from olmoablate.report.build import Report
-from olmoablate.report.gate_text import GATES_HEADER, GATES_TEXT, gate_text, gates_rows
+from olmoablate.report.gate_text import (
+    GATES_HEADER,
+    GATES_TEXT,
+    estimate_cells,
+    gate_text,
+    gates_rows,
+)
 from olmoablate.report.links import wandb_section
 
 #: One table: (header, rows).
@@ -104,10 +110,7 @@ def verdict_rows(report: Report) -> list[list[Any]]:
                 v.variant,
                 v.role,
                 v.verdict.upper(),
-                est.mean if est else None,
-                est.lower if est else None,
-                est.upper if est else None,
-                est.n_seeds if est else 0,
+                *estimate_cells(est),
                 len(v.excluded_pairs),
                 est.source if est else "—",
                 "; ".join(c.outcome for c in v.checks) or "—",

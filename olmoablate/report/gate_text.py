@@ -72,6 +72,14 @@ GATES_HEADER = [
 ]
 
 
+def estimate_cells(est: Any) -> list[Any]:
+    """The effect, its one-sided bounds and the seed count of a check's estimate (a table's
+    four number cells; blank and 0 seeds when the check has no estimate)."""
+    if est is None:
+        return [None, None, None, 0]
+    return [est.mean, est.lower, est.upper, est.n_seeds]
+
+
 def gates_rows(report: Report) -> list[list[Any]]:
     """One row per gate (``report.gates``): proposal, rule, verdict, effect with interval, why."""
     rows = []
@@ -89,10 +97,7 @@ def gates_rows(report: Report) -> list[list[Any]]:
                 g.rule,
                 g.metric,
                 r.verdict.upper(),
-                est.mean if est else None,
-                est.lower if est else None,
-                est.upper if est else None,
-                est.n_seeds if est else 0,
+                *estimate_cells(est),
                 r.reasons[0] if r.reasons else "—",
             ]
         )
