@@ -145,23 +145,15 @@ def append(a: Metrics, b: Metrics) -> Metrics | None:
     last-row-wins needs to know which keys each duplicate row had)."""
     if len(b) and len(a) and int(b.steps[0]) <= int(a.steps[-1]):
         return None
-    if not len(b):
+    if not len(a) or not len(b):  # one side has no rows: the other, with both sides' issues
+        keep = a if not len(b) else b
         return Metrics(
-            a.steps,
-            a.columns,
+            keep.steps,
+            keep.columns,
             _merge_issues(a.issues, b.issues),
-            a.rows_read,
-            a.duplicate_rows,
-            a.nonfinite,
-        )
-    if not len(a):
-        return Metrics(
-            b.steps,
-            b.columns,
-            _merge_issues(a.issues, b.issues),
-            b.rows_read,
-            b.duplicate_rows,
-            b.nonfinite,
+            keep.rows_read,
+            keep.duplicate_rows,
+            keep.nonfinite,
         )
     columns: dict[str, np.ndarray] = {}
     for key in sorted(set(a.columns) | set(b.columns)):
