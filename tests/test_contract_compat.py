@@ -9,27 +9,14 @@ is restructured. gate.json holds no timestamps or absolute paths, so nothing is 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.cli import run_cli as _cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v1"
 SPEC = "compat_v1"
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "olmoablate", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ on their contracts (plan entries the job accepts, metrics the report reads, reso
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fixtures.cli import run_cli as _cli
 from fixtures.plan_fixture import write_tokens
 from fixtures.results_check import check_against_report
 
@@ -62,17 +60,6 @@ gates:                # one verdict per proposal
     max_step_time_overhead: null
     max_peak_memory_overhead: null
 """
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "olmoablate", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
 
 
 def test_spec_to_report(tmp_path: Path) -> None:
