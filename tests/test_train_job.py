@@ -251,7 +251,19 @@ def test_exploding_lr_diverges(tmp_path: Path) -> None:
     assert 1 <= status["diverged_at_step"] < 30
 
 
-def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
+def test_looped_arm_curriculum_and_loop_evals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from olmo_core.train.train_module import TransformerTrainModule
+
+    eval_batches = []
+    real_eval_batch = TransformerTrainModule.eval_batch
+
+    def counting_eval_batch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        eval_batches.append(1)
+        return real_eval_batch(self, *args, **kwargs)
+
+    monkeypatch.setattr(TransformerTrainModule, "eval_batch", counting_eval_batch)
     arch = {
         "looped": {
             "body_layers": 4,
@@ -285,6 +297,15 @@ def test_looped_arm_curriculum_and_loop_evals(tmp_path: Path) -> None:
         assert f"eval/lm/synthetic-heldout/CE loss (loops={n})" in rows[6]
     ce = [rows[6][f"eval/lm/synthetic-heldout/CE loss (loops={n})"] for n in (1, 2, 4)]
     assert len(set(ce)) == 3  # the loop count really changes the evaluated model
+    # At the count the model trains with, (loops=b) is the standard pass's number, not a second
+    # pass: 3 eval points (steps 3, 6, 7) x (standard + the 3 other counts) whole-set passes.
+    for step in (3, 6, 7):
+        b = expected[step - 1]
+        assert rows[step][f"eval/lm/synthetic-heldout/CE loss (loops={b})"] == (
+            rows[step]["eval/lm/synthetic-heldout/CE loss"]
+        )
+    per_pass = int(rows[6]["throughput/in-loop eval batches"])
+    assert per_pass >= 1 and len(eval_batches) == 3 * 4 * per_pass
 
 
 def test_cli_entry_point_reports_bad_run_id(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -254,11 +254,16 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
     """
 
     loop_counts: list[int]
-    #: Skip the pass at the loop count the model trains with: its numbers are the standard pass's
-    #: (plain names). The downstream suite is expensive enough that the duplicate pass matters.
+    #: Do not record the loop count the model trains with under ``(loops=n)`` names: its numbers
+    #: are the standard pass's (plain names). The downstream evaluator skips it; the LM evaluator
+    #: records the standard pass's numbers under that name too (the report's loop-horizon table
+    #: reads every count from the ``(loops=n)`` columns). Neither scores the set twice.
     skip_trained_loops: bool = False
 
     def perform_eval(self, prefix: str = "eval") -> None:
+        for evaluator in self.evaluators:
+            if hasattr(evaluator, "last_metrics"):
+                evaluator.last_metrics = None  # filled again by this standard pass
         super().perform_eval(prefix)
         model = _model_of(self.trainer)
         if not self.loop_counts or not hasattr(model, "current_loops"):
@@ -266,12 +271,24 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
         from olmo_core.data.utils import get_labels
         from olmo_core.utils import get_default_device, move_to_device
 
-        trained_loops = model.current_loops
-        try:
-            for n in self.loop_counts:
-                if self.skip_trained_loops and int(n) == int(trained_loops):
+        trained_loops = int(model.current_loops)
+        counts = [int(n) for n in self.loop_counts]
+        standard = [getattr(ev, "last_metrics", None) for ev in self.evaluators]
+        if trained_loops in counts and (self.skip_trained_loops or None not in standard):
+            # The standard pass just scored the model at this very loop count (same weights, same
+            # data): a second pass would only reproduce its numbers, at the cost of a whole eval.
+            counts.remove(trained_loops)
+            for evaluator, last in zip(self.evaluators, standard, strict=True):
+                if self.skip_trained_loops or last is None:
                     continue
-                model.current_loops = int(n)  # forward() uses it when n_loops is not given
+                for name, value in last.items():
+                    self.trainer.record_metric(
+                        metric_names.with_loops(f"{prefix}/{evaluator.name}/{name}", trained_loops),
+                        value,
+                    )
+        try:
+            for n in counts:
+                model.current_loops = n  # forward() uses it when n_loops is not given
                 for evaluator in self.evaluators:
                     evaluator.reset_metrics()
                     eval_tokens = 0

@@ -113,7 +113,15 @@ class WholeSetEvalDatasetConfig(NumpyPaddedFSLDatasetConfig):
 
 
 class WholeSetLMEvaluator(LMEvaluator):
-    """OLMo-core's LM evaluator with target-side masking and a scored-token count per set."""
+    """OLMo-core's LM evaluator with target-side masking and a scored-token count per set.
+
+    ``last_metrics`` keeps the result of the latest :meth:`compute_metrics`: the looped
+    evaluator records the standard pass's numbers under the ``(loops=b)`` names from it instead
+    of scoring the whole set a second time at the same loop count. (Calling ``compute_metrics``
+    again is not an option: OLMo-core's ``MeanMetric.compute`` all-reduces its sums in place.)
+    """
+
+    last_metrics: dict[str, torch.Tensor] | None = None
 
     def update_metrics(
         self, batch: dict[str, Any], ce_loss: torch.Tensor | None, logits: torch.Tensor | None
@@ -136,6 +144,7 @@ class WholeSetLMEvaluator(LMEvaluator):
         out = super().compute_metrics()
         for label, n in scored.items():
             out[f"{label}/tokens"] = n
+        self.last_metrics = dict(out)
         return out
 
 
