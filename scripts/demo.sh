@@ -11,7 +11,7 @@ bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-bash scripts/prepare-data.sh
+bash scripts/prepare-data.sh --tokenizer bpe4096   # the demo's files only (dolma2: drop the flag)
 echo "== validate";  olmoablate validate specs/demo.yaml
 echo "== plan";      olmoablate plan specs/demo.yaml
 echo "== submit (local executor)"

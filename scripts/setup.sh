@@ -18,10 +18,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log=.venv/setup.log
   echo "setup: installing into .venv (torch 2.13 CPU, ai2-olmo-core 3.0, ...; log: $log)"
   {
-    python -m pip install "torch==2.13.0" &&
-    # compat: the checkout goes on sys.path through a plain .pth line; the default (strict)
-    # editable mode installs an import hook that costs ~15 ms of every `olmoablate` start.
-    python -m pip install -e ".[dev,eval]" --config-settings editable_mode=compat
+    # One resolver run for torch and the project. compat: the checkout goes on sys.path through
+    # a plain .pth line; the default (strict) editable mode installs an import hook that costs
+    # ~15 ms of every `olmoablate` start. --no-compile + compileall -j 0: pip byte-compiles the
+    # ~1.7 GB of packages on one core; compileall does the same on every core (measured on 2
+    # cores: 97 s -> 68 s for the whole set-up). The byte code matters: every training job
+    # imports torch, OLMo-core and olmo-eval, 12 s instead of 5 s without it.
+    python -m pip install --no-compile "torch==2.13.0" -e ".[dev,eval]" \
+      --config-settings editable_mode=compat &&
+    { python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" ||
+      echo "setup: some files did not byte-compile (they are compiled on import instead)"; }
   } > "$log" 2>&1 || { tail -n 30 "$log" >&2; echo "setup: pip install failed (full log: $log)" >&2; exit 1; }
   python -c "import torch, olmo_core, submitit, importlinter, grimp, olmoablate" 2>/dev/null \
     || { echo "setup: install finished but imports fail (see $log)" >&2; exit 1; }
