@@ -91,3 +91,43 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 #: ``runs/<run_id>/wandb.json``: the run's W&B id, project and URL, written by the training job
 #: (`olmoablate.train.wandb_log`) and read by `report` / `olmoablate.results`.
 WANDB_LINK_FILE = "wandb.json"
+
+
+def user_cache_path(name: str) -> Path:
+    """``$XDG_CACHE_HOME/olmoablate/<name>`` (default ``~/.cache``): facts derived from files
+    that `validate` would otherwise recompute at every start (a login node's fast start)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "olmoablate" / name
+
+
+def user_cache_get(name: str, key: str) -> Any:
+    """The value stored under ``key`` in the user cache file ``name``, or None.
+
+    Best effort by design: a missing, unreadable or corrupt cache is a miss, never an error. Keys
+    must name everything the value depends on (a file's resolved path, size and mtime, ...).
+    """
+    try:
+        doc = json.loads(user_cache_path(name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
+def user_cache_put(name: str, key: str, value: Any, *, keep: int = 64) -> None:
+    """Store ``value`` under ``key`` (JSON), keeping the ``keep`` newest keys; a read-only or
+    full home just never caches. Concurrent writers may drop each other's newest entry (the
+    file is replaced atomically, never torn): the next reader recomputes it."""
+    path = user_cache_path(name)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        doc = {}
+    doc.pop(key, None)
+    doc[key] = value
+    for old in list(doc)[: max(0, len(doc) - keep)]:
+        del doc[old]
+    try:
+        write_json_atomic(path, doc, indent=None)
+    except OSError:
+        pass

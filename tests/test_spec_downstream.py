@@ -24,8 +24,10 @@ def test_task_list_is_parsed_once_per_file_version(
     tasks = _tasks_py(tmp_path / "tasks.py", ["piqa", "arc"])
     downstream._tasks_in.cache_clear()
     assert downstream._tasks_in(tasks) == {"piqa", "arc"}
-    cached = json.loads(downstream._cache_file().read_text())
-    assert cached["tasks"] == ["arc", "piqa"]
+    from olmoablate.io import user_cache_path
+
+    cached = json.loads(user_cache_path(downstream._TASKS_CACHE).read_text())
+    assert list(cached.values()) == [["arc", "piqa"]]
     # a cache hit does not parse: poison the parser and read again
     monkeypatch.setattr(downstream, "_parse_tasks", lambda p: pytest.fail("parsed again"))
     downstream._tasks_in.cache_clear()

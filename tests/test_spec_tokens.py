@@ -19,6 +19,8 @@ from olmoablate.contract.tokens import (
     chunk_bounds,
     eval_sequences,
     narrowest_dtype,
+    scan_token_file,
+    sparse_counts,
     tokenizer_info,
     unigram_entropy,
 )
@@ -205,3 +207,45 @@ def test_unigram_entropy_matches_hand_computation() -> None:
     train, held = np.array([3, 1, 0, 0]), np.array([1, 1, 0, 0])
     p = (train + 0.5) / (4 + 0.5 * 4)
     assert unigram_entropy(train, held, 4) == pytest.approx(-(np.log(p[0]) + np.log(p[1])) / 2)
+
+
+def test_unigram_entropy_takes_sparse_counts_too() -> None:
+    train, held = np.array([3, 1, 0, 0, 7]), np.array([1, 1, 0, 2, 5])
+    dense = unigram_entropy(train, held, 4)  # id 4 is outside the vocabulary: ignored
+    assert unigram_entropy({0: 3, 1: 1, 4: 7}, {0: 1, 1: 1, 3: 2}, 4) == pytest.approx(dense)
+    assert sparse_counts(train) == {0: 3, 1: 1, 4: 7}
+    assert np.isnan(unigram_entropy(train, np.zeros(4), 4))
+
+
+def test_token_scan_is_cached_per_file_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second validate of an unchanged file reads neither the file nor numpy; a rewritten
+    file (new size/mtime) and a corrupt cache are scanned again, with the same answer."""
+    from olmoablate.contract import tokens
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "t.bin"
+    _docs(5, 40, eos=0).astype(np.uint16).tofile(path)
+    tokens._scan.cache_clear()
+    first = scan_token_file(path, "uint16", 0, 16, 4096)
+    assert first.documents == 5 and first.max_id < 4096 and first.counts
+    assert sum(first.counts.values()) == first.tokens
+
+    def no_read(*args: object) -> None:
+        pytest.fail("the file was read again")
+
+    monkeypatch.setattr(tokens, "_read_scan", no_read)
+    tokens._scan.cache_clear()
+    assert scan_token_file(path, "uint16", 0, 16, 4096) == first
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    _docs(6, 40, eos=0, seed=1).astype(np.uint16).tofile(path)  # new content, new size
+    tokens._scan.cache_clear()
+    second = scan_token_file(path, "uint16", 0, 16, 4096)
+    assert second.documents == 6 and second != first
+
+    (tmp_path / "cache" / "olmoablate" / tokens._SCAN_CACHE).write_text("{not json")
+    tokens._scan.cache_clear()
+    assert scan_token_file(path, "uint16", 0, 16, 4096) == second

@@ -177,11 +177,12 @@ def check_size(
     return problems, facts
 
 
-def _sum_counts(scans: list[tk.TokenFileScan | None]) -> Any:
+def _sum_counts(scans: list[tk.TokenFileScan | None]) -> dict[int, int] | None:
     """Summed unigram counts of complete scans, or None when any file is unread/partial."""
     if not scans or any(s is None or s.counts is None or not s.complete for s in scans):
         return None
-    total = scans[0].counts.copy()  # type: ignore[union-attr]
-    for s in scans[1:]:
-        total = total + s.counts  # type: ignore[union-attr]
+    total: dict[int, int] = {}
+    for s in scans:
+        for i, n in s.counts.items():  # type: ignore[union-attr]
+            total[i] = total.get(i, 0) + n
     return total

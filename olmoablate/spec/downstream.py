@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
-import os
 from functools import lru_cache
 from pathlib import Path
 
 from olmoablate.contract.sizes import dolma2_tokenizer_file
-from olmoablate.io import write_json_atomic
+from olmoablate.io import user_cache_get, user_cache_put
 
 _REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -42,9 +40,8 @@ def eval_extra_location() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "olmoablate" / "olmo_eval_tasks.json"
+#: User cache file of the parsed task lists (olmoablate.io.user_cache_path), keyed by tasks.py.
+_TASKS_CACHE = "olmo_eval_tasks-v2.json"
 
 
 @lru_cache(maxsize=4)
@@ -53,22 +50,16 @@ def _tasks_in(tasks_py: Path) -> frozenset[str]:
 
     Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget, so the
     result is kept in the user cache keyed by the file's path, size and mtime (a best-effort
-    cache: unreadable or stale means parse again; a read-only home just never caches).
+    cache: unreadable or stale means parse again; a read-only home just never caches). Keyed per
+    file, so two checkouts with their own virtualenvs do not evict each other.
     """
     st = tasks_py.stat()
     key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-    cache = _cache_file()
-    try:
-        doc = json.loads(cache.read_text(encoding="utf-8"))
-        if isinstance(doc, dict) and doc.get("key") == key and isinstance(doc.get("tasks"), list):
-            return frozenset(str(t) for t in doc["tasks"])
-    except (OSError, ValueError):
-        pass
+    hit = user_cache_get(_TASKS_CACHE, key)
+    if isinstance(hit, list):
+        return frozenset(str(t) for t in hit)
     names = _parse_tasks(tasks_py)
-    try:
-        write_json_atomic(cache, {"key": key, "tasks": sorted(names)}, indent=None)
-    except OSError:
-        pass
+    user_cache_put(_TASKS_CACHE, key, sorted(names), keep=8)
     return names
 
 
