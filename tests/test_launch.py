@@ -226,6 +226,10 @@ def _start_submit(results: Path, *extra: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # like a terminal: SIGINT goes to this process only
+        # A terminal's Ctrl-C reaches a process whose SIGINT is the default; a test run started in
+        # the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler at all: the Ctrl-C would be a silent no-op.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
