@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,34 +101,35 @@ def user_cache_path(name: str) -> Path:
     return Path(base) / "olmoablate" / name
 
 
-def user_cache_get(name: str, key: str) -> Any:
-    """The value stored under ``key`` in the user cache file ``name``, or None.
+def _cache_entry(name: str, key: str) -> Path:
+    """One small file per key (``<name>/<sha256(key)>.json``): a lookup reads only its own
+    entry, however many the folder holds, and concurrent writers of different keys never meet."""
+    return user_cache_path(name) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
-    Best effort by design: a missing, unreadable or corrupt cache is a miss, never an error. Keys
+
+def user_cache_get(name: str, key: str) -> Any:
+    """The value stored under ``key`` in the user cache folder ``name``, or None.
+
+    Best effort by design: a missing, unreadable or corrupt entry is a miss, never an error. Keys
     must name everything the value depends on (a file's resolved path, size and mtime, ...).
     """
     try:
-        doc = json.loads(user_cache_path(name).read_text(encoding="utf-8"))
+        doc = json.loads(_cache_entry(name, key).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return doc.get(key) if isinstance(doc, dict) else None
+    return doc.get("value") if isinstance(doc, dict) and doc.get("key") == key else None
 
 
 def user_cache_put(name: str, key: str, value: Any, *, keep: int = 64) -> None:
-    """Store ``value`` under ``key`` (JSON), keeping the ``keep`` newest keys; a read-only or
-    full home just never caches. Concurrent writers may drop each other's newest entry (the
-    file is replaced atomically, never torn): the next reader recomputes it."""
-    path = user_cache_path(name)
+    """Store ``value`` (JSON) under ``key``, keeping the ``keep`` most recently stored keys of
+    the folder; a read-only or full home just never caches."""
+    path = _cache_entry(name, key)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        doc = doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        doc = {}
-    doc.pop(key, None)
-    doc[key] = value
-    for old in list(doc)[: max(0, len(doc) - keep)]:
-        del doc[old]
-    try:
-        write_json_atomic(path, doc, indent=None)
+        write_json_atomic(path, {"key": key, "value": value}, indent=None)
+        now = time.time_ns()  # explicit: the file system's own mtime may be coarser than puts
+        os.utime(path, ns=(now, now))
+        entries = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in entries[: max(0, len(entries) - keep)]:
+            old.unlink(missing_ok=True)
     except OSError:
-        pass
+        pass  # includes an entry another process removed while we sorted

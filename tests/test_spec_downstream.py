@@ -26,8 +26,8 @@ def test_task_list_is_parsed_once_per_file_version(
     assert downstream._tasks_in(tasks) == {"piqa", "arc"}
     from olmoablate.io import user_cache_path
 
-    cached = json.loads(user_cache_path(downstream._TASKS_CACHE).read_text())
-    assert list(cached.values()) == [["arc", "piqa"]]
+    (entry,) = user_cache_path(downstream._TASKS_CACHE).glob("*.json")
+    assert json.loads(entry.read_text())["value"] == ["arc", "piqa"]
     # a cache hit does not parse: poison the parser and read again
     monkeypatch.setattr(downstream, "_parse_tasks", lambda p: pytest.fail("parsed again"))
     downstream._tasks_in.cache_clear()

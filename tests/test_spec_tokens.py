@@ -246,6 +246,7 @@ def test_token_scan_is_cached_per_file_version(
     second = scan_token_file(path, "uint16", 0, 16, 4096)
     assert second.documents == 6 and second != first
 
-    (tmp_path / "cache" / "olmoablate" / tokens._SCAN_CACHE).write_text("{not json")
+    for entry in (tmp_path / "cache" / "olmoablate" / tokens._SCAN_CACHE).glob("*.json"):
+        entry.write_text("{not json")
     tokens._scan.cache_clear()
     assert scan_token_file(path, "uint16", 0, 16, 4096) == second

@@ -163,10 +163,10 @@ def chunk_bounds(tokens: Any, eos_token_id: int, sequence_length: int) -> Any:
     return np.stack([chunk_starts, chunk_ends], axis=1).astype(np.int64)
 
 
-#: User cache file of token-file scans (olmoablate.io.user_cache_path), keyed by each file's
+#: User cache folder of token-file scans (olmoablate.io.user_cache_path), keyed by each file's
 #: resolved path, size, mtime and the reading parameters. Why: numpy's import plus the scans of
 #: the demo's files are a third of `validate`'s 0.3 s budget, at every start.
-_SCAN_CACHE = "token-scans-v1.json"
+_SCAN_CACHE = "token-scans-v2"
 _SCAN_FIELDS = ("tokens", "max_id", "documents", "sequences", "scored", "complete")
 
 

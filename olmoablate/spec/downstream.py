@@ -40,8 +40,8 @@ def eval_extra_location() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-#: User cache file of the parsed task lists (olmoablate.io.user_cache_path), keyed by tasks.py.
-_TASKS_CACHE = "olmo_eval_tasks-v2.json"
+#: User cache folder of the parsed task lists (olmoablate.io.user_cache_path), keyed by tasks.py.
+_TASKS_CACHE = "olmo-eval-tasks-v3"
 
 
 @lru_cache(maxsize=4)
