@@ -278,14 +278,15 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
             # The standard pass just scored the model at this very loop count (same weights, same
             # data): a second pass would only reproduce its numbers, at the cost of a whole eval.
             counts.remove(trained_loops)
-            for evaluator, last in zip(self.evaluators, standard, strict=True):
-                if self.skip_trained_loops or last is None:
-                    continue
-                for name, value in last.items():
-                    self.trainer.record_metric(
-                        metric_names.with_loops(f"{prefix}/{evaluator.name}/{name}", trained_loops),
-                        value,
-                    )
+            if not self.skip_trained_loops:  # every evaluator kept its numbers (checked above)
+                for evaluator, last in zip(self.evaluators, standard, strict=True):
+                    for name, value in last.items():  # type: ignore[union-attr]
+                        self.trainer.record_metric(
+                            metric_names.with_loops(
+                                f"{prefix}/{evaluator.name}/{name}", trained_loops
+                            ),
+                            value,
+                        )
         try:
             for n in counts:
                 model.current_loops = n  # forward() uses it when n_loops is not given
