@@ -42,6 +42,10 @@ def reuse_lines(plan: Plan, store: str | Path) -> list[str]:
     spent, saved = gpu_hours(plan)
     lines.append(
         f"GPU-hours: {spent:.4g} to train"
-        + (f", {saved:.4g} saved by {len(plan.identity.reused)} reused run(s)" if saved else "")
+        + (
+            f", {saved:.4g} saved by {len(plan.identity.reused)} reused run(s)"
+            if plan.identity.reused
+            else ""
+        )
     )
     return lines
