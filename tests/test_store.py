@@ -161,6 +161,25 @@ def test_second_spec_reuses_the_baseline_and_reports_with_it(tmp_path: Path) -> 
     got = json.loads(_ok(_cli("explain", c, "results/c", "--json", cwd=tmp_path)))
     assert all(x["same_identity"] for x in got)  # the spec now is the plan recorded
 
+    # One board of every spec of the store; a, b and c share a baseline run, d shares none.
+    board = json.loads(_ok(_cli("board", "results", "--format", "json", cwd=tmp_path)))
+    specs = {s["spec"]: s for s in board["specs"]}
+    assert set(specs) == {"a", "b", "c", "d"}
+    assert specs["b"]["reused_runs"] == [BASE] and specs["b"]["shares_baseline_with"] == ["a", "c"]
+    assert specs["c"]["gpu_hours_spent"] == 0 and specs["d"]["state"] == "planned"
+    props = {p["spec"]: p for p in board["proposals"]}
+    assert props["b"]["verdict"] in ("proceed", "stop", "inconclusive")
+    assert props["b"]["effect"] is not None and props["b"]["noise"]
+    assert props["d"]["verdict"] == "not reported"
+    table = _ok(_cli("board", "results", cwd=tmp_path))
+    assert "not independent: a, b, c share baseline runs" in table
+    from olmoablate.results import Campaign, load_all
+
+    camp = load_all(tmp_path / "results")
+    assert sorted(camp.specs["spec"]) == ["a", "b", "c", "d"]
+    again = Campaign.from_json(json.loads(json.dumps(camp.to_json())))
+    assert again.proposals.equals(camp.proposals) and again.specs.equals(camp.specs)
+
 
 def test_two_concurrent_submits_train_the_shared_baseline_once(tmp_path: Path) -> None:
     _data(tmp_path)

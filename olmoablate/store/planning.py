@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from olmoablate.contract.identity import short
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan
 from olmoablate.store.identify import identify
 from olmoablate.store.index import find_reuse, with_reuse
@@ -19,6 +20,9 @@ def attach_identity(plan: Plan, store: str | Path, workdir: str | Path | None = 
     under ``store`` (completed, running or queued) it reuses instead of training its own."""
     ident = identify(plan, workdir if workdir is not None else plan.workdir)
     reuse = find_reuse(store, plan.spec_name, ident)
+    own = ResultsDir.for_spec(plan.spec_name, store)
+    # a run this spec already trains (or trained) itself stays its own when it is re-planned
+    reuse = {rid: r for rid, r in reuse.items() if not own.own_run(rid).status.exists()}
     return plan.model_copy(update={"identity": with_reuse(ident, reuse)})
 
 
