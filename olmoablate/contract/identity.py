@@ -40,6 +40,8 @@ EXCLUDED: dict[str, str] = {
     "role": "A/A noise baseline or pair baseline: the same run either way",
     "seed": "the spec's seed index; what it sets is training.init_seed and training.data.seed",
     "size": "the size's label; what it sets is size_dims",
+    "size_dims.name": "the size's label again (its dimensions are included)",
+    "size_dims.preset": "whether the dimensions came from a preset or custom_sizes",
     "certificate": "the pairing hash of this spec's plan (derived)",
     "budget_match": "the rule that chose `steps`/`tokens`, which are included",
     "gpu_hours": "an estimate from assumed throughput",
