@@ -93,6 +93,7 @@ def test_board_cli_formats_and_load_all_round_trip(store: Path, tmp_path: Path) 
     out = _cli("board", str(store), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "flips" in out.stdout and "decision accuracy 67%" in out.stdout
+    assert "effect [bounds]" in out.stdout and "+0.0501 [+0.04" in out.stdout  # not markup
     got = _cli("board", str(store), "--format", "json", cwd=tmp_path)
     doc = json.loads(got.stdout)
     assert [p["spec"] for p in doc["proposals"]] == ["flips", "holds", "stopped", "unsure"]

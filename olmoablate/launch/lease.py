@@ -100,7 +100,13 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
 def apply_leases(
     results: ResultsDir, send: list[str], skip: list[tuple[str, str]]
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """``send`` without the runs another spec trains (each then skipped "reused from ...")."""
+    """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
+    skipped runs that are reused say so too (e.g. "completed, reused from ...")."""
+    skip = [
+        (rid, why if where is None else f"{why}, reused from {results.store / where}")
+        for rid, why in skip
+        for where in [results.run(rid).reused_from]
+    ]
     keep: list[str] = []
     for rid in send:
         where = claim(results, rid)

@@ -102,6 +102,7 @@ def to_html(board: Board) -> str:
 
 
 def print_table(board: Board) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from olmoablate.console import make_console, print_whole
@@ -109,9 +110,9 @@ def print_table(board: Board) -> None:
     console = make_console()
     table = Table(title=f"board: {board.root}")
     for c in COLUMNS:
-        table.add_column(c)
+        table.add_column(escape(c))
     for r in rows(board):
-        table.add_row(*r)
+        table.add_row(*(escape(c) for c in r))  # "[lower, upper]" is not markup
     print_whole(console, table)
     for line in summary_lines(board):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
