@@ -116,6 +116,7 @@ def test_second_spec_reuses_the_baseline_and_reports_with_it(tmp_path: Path) -> 
 
     sub = _submit(tmp_path, b)
     assert "submitted micro-s0-da1" in sub and f"submitted {BASE}" not in sub
+    assert f"skipped {BASE}: completed, reused from results/a/runs/{BASE}" in sub
     assert not _trained_here(tmp_path, "b", BASE)  # trained zero times by b
     status_a = json.loads((tmp_path / "results/a/runs" / BASE / "status.json").read_text())
     assert status_a["state"] == "completed"
