@@ -80,7 +80,9 @@ def resolve_gate(plan: Plan) -> PreRegistered:
     if path is not None:
         try:
             raw, validated = _spec_gate(path, plan.gate_name)
-            spec_same = plan.spec_sha256 == sha256_file(path)
+            # A plan made with --set overrides is not the file alone: only its gate block's
+            # own hash can recover the gate then.
+            spec_same = not plan.overrides and plan.spec_sha256 == sha256_file(path)
         except Exception as err:  # noqa: BLE001 - reported: an unreadable spec breaks recovery
             raw, validated, spec_same = None, None, False
             why = f"could not re-read {path} ({err.__class__.__name__})"

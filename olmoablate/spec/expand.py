@@ -202,6 +202,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         "spec_path": spec_path if spec_path is not None else str(ls.path),
         "workdir": os.getcwd(),
         "spec_sha256": ls.sha256,
+        **({"overrides": list(ls.overrides)} if ls.overrides else {}),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "olmoablate_version": __version__,
         "sizes": list(spec.sizes),
