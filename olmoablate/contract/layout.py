@@ -29,6 +29,8 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json
 
 RESULTS_ROOT = Path("results")
+#: Environment variable every command reads as its --results-root default (one name, here).
+RESULTS_ROOT_ENV = "OLMOABLATE_RESULTS_ROOT"
 
 
 class RunDir:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from olmoablate.contract.layout import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
 if TYPE_CHECKING:
@@ -43,19 +44,76 @@ def find_spec_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="FIELD.PATH=VALUE",
+        help="Override one spec field, e.g. --set training.optimizer.lr.1B=3e-4 (repeatable; "
+        "the value is YAML; recorded in plan.json and hashed into spec_sha256).",
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict", help="Treat every warning (feasibility, budget, paths) as an error (for CI)."
+    ),
+]
+SkipPathsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-paths",
+        help="Do not check data/eval paths (CI without the data); listed as not checked.",
+    ),
+]
+
+
+def _check(ls: Any, plan: Plan, skip_paths: bool) -> tuple[list[str], list[str]]:
+    """(warning lines, notes): the loader's warnings, feasibility, gate noise and the budget."""
+    from olmoablate.contract.totals import over_budget
+    from olmoablate.spec.feasibility import check
+    from olmoablate.spec.gateplan import gate_lines
+
+    found = check(ls, plan, check_paths=not skip_paths)
+    lines = [str(w) for w in [*ls.warnings, *found.warnings]]
+    for name, view in plan.gate_views():
+        where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
+        lines.extend(f"{ls.path}: {where}: warning: {w}" for w in gate_lines(view)[1])
+    budget_line = ls.problem(("budget", "max_gpu_hours"), "")
+    for msg in over_budget(plan):
+        lines.append(f"{budget_line.file}:{budget_line.line}: budget.max_gpu_hours: warning: {msg}")
+    return lines, found.notes
+
+
+def _emit(lines: list[str], strict: bool) -> None:
+    for line in lines:
+        if strict:
+            line = line.replace(": warning: ", ": error (--strict): ", 1)
+        typer.echo(line, err=True)
+
+
 def validate_command(
     paths: Annotated[
-        list[Path], typer.Argument(help="Spec files or folders of specs (*.yaml, *.yml).")
+        list[Path],
+        typer.Argument(
+            help="Spec files or folders of specs (*.yaml, *.yml).",
+            metavar="SPEC...",
+        ),
     ],
+    set_: SetOpt = None,
+    strict: StrictOpt = False,
+    skip_paths: SkipPathsOpt = False,
 ) -> None:
     """Check spec files without submitting anything (for CI).
 
     Exit 0 when every spec is valid. Otherwise exit 2 and print one line per problem:
     FILE:LINE: field.path: what is wrong (allowed: ...). Also expands each spec into its pairs,
-    so a spec whose arms would differ in more than architecture fails here too.
+    so a spec whose arms would differ in more than architecture fails here too, and checks that
+    the plan is feasible: per-device memory against the GPU's, wall time against the Slurm time
+    limit and requeues, eval points against the gate, every data/eval path, downstream metric
+    names and budget.max_gpu_hours. Those are warnings; --strict makes them errors.
     """
     from olmoablate.spec.expand import build_plan
-    from olmoablate.spec.gateplan import gate_lines
     from olmoablate.spec.load import SpecError, load_spec
 
     files = find_spec_files(paths)
@@ -64,7 +122,7 @@ def validate_command(
     failed = 0
     for f in files:
         try:
-            ls = load_spec(f)
+            ls = load_spec(f, set_ or ())
             plan = build_plan(ls)
         except SpecError as err:
             failed += 1
@@ -74,61 +132,134 @@ def validate_command(
             failed += 1
             typer.echo(f"{f}:1: <pairs>: {err}", err=True)
             continue
-        for w in ls.warnings:
-            typer.echo(str(w), err=True)
+        lines, notes = _check(ls, plan, skip_paths)
+        _emit(lines, strict)
+        if strict and lines:
+            failed += 1
+            typer.echo(f"FAILED  {f}  ({len(lines)} warning(s) under --strict)")
+            continue
         typer.echo(
             f"ok  {f}  ({len(plan.runs)} runs, {len(plan.pairs)} pairs, "
-            f"sizes {', '.join(ls.spec.sizes)})"
+            f"sizes {', '.join(ls.spec.sizes)}"
+            + (f"; not checked here: {'; '.join(notes)}" if notes else "")
+            + ")"
         )
-        for name, view in plan.gate_views():
-            where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
-            for w in gate_lines(view)[1]:
-                typer.echo(f"warning: {f}: {where}: {w}", err=True)
     if failed:
         raise typer.Exit(2)
 
 
+def spec_file_of(spec: str, results_root: Path) -> tuple[Path, list[str]]:
+    """SPEC as every command takes it (a spec file, a spec name or a results folder) -> the spec
+    file to plan from, and the overrides its existing plan was made with."""
+    path = Path(spec)
+    if path.is_file() and path.suffix in SPEC_SUFFIXES:
+        return path, []
+    from olmoablate.contract.layout import resolve_results
+
+    layout = resolve_results(spec, results_root)
+    if not layout.plan_path.is_file():
+        raise UserError(
+            f"{spec}: not a spec file, and {layout.plan_path} does not exist to name one "
+            f"(give the spec's YAML path)"
+        )
+    old = layout.plan
+    for cand in (Path(old.workdir) / old.spec_path, Path(old.spec_path)):
+        if cand.is_file():
+            return cand, list(old.overrides)
+    raise UserError(
+        f"{layout.plan_path}: its spec {old.spec_path} (from {old.workdir}) is not found; "
+        "give the spec's YAML path"
+    )
+
+
 def plan_command(
-    spec: Annotated[Path, typer.Argument(help="The spec file (YAML).")],
+    spec: Annotated[
+        str,
+        typer.Argument(
+            help="Spec file (YAML), or the spec name / results folder of an earlier plan.",
+            metavar="SPEC",
+        ),
+    ],
     size: Annotated[
         list[str] | None,
-        typer.Option("--size", "-s", help="Only show these sizes (plan.json always holds all)."),
+        typer.Option(
+            "--size", "-s", metavar="SIZE", help="Only show these sizes (plan.json always holds all)."
+        ),
     ] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="table (default) or json.")
+        OutputFormat, typer.Option("--format", "-f", help="table (default) or json (every number).")
     ] = OutputFormat.table,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every run and pair with its certificate (wide tables).")
+    ] = False,
     results_root: Annotated[
-        Path, typer.Option(help="Folder that holds one results folder per spec.")
-    ] = Path("results"),
+        Path,
+        typer.Option(
+            "--results-root",
+            metavar="DIR",
+            envvar=RESULTS_ROOT_ENV,
+            help="Folder that holds one results folder per spec.",
+        ),
+    ] = RESULTS_ROOT,
     replan: Annotated[
         bool,
         typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
     ] = False,
+    set_: SetOpt = None,
+    strict: StrictOpt = False,
+    skip_paths: SkipPathsOpt = False,
 ) -> None:
     """Expand a spec into matched runs with exact costs; write results/<name>/plan.json.
 
-    One line per run (params, FLOPs/token, tokens, steps, GPU-hours, memory estimate) and one per
-    pair naming exactly what differs between its arms. plan.json pre-registers the gate.
+    By default one row per size and arm (runs, params, tokens, steps, GPU-hours, memory estimate
+    per device) and the totals per size, stage and spec against budget.max_gpu_hours; --wide
+    lists every run and pair (what differs between its arms, certificates). Feasibility
+    warnings as in `validate` (--strict: errors, nothing written). plan.json pre-registers
+    the gate.
     """
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
-    ls = load_spec(spec)
-    plan = build_plan(ls, spec_path=str(spec))
+    spec_path, earlier = spec_file_of(spec, results_root)
+    ls = load_spec(spec_path, [*earlier, *(set_ or [])])
+    plan = build_plan(ls, spec_path=str(spec_path))
     unknown = [s for s in (size or []) if s not in ls.spec.sizes]
     if unknown:
         raise UserError(
-            f"{spec}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
+            f"{spec_path}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
         )
+    lines, notes = _check(ls, plan, skip_paths)
+    if strict and lines:
+        _emit(lines, strict)
+        raise UserError(f"{spec_path}: {len(lines)} warning(s) under --strict; no plan written")
     out = results_dir(ls.spec.name, results_root)
     _guard_replan(out, plan, replan)
     plan.write(out.plan_path)
 
     shown = _filter(plan, size)
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(shown.as_json(), indent=2))
+        from olmoablate.contract.totals import totals
+
+        doc = shown.as_json()
+        doc["totals"] = totals(plan).as_json()
+        doc["warnings"] = lines
+        doc["not_checked"] = notes
+        typer.echo(json.dumps(doc, indent=2))
+        _emit(lines, False)
         return
-    render_plan(shown, out.plan_path)
+    if wide:
+        render_plan(shown, out.plan_path)
+    else:
+        from olmoablate.console import make_console
+        from olmoablate.spec.planview import render_compact
+
+        console = make_console()
+        render_compact(shown, out.plan_path, console)
+        render_evaluation(shown, console)
+        _render_gates(shown, console)
+    for note in notes:
+        typer.echo(f"not checked here: {note}")
+    _emit(lines, False)
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
@@ -230,6 +361,11 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
         )
     print_whole(console, pairs)
     render_evaluation(plan, console)
+    _render_gates(plan, console)
+
+
+def _render_gates(plan: Plan, console: Any) -> None:
+    """Each pre-registered gate, its noise source and minimum detectable effect lines."""
     from olmoablate.spec.gateplan import gate_lines
 
     views = plan.gate_views()
@@ -244,11 +380,9 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}",
             markup=False,
         )
-        info, warnings = gate_lines(view)
+        info, _warnings = gate_lines(view)  # warnings: printed with the others (_check)
         for line in info:
             console.print(f"  {line}", markup=False, highlight=False)
-        for w in warnings:
-            console.print(f"[bold red]WARNING: {label}: {w}[/]")
 
 
 def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:

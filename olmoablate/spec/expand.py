@@ -101,6 +101,7 @@ def _run_entry(
         bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
+        activation_checkpointing=topo.activation_checkpointing == "full",
     )
     evaluation = st.evaluation.model_dump()
     slurm = st.slurm.model_dump()

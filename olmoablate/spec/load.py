@@ -23,6 +23,7 @@ from olmoablate.contract.schema import (
 )
 from olmoablate.errors import UserError
 from olmoablate.spec import datacheck
+from olmoablate.spec import paths as spec_paths
 from olmoablate.spec.checks import (
     check_architectures,
     check_batch,
@@ -404,6 +405,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         if len(resolved) != len(PER_SIZE_SECTIONS):
             continue
         settings = SizeSettings(**resolved)
+        for ppath, msg in spec_paths.resolve_settings(settings, p.resolve().parent):
+            warn(origin_of(ppath, origin), msg)
         per_size[size] = settings
         mb = check_batch(settings, add, origin)
         if mb:
