@@ -78,11 +78,16 @@ def budget_limits(plan: Plan) -> dict[str, float]:
     return {"total": float(cap)} if not isinstance(cap, dict) else {k: float(v) for k, v in cap.items()}
 
 
-def over_budget(plan: Plan) -> list[str]:
-    """One line per exceeded limit, naming the total and the limit (empty when within)."""
+def over_budget(plan: Plan, sizes: set[str] | None = None) -> list[str]:
+    """One line per exceeded limit, naming the total and the limit (empty when within).
+
+    ``sizes``: only the per-size limits of these sizes (what `submit --size` launches); the
+    whole-spec limit always counts every planned run."""
     t = totals(plan)
     out = []
     for key, limit in budget_limits(plan).items():
+        if sizes is not None and key != "total" and key not in sizes:
+            continue
         got = t.total if key == "total" else t.by_size.get(key, Total())
         if got.gpu_hours > limit:
             what = "the whole spec" if key == "total" else f"size {key} ({t.stage_of.get(key, '?')})"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from olmoablate.contract.complete import complete_spec
 from olmoablate.contract.layout import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
@@ -98,6 +99,7 @@ def validate_command(
         typer.Argument(
             help="Spec files or folders of specs (*.yaml, *.yml).",
             metavar="SPEC...",
+            shell_complete=complete_spec,
         ),
     ],
     set_: SetOpt = None,
@@ -178,6 +180,7 @@ def plan_command(
         typer.Argument(
             help="Spec file (YAML), or the spec name / results folder of an earlier plan.",
             metavar="SPEC",
+            shell_complete=complete_spec,
         ),
     ],
     size: Annotated[

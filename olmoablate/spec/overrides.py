@@ -15,13 +15,14 @@ string, YAML 1.2 and OmegaConf read a float; specs follow the users' expectation
 from __future__ import annotations
 
 import copy
-import hashlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 import yaml
+
+from olmoablate.contract.spechash import spec_sha256  # noqa: F401  (re-exported)
 
 Path_ = tuple[str | int, ...]
 
@@ -111,15 +112,6 @@ def apply(
 
 def _dotted(path: Path_) -> str:
     return ".".join(str(p) for p in path)
-
-
-def spec_sha256(data: bytes, overrides: Sequence[str]) -> str:
-    """The spec's identity: sha256 of the file's bytes, then ``\\n--set <override>`` for each
-    override in order (no overrides: the file's sha256, as before overrides existed)."""
-    h = hashlib.sha256(data)
-    for text in overrides:
-        h.update(b"\n--set " + text.encode("utf-8"))
-    return h.hexdigest()
 
 
 def covering(path: Path_, where: dict[Path_, str]) -> str | None:
