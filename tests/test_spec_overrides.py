@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from olmoablate.contract.overrides import apply, parse_value, spec_sha256
 from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.spec.overrides import apply, parse_value, spec_sha256
 
 HERE = Path(__file__).parent
 MINIMAL = (HERE / "specs" / "good" / "minimal.yaml").read_text()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from olmoablate.contract.layout import ResultsDir, resolve_results
-from olmoablate.contract.spechash import spec_sha256
+from olmoablate.contract.overrides import spec_sha256
 from olmoablate.contract.totals import over_budget
 from olmoablate.errors import UserError
 

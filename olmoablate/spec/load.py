@@ -16,6 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.overrides import OverrideError, covering, loader_class, spec_sha256
+from olmoablate.contract.overrides import apply as apply_overrides
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     SizeSettings,
@@ -33,8 +35,6 @@ from olmoablate.spec.checks import (
     check_gate,
     origin_of,
 )
-from olmoablate.spec.overrides import OverrideError, covering, loader_class, spec_sha256
-from olmoablate.spec.overrides import apply as apply_overrides
 
 Path_ = tuple[str | int, ...]
 

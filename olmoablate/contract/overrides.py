@@ -1,6 +1,8 @@
 """`--set a.b.c=value`: change one field of a spec from the command line, and the YAML numbers.
 
-Why here and not by editing YAML: a smoke test or a sweep point should not need a copied spec
+Why in the contract: `plan` applies the overrides, `submit --set` checks a plan's identity with
+them and the report re-applies them to the spec file when it checks the pre-registered gate, so
+what an override means is defined once. Why overrides rather than editing YAML: a smoke test or a sweep point should not need a copied spec
 (OLMo-core scripts take ``--a.b=c`` dotlists, NeMo-Run ``a.b=1``, Hydra ``+a.b=c``). An override
 is applied to the parsed document before validation, so it is checked exactly like the file
 (its problems name the override), and it is part of the spec's identity: :func:`spec_sha256`
@@ -15,14 +17,13 @@ string, YAML 1.2 and OmegaConf read a float; specs follow the users' expectation
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 import yaml
-
-from olmoablate.contract.spechash import spec_sha256  # noqa: F401  (re-exported)
 
 Path_ = tuple[str | int, ...]
 
@@ -122,3 +123,13 @@ def covering(path: Path_, where: dict[Path_, str]) -> str | None:
         if p[: len(o)] == o or (len(p) >= len(o) - 1 and o[: len(p)] == p):
             return text
     return None
+
+
+def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:
+    """The spec's identity as plan.json records it: sha256 of the file's bytes, then
+    ``\\n--set <override>`` for each override in order (no overrides: the file's own sha256, as
+    before overrides existed)."""
+    h = hashlib.sha256(data)
+    for text in overrides:
+        h.update(b"\n--set " + text.encode("utf-8"))
+    return h.hexdigest()
