@@ -82,28 +82,55 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
     def est(**change: Any) -> float:
         return acc.memory_estimate_gb(dims, run.architecture, **{**kw, **change})[0]
 
-    fixes: list[str] = []
-    for mult in (2, 4, 8, 16, 32):  # more GPUs: only the sharded states shrink
-        nodes = topo.nodes * mult
-        e = est(world_size=topo.world_size * mult, sharded=True)
-        if e <= gb:
-            fixes.append(f"more GPUs (topology.nodes: {nodes}, est. {e:.0f} GB)")
-            break
-    if topo.activation_checkpointing != "full":
-        e = est(activation_checkpointing=True)
-        fixes.append(
-            f"topology.activation_checkpointing: full (est. {e:.0f} GB"
-            + (")" if e <= gb else ", still too much alone)")
-        )
-    mb = t.microbatch_size
+    ws, ac_now, mb_now = topo.world_size, topo.activation_checkpointing == "full", t.microbatch_size
+    mbs = []  # smaller micro-batches: halvings down to one sequence
+    mb = mb_now
     while mb > t.sequence_length:
         mb = max(t.sequence_length, mb // 2)
+        mbs.append(mb)
+
+    def more_gpus(ac: bool, mb: int) -> tuple[int, float] | None:
+        for mult in (2, 4, 8, 16, 32, 64):  # only the sharded states shrink with more GPUs
+            e = est(world_size=ws * mult, sharded=True, activation_checkpointing=ac,
+                    microbatch_tokens=mb)  # fmt: skip
+            if e <= gb:
+                return ws * mult, e
+        return None
+
+    fixes: list[str] = []
+    g = more_gpus(ac_now, mb_now)
+    fixes.append(
+        f"more GPUs (world size {g[0]}, est. {g[1]:.0f} GB)" if g else
+        f"more GPUs (world size {ws * 64}: est. {est(world_size=ws * 64, sharded=True):.0f} GB, "
+        "not enough alone)"
+    )  # fmt: skip
+    alone = g is not None
+    if not ac_now:
+        e = est(activation_checkpointing=True)
+        alone |= e <= gb
+        fixes.append(f"topology.activation_checkpointing: full (est. {e:.0f} GB"
+                     + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
+    for mb in mbs:
         e = est(microbatch_tokens=mb)
-        if e <= gb or mb == t.sequence_length:
-            fixes.append(
-                f"a smaller micro-batch (training.microbatch_size: {mb}, est. {e:.0f} GB"
-                + (")" if e <= gb else ", still too much alone)")
-            )
+        if e <= gb or mb == mbs[-1]:
+            alone |= e <= gb
+            fixes.append(f"a smaller micro-batch (training.microbatch_size: {mb}, est. {e:.0f} GB"
+                         + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
+            break
+    if not alone:
+        for ac in sorted({ac_now, True}):
+            for mb in [mb_now, *mbs]:
+                e = est(activation_checkpointing=ac, microbatch_tokens=mb)
+                g = (ws, e) if e <= gb else more_gpus(ac, mb)
+                if g is None:
+                    continue
+                parts = ([f"world size {g[0]}"] if g[0] != ws else []) + (
+                    ["activation_checkpointing: full"] if ac and not ac_now else []
+                ) + ([f"microbatch_size: {mb}"] if mb != mb_now else [])
+                fixes.append(f"together: {' + '.join(parts)} (est. {g[1]:.0f} GB)")
+                break
+            else:
+                continue
             break
     _warn(
         out, ls, ("topology", "gpus_per_node"), run.size,
@@ -179,7 +206,7 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
         why = f"averages the last {gate.last_n}" if need == gate.last_n else f"plans {need} looks over"
         _warn(
             out, ls, ("evaluation", "interval"), gate.stage,
-            f"gate {name} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
+            f"{'the gate' if where == ('gate',) else 'gate ' + name} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
             f"({run.steps} steps, evaluation.interval {interval}); fix: evaluation.interval <= "
             f"{max(1, run.steps // need)} (or {'gate.last_n' if where == ('gate',) else '.'.join(map(str, where)) + '.last_n'} <= {points})",
         )  # fmt: skip
