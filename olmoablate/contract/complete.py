@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.layout import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 
 _SUFFIXES = (".yaml", ".yml")
 

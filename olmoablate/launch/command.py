@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from olmoablate.contract.complete import complete_run_ids, complete_spec
-from olmoablate.contract.layout import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
 SpecArg = Annotated[
