@@ -132,3 +132,14 @@ def test_compact_table_wide_and_by_name(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     status = _cli("status", "siamese_depth_attention", "--json", env=env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
+
+
+def test_plan_strict_writes_nothing_when_a_check_fails(tmp_path: Path) -> None:
+    spec = tmp_path / "feas.yaml"
+    spec.write_text(GPU_SPEC)
+    proc = _cli("plan", str(spec), "--set", "slurm.time=5", "--strict",
+                "--results-root", str(tmp_path / "r"))  # fmt: skip
+    assert proc.returncode == 2
+    assert "slurm.time: error (--strict)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("under --strict; no plan written")
+    assert not (tmp_path / "r").exists()

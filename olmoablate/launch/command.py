@@ -150,6 +150,11 @@ def submit_command(
             raise UserError("--run and --size select no run together")
     check_budget(results, only)
     console = make_console()
+    if plan.overrides:
+        console.print(
+            f"plan {results.plan_path} was made with --set {' --set '.join(plan.overrides)}",
+            markup=False, highlight=False,
+        )  # fmt: skip
     try:
         result = submit(
             results,
