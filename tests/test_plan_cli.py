@@ -132,6 +132,8 @@ def test_compact_table_wide_and_by_name(tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     status = _cli("status", "siamese_depth_attention", "--json", env=env, cwd=tmp_path)
     assert status.returncode == 0, status.stderr
+    valid = _cli("validate", "siamese_depth_attention", "--skip-paths", env=env, cwd=tmp_path)
+    assert valid.returncode == 0 and valid.stdout.startswith(f"ok  {REPO}/specs/"), valid.stderr
 
 
 def test_plan_strict_writes_nothing_when_a_check_fails(tmp_path: Path) -> None:

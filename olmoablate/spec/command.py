@@ -29,16 +29,26 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-def find_spec_files(paths: list[Path]) -> list[Path]:
-    """Expand folders into the spec files they hold (recursively, sorted)."""
-    files: list[Path] = []
+def find_spec_files(
+    paths: list[Path], results_root: Path = RESULTS_ROOT
+) -> list[tuple[Path, list[str]]]:
+    """Expand folders into the spec files they hold (recursively, sorted), each with no
+    overrides; a spec name or a results folder stands for the spec file its plan was made from,
+    with that plan's ``--set`` overrides."""
+    files: list[tuple[Path, list[str]]] = []
     for p in paths:
-        if p.is_dir():
+        if p.is_dir() and (p / "plan.json").is_file():
+            files.append(spec_file_of(str(p), results_root))
+        elif p.is_dir():
             files.extend(
-                sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+                (f, []) for f in sorted(p.rglob("*")) if f.suffix in SPEC_SUFFIXES and f.is_file()
             )
         elif p.exists():
-            files.append(p)
+            files.append((p, []))
+        elif "/" not in str(p) and p.suffix not in SPEC_SUFFIXES and (
+            Path(results_root) / str(p) / "plan.json"
+        ).is_file():
+            files.append(spec_file_of(str(p), results_root))
         else:
             raise UserError(f"{p}: no such file or folder")
     return files
@@ -57,6 +67,15 @@ StrictOpt = Annotated[
     bool,
     typer.Option(
         "--strict", help="Treat every warning (feasibility, budget, paths) as an error (for CI)."
+    ),
+]
+RootOpt = Annotated[
+    Path,
+    typer.Option(
+        "--results-root",
+        metavar="DIR",
+        envvar=RESULTS_ROOT_ENV,
+        help="Folder that holds one results folder per spec (for a SPEC given by name).",
     ),
 ]
 SkipPathsOpt = Annotated[
@@ -96,7 +115,8 @@ def validate_command(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Spec files or folders of specs (*.yaml, *.yml).",
+            help="Spec files or folders of specs (*.yaml, *.yml), or a spec name / results "
+            "folder of an earlier plan.",
             metavar="SPEC...",
             shell_complete=complete_spec,
         ),
@@ -104,6 +124,7 @@ def validate_command(
     set_: SetOpt = None,
     strict: StrictOpt = False,
     skip_paths: SkipPathsOpt = False,
+    results_root: RootOpt = RESULTS_ROOT,
 ) -> None:
     """Check spec files without submitting anything (for CI).
 
@@ -117,13 +138,13 @@ def validate_command(
     from olmoablate.spec.expand import build_plan
     from olmoablate.spec.load import SpecError, load_spec
 
-    files = find_spec_files(paths)
+    files = find_spec_files(paths, results_root)
     if not files:
         raise UserError(f"no spec files (*.yaml, *.yml) found in {', '.join(map(str, paths))}")
     failed = 0
-    for f in files:
+    for f, earlier in files:
         try:
-            ls = load_spec(f, set_ or ())
+            ls = load_spec(f, [*earlier, *(set_ or [])])
             plan = build_plan(ls)
         except SpecError as err:
             failed += 1
@@ -194,15 +215,7 @@ def plan_command(
     wide: Annotated[
         bool, typer.Option("--wide", help="Every run and pair with its certificate (wide tables).")
     ] = False,
-    results_root: Annotated[
-        Path,
-        typer.Option(
-            "--results-root",
-            metavar="DIR",
-            envvar=RESULTS_ROOT_ENV,
-            help="Folder that holds one results folder per spec.",
-        ),
-    ] = RESULTS_ROOT,
+    results_root: RootOpt = RESULTS_ROOT,
     replan: Annotated[
         bool,
         typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
