@@ -19,6 +19,7 @@ from olmoablate.contract import accounting as acc
 from olmoablate.contract.gpus import gpu_memory_gb
 from olmoablate.contract.metrics import downstream_suffixes, is_eval, split_downstream
 from olmoablate.contract.plan import Plan, RunEntry
+from olmoablate.contract.schema import computes_in_bf16
 from olmoablate.spec import paths as spec_paths
 from olmoablate.spec.load import LoadedSpec, Problem
 
@@ -64,7 +65,9 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
         settings.topology.gpu_memory_gb, run.slurm.constraint, topo.gpu_type
     )
     if gb is None:
-        out.notes.append(f"size {run.size}: per-device memory not checked: {source}")
+        note = f"size {run.size}: per-device memory not checked: {source}"
+        if note not in out.notes:
+            out.notes.append(note)
         return
     if run.peak_memory_gb <= gb:
         return
@@ -75,7 +78,7 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
         microbatch_tokens=t.microbatch_size,
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=run.peak_memory_gb > 0 and t.precision != "fp32",
+        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
         activation_checkpointing=topo.activation_checkpointing == "full",
     )
 
