@@ -226,8 +226,8 @@ def plan_command(
 ) -> None:
     """Expand a spec into matched runs with exact costs; write results/<name>/plan.json.
 
-    By default one row per size and arm (runs, params, tokens, steps, GPU-hours, memory estimate
-    per device) and the totals per size, stage and spec against budget.max_gpu_hours; --wide
+    By default one row per size and arm (runs, params, tokens, steps, GPU-hours, training wall
+    time at the stated peak x MFU, memory estimate per device) and the totals per size, stage and spec against budget.max_gpu_hours; --wide
     lists every run and pair (what differs between its arms, certificates). Feasibility
     warnings as in `validate` (--strict: errors, nothing written). plan.json pre-registers
     the gate.

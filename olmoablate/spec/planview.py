@@ -35,7 +35,11 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
 
     t = totals(plan)
     table = Table(title=f"plan: {plan.spec_name}  ({plan_path})")
-    for col in ("size", "arm", "runs", "params", "tokens", "steps", "GPU-h/run", "mem GB/dev"):
+    from olmoablate.spec.feasibility import wall_hours
+
+    cols = ("size", "arm", "runs", "params", "tokens", "steps", "GPU-h/run", "train h/run",
+            "mem GB/dev")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="left" if col in {"size", "arm"} else "right")
     rows: dict[tuple[str, str], list[Any]] = {}
     for r in plan.runs:
@@ -43,9 +47,11 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         rows.setdefault((r.size, arm), []).append(r)
     for (size, arm), runs in rows.items():
         r = runs[0]
+        hours = wall_hours(r)
         table.add_row(
             size, arm, str(len(runs)), human(r.params), human(r.tokens), str(r.steps),
-            f"{r.gpu_hours:,.4g}", f"{r.peak_memory_gb:.3g}",
+            f"{r.gpu_hours:,.4g}", "-" if hours is None else f"{hours:,.3g}",
+            f"{r.peak_memory_gb:.3g}",
         )  # fmt: skip
     print_whole(console, table)
     limits = budget_limits(plan)
