@@ -100,7 +100,7 @@ def test_old_cwd_relative_paths_still_work_with_a_warning(tmp_path: Path) -> Non
         load_spec(spec)
 
 
-def test_version_short_help_and_completion() -> None:
+def test_version_short_help_and_completion(tmp_path: Path) -> None:
     run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=REPO)
     from olmoablate import __version__
 
@@ -119,3 +119,12 @@ def test_version_short_help_and_completion() -> None:
     assert comp.stdout.split() == ["plan"]
     comp = run([sys.executable, "-c", code, "olmoablate validate specs/de", "2"])
     assert comp.stdout.split() == ["specs/demo.yaml"]
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "plan.json").write_text(
+        '{"runs": [{"run_id": "tiny-s0-baseline"}, {"run_id": "tiny-s1-looped"}]}'
+    )
+    env = {**os.environ, "OLMOABLATE_RESULTS_ROOT": str(tmp_path)}
+    comp = run([sys.executable, "-c", code, "olmoablate cancel demo --run tiny-s0", "4"], env=env)
+    assert comp.stdout.split() == ["tiny-s0-baseline"]
+    comp = run([sys.executable, "-c", code, "olmoablate status de", "2"], env=env)
+    assert "demo" in comp.stdout.split()
