@@ -8,6 +8,7 @@ Every `UserError` becomes one line on stderr and exit code 2 — never a traceba
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -26,12 +27,34 @@ app = typer.Typer(
         "spec (YAML) -> validate -> plan -> submit (local or Slurm) -> status -> report (gate verdict)."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion: commands, options, spec paths and names, run ids
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     # Plain click help: Typer's rich help formatter costs ~0.1-0.2 s of imports on every
     # `--help`, and start-up time matters for a command users put in CI.
     rich_markup_mode=None,
 )
+
+def _version(value: bool) -> None:
+    if value:
+        from olmoablate import __version__
+
+        typer.echo(f"olmoablate {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Matched baseline/variant ablations of OLMo 3 architectures."""
+
 
 app.command("validate")(validate_command)
 app.command("plan")(plan_command)

@@ -29,8 +29,8 @@ fi
 cleanup() { [ "$cluster_started" = 1 ] && bash scripts/slurm-dev-cluster.sh stop >/dev/null 2>&1; }
 trap cleanup EXIT
 
-echo "== olmoablate validate specs/"
-olmoablate validate specs/ || exit 1
+echo "== olmoablate validate --strict --skip-paths specs/ (as the CI template)"
+olmoablate validate --strict --skip-paths specs/ || exit 1
 echo "== ruff"
 ruff check olmoablate tests bench scripts || exit 1
 echo "== lint-imports (layers: cli -> stages -> contract -> base; no torch on light paths; no cycles)"

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).parent.parent
 
@@ -51,3 +56,75 @@ def test_validate_shipped_specs_exit_0() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("ok ") == len(list((REPO / "specs").glob("*.yaml")))
+
+
+def test_validate_specs_from_outside_the_checkout(tmp_path: Path) -> None:
+    """Relative paths resolve against the spec's folder and the demo names its packaged
+    tokenizer, so the shipped specs validate the same from any working directory."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "validate", str(REPO / "specs")],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ok ") == len(list((REPO / "specs").glob("*.yaml")))
+    assert "tokenizer" not in proc.stderr  # found by name, not by a cwd-relative path
+    assert not (tmp_path / "results").exists()  # validate writes nothing
+
+
+def test_old_cwd_relative_paths_still_work_with_a_warning(tmp_path: Path) -> None:
+    from olmoablate.spec.load import load_spec
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "tok").mkdir()
+    shutil.copy(REPO / "olmoablate" / "data" / "python_docs_bpe4096.json", tmp_path / "tok" / "t.json")
+    text = (REPO / "specs" / "demo.yaml").read_text().replace(
+        "tokenizer: bpe4096-python-docs", "tokenizer: tok/t.json"
+    )
+    spec = tmp_path / "specs" / "old.yaml"
+    spec.write_text(text)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        ls = load_spec("specs/old.yaml")
+    finally:
+        os.chdir(cwd)
+    assert ls.per_size["tiny"].training.data.tokenizer == str(tmp_path / "tok" / "t.json")
+    (w,) = [w for w in ls.warnings if w.field == "training.data.tokenizer"]
+    assert "resolved against the working directory (the old rule)" in w.message
+    assert "write ../tok/t.json" in w.message
+    # from the spec's folder the same spelling means specs/tok/t.json: not found, a clear error
+    from olmoablate.spec.load import SpecError
+
+    with pytest.raises(SpecError, match="tokenizer file .*specs/tok/t.json not found"):
+        load_spec(spec)
+
+
+def test_version_short_help_and_completion(tmp_path: Path) -> None:
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=REPO)
+    from olmoablate import __version__
+
+    v = run([sys.executable, "-m", "olmoablate", "--version"])
+    assert v.returncode == 0 and v.stdout.strip() == f"olmoablate {__version__}"
+    h = run([sys.executable, "-m", "olmoablate", "plan", "-h"])
+    assert h.returncode == 0 and "--set FIELD.PATH=VALUE" in h.stdout and "<list[str]>" not in h.stdout
+    assert "OLMOABLATE_RESULTS_ROOT" in h.stdout
+    code = (
+        "import os, sys, typer.main; from olmoablate.cli import app;"
+        "os.environ.update(_OLMOABLATE_COMPLETE='complete_bash', COMP_WORDS=sys.argv[1],"
+        " COMP_CWORD=sys.argv[2]);"
+        "typer.main.get_command(app).main(prog_name='olmoablate', complete_var='_OLMOABLATE_COMPLETE')"
+    )
+    comp = run([sys.executable, "-c", code, "olmoablate pl", "1"])
+    assert comp.stdout.split() == ["plan"]
+    comp = run([sys.executable, "-c", code, "olmoablate validate specs/de", "2"])
+    assert comp.stdout.split() == ["specs/demo.yaml"]
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "plan.json").write_text(
+        '{"runs": [{"run_id": "tiny-s0-baseline"}, {"run_id": "tiny-s1-looped"}]}'
+    )
+    env = {**os.environ, "OLMOABLATE_RESULTS_ROOT": str(tmp_path)}
+    comp = run([sys.executable, "-c", code, "olmoablate cancel demo --run tiny-s0", "4"], env=env)
+    assert comp.stdout.split() == ["tiny-s0-baseline"]
+    comp = run([sys.executable, "-c", code, "olmoablate status de", "2"], env=env)
+    assert "demo" in comp.stdout.split()

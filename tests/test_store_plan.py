@@ -115,9 +115,9 @@ def test_a_store_elsewhere_by_option_or_environment(root: Path) -> None:
     out = _cli("plan", _spec(root, "b"), "--store", "store", cwd=root)
     assert out.returncode == 0 and "reused from store/a/runs" in out.stdout
     assert (root / "store" / "b" / "plan.json").is_file()
-    env_run = _cli_env(root, {"OLMOABLATE_STORE": "store"}, "plan", _spec(root, "c"))
+    env_run = _cli_env(root, {"OLMOABLATE_RESULTS_ROOT": "store"}, "plan", _spec(root, "c"))
     assert env_run.returncode == 0 and "reused from store/a/runs" in env_run.stdout
-    board = _cli_env(root, {"OLMOABLATE_STORE": "store"}, "board", "--format", "json")
+    board = _cli_env(root, {"OLMOABLATE_RESULTS_ROOT": "store"}, "board", "--format", "json")
     assert {s["spec"] for s in json.loads(board.stdout)["specs"]} == {"a", "b", "c"}
 
 

@@ -200,6 +200,7 @@ def memory_estimate_gb(
     world_size: int,
     sharded: bool,
     bf16: bool,
+    activation_checkpointing: bool = False,
 ) -> tuple[float, float]:
     """(peak memory per device, optimizer-state memory per device) in GB — a labelled estimate.
 
@@ -208,7 +209,8 @@ def memory_estimate_gb(
     (Korthikanti et al., flash attention so no S² term) doubled for fp32; SiameseNorm adds ~10·d
     (second stream and its norms), Depth-Attention the mixed value; Looped keeps activations for
     its T differentiable loops only (no_grad loops free theirs) and T sets of logits. Logits:
-    fp32 logits + their gradient per token.
+    fp32 logits + their gradient per token. Full activation checkpointing keeps each layer's
+    input (d values per token) and one layer's activations at a time (recomputed in backward).
     """
     a = _arch(arch)
     P = param_count(d, a)
@@ -228,7 +230,10 @@ def memory_estimate_gb(
         T = a.looped.tail
         layers_with_acts = L * T
         readouts = T
-    acts = microbatch_tokens * per_layer_token * layers_with_acts
+    if activation_checkpointing:
+        acts = microbatch_tokens * (d.d_model * act_unit * layers_with_acts + per_layer_token)
+    else:
+        acts = microbatch_tokens * per_layer_token * layers_with_acts
     logits = microbatch_tokens * d.vocab_size * 4 * 2 * readouts
     peak = state_bytes + acts + logits
     return peak / 1e9, optim_bytes / 1e9
@@ -247,6 +252,7 @@ def run_cost(
     bf16: bool,
     gpu_peak_tflops: float,
     assumed_mfu: float,
+    activation_checkpointing: bool = False,
 ) -> RunCost:
     total = total_train_flops(d, arch, seq_len, tokens_per_step, steps)
     tokens = tokens_per_step * steps
@@ -258,6 +264,7 @@ def run_cost(
         world_size=world_size,
         sharded=sharded,
         bf16=bf16,
+        activation_checkpointing=activation_checkpointing,
     )
     params = param_count(d, arch)
     return RunCost(

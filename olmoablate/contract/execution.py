@@ -56,6 +56,10 @@ class Topology(Strict):
     attention_backend: Literal["auto", "torch", "flash_2", "flash_3"] = "auto"
     data_workers: NonNegInt | None = None
     metrics_interval: PosInt | None = None
+    #: Memory per GPU in GB, for `validate`'s memory check (default: from slurm.constraint or
+    #: gpu_type, `olmoablate.contract.gpus`). A planning fact, not an execution setting: never
+    #: written to the plan, so it is no part of any certificate.
+    gpu_memory_gb: float | None = Field(None, gt=0, exclude=True)
 
     @model_validator(mode="after")
     def _resolve(self) -> Topology:

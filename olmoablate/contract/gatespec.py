@@ -7,7 +7,7 @@ step-time and memory limits, the confidence, the noise source) are defined here 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,6 +18,11 @@ from olmoablate.contract.metrics import CE_LOSS
 class Budget(Strict):
     match: Literal["tokens", "flops"] = "tokens"
     variants: dict[str, Literal["tokens", "flops"]] = {}
+    #: GPU-hour cap (`olmoablate.contract.totals`): a number for the whole spec, or per stage
+    #: (size) with an optional ``total``: ``{total: 30000, 1B: 2500}``. Not written when unset.
+    max_gpu_hours: Annotated[float, Field(gt=0)] | dict[str, Annotated[float, Field(gt=0)]] | None = Field(
+        None, exclude_if=lambda v: v is None
+    )
 
 
 class GateNoiseMeasure(Strict):

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.contract.plan import PLAN_FILE, Plan
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV  # noqa: E402,F401
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
 
-RESULTS_ROOT = Path("results")
 REUSED_FILE = "reused.json"
 
 

@@ -55,6 +55,50 @@ def downstream(task: str, metric: str) -> str:
     return f"{DOWNSTREAM_PREFIX}{task} ({metric})"
 
 
+#: OLMo-core 3.0 ``DownstreamEvaluator.metric_type_to_label``: ai2-olmo-eval metric key -> the
+#: suffix OLMo-core writes (``eval/downstream/<task> (<suffix>)``).
+DOWNSTREAM_LABELS: dict[str, str] = {
+    "f1_v1": "F1 score",
+    "acc_v1": "accuracy",
+    "len_norm_v1": "length-normalized accuracy",
+    "pmi_dc_v1": "PMI-DC accuracy",
+    "ce_loss_v1": "CE loss",
+    "bpb_v1": "BPB",
+    "soft_v1": "soft loss",
+    "soft_log_v1": "log soft loss",
+    "f1_v2": "F1 score v2",
+    "acc_v2": "accuracy v2",
+    "len_norm_v2": "length-normalized accuracy v2",
+    "pmi_dc_v2": "PMI-DC accuracy v2",
+    "ce_loss_v2": "CE loss v2",
+    "bpb_v2": "BPB v2",
+    "soft_v2": "soft loss v2",
+    "soft_log_v2": "log soft loss v2",
+}
+
+
+def downstream_suffixes(metric_type: str | None) -> list[str]:
+    """The suffixes a task of ai2-olmo-eval ``metric_type`` records (``ICLMetric.compute``:
+    f1, ce_loss and bpb tasks report only that metric; every other task reports its own
+    accuracy plus CE loss, BPB, soft and log-soft loss). None (unknown type): every suffix."""
+    if metric_type is None:
+        return list(DOWNSTREAM_LABELS.values())
+    keys = [metric_type] if metric_type in {"f1", "ce_loss", "bpb"} else [
+        metric_type, "ce_loss", "bpb", "soft", "soft_log"
+    ]
+    return [DOWNSTREAM_LABELS[f"{k}_{v}"] for k in keys for v in ("v1", "v2")
+            if f"{k}_{v}" in DOWNSTREAM_LABELS]
+
+
+def split_downstream(name: str) -> tuple[str, str] | None:
+    """``eval/downstream/<task> (<suffix>)`` -> (task, suffix); None for any other name."""
+    if not name.startswith(DOWNSTREAM_PREFIX):
+        return None
+    base, _ = split_loops(name)
+    m = re.fullmatch(r"(?P<task>\S+) \((?P<suffix>[^()]+)\)", base[len(DOWNSTREAM_PREFIX):])
+    return (m.group("task"), m.group("suffix")) if m else None
+
+
 def with_loops(name: str, loops: int) -> str:
     """``<name> (loops=<n>)``: a metric of a looped model scored at loop count ``loops``."""
     return f"{name} (loops={int(loops)})"

@@ -245,6 +245,9 @@ class Plan(PlanModel):
     spec_path: str
     workdir: str
     spec_sha256: str
+    #: ``--set`` overrides applied to the spec file, in order (hashed into ``spec_sha256``);
+    #: not written when there are none, so plans without overrides read and write as before.
+    overrides: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
     created: str
     olmoablate_version: str
     sizes: list[str]

@@ -60,8 +60,23 @@ class TokenizerInfo:
     sha256: str
 
 
+#: Tokenizer files shipped in the package, by the name a spec gives them (``data.tokenizer``).
+PACKAGED_TOKENIZERS: dict[str, str] = {"bpe4096-python-docs": "python_docs_bpe4096.json"}
+
+
+def packaged_tokenizer(name: str) -> Path | None:
+    """The installed file of a packaged tokenizer name (None for any other string)."""
+    if name not in PACKAGED_TOKENIZERS:
+        return None
+    return sizes_mod.dolma2_tokenizer_file().parent / PACKAGED_TOKENIZERS[name]
+
+
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
-    """Vocab size / EOS / PAD of ``dolma2`` or of a ``tokenizer.json`` path (ValueError when bad)."""
+    """Vocab size / EOS / PAD of ``dolma2``, of a packaged tokenizer name or of a
+    ``tokenizer.json`` path (ValueError when bad)."""
+    packaged = packaged_tokenizer(tokenizer)
+    if packaged is not None:
+        tokenizer = str(packaged)
     if tokenizer == "dolma2":
         return TokenizerInfo(
             "dolma2",
@@ -73,7 +88,8 @@ def tokenizer_info(tokenizer: str) -> TokenizerInfo:
     path = Path(tokenizer).expanduser()
     if not path.is_file():
         raise ValueError(
-            f"tokenizer file {tokenizer} not found (allowed: dolma2 or a tokenizer.json path)"
+            f"tokenizer file {tokenizer} not found (allowed: dolma2, "
+            f"{', '.join(PACKAGED_TOKENIZERS)} or a tokenizer.json path)"
         )
     stat = path.stat()
     return _read_tokenizer(str(path.resolve()), stat.st_size, stat.st_mtime_ns, tokenizer)

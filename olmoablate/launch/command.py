@@ -7,22 +7,42 @@ submitit/rich lazily and never torch).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from olmoablate.contract.complete import complete_run_ids, complete_spec
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
 SpecArg = Annotated[
     str,
-    typer.Argument(help="Spec file (YAML), spec name, or results directory (results/<spec>/)."),
+    typer.Argument(
+        help="Spec file (YAML), spec name, or results directory (results/<spec>/).",
+        metavar="SPEC",
+        shell_complete=complete_spec,
+    ),
+]
+RootOpt = Annotated[
+    Path,
+    typer.Option(
+        "--results-root",
+        "--store",
+        metavar="DIR",
+        envvar=RESULTS_ROOT_ENV,
+        help="Folder that holds one results folder per spec (for a SPEC given by name or file).",
+    ),
 ]
 
 
 def submit_command(
     spec: SpecArg,
     executor: Annotated[
-        str, typer.Option("--executor", "-e", help="Where to run: local or slurm.")
+        str,
+        typer.Option(
+            "--executor", "-e", metavar="local|slurm", help="Where to run: local or slurm."
+        ),
     ] = "local",
     parallel: Annotated[
         int,
@@ -55,19 +75,27 @@ def submit_command(
         list[str] | None,
         typer.Option(
             "--redo",
+            metavar="RUN_ID",
+            shell_complete=complete_run_ids,
             help="Run to start over from scratch (old run folder moved to runs/.superseded/); "
             "required for runs whose spec changed since the last submit. Repeatable.",
         ),
     ] = None,
     run: Annotated[
         list[str] | None,
-        typer.Option("--run", help="Submit only this run (repeatable); default: every run."),
+        typer.Option(
+            "--run",
+            metavar="RUN_ID",
+            shell_complete=complete_run_ids,
+            help="Submit only this run (repeatable); default: every run.",
+        ),
     ] = None,
     size: Annotated[
         list[str] | None,
         typer.Option(
             "--size",
             "-s",
+            metavar="SIZE",
             help="Submit only the runs of this size (repeatable), e.g. the gate's stage size.",
         ),
     ] = None,
@@ -79,6 +107,16 @@ def submit_command(
             "plain per-run lines when stdout is a log or a pipe).",
         ),
     ] = False,
+    results_root: RootOpt = RESULTS_ROOT,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="FIELD.PATH=VALUE",
+            help="The overrides the plan was made with (`plan --set`); submit refuses a plan "
+            "made from other overrides. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Submit the planned runs that still need training.
 
@@ -86,15 +124,17 @@ def submit_command(
     resume from their last checkpoint; failed runs only with --retry-failed. Both arms of a pair
     go out as one Slurm job array. The ledger (results/<spec>/ledger.json) records every job.
     With --executor local the command trains in the foreground; Ctrl-C checkpoints every run.
+    Refuses when the plan exceeds the spec's budget.max_gpu_hours (total and limit named).
     """
     from rich.table import Table
 
     from olmoablate.console import make_console, print_whole
-    from olmoablate.contract.layout import resolve_results
+    from olmoablate.launch.budget import check_budget, check_overrides, results_for
     from olmoablate.launch.submit import submit
 
-    results = resolve_results(spec)
+    results = results_for(spec, results_root, set_ or [])
     plan = results.plan
+    check_overrides(spec, results, set_ or [])
     redo_ids = plan.check_run_ids(redo, "--redo")
     only = plan.check_run_ids(run, "--run") or None
     if size:
@@ -109,7 +149,13 @@ def submit_command(
         only = [r for r in (only or by_size) if r in by_size]
         if not only:
             raise UserError("--run and --size select no run together")
+    check_budget(results, only)
     console = make_console()
+    if plan.overrides:
+        console.print(
+            f"plan {results.plan_path} was made with --set {' --set '.join(plan.overrides)}",
+            markup=False, highlight=False,
+        )  # fmt: skip
     try:
         result = submit(
             results,
@@ -159,8 +205,11 @@ def status_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     max_age: Annotated[
         float,
-        typer.Option("--max-age", help="Reuse sacct answers younger than this many seconds."),
+        typer.Option(
+            "--max-age", metavar="SECONDS", help="Reuse sacct answers younger than this."
+        ),
     ] = 10.0,
+    results_root: RootOpt = RESULTS_ROOT,
 ) -> None:
     """Show one line per run: state, step/total, tokens, last loss, tokens/s, ETA, job id.
 
@@ -176,7 +225,7 @@ def status_command(
     from olmoablate.launch.reconcile import reconcile
     from olmoablate.launch.view import status_table, views_json
 
-    results = resolve_results(spec)
+    results = resolve_results(spec, results_root)
     views = list(reconcile(results, Ledger.read(results), sacct_max_age_s=max_age).values())
     if as_json:
         typer.echo(views_json(views))
@@ -194,7 +243,12 @@ def cancel_command(
     spec: SpecArg,
     run: Annotated[
         list[str] | None,
-        typer.Option("--run", help="Cancel only this run (repeatable); default: every live run."),
+        typer.Option(
+            "--run",
+            metavar="RUN_ID",
+            shell_complete=complete_run_ids,
+            help="Cancel only this run (repeatable); default: every live run.",
+        ),
     ] = None,
     force: Annotated[
         bool,
@@ -202,6 +256,7 @@ def cancel_command(
             "--force", help="Kill at once (no final checkpoint; resumes from the last one)."
         ),
     ] = False,
+    results_root: RootOpt = RESULTS_ROOT,
 ) -> None:
     """Cancel live runs. Running jobs get SIGTERM, save a checkpoint and stop, so the next
     `olmoablate submit` resumes them; pending jobs leave the queue. The ledger marks them cancelled.
@@ -209,7 +264,7 @@ def cancel_command(
     from olmoablate.contract.layout import resolve_results
     from olmoablate.launch.cancel import cancel
 
-    results = resolve_results(spec)
+    results = resolve_results(spec, results_root)
     ids = results.plan.check_run_ids(run, "--run") or None
     actions = cancel(results, ids, force=force)
     for rid, what in actions:

@@ -121,7 +121,7 @@ def print_table(board: Board) -> None:
 def board_command(
     root: Annotated[
         Path | None,
-        typer.Argument(help="The store (default: $OLMOABLATE_STORE or results)."),
+        typer.Argument(help="The store (default: $OLMOABLATE_RESULTS_ROOT or results)."),
     ] = None,
     fmt: Annotated[
         str,

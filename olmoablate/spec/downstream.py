@@ -1,15 +1,20 @@
 """Downstream-task availability, checked at `validate` time without importing olmo_eval or torch.
 
-Why: a spec that asks for `hellaswag` must fail in CI when the `eval` extra or the tokenizer is
-missing, or when the task name is misspelled — not after hours of training. Importing
-`olmo_eval` would import torch, which `validate` must not do, so the task list is read from the
-package's source with `ast` (its `LABEL_TO_TASK_MAP_*` dict literals).
+Why: a spec that asks for `hellaswag` must fail in CI when the task name is misspelled or the
+tokenizer is missing — not after hours of training. Importing `olmo_eval` would import torch,
+which `validate` must not do, so the task list is read from the installed package's source with
+`ast` (its `LABEL_TO_TASK_MAP_*` dict literals); where the `eval` extra is not installed (a light
+CI install: .github/workflows/validate-specs.yml) the names are checked against the list shipped
+for the pinned ai2-olmo-eval (`olmo_eval_tasks.json`, refreshed by scripts/refresh-eval-tasks.py;
+tests/test_spec_downstream.py checks it against the real package). The shipped list also holds
+each task's metric type, which names the metric suffixes a gate may use.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,12 +84,41 @@ def _parse_tasks(tasks_py: Path) -> frozenset[str]:
     return frozenset(names)
 
 
-def known_tasks() -> frozenset[str] | None:
+#: The task list of the pinned ai2-olmo-eval, shipped with the package.
+SHIPPED_TASKS = Path(__file__).resolve().parent / "olmo_eval_tasks.json"
+
+
+@lru_cache(maxsize=1)
+def shipped() -> tuple[str, dict[str, str]]:
+    """(ai2-olmo-eval version, {task label: metric type}) of the shipped list."""
+    doc = json.loads(SHIPPED_TASKS.read_text(encoding="utf-8"))
+    return str(doc["version"]), {str(k): str(v) for k, v in doc["tasks"].items()}
+
+
+def installed_tasks() -> frozenset[str] | None:
     """Task labels the installed `olmo_eval` offers (None when the extra is missing)."""
     loc = eval_extra_location()
     if loc is None or not (loc / "tasks.py").is_file():
         return None
     return _tasks_in(loc / "tasks.py")
+
+
+def known_tasks() -> frozenset[str]:
+    """Task labels to check names against: the installed `olmo_eval`'s, else the shipped list."""
+    installed = installed_tasks()
+    return installed if installed is not None else frozenset(shipped()[1])
+
+
+def task_source() -> str:
+    """Where :func:`known_tasks` came from, for `plan`'s output."""
+    if installed_tasks() is not None:
+        return "the installed ai2-olmo-eval"
+    return f"the task list shipped for ai2-olmo-eval {shipped()[0]} (the eval extra is not installed here; training needs it)"
+
+
+def metric_type(task: str) -> str | None:
+    """The task's ai2-olmo-eval metric type (acc, len_norm, bpb, ...) per the shipped list."""
+    return shipped()[1].get(task)
 
 
 def tokenizer_file() -> Path:
@@ -98,21 +132,13 @@ def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
         return []
     out: list[tuple[int | None, str]] = []
     available = known_tasks()
-    if available is None:
-        out.append(
-            (
-                None,
-                f"downstream tasks need the eval extra (ai2-olmo-eval), which is not installed (fix: {fix_extra_command()})",
+    for i, task in enumerate(tasks):
+        if task not in available:
+            close = sorted(t for t in available if t.split("_")[0] == task.split("_")[0])[:8]
+            hint = f"; similar: {', '.join(close)}" if close else ""
+            out.append(
+                (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
             )
-        )
-    else:
-        for i, task in enumerate(tasks):
-            if task not in available:
-                close = sorted(t for t in available if t.split("_")[0] == task.split("_")[0])[:8]
-                hint = f"; similar: {', '.join(close)}" if close else ""
-                out.append(
-                    (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
-                )
     if not tokenizer_file().is_file():
         out.append(
             (

@@ -101,6 +101,7 @@ def _run_entry(
         bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
+        activation_checkpointing=topo.activation_checkpointing == "full",
     )
     evaluation = st.evaluation.model_dump()
     slurm = st.slurm.model_dump()
@@ -202,6 +203,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         "spec_path": spec_path if spec_path is not None else str(ls.path),
         "workdir": os.getcwd(),
         "spec_sha256": ls.sha256,
+        **({"overrides": list(ls.overrides)} if ls.overrides else {}),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "olmoablate_version": __version__,
         "sizes": list(spec.sizes),

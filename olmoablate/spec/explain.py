@@ -16,6 +16,7 @@ import typer
 
 from olmoablate.contract.layout import resolve_results
 from olmoablate.contract.plan import Plan
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
 from olmoablate.store.explain import Comparison, RunRef, compare, compare_plans
 
@@ -64,8 +65,14 @@ def explain_command(
     b: Annotated[str, typer.Argument(help="The other side, in any of the same forms.")],
     results_root: Annotated[
         Path,
-        typer.Option("--results-root", "--store", envvar="OLMOABLATE_STORE", help="The store."),
-    ] = Path("results"),
+        typer.Option(
+            "--results-root",
+            "--store",
+            metavar="DIR",
+            envvar=RESULTS_ROOT_ENV,
+            help="The store: the folder holding one results folder per spec.",
+        ),
+    ] = RESULTS_ROOT,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Field-by-field difference of run identities: why a run is not reused, what differs.

@@ -7,7 +7,7 @@ just the first, because a CI run that reports one typo at a time wastes everyone
 
 from __future__ import annotations
 
-import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.overrides import OverrideError, covering, loader_class, spec_sha256
+from olmoablate.contract.overrides import apply as apply_overrides
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     SizeSettings,
@@ -23,6 +25,7 @@ from olmoablate.contract.schema import (
 )
 from olmoablate.errors import UserError
 from olmoablate.spec import datacheck
+from olmoablate.spec import paths as spec_paths
 from olmoablate.spec.checks import (
     check_architectures,
     check_batch,
@@ -42,9 +45,12 @@ class Problem:
     line: int
     field: str
     message: str
+    #: The `--set` override that wrote this field, when one did.
+    override: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.field}: {self.message}"
+        via = f" (from --set {self.override})" if self.override else ""
+        return f"{self.file}:{self.line}: {self.field}: {self.message}{via}"
 
 
 class SpecError(UserError):
@@ -69,6 +75,22 @@ class LoadedSpec:
     eval_sets: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Problems that do not stop the spec (``validate`` prints them with ``warning:``).
     warnings: list[Problem] = field(default_factory=list)
+    #: ``--set`` overrides applied (in order) and the fields they set.
+    overrides: list[str] = field(default_factory=list)
+    override_paths: dict[Path_, str] = field(default_factory=dict)
+    #: Where each field is written (line numbers) and, per size, where each resolved per-size
+    #: field came from: what the feasibility checks need to point at a line.
+    lines: Any = None
+    origins: dict[str, dict[Path_, Path_]] = field(default_factory=dict)
+
+    def problem(self, path: Path_, message: str, size: str | None = None) -> Problem:
+        """A Problem at ``path`` (a resolved per-size path when ``size`` is given)."""
+        if size is not None:
+            path = origin_of(path, self.origins.get(size, {}))
+        line = self.lines.line_of(path) if self.lines is not None else 1
+        return Problem(
+            str(self.path), line, _dotted(path), message, covering(path, self.override_paths)
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -124,7 +146,14 @@ def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
     msg = str(err.get("msg", "invalid value"))
     if kind == "extra_forbidden":
         allowed = _allowed_fields(model, err.get("loc", ())[:-1])
-        return f"unknown field (allowed: {', '.join(allowed)})" if allowed else "unknown field"
+        if not allowed:
+            return "unknown field"
+        import difflib
+
+        loc = err.get("loc", ())
+        close = difflib.get_close_matches(str(loc[-1]) if loc else "", allowed, n=1, cutoff=0.6)
+        mean = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown field ({mean}allowed: {', '.join(allowed)})"
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
@@ -177,6 +206,10 @@ def _model_in(annotation: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 
 
+#: A key that reads as a size (``307M``, ``1.5B``): in a per-size mapping, a misspelled size.
+_SIZE_LIKE = re.compile(r"[0-9]+(\.[0-9]+)?[KMBT]")
+
+
 def _is_per_size(value: Any, size_names: set[str]) -> bool:
     if not isinstance(value, dict) or not value:
         return False
@@ -195,6 +228,18 @@ def _resolve(
 ) -> Any:
     """Pick ``size``'s value from every per-size mapping inside ``value``; record where it came from."""
     origin[resolved_path] = path
+    if isinstance(value, dict) and value and not _is_per_size(value, size_names):
+        keys = [str(k) for k in value]
+        odd = [k for k in keys if k not in size_names and k != "default"]
+        if set(keys) & size_names and all(_SIZE_LIKE.fullmatch(k) for k in odd):
+            for k in odd:
+                problems.append(
+                    (
+                        (*path, k),
+                        f"unknown size key {k} (allowed: {', '.join(sorted(size_names))}, default)",
+                    )
+                )
+            return None
     if _is_per_size(value, size_names):
         keys = {str(k): k for k in value}
         if size in keys:
@@ -230,8 +275,10 @@ def _resolve(
 # ----------------------------------------------------------------------------------------------
 
 
-def load_spec(path: str | Path) -> LoadedSpec:
-    """Parse and fully validate one spec file. Raises SpecError listing every problem found."""
+def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
+    """Parse and fully validate one spec file, with ``--set`` ``overrides`` applied (in order).
+
+    Raises SpecError listing every problem found."""
     p = Path(path)
     fname = str(path)
     try:
@@ -246,8 +293,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     lines = _LineMap()
     # One parse with libyaml's safe loader when available (pure-Python PyYAML otherwise): the node
     # tree gives line numbers, and the same tree is constructed into plain data (safe tags only).
-    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = loader_cls(text)
+    loader = loader_class()(text)
     try:
         node = loader.get_single_node()
         raw = loader.construct_document(node) if node is not None else None
@@ -270,12 +316,32 @@ def load_spec(path: str | Path) -> LoadedSpec:
 
     problems: list[Problem] = []
     warnings: list[Problem] = []
+    set_paths: dict[Path_, str] = {}
 
     def add(path: Path_, message: str) -> None:
-        problems.append(Problem(fname, lines.line_of(path), _dotted(path), message))
+        problems.append(
+            Problem(fname, lines.line_of(path), _dotted(path), message, covering(path, set_paths))
+        )
 
     def warn(path: Path_, message: str) -> None:
-        warnings.append(Problem(fname, lines.line_of(path), _dotted(path), f"warning: {message}"))
+        warnings.append(
+            Problem(
+                fname, lines.line_of(path), _dotted(path), f"warning: {message}",
+                covering(path, set_paths),
+            )
+        )
+
+    if overrides:
+        customs = raw.get("custom_sizes")
+        known = set(sizes_mod.PRESET_NAMES) | (
+            {str(k) for k in customs} if isinstance(customs, dict) else set()
+        )
+        for text in overrides:
+            try:
+                raw, got = apply_overrides(raw, [text], known)
+            except OverrideError as err:
+                raise SpecError([Problem(fname, 1, f"--set {text}", str(err))]) from None
+            set_paths.update(got)
 
     for dup_path, _line in lines.duplicates:
         add(dup_path, "duplicate key (a later value would silently replace the earlier one)")
@@ -310,9 +376,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
     per_size: dict[str, SizeSettings] = {}
     microbatch: dict[str, int] = {}
     eval_sets: dict[str, dict[str, Any]] = {}
+    origins: dict[str, dict[Path_, Path_]] = {}
     for size in dims:
         resolved: dict[str, Any] = {}
-        origin: dict[Path_, Path_] = {}
+        origin: dict[Path_, Path_] = origins.setdefault(size, {})
         for section, model in PER_SIZE_SECTIONS.items():
             res_problems: list[tuple[Path_, str]] = []
             value = _resolve(
@@ -338,6 +405,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
         if len(resolved) != len(PER_SIZE_SECTIONS):
             continue
         settings = SizeSettings(**resolved)
+        for ppath, msg in spec_paths.resolve_settings(settings, p.resolve().parent):
+            warn(origin_of(ppath, origin), msg)
         per_size[size] = settings
         mb = check_batch(settings, add, origin)
         if mb:
@@ -373,7 +442,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     return LoadedSpec(
         path=p,
         text=text,
-        sha256=hashlib.sha256(data_bytes).hexdigest(),
+        sha256=spec_sha256(data_bytes, list(overrides)),
         raw=raw,
         spec=spec,
         dims=dims,
@@ -381,6 +450,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
         microbatch=microbatch,
         eval_sets=eval_sets,
         warnings=_dedupe(warnings),
+        overrides=list(overrides),
+        override_paths=set_paths,
+        lines=lines,
+        origins=origins,
     )
 
 

@@ -8,7 +8,7 @@ identity twice is launch's (:mod:`olmoablate.launch.lease`). Login-node light: n
 
 ::
 
-    <store>/                       the results root (default results/, --store, $OLMOABLATE_STORE)
+    <store>/                       the results root (default results/, --results-root/--store, $OLMOABLATE_RESULTS_ROOT)
       <spec>/plan.json             its "identity" section: versions, data fingerprints, hashes, reuse
       <spec>/runs/<id>/reused.json a run trained by another spec: where its files are (launch)
       <spec>/runs/<id>/identity.json  the identity of the run trained here (launch)
@@ -17,11 +17,9 @@ identity twice is launch's (:mod:`olmoablate.launch.lease`). Login-node light: n
 
 import os
 
-#: Environment variable naming the store (the results root) when --store is not given.
-STORE_ENV = "OLMOABLATE_STORE"
-DEFAULT_STORE = "results"
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 
 
 def default_store() -> str:
-    """The results root: ``$OLMOABLATE_STORE`` or ``results``."""
-    return os.environ.get(STORE_ENV) or DEFAULT_STORE
+    """The results root: ``$OLMOABLATE_RESULTS_ROOT`` or ``results``."""
+    return os.environ.get(RESULTS_ROOT_ENV) or str(RESULTS_ROOT)
