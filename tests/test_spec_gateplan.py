@@ -61,7 +61,11 @@ def test_gate_lines_one_seed_no_source_warns(tmp_path: Path) -> None:
 
 
 def test_gate_lines_floor_mde_and_holm(tmp_path: Path) -> None:
-    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"floor": 0.02}, "min_effect": 0.01})))
+    plan = build_plan(
+        load_spec(
+            _spec(tmp_path, {"noise": {"floor": {"sd": 0.02, "known": True}}, "min_effect": 0.01})
+        )
+    )
     info, warnings = gate_lines(plan)
     assert warnings == []
     line = next(x for x in info if x.startswith("noise: declared floor"))

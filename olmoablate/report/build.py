@@ -172,7 +172,11 @@ def build(results: Results) -> Report:
             ev.append(e)
         evidence[v] = ev
     noise, noise_notes = noise_source(results, g)
-    outcome = evaluate_gate(g, evidence, family, exploratory, noise, way_out(results, g, family))
+    entry = results.plan.gate_entry()
+    legacy = entry is None or entry.seeds is None  # a plan from before the design record
+    outcome = evaluate_gate(
+        g, evidence, family, exploratory, noise, way_out(results, g, family), legacy
+    )
     verdict, reasons, verdicts = outcome.verdict, outcome.reasons, outcome.verdicts
     if not at_stage:
         verdict = INCONCLUSIVE

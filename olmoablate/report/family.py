@@ -77,6 +77,7 @@ def evaluate_gate(
     exploratory: Sequence[str] = (),
     noise: NoiseSource | None = None,
     way_out: str = "",
+    legacy: bool = False,
 ) -> GateOutcome:
     """One gate block -> the headline verdict.
 
@@ -87,9 +88,11 @@ def evaluate_gate(
     """
     cfg = as_gate(cfg)
     conf = cfg.confidence
-    fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in family]
+    fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]
     note = apply_holm(fam, conf)
-    expl = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in exploratory]
+    expl = [
+        evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in exploratory
+    ]
     for v in expl:
         v.role = "exploratory"
         v.notes.append("exploratory: not gated, uncorrected for multiplicity, never promoted")

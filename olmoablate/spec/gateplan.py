@@ -44,13 +44,28 @@ def gated_variants(plan: Plan) -> list[str]:
     return [v for v in at if v != g.reference]
 
 
+#: Within-seed correlations of the two arms' run noise at which the A/A MDE is shown.
+RHOS = (0.0, 0.5, 0.9)
+
+
+def aa_mde_text(k: int, confidence: float) -> str:
+    """The A/A gate's MDE in sd_d (the sd of one seed's paired delta), as a function of the
+    within-seed correlation rho of the two arms: the gate bounds with sqrt(2) sd_run, while
+    sd_d = sqrt(2 (1 - rho)) sd_run, so its MDE is (q_conf + q_power) sd_d / sqrt(1 - rho)."""
+    base = mde(1.0, 1, confidence, POWER, dof=k)
+    vals = " / ".join(f"{base / math.sqrt(1.0 - r):.3g}" for r in RHOS)
+    rhos = " / ".join(f"{r:g}" for r in RHOS)
+    return f"MDE {vals} x sd_d at within-seed correlation {rhos}"
+
+
 def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
     """(information lines, warnings) about the planned gate's statistics and their costs."""
     g = plan.gate
     if g is None:
         return [], []
     stage, conf = g.stage, g.confidence
-    floor = g.noise.floor
+    floor = g.noise.floor_sd
+    fdof = g.noise.floor_dof
     k = g.noise.measure.aa_seeds if g.noise.measure is not None else 0
     variants = gated_variants(plan)
     seeds = {p.seed for p in plan.pairs if p.size == stage and p.variant in variants}
@@ -61,6 +76,11 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     me = g.min_effect
     unit = "sd_d (the sd of one seed's paired delta)"
+    if n >= 2 and k:
+        warnings.append(
+            f"gate.noise.measure (A/A) is ignored: the stage {stage} has {n} seed pairs, whose "
+            "spread is the gate's noise; no A/A runs are planned (drop noise.measure)"
+        )
     if n >= 2:
         src = f"noise: paired seeds ({n} seeds at {stage}, Student t with {n - 1} dof)"
         if floor is not None:
@@ -70,18 +90,18 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
             src += f"; MDE = {mde(1.0, n, conf, POWER):.3g} x {unit}"
         lines.append(src)
     elif n == 1 and floor is not None:
-        m = mde(floor, 1, conf, POWER, dof=math.inf)
+        m = mde(floor, 1, conf, POWER, dof=fdof)
+        how = "known: normal bound" if math.isinf(fdof) else f"t bound with {fdof:g} dof"
         lines.append(
-            f"noise: declared floor sd_d = {floor:g} (one seed, normal bound); MDE {m:.3g}: a "
-            f"true effect of {me + m:.3g} proceeds with {POWER:.0%} probability"
+            f"noise: declared floor sd_d = {floor:g} (one seed, {how}); MDE {m:.3g}: a "
+            f"true effect of {me + m:.3g} proceeds with about {POWER:.0%} probability"
         )
     elif n == 1 and k:
-        m = mde(1.0, 1, conf, POWER, dof=k) * math.sqrt(2.0)
         lines.append(
             f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
             f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
             f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
-            f"conservative); MDE = {m:.3g} x sd_run"
+            f"conservative); {aa_mde_text(k, conf)}"
         )
     elif n == 1:
         warnings.append(
@@ -90,11 +110,10 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
             "gate.noise.floor (measured earlier), gate.noise.measure: {aa_seeds: k}, or a seed"
         )
     if n == 1:
-        z = mde(1.0, 1, conf, POWER, math.inf)
-        opts = [f"floor: free if measured earlier (MDE {z:.3g} x sd_d)"]
+        z = mde(1.0, 1, conf, POWER, 2.0)
+        opts = [f"floor from 3 seed pairs: free if measured earlier (MDE {z:.3g} x sd_d)"]
         for kk in (1, 2, 4):
-            m = mde(1.0, 1, conf, POWER, dof=kk) * math.sqrt(2.0)
-            opts.append(f"aa_seeds {kk}: {_cost(kk, kk * base_h)} (MDE {m:.3g} x sd_run)")
+            opts.append(f"aa_seeds {kk}: {_cost(kk, kk * base_h)} ({aa_mde_text(kk, conf)})")
         opts.append(
             f"one more seed pair: {_cost(1 + len(variants), pair_h)} "
             f"(MDE {mde(1.0, 2, conf, POWER):.3g} x sd_d)"
