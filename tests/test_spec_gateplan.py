@@ -92,3 +92,48 @@ def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "warning:" in proc.stderr and "cannot resolve" in proc.stderr
+
+
+def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
+    """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
+    keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
+    from olmoablate.spec.gateplan import carry_registrations
+
+    first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
+    again = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
+    more = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1, 2, 3], name="r")))
+    e1, e2 = first.gates[0], more.gates[0]
+    assert e1.seeds == [0, 1] and e2.seeds == [0, 1, 2, 3]
+    assert e1.gate_sha256 == e2.gate_sha256 and e1.design_sha256 != e2.design_sha256
+    assert carry_registrations(first.as_json(), again).gates[0].history == []
+    kept = carry_registrations(first.as_json(), more).gates[0].history
+    assert [h.seeds for h in kept] == [[0, 1]]
+    # and it survives a second re-plan, then plan.json round-trips
+    twice = carry_registrations(carry_registrations(first.as_json(), more).as_json(), more)
+    assert [h.seeds for h in twice.gates[0].history] == [[0, 1]]
+
+
+def test_sequential_design_validated_against_the_seeds(tmp_path: Path) -> None:
+    import pytest
+
+    from olmoablate.errors import UserError
+
+    seq = {"variant": "v", "sequential": {"seed_stages": [2, 4]}}
+    with pytest.raises(UserError, match="must end at the spec's 3 seeds"):
+        load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2], name="q"))
+    plan = build_plan(load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2, 3], name="q")))
+    assert plan.gates[0].gate.sequential is not None
+    with pytest.raises(UserError, match="interim"):
+        load_spec(_spec(tmp_path, {"sequential": {"interim": [0.5, 1.2]}}, name="q2"))
+
+
+def test_aa_not_planned_with_two_seeds(tmp_path: Path) -> None:
+    plan = build_plan(
+        load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}}, seeds=[0, 1], name="n"))
+    )
+    assert plan.aa_runs == []
+    _, warnings = gate_lines(plan)
+    assert any("no A/A runs are planned" in w for w in warnings)
+    one = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 1}}}, name="o")))
+    line = next(x for x in gate_lines(one)[0] if x.startswith("noise: A/A"))
+    assert "x sd_d at within-seed correlation 0 / 0.5 / 0.9" in line

@@ -218,6 +218,11 @@ class PairEvidence:
     series: list[float] = field(default_factory=list)
     #: Steady-state step times of (baseline, variant), when the metrics have them.
     timing: tuple[ArmTiming, ArmTiming] | None = None
+    #: The whole improvement series and the variant arm's budget (sequential designs' looks).
+    curve_x: list[float] = field(default_factory=list)
+    curve: list[float] = field(default_factory=list)
+    tokens: float = 0.0
+    gpu_hours: float = 0.0
 
 
 @dataclass

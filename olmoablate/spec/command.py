@@ -122,6 +122,7 @@ def plan_command(
         )
     out = results_dir(ls.spec.name, results_root)
     _guard_replan(out, plan, replan)
+    plan = _keep_registrations(out, plan)
     plan.write(out.plan_path)
 
     shown = _filter(plan, size)
@@ -129,6 +130,17 @@ def plan_command(
         typer.echo(json.dumps(shown.as_json(), indent=2))
         return
     render_plan(shown, out.plan_path)
+
+
+def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
+    """Carry the replaced plan's gate registrations (seeds added after a look are flagged)."""
+    from olmoablate.spec.gateplan import carry_registrations
+
+    try:
+        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return plan
+    return carry_registrations(old, plan)
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:

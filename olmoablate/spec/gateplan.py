@@ -11,8 +11,9 @@ probability ``POWER``. Pure Python (login node): no numpy, torch or pandas.
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from olmoablate.contract.plan import Plan
+from olmoablate.contract.plan import GateRegistration, Plan
 from olmoablate.contract.stats import mde
 
 POWER = 0.8
@@ -133,3 +134,32 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
                 "(shown uncorrected, never promoted)"
             )
     return lines, warnings
+
+
+def carry_registrations(old: Any, plan: Plan) -> Plan:
+    """``plan`` with each gate's earlier registrations from the plan.json it replaces (``old``,
+    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report.
+
+    A registration is kept when its seeds or gate hash differ from the new one; an old plan
+    without design records (an earlier release) counts with its top-level ``seeds``.
+    """
+    if not isinstance(old, dict) or not isinstance(old.get("gates"), list):
+        return plan
+    prior = {g.get("name"): g for g in old["gates"] if isinstance(g, dict)}
+    entries = []
+    for e in plan.gates:
+        o = prior.get(e.name)
+        hist = list(e.history)
+        if isinstance(o, dict):
+            hist = [GateRegistration.model_validate(h) for h in o.get("history") or []] + hist
+            seeds = o.get("seeds", old.get("seeds"))
+            if seeds != e.seeds or o.get("gate_sha256") != e.gate_sha256:
+                hist.append(
+                    GateRegistration(
+                        created=str(old.get("created", "")),
+                        seeds=list(seeds) if isinstance(seeds, list) else None,
+                        gate_sha256=o.get("gate_sha256"),
+                    )
+                )
+        entries.append(e.model_copy(update={"history": hist}))
+    return plan.model_copy(update={"gates": entries})
