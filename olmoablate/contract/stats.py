@@ -211,8 +211,14 @@ def seeds_for_power(
     """Smallest n >= ``start`` whose :func:`resolve_power` reaches ``power``, with that power."""
     if not (math.isfinite(sd) and sd > 0) or not math.isfinite(gap) or gap == 0:
         return None
-    for n in range(max(2, start), limit + 1):
-        p = resolve_power(gap, sd, n, confidence)
-        if p >= power:
-            return n, p
-    return None
+    lo = max(2, start)
+    if resolve_power(gap, sd, limit, confidence) < power:
+        return None
+    hi = limit  # the power grows with n: bisect for the smallest n that reaches it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if resolve_power(gap, sd, mid, confidence) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, resolve_power(gap, sd, lo, confidence)
