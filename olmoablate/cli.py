@@ -16,6 +16,7 @@ from olmoablate.errors import UserError
 from olmoablate.launch.command import cancel_command, status_command, submit_command
 from olmoablate.report.command import report_command
 from olmoablate.spec.command import plan_command, validate_command
+from olmoablate.watch import watch_command
 
 app = typer.Typer(
     name="olmoablate",
@@ -37,6 +38,7 @@ app.command("submit")(submit_command)
 app.command("status")(status_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.command("watch")(watch_command)
 app.add_typer(data_app, name="data")
 
 
