@@ -123,6 +123,9 @@ def test_sequential_design_validated_against_the_seeds(tmp_path: Path) -> None:
         load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2], name="q"))
     plan = build_plan(load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2, 3], name="q")))
     assert plan.gates[0].gate.sequential is not None
+    line = next(x for x in gate_lines(plan)[0] if x.startswith("sequential design"))
+    assert "look 1 of 2: full budget, 2 seed(s): proceed if the one-sided p <= 0.00557" in line
+    assert "look 2 of 2: full budget, 4 seed(s)" in line
     with pytest.raises(UserError, match="interim"):
         load_spec(_spec(tmp_path, {"sequential": {"interim": [0.5, 1.2]}}, name="q2"))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from olmoablate.contract.gatespec import SequentialDesign
 from olmoablate.contract.plan import GateRegistration, Plan
 from olmoablate.contract.stats import mde
 
@@ -57,6 +58,30 @@ def aa_mde_text(k: int, confidence: float) -> str:
     vals = " / ".join(f"{base / math.sqrt(1.0 - r):.3g}" for r in RHOS)
     rhos = " / ".join(f"{r:g}" for r in RHOS)
     return f"MDE {vals} x sd_d at within-seed correlation {rhos}"
+
+
+def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: int) -> list[str]:
+    """The pre-registered looks and their boundaries, before any GPU time is spent."""
+    from olmoablate.contract.seqdesign import t_stage_levels  # numpy: only with a design
+
+    stages = list(design.seed_stages) or [n]
+    a = alpha / max(1, m)
+    levels = t_stage_levels(stages, a, design.spending)
+    looks = [
+        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if the "
+        f"{design.futility_confidence:.0%} upper bound < {bar:g}, never proceed"
+        for f in design.interim
+    ]
+    looks += [
+        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} (t, {k - 1} dof)"
+        for k, lv in zip(stages, levels, strict=True)
+    ]
+    head = (
+        f"sequential design ({design.spending} spending of alpha {a:.3g}"
+        + (f" = {alpha:.3g} / {m} variants" if m > 1 else "")
+        + "; futility is non-binding: `olmoablate watch SPEC` cancels, resuming is allowed): "
+    )
+    return [head + "; ".join(f"look {i} of {len(looks)}: {t}" for i, t in enumerate(looks, 1))]
 
 
 def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
@@ -120,6 +145,8 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
             f"(MDE {mde(1.0, 2, conf, POWER):.3g} x sd_d)"
         )
         lines.append("noise choices for one seed: " + "; ".join(opts))
+    if g.sequential is not None:
+        lines.extend(design_lines(g.sequential, n, g.min_effect, 1.0 - conf, len(variants)))
     if len(variants) > 1:
         lines.append(
             f"several gated variants ({', '.join(variants)}) and no gate.variant: Holm "
