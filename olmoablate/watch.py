@@ -19,10 +19,9 @@ from typing import Annotated, Any
 
 import typer
 
+from olmoablate.contract.futility import STATUS_KEY, WATCH_FILE, FutilityStop
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.io import read_json, write_json_atomic
-
-WATCH_FILE = "watch.json"
 
 
 def _read_state(results: ResultsDir) -> dict[str, Any]:
@@ -58,19 +57,19 @@ def watch_once(results: ResultsDir) -> list[str]:
                 for p in gate_report.pairs
                 if p.variant_name == variant and p.size == stage
             ]
-            record = {
-                "gate": gate_report.gate_name,
-                "variant": variant,
-                "look": look.index,
-                "of": look.of,
-                "fraction": look.fraction,
-                "reason": res.status_line,
-                "gpu_hours_saved": res.gpu_hours_saved,
-                "runs": runs,
-            }
+            record = FutilityStop(
+                gate=gate_report.gate_name,
+                variant=variant,
+                look=look.index,
+                of=look.of,
+                fraction=look.fraction,
+                reason=res.status_line,
+                gpu_hours_saved=res.gpu_hours_saved,
+                runs=runs,
+            ).model_dump()
             done = cancel(results, runs, reason=res.status_line) if runs else []
             for rid in runs:
-                mark_status(results.run(rid).status, futility_stop=record)
+                mark_status(results.run(rid).status, **{STATUS_KEY: record})
             stops[key] = record
             lines.append(
                 f"{key}: {res.status_line}; cancelled {', '.join(r for r, _ in done) or 'nothing'}"
@@ -98,7 +97,7 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
                 and st.get("state") == "cancelled"
                 and st.get("reason") != rec["reason"]
             ):
-                mark_status(path, reason=rec["reason"], futility_stop=rec)
+                mark_status(path, reason=rec["reason"], **{STATUS_KEY: rec})
 
 
 def live_runs(results: ResultsDir) -> list[str]:

@@ -138,7 +138,7 @@ def test_interim_futility_stop_records_reason_and_savings(tmp_path: Path) -> Non
     assert res.gpu_hours_saved == pytest.approx(0.5)  # half of the 1 GPU-h variant arm is left
     assert rep.verdict == "stop"
     gj = rep.gate_json()
-    assert gj["gpu_hours_saved"] == pytest.approx(0.5)
+    assert gj["futility"] == {"stopped": True, "gpu_hours_saved": pytest.approx(0.5)}
     assert gj["sequential"]["sn_da"]["status_line"].startswith("stopped for futility at look 1")
     # a better variant at the same point: continue, never proceed from an interim look
     rep2 = report(

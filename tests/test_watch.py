@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import PAIR, make_pair_plan, read_status, wait_for
 
+from olmoablate.contract.futility import FutilityStop
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan
 from olmoablate.report import synthetic_plan as sp
@@ -67,7 +68,9 @@ def test_watch_stops_a_futile_variant_and_the_user_resumes_it(tmp_path: Path) ->
     variant, baseline = read_status(results, PAIR[1]), read_status(results, PAIR[0])
     assert baseline["state"] == "completed"
     assert variant["state"] == "cancelled" and variant["step"] < STEPS, variant
-    assert variant["reason"] == line and variant["futility_stop"]["look"] == 1
+    assert variant["reason"] == line
+    stop = FutilityStop.of_status(variant)
+    assert stop is not None and stop.look == 1 and stop.of == 2 and stop.runs == [PAIR[1]]
     assert (results / "runs" / PAIR[1] / "checkpoints").is_dir()
     views = {v["run_id"]: v for v in json.loads(_cli("status", str(results), "--json").stdout)}
     assert views[PAIR[1]]["state"] == "cancelled" and line in views[PAIR[1]]["reason"]

@@ -20,7 +20,7 @@ from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
 from olmoablate.report.noise import NoiseSource
-from olmoablate.report.sequential import SequentialResult
+from olmoablate.report.sequential import FUTILITY, SequentialResult
 
 
 @dataclass
@@ -68,7 +68,11 @@ class Report:
         rec = self._fixed_record()
         if self.sequential:  # only with a design: older gates' records stay byte-identical
             rec["sequential"] = {v: r.as_dict() for v, r in self.sequential.items()}
-            rec["gpu_hours_saved"] = sum(r.gpu_hours_saved for r in self.sequential.values())
+            # the campaign board's field (olmoablate.report.board): stopped, and what it saved
+            rec["futility"] = {
+                "stopped": any(r.decision == FUTILITY for r in self.sequential.values()),
+                "gpu_hours_saved": sum(r.gpu_hours_saved for r in self.sequential.values()),
+            }
         return rec
 
     def _fixed_record(self) -> dict[str, Any]:

@@ -148,6 +148,11 @@ def _at_fraction(p: PairCurve, f: float, last_n: int) -> list[float] | None:
     return [float(v) for v in ys[-last_n:]] if ys.size else None
 
 
+def _last_x(p: PairCurve, f: float) -> float:
+    xs = [x for x in p.x if x <= f * p.tokens * (1 + 1e-9)]
+    return xs[-1] if xs else 0.0
+
+
 def evaluate_design(
     cfg: Gate,
     pairs: Sequence[PairCurve],
@@ -206,6 +211,14 @@ def evaluate_design(
         ):
             looks.append(Look(i, total, kind, frac, n, "not reached", boundary))
             continue
+        note = ""
+        if kind == "interim":
+            used = min(_last_x(p, frac) / p.tokens for p in use if p.tokens)
+            if used < 0.9 * frac:
+                note = (
+                    f"no eval point near {frac:.0%}: the last one at or before it is at {used:.0%}"
+                    " of tokens (earlier data: futility is still safe, power may suffer)"
+                )
         est = estimate([pt or [] for pt in points], conf, noise)
         if est is None or not math.isfinite(est.se) or est.dof < 1:
             looks.append(
@@ -234,6 +247,7 @@ def evaluate_design(
                 est.mean,
                 est.mean - _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof) * est.se,
                 est.mean + q_f * est.se,
+                note=note,
             )
         )
         decision = d
