@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from olmoablate.contract.gatespec import NoiseFloor
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.seqdesign import nominal_levels, spent, z_boundaries
 from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
 from olmoablate.report.collect import collect
 from olmoablate.report.gate_text import statistics_lines
+from olmoablate.report.noise import floor_source
 from olmoablate.report.sequential import (
     CONTINUE,
     FUTILITY,
@@ -182,3 +184,34 @@ def test_unplanned_replan_adding_seeds_is_flagged_and_not_at_full_alpha(tmp_path
     rep = build(collect(root, use_cache=False, workers=1))
     assert rep.verdict == "inconclusive", rep.reasons
     assert "UNPLANNED" in rep.reasons[0] and "alpha / 2" in rep.reasons[0]
+
+
+def test_seeds_beyond_the_design_are_flagged_and_left_out() -> None:
+    gate = Gate.model_validate(
+        {"stage": "1B", "min_effect": 0.0, "last_n": 1, "sequential": {"seed_stages": [2, 4]}}
+    )
+    five = _curves([0.5, 0.52, 0.49, 0.51, -3.0])  # a fifth, unplanned seed with a wild delta
+    res = evaluate_design(gate, five, None)
+    assert any("UNPLANNED" in f and "at most 4" in f for f in res.flags)
+    assert res.looks[-1].seeds == 4 and res.decision == PROCEED  # the fifth never enters
+
+
+def test_interim_look_never_proceeds_and_notes_a_far_eval_point() -> None:
+    gate = Gate.model_validate(
+        {
+            "stage": "1B",
+            "min_effect": 0.0,
+            "last_n": 1,
+            "noise": {"floor": {"sd": 0.01, "known": True}},
+            "sequential": {"interim": [0.5]},
+        }
+    )
+    # eval points only at 10% and 100%: the 50% look uses the 10% point and says so
+    floor = floor_source(NoiseFloor(sd=0.01, known=True))
+    pair = PairCurve(0, [1.0, 6.0], [5.0, 5.0], 10.0, False, 2.0)  # at 60% of the budget
+    res = evaluate_design(gate, [pair], floor)
+    assert res.looks[0].decision == CONTINUE  # a huge interim lead still only continues
+    assert "10% of tokens" in res.looks[0].note
+    worse = PairCurve(0, [1.0, 6.0], [-1.0, -1.0], 10.0, False, 2.0)
+    res = evaluate_design(gate, [worse], floor)
+    assert res.decision == FUTILITY and res.gpu_hours_saved == pytest.approx(0.8)
