@@ -14,8 +14,10 @@ import typer
 from olmoablate.data.command import data_app
 from olmoablate.errors import UserError
 from olmoablate.launch.command import cancel_command, status_command, submit_command
+from olmoablate.report.board_render import board_command
 from olmoablate.report.command import report_command
 from olmoablate.spec.command import plan_command, validate_command
+from olmoablate.spec.explain import explain_command
 from olmoablate.watch import watch_command
 
 app = typer.Typer(
@@ -38,6 +40,8 @@ app.command("submit")(submit_command)
 app.command("status")(status_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.command("explain")(explain_command)
+app.command("board")(board_command)
 app.command("watch")(watch_command)
 app.add_typer(data_app, name="data")
 

@@ -30,6 +30,7 @@ stay fast on a login node).
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,4 +332,68 @@ def _num(v: Any) -> float | None:
     return f if np.isfinite(f) and f > 0 else None
 
 
-__all__ = ["ResultSet", "load"]
+def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(records, columns=columns) if records else pd.DataFrame(columns=columns)
+
+
+@dataclass
+class Campaign:
+    """Every spec of a store as DataFrames: what `olmoablate board` shows (its JSON, as frames).
+
+    ``specs``: one row per spec (state, runs, GPU-hours planned/spent/saved by reuse and by
+    futility stops, reused runs, the specs it shares a baseline with); ``proposals``: one row per
+    gated variant (verdict, effect and bounds, seeds, noise source, held at each promoted size);
+    ``track``: one row per decided proposal and promoted size with results; ``summary``: the
+    decision accuracy with the number of proposals and independent groups it rests on.
+    """
+
+    root: Path
+    doc: dict[str, Any]
+
+    @functools.cached_property
+    def specs(self) -> pd.DataFrame:
+        return _frame(self.doc["specs"], list(_fields("SpecRow")))
+
+    @functools.cached_property
+    def proposals(self) -> pd.DataFrame:
+        return _frame(self.doc["proposals"], list(_fields("ProposalRow")))
+
+    @functools.cached_property
+    def track(self) -> pd.DataFrame:
+        return _frame(self.doc["track_record"], list(_fields("TrackRow")))
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return dict(self.doc["summary"])
+
+    def to_json(self) -> dict[str, Any]:
+        """The board's JSON (what ``olmoablate board --format json`` prints)."""
+        return self.doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Campaign:
+        """The frames of a board JSON written earlier (``board --format json``)."""
+        return cls(Path(doc["root"]), doc)
+
+    def __repr__(self) -> str:
+        return f"Campaign({self.root}: {len(self.doc['specs'])} specs, {len(self.doc['proposals'])} proposals)"
+
+
+def _fields(name: str) -> list[str]:
+    import dataclasses
+
+    from olmoablate.report import board, track
+
+    cls = getattr(board, name, None) or getattr(track, name)
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def load_all(root: str | Path = "results") -> Campaign:
+    """Every spec under the store ``root`` as DataFrames (the board: `olmoablate board ROOT`)."""
+    from olmoablate.report.board import build_board
+
+    board = build_board(root)
+    return Campaign(Path(root), json.loads(json.dumps(board.as_json())))
+
+
+__all__ = ["Campaign", "ResultSet", "load", "load_all"]

@@ -14,6 +14,8 @@ is free and works on a copy of a cluster's results anywhere.
       runs/<run_id>/             the training job of that run
         status.json  metrics.jsonl  metrics.parquet  fingerprints.jsonl  summary.json
         wandb.json  checkpoints/  cache/  wandb/  .cancel-requested (cancel -> job)
+        identity.json            submit    (the identity trained here)
+        reused.json              submit    (trained by another spec of the store: where)
       runs/.superseded/          replan    (runs moved aside when their entry changed)
       .report-cache/             report    (parse cache; safe to delete)
 """
@@ -29,14 +31,18 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json
 
 RESULTS_ROOT = Path("results")
+REUSED_FILE = "reused.json"
 
 
 class RunDir:
     """``runs/<run_id>/``: what one training run writes (and `cancel` drops in)."""
 
-    def __init__(self, path: Path, run_id: str) -> None:
+    def __init__(self, path: Path, run_id: str, reused_from: str | None = None) -> None:
         self.path = path
         self.run_id = run_id
+        #: ``<spec>/runs/<id>`` under the store when another spec's run is used for this one
+        #: (then ``path`` is that run's folder).
+        self.reused_from = reused_from
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -89,6 +95,16 @@ class RunDir:
     def cancel_marker(self) -> Path:
         """Touched by `cancel`; the job stops at its next metrics step when it sees it."""
         return self.path / ".cancel-requested"
+
+    @property
+    def identity(self) -> Path:
+        """identity.json: the run identity trained in this folder (written by `submit`)."""
+        return self.path / "identity.json"
+
+    @property
+    def reused(self) -> Path:
+        """reused.json: this run is trained by another spec of the store (``{"from": ...}``)."""
+        return self.path / REUSED_FILE
 
     def read_status(self) -> dict[str, Any] | None:
         """status.json, or None when the job never wrote one (or it is unreadable)."""
@@ -148,8 +164,39 @@ class ResultsDir:
     def report_cache(self) -> Path:
         return self.root / ".report-cache"
 
+    @property
+    def store(self) -> Path:
+        """The results root holding this folder (shared by the specs of a store)."""
+        return self.root.parent
+
     def run(self, run_id: str) -> RunDir:
+        """The folder holding the run's files: its own, or the run of another spec it reuses."""
+        where = self.reused_from(run_id)
+        if where is None:
+            return RunDir(self.runs_dir / run_id, run_id)
+        return RunDir(self.store / where, run_id, reused_from=where)
+
+    def own_run(self, run_id: str) -> RunDir:
+        """``runs/<run_id>/`` of this spec, reused or not (where launch writes its markers)."""
         return RunDir(self.runs_dir / run_id, run_id)
+
+    def reused_from(self, run_id: str) -> str | None:
+        """``<spec>/runs/<id>`` when another spec's run is used for ``run_id``, else None.
+
+        In order: a ``reused.json`` that `submit` wrote (the lease it found); the run's own files
+        (it trained here); the reuse `plan` recorded in plan.json.
+        """
+        own = self.runs_dir / run_id
+        marker = _read_object(own / REUSED_FILE)
+        if marker is not None and isinstance(marker.get("from"), str):
+            return str(marker["from"])
+        if (own / "status.json").exists():
+            return None
+        try:
+            ident = self.plan.identity
+        except UserError:
+            return None
+        return None if ident is None else ident.reused.get(run_id)
 
 
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:

@@ -37,6 +37,7 @@ from olmoablate.contract.arch import Architecture
 from olmoablate.contract.base import first_error
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.contract.gatespec import LEGACY_FLOOR
+from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.planformat import run_named, upgrade
 from olmoablate.contract.schema import (
     Budget,
@@ -289,6 +290,9 @@ class Plan(PlanModel):
     accounting: dict[str, str]
     pairs: list[Pair]
     runs: list[RunEntry]
+    #: Run identities and reuse across specs of the store (`olmoablate.contract.identity`);
+    #: None in plans from before identities (the key is then not written).
+    identity: PlanIdentity | None = None
     #: In a view of one gate (:meth:`gate_views`) of a ``gates:`` spec: that gate's name (its
     #: block in the spec is ``gates.<name>``). Never written.
     gate_name: str | None = Field(None, exclude=True)
@@ -340,7 +344,7 @@ class Plan(PlanModel):
         """The plan exactly as plan.json holds it."""
         out = self.model_dump(mode="json", by_alias=True)
         out["runs"] = [r.as_json() for r in self.runs]
-        return out
+        return _drop_absent(out, ("identity",))
 
     def write(self, path: str | Path) -> None:
         """Write plan.json atomically (a reader never sees half a plan)."""

@@ -38,6 +38,10 @@ def cancel(
                     actions.append((rid, f"nothing to cancel ({view.state})"))
                 continue
             rdir = results.run(rid)
+            if rdir.reused_from is not None:  # another spec's run: never stopped from here
+                if run_ids:
+                    actions.append((rid, f"reused from {rdir.reused_from}: cancel it there"))
+                continue
             rdir.path.mkdir(parents=True, exist_ok=True)
             rdir.cancel_marker.touch()
             rec = ledger.record(rid)

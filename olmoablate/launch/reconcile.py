@@ -81,8 +81,12 @@ def reconcile(
     *,
     sacct_max_age_s: float = 10.0,
     require_scheduler: bool = False,
+    follow_reuse: bool = True,
 ) -> dict[str, RunView]:
-    """Current state of every run of the plan (see the module docstring for the rules)."""
+    """Current state of every run of the plan (see the module docstring for the rules).
+
+    A run this spec reuses from another spec of the store (``ResultsDir.run``) has that run's
+    state, with the reason saying where it is (``follow_reuse``: one level, never a loop)."""
     runs = results.plan.runs_by_id
     records = {rid: ledger.record(rid) for rid in runs}
     slurm_jobs = {
@@ -168,4 +172,34 @@ def reconcile(
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
         reason = rec.reason if rec is not None else None
         view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+    if follow_reuse:
+        _reused_views(results, views, sacct_max_age_s)
     return views
+
+
+def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_s: float) -> None:
+    owners: dict[str, dict[str, RunView]] = {}
+    for rid, view in views.items():
+        where = results.run(rid).reused_from
+        if where is None:
+            continue
+        spec, _, owner_rid = where.partition("/runs/")
+        if spec not in owners:
+            owner = ResultsDir(results.store / spec)
+            try:
+                owners[spec] = reconcile(
+                    owner, Ledger.read(owner), sacct_max_age_s=sacct_max_age_s, follow_reuse=False
+                )
+            except UserError:
+                owners[spec] = {}
+        got = owners[spec].get(owner_rid)
+        note = f"reused from {results.store / where}"
+        if got is None:
+            view.state, view.reason = "missing", f"{note}: that run is not in its plan"
+            continue
+        views[rid] = dataclasses.replace(
+            got,
+            run_id=rid,
+            group_id=view.group_id,
+            reason=f"{note}" + (f"; {got.reason}" if got.reason else ""),
+        )

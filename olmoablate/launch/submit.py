@@ -21,6 +21,7 @@ from olmoablate.errors import UserError
 from olmoablate.io import canonical_json, write_text_atomic
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import check_local_capacity, visible_gpus
+from olmoablate.launch.lease import apply_leases, store_locked, write_identity
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.localpool import LocalPool
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, RunView, reconcile
@@ -63,7 +64,7 @@ def decide(
 
 def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
     """Clear a stale cancel request; for --redo move the old run directory aside (never delete)."""
-    rdir = results.run(run_id)
+    rdir = results.own_run(run_id)  # never the folder of a run reused from another spec
     if fresh and rdir.path.exists():
         dest = results.superseded / f"{run_id}-{time.strftime('%Y%m%dT%H%M%S')}"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +72,7 @@ def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
     rdir.path.mkdir(parents=True, exist_ok=True)
     rdir.cancel_marker.unlink(missing_ok=True)
     mark_status(rdir.status, run_id=run_id, state="pending", reason=None)
+    write_identity(results, run_id)
 
 
 Batch = tuple[str, dict[str, Any], list[RunEntry]]  # (group id, sbatch parameters, runs)
@@ -175,10 +177,11 @@ def _submit_slurm(
     root = str(results.root.resolve())
     folder = results.submitit.resolve()
     submitted: list[tuple[str, str]] = []
-    with Ledger.locked(results) as ledger:
+    with store_locked(results), Ledger.locked(results) as ledger:
         check_spec(ledger, results.plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=True)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        send, skip = apply_leases(results, send, skip)  # one identity is trained once per store
         for rid in redo:
             ledger.forget(rid)
         rendered = render_all(results, send) if send else []
@@ -218,10 +221,11 @@ def _submit_local(
     if parallel < 1:
         raise UserError(f"--parallel {parallel}: must be at least 1")
     plan = results.plan
-    with Ledger.locked(results) as ledger:
+    with store_locked(results), Ledger.locked(results) as ledger:
         check_spec(ledger, plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        send, skip = apply_leases(results, send, skip)  # one identity is trained once per store
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
             check_local_capacity(gpus, plan.run(rid).topology.gpus_per_node, parallel)

@@ -29,6 +29,7 @@ from olmoablate.report.align import Curve
 from olmoablate.report.metric_cache import Job, load_metrics_many
 from olmoablate.report.overhead import ATTEMPT, CPU, WALL
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.reuse import reuse_problems
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -114,6 +115,8 @@ class Results:
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
     other_gated: list[str] = field(default_factory=list)
+    #: run_id -> why the run reused from another spec cannot stand for it (`report.reuse`)
+    reuse_problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -241,4 +244,6 @@ def collect(
     background.merge_into(fp_cache)
     out = Results(layout, plan, gate, runs, issues, warnings, cache_dir, fp_cache)
     out.prereg_broken = prereg.broken
+    out.reuse_problems = reuse_problems(layout, plan)
+    out.issues.extend(f"{rid}: {p}" for rid, ps in out.reuse_problems.items() for p in ps)
     return out

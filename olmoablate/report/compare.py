@@ -31,6 +31,7 @@ from olmoablate.report.cost import cost_rows
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
 from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
 
@@ -163,6 +164,9 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     if "tokens" in pair.differs:
         budget = "flops"
     invalid = certificate_problems(base.entry, var.entry, budget)
+    invalid.extend(pair_identity_problems(results.plan, pair, budget))
+    for run in (base, var):
+        invalid.extend(results.reuse_problems.get(run.run_id, []))
     fp_bad, fp_note = results.fingerprint_check(base, var)
     invalid.extend(fp_bad)
     if fp_note:

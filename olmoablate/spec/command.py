@@ -98,7 +98,14 @@ def plan_command(
         OutputFormat, typer.Option("--format", "-f", help="table (default) or json.")
     ] = OutputFormat.table,
     results_root: Annotated[
-        Path, typer.Option(help="Folder that holds one results folder per spec.")
+        Path,
+        typer.Option(
+            "--results-root",
+            "--store",
+            envvar="OLMOABLATE_STORE",
+            help="The store: the folder holding one results folder per spec (shared by specs; "
+            "a run with the same identity in another spec is reused).",
+        ),
     ] = Path("results"),
     replan: Annotated[
         bool,
@@ -120,6 +127,9 @@ def plan_command(
         raise UserError(
             f"{spec}: --size {', '.join(unknown)} is not in the spec (allowed: {', '.join(ls.spec.sizes)})"
         )
+    from olmoablate.store.planning import attach_identity, reuse_lines
+
+    plan = attach_identity(plan, results_root)
     out = results_dir(ls.spec.name, results_root)
     _guard_replan(out, plan, replan)
     plan = _keep_registrations(out, plan)
@@ -130,6 +140,8 @@ def plan_command(
         typer.echo(json.dumps(shown.as_json(), indent=2))
         return
     render_plan(shown, out.plan_path)
+    for line in reuse_lines(shown, results_root):
+        typer.echo(line)
 
 
 def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
@@ -191,6 +203,7 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
     from olmoablate.console import make_console, print_whole
 
     console = make_console()
+    reused = plan.identity.reused if plan.identity is not None else {}
     table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
     for col in (
         "run_id",
@@ -216,7 +229,7 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             _human(r.train_flops_per_token),
             _human(r.tokens),
             str(r.steps),
-            f"{r.gpu_hours:.4g}",
+            "0 (reused)" if r.run_id in reused else f"{r.gpu_hours:.4g}",
             f"{r.peak_memory_gb:.3g}",
             r.certificate[:12],
         )

@@ -1,0 +1,133 @@
+"""The store's leases: `submit` never trains one run identity twice, whichever spec asks.
+
+Why a lease under one lock: two specs planned before either was submitted each plan their own
+copy of a shared baseline (neither was running yet), and their two `submit`s may start at the
+same moment. Every `submit` decides under the store's lock (``<store>/.store/lock``, fcntl, held
+around the spec's own ledger lock, always in that order): for each run it is about to send, a
+lease file ``<store>/.store/leases/<identity>.json`` names the spec and run that trains the
+identity. A lease held by another spec's run that is live (queued, pending, running) or done
+(completed, diverged) means this spec uses that run: `submit` writes ``runs/<id>/reused.json``
+(``{"from": "<spec>/runs/<id>"}``) and sends nothing; every later stage reads that run's files as
+its own (`olmoablate.contract.layout.ResultsDir.run`). A lease whose run failed, was cancelled or
+is gone is stale and taken over. Marin's executor does the same with lease files and heartbeats;
+here liveness comes from the owner's own reconciled state (`olmoablate.launch.reconcile`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.io import file_lock, read_json, write_json_atomic
+from olmoablate.launch.ledger import Ledger, now_iso
+from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, reconcile
+
+STORE_DIR = ".store"
+
+
+def lease_path(store: Path, identity: str) -> Path:
+    return store / STORE_DIR / "leases" / f"{identity}.json"
+
+
+@contextlib.contextmanager
+def store_locked(results: ResultsDir) -> Iterator[None]:
+    """The store's lock (taken before the spec's ledger lock by every `submit`)."""
+    with file_lock(results.store / STORE_DIR / "lock"):
+        yield
+
+
+def owner_state(store: Path, spec: str, run_id: str) -> str | None:
+    """The reconciled state of run ``run_id`` of spec ``spec`` (None: no such plan or run)."""
+    owner = ResultsDir(store / spec)
+    if not owner.plan_path.is_file():
+        return None
+    try:
+        views = reconcile(owner, Ledger.read(owner), follow_reuse=False)
+    except Exception:  # an unreadable owner cannot hold a lease
+        return None
+    view = views.get(run_id)
+    return None if view is None else view.state
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def claim(results: ResultsDir, run_id: str) -> str | None:
+    """Take the lease of ``run_id``'s identity, or return ``<spec>/runs/<id>`` of the live or
+    done run of another spec that holds it (and mark this run as reusing it). Call under
+    :func:`store_locked`. Plans without identities (older ones) train as before."""
+    plan = results.plan
+    if plan.identity is None or run_id not in plan.identity.runs:
+        return None
+    identity = plan.identity.runs[run_id]
+    store = results.store
+    path = lease_path(store, identity)
+    lease = _read(path)
+    me = (results.root.name, run_id)
+    own = results.own_run(run_id)
+    if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
+        spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
+        if owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES:
+            where = f"{spec}/runs/{rid}"
+            own.path.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(own.reused, {"from": where, "identity": identity, "at": now_iso()})
+            return where
+    write_json_atomic(
+        path,
+        {
+            "identity": identity,
+            "spec": me[0],
+            "run_id": run_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "at": now_iso(),
+        },
+    )
+    own.reused.unlink(missing_ok=True)  # trained here now, whatever an older lease said
+    return None
+
+
+def apply_leases(
+    results: ResultsDir, send: list[str], skip: list[tuple[str, str]]
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
+    skipped runs that are reused say so too (e.g. "completed, reused from ...")."""
+    skip = [
+        (rid, why if where is None else f"{why}, reused from {results.store / where}")
+        for rid, why in skip
+        for where in [results.run(rid).reused_from]
+    ]
+    keep: list[str] = []
+    for rid in send:
+        where = claim(results, rid)
+        if where is None:
+            keep.append(rid)
+        else:
+            skip.append((rid, f"reused from {results.store / where}"))
+    return keep, skip
+
+
+def write_identity(results: ResultsDir, run_id: str) -> None:
+    """``runs/<id>/identity.json``: the identity trained in this folder (with the versions)."""
+    plan = results.plan
+    if plan.identity is None or run_id not in plan.identity.runs:
+        return
+    write_json_atomic(
+        results.own_run(run_id).identity,
+        {
+            "identity": plan.identity.runs[run_id],
+            "spec": plan.spec_name,
+            "run_id": run_id,
+            "versions": plan.identity.versions,
+        },
+    )
