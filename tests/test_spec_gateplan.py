@@ -140,3 +140,30 @@ def test_aa_not_planned_with_two_seeds(tmp_path: Path) -> None:
     one = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 1}}}, name="o")))
     line = next(x for x in gate_lines(one)[0] if x.startswith("noise: A/A"))
     assert "x sd_d at within-seed correlation 0 / 0.5 / 0.9" in line
+
+
+def test_plan_replan_cli_records_the_earlier_seeds(tmp_path: Path) -> None:
+    """`plan --replan` after adding seeds keeps the first registration in plan.json."""
+    spec = _spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="rp")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def plan(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "olmoablate", "plan", str(spec), *extra],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    assert plan().returncode == 0
+    doc = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2, 3]}))
+    (tmp_path / "results" / "rp" / "runs" / "tiny-s0-baseline").mkdir(parents=True)
+    assert plan().returncode != 0  # runs started: the pre-registered plan is kept
+    out = plan("--replan")
+    assert out.returncode == 0, out.stderr
+    entry = json.loads((tmp_path / "results" / "rp" / "plan.json").read_text())["gates"][0]
+    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in entry["history"]] == [[0, 1]]
