@@ -215,3 +215,21 @@ def test_interim_look_never_proceeds_and_notes_a_far_eval_point() -> None:
     worse = PairCurve(0, [1.0, 6.0], [-1.0, -1.0], 10.0, False, 2.0)
     res = evaluate_design(gate, [worse], floor)
     assert res.decision == FUTILITY and res.gpu_hours_saved == pytest.approx(0.8)
+
+
+def test_first_stage_proceed_does_not_wait_for_later_stage_seeds(tmp_path: Path) -> None:
+    """seeds 2-3 (the second stage) were never needed: their unfinished runs do not block."""
+    gate = {"metric": EVAL, "min_effect": 0.01, "sequential": {"seed_stages": [2, 4]}}
+    spec = SynthSpec(gate=gate, seeds=(0, 1, 2, 3))
+    truth = {
+        "sn_da": ArmTruth(offset=-0.05, eval_noise=0.00005),
+        **{
+            f"1B-s{s}-{arm}": ArmTruth(stop_at=10, state="running", eval_noise=0.00005)
+            for s in (2, 3)
+            for arm in ("baseline", "sn_da")
+        },
+    }
+    rep = report(tmp_path / "p", spec, truth)
+    res = rep.sequential["sn_da"]
+    assert res.looks[0].decision == PROCEED, res.looks
+    assert rep.verdict == "proceed", rep.reasons

@@ -51,10 +51,14 @@ def apply_design(
     for v in family:
         chk = v.checks[0]
         if cfg.sequential is not None:
+            order = list(entry.seeds) if entry is not None and entry.seeds else []
+            ranked = sorted(
+                (p for p in evidence.get(v.variant, []) if p.valid),
+                key=lambda e: (order.index(e.seed) if e.seed in order else len(order), e.seed),
+            )
             pairs = [
                 PairCurve(p.seed, p.curve_x, p.curve, p.tokens, p.complete, p.gpu_hours)
-                for p in sorted(evidence.get(v.variant, []), key=lambda e: e.seed)
-                if p.valid
+                for p in ranked
             ]
             # several variants: each design at alpha / m (Bonferroni; Holm does not apply
             # across sequential looks)
@@ -67,6 +71,10 @@ def apply_design(
             out[v.variant] = res
             if res.decision == PROCEED:
                 chk.outcome = "pass"
+                # later stages' seeds are run only when needed: their pairs do not block
+                used = next(lk.seeds for lk in res.looks if lk.decision == PROCEED)
+                later = [f"pair {p.pair_id}:" for p in ranked[used:]]
+                v.blockers = [b for b in v.blockers if not b.startswith(tuple(later) or ("\0",))]
             elif res.decision in (FUTILITY, STOP):
                 chk.outcome = STOP
             else:
