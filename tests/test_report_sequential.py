@@ -233,3 +233,27 @@ def test_first_stage_proceed_does_not_wait_for_later_stage_seeds(tmp_path: Path)
     res = rep.sequential["sn_da"]
     assert res.looks[0].decision == PROCEED, res.looks
     assert rep.verdict == "proceed", rep.reasons
+
+
+def test_overridden_futility_stop_keeps_the_final_look() -> None:
+    """Non-binding: arms trained on after a futility stop are decided by the final look."""
+    gate = Gate.model_validate(
+        {
+            "stage": "1B",
+            "min_effect": 0.0,
+            "last_n": 1,
+            "sequential": {"seed_stages": [2], "interim": [0.5]},
+        }
+    )
+    # behind at half the budget, clearly ahead at the end
+    xs = [float(i) for i in range(1, 11)]
+    ys = [[-1.0] * 5 + [1.0] * 5, [-1.1] * 5 + [1.02] * 5]
+    pairs = [PairCurve(s, xs, y, 10.0, True, 1.0) for s, y in enumerate(ys)]
+    res = evaluate_design(gate, pairs, None)
+    assert [lk.decision for lk in res.looks] == [FUTILITY, PROCEED]
+    assert res.decision == PROCEED and any("overridden" in f for f in res.flags)
+    assert res.gpu_hours_saved == 0.0
+    # the same arms stopped at 60%: the stop stands
+    cut = [PairCurve(p.seed, xs[:6], p.y[:6], 10.0, False, 1.0) for p in pairs]
+    res = evaluate_design(gate, cut, None)
+    assert res.decision == FUTILITY and res.gpu_hours_saved == pytest.approx(0.8)

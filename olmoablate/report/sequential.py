@@ -203,6 +203,9 @@ def evaluate_design(
                 f"proceed if the {1 - lv:.4%} lower bound > {bar:g} (one-sided level {lv:.3g})"
             )
         use = pairs[:n]
+        if stopped_at is not None and kind == "interim":
+            looks.append(Look(i, total, kind, frac, n, "after a futility stop", boundary))
+            continue
         points = [_at_fraction(p, frac, last_n) for p in use] if len(use) == n else []
         if (
             len(points) < n
@@ -250,10 +253,17 @@ def evaluate_design(
                 note=note,
             )
         )
+        if stopped_at is not None:  # a full-budget look after a futility stop: overridden
+            flags.append(
+                f"the futility stop at {stopped_at[0]:.0%} of tokens was overridden (the arms "
+                "were trained on); non-binding, so this look keeps its level"
+            )
+            stopped_at = None
         decision = d
         reason = f"look {i} of {total} ({kind}, {frac:.0%} of tokens, {n} seed(s)): {d}"
-        if d in (FUTILITY, PROCEED, STOP, INCONCLUSIVE):
-            stopped_at = (frac, n) if d == FUTILITY else None
+        if d == FUTILITY:
+            stopped_at = (frac, n)
+        elif d in (PROCEED, STOP, INCONCLUSIVE):
             break
     saved = 0.0
     status = ""
