@@ -19,6 +19,7 @@ from olmoablate.report.board_render import board_command
 from olmoablate.report.command import report_command
 from olmoablate.spec.command import plan_command, validate_command
 from olmoablate.spec.explain import explain_command
+from olmoablate.watch import watch_command
 
 app = typer.Typer(
     name="olmoablate",
@@ -64,6 +65,7 @@ app.command("cancel")(cancel_command)
 app.command("report")(report_command)
 app.command("explain")(explain_command)
 app.command("board")(board_command)
+app.command("watch")(watch_command)
 app.add_typer(data_app, name="data")
 
 

@@ -24,7 +24,7 @@ variants:
     depth_attention: {stride: 2}
 training:
   sequence_length: 64
-  tokens: 4096
+  tokens: 16384              # 64 steps: enough for a step-time interval
   global_batch_size: 256
   optimizer: {lr: 1.0e-3}
   data: {paths: [x.bin]}
@@ -97,7 +97,7 @@ def test_set_round_trip_through_the_report(tmp_path: Path) -> None:
     assert plan.gate.min_effect == 0.02 and plain.gate is not None and plain.gate.min_effect == 0.01
     assert plan.spec_sha256 != plain.spec_sha256 and plan.gate_sha256 != plain.gate_sha256
     assert "overrides" not in json.loads((roots / "rt" / "plan.json").read_text()) or plan.overrides
-    synth = SynthSpec(name="rt", sizes=("tiny",), seeds=(0, 1, 2), steps=16, eval_interval=4,
+    synth = SynthSpec(name="rt", sizes=("tiny",), seeds=(0, 1, 2), steps=64, eval_interval=4,
                       global_batch_size=256, eval_set="heldout")  # fmt: skip
     for r in plan.runs:
         write_run(roots / "rt", synth, r, ArmTruth(offset=-0.5 if r.arm == "v" else 0.0))

@@ -17,7 +17,7 @@ from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 from olmoablate.report.writers import write_all
 
 EVAL = "eval/lm/demo-heldout/CE loss"
-GATE = {"metric": EVAL, "min_effect": 0.01, "promote_to": ["3B"], "noise": {"floor": 0.005}}
+GATE = {"metric": EVAL, "min_effect": 0.01, "promote_to": ["3B"], "noise": {"floor": {"sd": 0.005, "known": True}}}
 
 
 def _proposal(store: Path, name: str, at_1b: float, at_3b: float) -> None:

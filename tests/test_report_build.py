@@ -18,7 +18,7 @@ GATE = {
     "metric": EVAL,
     "min_effect": 0.01,
     "promote_to": ["3B", "7B"],
-    "noise": {"floor": 0.005},  # one-seed tests: the paired-delta sd, declared
+    "noise": {"floor": {"sd": 0.005, "known": True}},  # one-seed tests: the paired-delta sd, declared
 }
 
 

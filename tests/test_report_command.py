@@ -27,7 +27,7 @@ def test_report_by_name_prints_verdict_last(tmp_path: Path) -> None:
             gate={
                 "metric": "eval/lm/demo-heldout/CE loss",
                 "min_effect": 0.01,
-                "noise": {"floor": 0.005},
+                "noise": {"floor": {"sd": 0.005, "known": True}},
             }
         ),
         {"sn_da": ArmTruth(offset=0.05)},  # worse: a stop verdict still exits 0

@@ -28,7 +28,7 @@ CFG = {
     "metric": "eval/lm/x/CE loss",
     "min_effect": 0.01,
     "last_n": 3,
-    "noise": {"floor": 0.005},
+    "noise": {"floor": {"sd": 0.005, "known": True}},
 }
 FLOOR = floor_source(0.005)
 

@@ -51,7 +51,9 @@ def test_zero_effect_run_offset_without_source_is_inconclusive(tmp_path: Path) -
 
 def test_same_with_floor_002_is_inconclusive(tmp_path: Path) -> None:
     truth = {"sn_da": ArmTruth(offset=-0.03, eval_noise=0.0005)}
-    rep = report(tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": 0.02}}), truth)
+    rep = report(
+        tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": {"sd": 0.02, "known": True}}}), truth
+    )
     assert rep.verdict == "inconclusive", rep.reasons
     _, chk = check(rep)
     assert chk.estimate.source == "declared floor"
@@ -61,7 +63,9 @@ def test_same_with_floor_002_is_inconclusive(tmp_path: Path) -> None:
 
 def test_floor_0005_and_true_effect_005_proceeds(tmp_path: Path) -> None:
     truth = {"sn_da": ArmTruth(offset=-0.05, eval_noise=0.0005)}
-    rep = report(tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": 0.005}}), truth)
+    rep = report(
+        tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": {"sd": 0.005, "known": True}}}), truth
+    )
     assert rep.verdict == "proceed", rep.reasons
     _, chk = check(rep)
     assert chk.estimate.lower > 0.01
@@ -121,7 +125,14 @@ def test_seeds_needed_toward_stop_when_mean_below_min_effect(tmp_path: Path) -> 
     assert chk.estimate.mean < 0.01 < chk.estimate.upper
     assert chk.seeds_toward == "stop"
     assert chk.seeds_needed is not None and chk.seeds_needed > 2
-    assert f"about {chk.seeds_needed} paired seed(s) would resolve it toward stop" in chk.reason
+    # issue 23: a power statement with the gate's own paired t, never a promise
+    assert "3 paired seeds give a" in chk.reason and "chance to resolve toward stop" in chk.reason
+    assert f"{chk.seeds_needed} give" in chk.reason and "not a promise" in chk.reason
+    from olmoablate.contract.stats import resolve_power
+
+    est = chk.estimate
+    p = resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed, 0.95)
+    assert p >= 0.8 > resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed - 1, 0.95)
 
 
 def _overhead(tmp_path: Path, name: str, var_time: float, jitter: float) -> Report:
@@ -129,7 +140,11 @@ def _overhead(tmp_path: Path, name: str, var_time: float, jitter: float) -> Repo
         "baseline": ArmTruth(step_time_s=0.5, step_time_jitter=jitter),
         "sn_da": ArmTruth(offset=-0.05, step_time_s=var_time, step_time_jitter=jitter),
     }
-    gate = {**BASE, "noise": {"floor": 0.005}, "max_step_time_overhead": 0.10}
+    gate = {
+        **BASE,
+        "noise": {"floor": {"sd": 0.005, "known": True}},
+        "max_step_time_overhead": 0.10,
+    }
     return report(tmp_path, SynthSpec(name=name, gate=gate), truths)
 
 
@@ -155,7 +170,9 @@ def test_overhead_reports_different_nodes(tmp_path: Path) -> None:
         "baseline": ArmTruth(host="node-a", step_time_jitter=0.01),
         "sn_da": ArmTruth(offset=-0.05, host="node-b", step_time_jitter=0.01),
     }
-    rep = report(tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": 0.005}}), truths)
+    rep = report(
+        tmp_path, SynthSpec(gate={**BASE, "noise": {"floor": {"sd": 0.005, "known": True}}}), truths
+    )
     v, _ = check(rep)
     assert any("different nodes" in n for n in v.notes)
 
@@ -169,7 +186,7 @@ THREE = {
 
 def test_two_variants_only_one_survives_holm(tmp_path: Path) -> None:
     # floor 0.01, min_effect 0.01: a at +0.05 (z = 4), b at +0.0288 (z = 1.88, p = 0.03)
-    gate = {**BASE, "noise": {"floor": 0.01}}
+    gate = {**BASE, "noise": {"floor": {"sd": 0.01, "known": True}}}
     truths = {
         "a": ArmTruth(offset=-0.05, eval_noise=1e-5),
         "b": ArmTruth(offset=-0.0288, eval_noise=1e-5),
@@ -198,7 +215,7 @@ def test_two_variants_only_one_survives_holm(tmp_path: Path) -> None:
 
 
 def test_primary_variant_decides_others_exploratory(tmp_path: Path) -> None:
-    gate = {**BASE, "noise": {"floor": 0.01}, "variant": "b"}
+    gate = {**BASE, "noise": {"floor": {"sd": 0.01, "known": True}}, "variant": "b"}
     truths = {"a": ArmTruth(offset=-0.05), "b": ArmTruth(offset=0.05)}
     spec = SynthSpec(name="prim", gate=gate, variants={k: THREE[k] for k in "ab"})
     rep = report(tmp_path, spec, truths)
@@ -209,7 +226,7 @@ def test_primary_variant_decides_others_exploratory(tmp_path: Path) -> None:
 
 def _edited(tmp_path: Path, spec_gate_edit: dict[str, Any] | None) -> Report:
     root = tmp_path / "synth"
-    gate = {**BASE, "noise": {"floor": 0.005}}
+    gate = {**BASE, "noise": {"floor": {"sd": 0.005, "known": True}}}
     plan = make_results(root, SynthSpec(gate=gate), {"sn_da": ArmTruth(offset=-0.05)})
     spec_file = tmp_path / "synth.yaml"
     spec_gate = {**plan["gate"], **(spec_gate_edit or {})}
@@ -245,7 +262,7 @@ def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> No
     page = render_html(rep, [])
     for text in (md, page):
         assert "noise source: A/A baselines" in text
-        assert "seeds needed: about" in text and "toward proceed" in text
+        assert "2 paired seeds give a" in text and "chance to resolve toward proceed" in text
         assert "A/A baselines at matched tokens" in text
         assert "step time overhead" in text
     assert json.loads(json.dumps(rep.gate_json()))["noise_source"]["kind"] == "A/A baselines"

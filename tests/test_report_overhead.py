@@ -9,11 +9,14 @@ import pytest
 
 from olmoablate.report.overhead import (
     ATTEMPT_WARMUP_STEPS,
+    MIN_BLOCKS,
     ArmTiming,
+    autocorr_time,
     batch_means,
     conditions,
     ratio_interval,
     steady_steps,
+    step_time_check,
 )
 
 #: warm-up 10 steps, evaluation every 20 steps, checkpoints every 50
@@ -46,9 +49,11 @@ def test_attempt_warmup_matches_the_training_job() -> None:
 
 
 def test_batch_means_and_ratio_interval_cover_the_truth() -> None:
-    assert batch_means(np.arange(5.0)).size == 0  # too short for two blocks of 3
-    assert batch_means(np.arange(60.0)).size == 10
     rng = np.random.default_rng(0)
+    assert batch_means(rng.normal(0, 1, 5)).size == 0  # too short for MIN_BLOCKS batches
+    assert batch_means(np.arange(60.0)).size == 0  # a trend: autocorrelation time ~ the series
+    iid = batch_means(rng.normal(0, 1, 200))
+    assert MIN_BLOCKS <= iid.size <= 2 * MIN_BLOCKS
     covered = 0
     for _ in range(200):
         b = 1.0 + rng.normal(0, 0.1, 120)
@@ -64,15 +69,20 @@ def test_batch_means_and_ratio_interval_cover_the_truth() -> None:
 
 def test_autocorrelated_steps_widen_the_interval() -> None:
     rng = np.random.default_rng(1)
-    n = 400
-    # slow drift (a neighbour's load): iid treatment would understate the uncertainty
-    drift = np.repeat(rng.normal(0, 0.1, n // 40), 40)
-    b = 1.0 + drift + rng.normal(0, 0.01, n)
-    v = 1.1 + rng.normal(0, 0.01, n)
-    ri = ratio_interval(b, v, 0.95)
-    assert ri is not None
-    iid_se = math.sqrt(b.var(ddof=1) / (n * b.mean() ** 2) + v.var(ddof=1) / (n * v.mean() ** 2))
-    assert ri.log_se > 2 * iid_se
+    # slow drift (a neighbour's load): iid treatment would understate the uncertainty; 400
+    # steps are only 10 drift periods -- too short for batches of several autocorrelation
+    # times (no interval, issue 23); 3200 steps give one, and it is wider than the iid one
+    for n, has in ((400, False), (3200, True)):
+        drift = np.repeat(rng.normal(0, 0.1, n // 40), 40)
+        b = 1.0 + drift + rng.normal(0, 0.01, n)
+        v = 1.1 + rng.normal(0, 0.01, n)
+        ri = ratio_interval(b, v, 0.95)
+        assert (ri is not None) == has
+        if ri is not None:
+            iid_se = math.sqrt(
+                b.var(ddof=1) / (n * b.mean() ** 2) + v.var(ddof=1) / (n * v.mean() ** 2)
+            )
+            assert ri.log_se > 2 * iid_se
 
 
 def test_conditions_name_different_nodes_and_local_runs() -> None:
@@ -82,3 +92,38 @@ def test_conditions_name_different_nodes_and_local_runs() -> None:
     assert any("different nodes" in n for n in notes) and any("local runs" in n for n in notes)
     same = ArmTiming("c", np.ones(3), "step_time_s", "n1", "slurm")
     assert conditions(same, same) == []
+
+
+def _ar1(rng: np.random.Generator, phi: float, n: int, reps: int) -> np.ndarray:
+    e = rng.standard_normal((reps, n + 300))
+    x = np.zeros_like(e)
+    for t in range(1, n + 300):
+        x[:, t] = phi * x[:, t - 1] + e[:, t]
+    return x[:, 300:] * math.sqrt(1 - phi**2)
+
+
+def test_ar1_phi_09_interval_holds_or_says_inconclusive() -> None:
+    """issue 23: AR(1) phi = 0.9 step times (ten fixed batches missed 9-16% per side)."""
+    rng = np.random.default_rng(5)
+    tau = autocorr_time(_ar1(rng, 0.9, 4000, 1)[0])
+    assert 12 < tau < 28  # (1 + phi) / (1 - phi) = 19
+    reps, n = 300, 1000
+    b, v = 1.0 + 0.05 * _ar1(rng, 0.9, n, reps), 1.1 + 0.05 * _ar1(rng, 0.9, n, reps)
+    lo = hi = got = 0
+    for i in range(reps):
+        ri = ratio_interval(b[i], v[i], 0.95)
+        if ri is None:
+            continue
+        got += 1
+        lo += ri.lower > 1.1
+        hi += ri.upper < 1.1
+    assert got > 0.7 * reps
+    se = math.sqrt(0.05 * 0.95 / got)
+    assert lo / got < 0.05 + 3 * se and hi / got < 0.05 + 3 * se, (lo / got, hi / got)
+    # 100 steps cannot hold MIN_BLOCKS batches of several autocorrelation times: inconclusive
+    short = _ar1(rng, 0.9, 100, 1)[0]
+    a = ArmTiming("b", 1.0 + 0.05 * short, "step_time_s")
+    c = ArmTiming("v", 1.1 + 0.05 * _ar1(rng, 0.9, 100, 1)[0], "step_time_s")
+    chk = step_time_check([("p0", a, c)], 0.10, 0.95)
+    assert chk is not None and chk.outcome == "inconclusive"
+    assert "autocorrelation" in chk.reason and "too short" in chk.reason

@@ -12,7 +12,7 @@ from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results, synth
 from olmoablate.store.identify import identify
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
-GATE = {"metric": "eval/lm/demo-heldout/CE loss", "min_effect": 0.01, "noise": {"floor": 0.005}}
+GATE = {"metric": "eval/lm/demo-heldout/CE loss", "min_effect": 0.01, "noise": {"floor": {"sd": 0.005, "known": True}}}
 BASE = "1B-s0-baseline"
 
 

@@ -34,7 +34,7 @@ gate:
   stage: 190M
   metric: eval/lm/c4/CE loss
   last_n: 3
-  noise: {floor: 0.01}
+  noise: {floor: {sd: 0.01, pairs: 5}}
 """
 
 
@@ -158,3 +158,19 @@ def test_bad_downstream_suffix(spec: Path) -> None:
     ok = [breaking[0], f"gate.metric=eval/downstream/{task} (length-normalized accuracy)"]
     rc, _, err = _validate(spec, *[a for s in ok for a in ("--set", s)], "--strict")
     assert rc == 0, err
+
+
+def test_interim_looks_the_eval_schedule_cannot_serve(spec: Path) -> None:
+    """A sequential design's futility look at 25% of tokens needs last_n eval points at or just
+    before 25% (953 of 3814 steps): every 1000 steps gives none."""
+    design = ["gate.sequential={interim: [0.25, 0.5]}"]
+    line = _warns_then_fails(
+        spec, design, "evaluation.interval",
+        "interim looks at 25%, 50% of tokens need 3 eval points", "evaluates every 1000 of 3814",
+        "fix: evaluation.interval <= ",
+    )  # fmt: skip
+    fix = int(line.rsplit("<= ", 1)[1].split()[0].rstrip(";"))
+    rc, _, err = _validate(spec, "--set", design[0], "--set", f"evaluation.interval={fix}", "--strict")
+    assert rc == 0, err  # the interval it names serves both looks
+    rc, _, err = _validate(spec, "--set", design[0], "--set", f"evaluation.interval={fix + 1}")
+    assert "interim looks" in err  # and it is the largest that does

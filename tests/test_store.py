@@ -49,7 +49,7 @@ gate:
   variant: {variant}
   metric: eval/lm/held/CE loss
   last_n: 1
-  noise: {{floor: 0.01}}
+  noise: {{floor: {{sd: 0.01, known: true}}}}
   max_step_time_overhead: null
   max_peak_memory_overhead: null
 """

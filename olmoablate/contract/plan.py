@@ -30,11 +30,13 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_serializer,
+    model_serializer,
 )
 
 from olmoablate.contract.arch import Architecture
 from olmoablate.contract.base import first_error
 from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.gatespec import LEGACY_FLOOR
 from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.planformat import run_named, upgrade
 from olmoablate.contract.schema import (
@@ -215,13 +217,41 @@ class Pair(PlanModel):
     differs: list[str]
 
 
+class GateRegistration(PlanModel):
+    """An earlier pre-registration of a gate, kept by ``plan --replan`` (what it overwrote)."""
+
+    created: str
+    seeds: list[int] | None
+    gate_sha256: str | None
+
+
 class GateEntry(PlanModel):
-    """One pre-registered gate: its block and the hashes `report` checks it against."""
+    """One pre-registered gate: its block and the hashes `report` checks it against.
+
+    ``seeds`` (the seeds the gate was registered with) and ``design_sha256`` (sha256 of the block
+    together with them) are absent in plans from before sequential designs: such a gate is
+    reported exactly as then. ``history``: earlier registrations a ``plan --replan`` replaced,
+    so seeds added after a look are visible to the report.
+    """
 
     name: str
     gate: Gate
     gate_sha256: str
     gate_raw_sha256: str | None
+    seeds: list[int] | None = None
+    design_sha256: str | None = None
+    history: list[GateRegistration] = []
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """An old plan's entry round-trips as it was written (no design record)."""
+        out = handler(self)
+        for k in ("seeds", "design_sha256"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        if not out.get("history"):
+            out.pop("history", None)
+        return out
 
 
 class EvalSetInfo(PlanModel):
@@ -307,7 +337,7 @@ class Plan(PlanModel):
                 f"(this one reads format {PLAN_SCHEMA}); upgrade olmoablate"
             )
         try:
-            return cls.model_validate(upgrade(doc))
+            return cls.model_validate(upgrade(doc), context={LEGACY_FLOOR: True})
         except ValidationError as err:
             raise UserError(
                 f"{where}: {first_error(err)}{run_named(err, doc)}; rerun `olmoablate plan SPEC`"
@@ -390,6 +420,13 @@ class Plan(PlanModel):
             view._path = self._path
             out.append((e.name, view))
         return out
+
+    def gate_entry(self) -> GateEntry | None:
+        """The :class:`GateEntry` of ``gate`` (this view's gate, or the first gate)."""
+        for e in self.gates:
+            if self.gate_name is None or e.name == self.gate_name:
+                return e
+        return None
 
     def _where(self) -> str:
         return str(self._path) if self._path is not None else PLAN_FILE

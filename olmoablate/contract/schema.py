@@ -45,6 +45,8 @@ from olmoablate.contract.gatespec import (  # noqa: F401  (re-exported: the spec
     GateNoise,
     GateNoiseMeasure,
     GateStability,
+    NoiseFloor,
+    SequentialDesign,
 )
 
 #: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
@@ -352,6 +354,10 @@ class Spec(Strict):
 
     @model_validator(mode="after")
     def _gates(self) -> Spec:
+        for g in [self.gate] if self.gates is None else list(self.gates.values()):
+            why = g.check_seeds(len(self.seeds)) if g is not None else None
+            if why:
+                raise ValueError(why)
         if self.gates is None:
             return self
         if self.gate is not None:

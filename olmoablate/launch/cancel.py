@@ -19,7 +19,10 @@ from olmoablate.launch.runstate import mark_status
 
 
 def cancel(
-    results: ResultsDir, run_ids: list[str] | None = None, force: bool = False
+    results: ResultsDir,
+    run_ids: list[str] | None = None,
+    force: bool = False,
+    reason: str = "cancelled by user",
 ) -> list[tuple[str, str]]:
     """Stop runs of ``results.plan``, leaving each resumable: running jobs get SIGTERM
     (checkpoint, then exit); pending ones are removed from the queue. Returns (run_id, what was
@@ -45,7 +48,7 @@ def cancel(
             job = rec.last_job if rec is not None else None
             if view.state == "queued" or job is None:
                 actions.append((rid, "removed from the local queue"))
-                mark_status(rdir.status, state="cancelled", reason="cancelled by user")
+                mark_status(rdir.status, state="cancelled", reason=reason)
             elif job.executor == "slurm":
                 started = view.state in ("running", "cancelling")
                 sl.scancel(job.job_id, graceful=started and not force)
@@ -54,7 +57,7 @@ def cancel(
                 else:
                     actions.append((rid, f"scancel {job.job_id}"))
                     if not started:
-                        mark_status(rdir.status, state="cancelled", reason="cancelled by user")
+                        mark_status(rdir.status, state="cancelled", reason=reason)
             else:
                 pid = int(job.job_id)
                 try:
@@ -62,6 +65,6 @@ def cancel(
                     actions.append((rid, f"SIGTERM to local job {pid} (checkpoint, then exit)"))
                 except ProcessLookupError:
                     actions.append((rid, f"local job {pid} already gone"))
-            ledger.set_state(rid, "cancelled", "cancelled by user")
+            ledger.set_state(rid, "cancelled", reason)
         sl.invalidate_sacct_cache(results)
     return actions

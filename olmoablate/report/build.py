@@ -20,6 +20,7 @@ from olmoablate.report.family import evaluate_gate
 from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
 from olmoablate.report.noise import NoiseSource
+from olmoablate.report.sequential import FUTILITY, SequentialResult
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Report:
     gate_name: str = "gate"
     #: every gate's report, this one first, when the spec declares several (`report.gates`)
     gates: list[Report] = field(default_factory=list)
+    #: per gated variant: the sequential design's looks, decision and GPU-hours saved
+    sequential: dict[str, SequentialResult] = field(default_factory=dict)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -62,6 +65,17 @@ class Report:
         return out
 
     def _gate_record(self) -> dict[str, Any]:
+        rec = self._fixed_record()
+        if self.sequential:  # only with a design: older gates' records stay byte-identical
+            rec["sequential"] = {v: r.as_dict() for v, r in self.sequential.items()}
+            # the campaign board's field (olmoablate.report.board): stopped, and what it saved
+            rec["futility"] = {
+                "stopped": any(r.decision == FUTILITY for r in self.sequential.values()),
+                "gpu_hours_saved": sum(r.gpu_hours_saved for r in self.sequential.values()),
+            }
+        return rec
+
+    def _fixed_record(self) -> dict[str, Any]:
         g = self.results.gate
         return {
             "name": self.gate_name,
@@ -172,7 +186,11 @@ def build(results: Results) -> Report:
             ev.append(e)
         evidence[v] = ev
     noise, noise_notes = noise_source(results, g)
-    outcome = evaluate_gate(g, evidence, family, exploratory, noise, way_out(results, g, family))
+    entry = results.plan.gate_entry()
+    legacy = entry is None or entry.seeds is None  # a plan from before the design record
+    outcome = evaluate_gate(
+        g, evidence, family, exploratory, noise, way_out(results, g, family), legacy, entry
+    )
     verdict, reasons, verdicts = outcome.verdict, outcome.reasons, outcome.verdicts
     if not at_stage:
         verdict = INCONCLUSIVE
@@ -201,6 +219,7 @@ def build(results: Results) -> Report:
         family_note=outcome.family_note,
         noise_notes=noise_notes,
         noise=noise,
+        sequential=outcome.sequential,
     )
     results.save_cache()
     return report

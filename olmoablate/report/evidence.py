@@ -92,6 +92,10 @@ def evidence_for(
         overhead=res.overhead,
         series_x=[float(x) for x in series.x[-tail:]],
         series=last_improvements(series, direction, tail),
+        curve_x=[float(x) for x in series.x] if g.sequential is not None else [],
+        curve=last_improvements(series, direction, len(series)) if g.sequential else [],
+        tokens=float(res.variant.entry.tokens),
+        gpu_hours=float(res.variant.entry.gpu_hours),
     )
 
 

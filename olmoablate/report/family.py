@@ -9,11 +9,13 @@ step-down procedure keeps the chance of promoting any null variant at 1 - confid
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from olmoablate.contract.plan import GateEntry
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import holm
+from olmoablate.report.design_gate import apply_design
 from olmoablate.report.gate import (
     INCONCLUSIVE,
     PROCEED,
@@ -24,6 +26,7 @@ from olmoablate.report.gate import (
     evaluate_variant,
 )
 from olmoablate.report.noise import NoiseSource
+from olmoablate.report.sequential import SequentialResult
 
 
 def apply_holm(verdicts: Sequence[VariantVerdict], confidence: float) -> str:
@@ -68,6 +71,8 @@ class GateOutcome:
     reasons: list[str]
     verdicts: list[VariantVerdict]
     family_note: str = ""
+    #: per gated variant: the sequential design's look history (`olmoablate.report.sequential`)
+    sequential: dict[str, SequentialResult] = field(default_factory=dict)
 
 
 def evaluate_gate(
@@ -77,6 +82,8 @@ def evaluate_gate(
     exploratory: Sequence[str] = (),
     noise: NoiseSource | None = None,
     way_out: str = "",
+    legacy: bool = False,
+    entry: GateEntry | None = None,
 ) -> GateOutcome:
     """One gate block -> the headline verdict.
 
@@ -87,9 +94,12 @@ def evaluate_gate(
     """
     cfg = as_gate(cfg)
     conf = cfg.confidence
-    fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in family]
-    note = apply_holm(fam, conf)
-    expl = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out) for v in exploratory]
+    fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]
+    note = "" if cfg.sequential is not None else apply_holm(fam, conf)
+    seq = apply_design(cfg, fam, evidence, noise, entry, legacy)
+    expl = [
+        evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in exploratory
+    ]
     for v in expl:
         v.role = "exploratory"
         v.notes.append("exploratory: not gated, uncorrected for multiplicity, never promoted")
@@ -105,4 +115,4 @@ def evaluate_gate(
         else:
             verdict = INCONCLUSIVE
         reasons = [note] + [f"[{v.variant}] {r}" for v in fam for r in v.reasons]
-    return GateOutcome(verdict, reasons, fam + expl, note)
+    return GateOutcome(verdict, reasons, fam + expl, note, seq)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from olmoablate.report.build import Report
+from olmoablate.report.sequential import SequentialResult
 
 
 def statistics_lines(report: Report) -> list[str]:
@@ -31,11 +32,33 @@ def statistics_lines(report: Report) -> list[str]:
         if v.jitter:
             out.append(f"{tag} {v.jitter}")
         out.extend(f"{tag} {n}" for n in dict.fromkeys(v.notes))
+    for variant, res in report.sequential.items():
+        out.extend(f"[{variant}] {line}" for line in look_lines(res))
     src = report.noise
     if src is not None and src.runs:
         vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
         out.append(f"A/A baselines at matched tokens (last_n mean of the gate metric): {vals}")
     out.extend(report.noise_notes)
+    return out
+
+
+def look_lines(res: SequentialResult) -> list[str]:
+    """The sequential design's look history: one line per look, then the flags and savings."""
+    out = []
+    for lk in res.looks:
+        est = (
+            f"; improvement {lk.mean:+.4g}, bounds [{lk.lower:+.4g}, {lk.upper:+.4g}]"
+            if lk.mean is not None and lk.lower is not None and lk.upper is not None
+            else ""
+        )
+        out.append(
+            f"look {lk.index} of {lk.of} ({lk.kind}, {lk.fraction:.0%} of tokens, {lk.seeds} "
+            f"seed(s)): {lk.decision}; boundary: {lk.boundary}{est}"
+            + (f"; {lk.note}" if lk.note else "")
+        )
+    out.extend(res.flags)
+    if res.gpu_hours_saved:
+        out.append(f"{res.status_line}: {res.gpu_hours_saved:.4g} GPU-hours of variant arms saved")
     return out
 
 

@@ -11,8 +11,9 @@ trend is not mistaken for noise. See docs/gate-statistics.md.
 Sources, in the order the gate uses them:
 
 * >= 2 paired seeds: sd of the per-seed deltas, Student t with seeds-1 dof (``paired seeds``).
-* one seed and ``gate.noise.floor``: the floor *is* that sd, measured earlier; treated as
-  known, so the bound is a normal (z) bound (``declared floor``).
+* one seed and ``gate.noise.floor: {sd, pairs}``: that sd, measured earlier from ``pairs`` seed
+  pairs; a t bound with pairs - 1 dof (``known: true``, or a bare number in an old plan.json:
+  treated as exact, normal bound) (``declared floor``).
 * one seed and ``gate.noise.measure.aa_seeds: k``: ``plan`` added k baselines with other seeds.
   The sample sd ``s`` of the k+1 baselines' metric (same last_n matched-token window) estimates
   the run-level sd of one run; a paired delta of two *independent* runs then has sd ``s * sqrt(2)``
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract.gatespec import NoiseFloor
 from olmoablate.contract.stats import t_ppf
 
 PAIRED, FLOOR, AA, NONE = "paired seeds", "declared floor", "A/A baselines", "none"
@@ -52,13 +54,35 @@ class NoiseSource:
         return {k: _json_num(v) for k, v in asdict(self).items()}
 
 
-def floor_source(floor: float) -> NoiseSource:
+def floor_source(floor: float | NoiseFloor) -> NoiseSource:
+    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known.
+
+    A bare number is a floor read from an old plan.json: known, with the old wording.
+    """
+    if not isinstance(floor, NoiseFloor):
+        return NoiseSource(
+            FLOOR,
+            float(floor),
+            math.inf,
+            f"declared floor: sd of the paired delta across seeds = {floor:g} (gate.noise.floor, "
+            "treated as known: normal bound)",
+        )
+    if floor.pairs is None:
+        return NoiseSource(
+            FLOOR,
+            floor.sd,
+            math.inf,
+            f"declared floor: sd of the paired delta across seeds = {floor.sd:g} "
+            "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)",
+        )
+    dof = float(floor.pairs - 1)
     return NoiseSource(
         FLOOR,
-        float(floor),
-        math.inf,
-        f"declared floor: sd of the paired delta across seeds = {floor:g} (gate.noise.floor, "
-        "treated as known: normal bound)",
+        floor.sd,
+        dof,
+        f"declared floor: sd of the paired delta across seeds = {floor.sd:g} measured from "
+        f"{floor.pairs} seed pairs (gate.noise.floor: Student t with {floor.pairs - 1} dof, the "
+        "uncertainty of the measured sd)",
     )
 
 
@@ -79,8 +103,10 @@ def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | Non
         dof,
         f"A/A baselines: run-level sd {run_sd:.3g} from {len(vals)} baselines with different "
         f"seeds ({int(dof)} dof); sd of a paired delta = sd x sqrt(2) = {run_sd * math.sqrt(2):.3g}"
-        " (t bound). Conservative: it ignores the positive within-seed correlation of the two "
-        "arms of a pair, which makes the real paired delta less noisy",
+        " (t bound). Conservative when the two arms of a pair are positively correlated "
+        "(shared seed, data order), and only if the variant is no noisier than the baseline: an "
+        "assumption one seed cannot check (variant run sd 1.5x the baseline's: 5.9-7.8% false "
+        "proceeds at nominal 5%, docs/gate-statistics.md)",
         run_sd,
         list(runs),
         vals,

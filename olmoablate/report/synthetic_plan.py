@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.gatespec import LEGACY_FLOOR, design_record
 from olmoablate.contract.plan import PLAN_SCHEMA, GateEntry, Pair, Plan, RunEntry
 from olmoablate.contract.schema import COMPILE_DEFAULT, Gate
 from olmoablate.io import sha256_of
@@ -225,15 +226,36 @@ def derive_pairs(runs: Sequence[RunEntry]) -> list[Pair]:
     return out
 
 
-def gate_entry(name: str, block: Mapping[str, Any]) -> GateEntry:
-    """A pre-registered gate as `plan` records it: the validated block and both hashes."""
+def gate_entry(
+    name: str,
+    block: Mapping[str, Any],
+    seeds: Sequence[int] | None = None,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> GateEntry:
+    """A pre-registered gate as `plan` records it: the validated block, both hashes and (with
+    ``seeds``) the design record; ``history``: earlier registrations (``plan --replan``)."""
     gate = Gate.model_validate(dict(block))
-    return GateEntry(
-        name=name,
-        gate=gate,
-        gate_sha256=sha256_of(gate.model_dump()),
-        gate_raw_sha256=sha256_of(dict(block)),
+    dumped = gate.model_dump()
+    return GateEntry.model_validate(
+        {
+            "name": name,
+            "gate": dumped,
+            "gate_sha256": sha256_of(dumped),
+            "gate_raw_sha256": sha256_of(dict(block)),
+            **(design_record(dumped, list(seeds)) if seeds is not None else {}),
+            "history": [dict(h) for h in history],
+        },
+        context={LEGACY_FLOOR: True},
     )
+
+
+def _entry_doc(entry: GateEntry, legacy: bool) -> dict[str, Any]:
+    """A gate entry as plan.json holds it; ``legacy``: as plans before the design record."""
+    doc = entry.model_dump()
+    if legacy:
+        for k in ("seeds", "design_sha256", "history"):
+            doc.pop(k, None)
+    return doc
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
@@ -252,6 +274,8 @@ def build_plan(
     pairs: Sequence[Pair] | None = None,
     eval_sets: Mapping[str, Any] | None = None,
     budget_match: str = "tokens",
+    history: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    legacy_gates: bool = False,
 ) -> Plan:
     """A :class:`Plan` around ``runs`` (dicts are validated as they are, not re-certified).
 
@@ -262,7 +286,11 @@ def build_plan(
     blocks = dict(gates or {})
     if not blocks and gate is not None:
         blocks = {Gate.model_validate(dict(gate)).variant or "gate": gate}
-    recorded = [gate_entry(n, b) for n, b in blocks.items()]
+    seeds = _unique(r.seed for r in entries if not r.is_aa)
+    recorded = [
+        gate_entry(n, b, None if legacy_gates else seeds, (history or {}).get(n, ()))
+        for n, b in blocks.items()
+    ]
     first = recorded[0] if recorded else None
     variants = {r.arm: r.architecture for r in entries if not r.is_baseline}
     doc = {
@@ -275,7 +303,7 @@ def build_plan(
         "created": CREATED,
         "olmoablate_version": "0.1.0",
         "sizes": _unique(r.size for r in entries),
-        "seeds": _unique(r.seed for r in entries if not r.is_aa),
+        "seeds": seeds,
         "variants": {k: v.as_mapping() for k, v in variants.items()},
         "budget": {
             "match": budget_match,
@@ -289,7 +317,7 @@ def build_plan(
         "gate_sha256": first.gate_sha256 if first else None,
         "gate_raw_sha256": first.gate_raw_sha256 if first else None,
         "eval_sets": dict(eval_sets or {}),
-        "gates": [g.model_dump() for g in recorded],
+        "gates": [_entry_doc(g, legacy_gates) for g in recorded],
         "aa_runs": [r.run_id for r in entries if r.is_aa],
         "accounting": {"flops_convention": "synthetic (olmoablate.report.synthetic_plan)"},
         "pairs": [p.model_dump() for p in (derive_pairs(entries) if pairs is None else pairs)],

@@ -253,6 +253,7 @@ def plan_command(
     plan = attach_identity(plan, results_root)
     out = results_dir(ls.spec.name, results_root)
     _guard_replan(out, plan, replan)
+    plan = _keep_registrations(out, plan)
     plan.write(out.plan_path)
 
     shown = _filter(plan, size)
@@ -277,6 +278,17 @@ def plan_command(
     for note in notes:
         typer.echo(f"not checked here: {note}")
     _emit(lines, False)
+
+
+def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
+    """Carry the replaced plan's gate registrations (seeds added after a look are flagged)."""
+    from olmoablate.spec.gateplan import carry_registrations
+
+    try:
+        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return plan
+    return carry_registrations(old, plan)
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:

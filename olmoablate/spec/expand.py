@@ -17,6 +17,7 @@ from typing import Any
 from olmoablate import __version__
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.certificate import certificate_of, differences, shared_settings
+from olmoablate.contract.gatespec import design_record
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import PLAN_SCHEMA, Plan
 from olmoablate.contract.schema import computes_in_bf16
@@ -192,6 +193,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                 "gate": block,
                 "gate_sha256": sha256_of(block),
                 "gate_raw_sha256": sha256_of(raw) if raw is not None else None,
+                **design_record(block, list(spec.seeds)),
             }
         )
     if raw_gate is None and gates:
@@ -245,6 +247,8 @@ def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
     """
     gate = ls.spec.gate
     if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
+        return []
+    if len(ls.spec.seeds) >= 2:  # the gate uses the paired seeds' spread, never these (issue 23)
         return []
     size = gate.stage
     t = ls.per_size[size].training

@@ -184,13 +184,22 @@ def eval_points(steps: int, interval: int) -> int:
     return steps // interval + (1 if steps % interval else 0)
 
 
-def _looks(gate: Any) -> int | None:
-    """Planned sequential looks of a gate, where its model has them (issue 23)."""
-    for obj in (gate, getattr(gate, "sequential", None)):
-        n = getattr(obj, "looks", None)
-        if isinstance(n, int):
-            return n
-    return None
+def _interim_short(gate: Any, steps: int, interval: int) -> list[str]:
+    """The sequential design's interim looks (fractions of the budget) that the eval schedule
+    cannot serve: fewer than ``last_n`` eval points at or before the fraction, or the last one
+    well before it (report/sequential.py then decides on earlier data, losing power)."""
+    seq = getattr(gate, "sequential", None)
+    short = []
+    for frac in getattr(seq, "interim", None) or []:
+        have = int(frac * steps) // interval
+        if have < gate.last_n or have * interval < 0.9 * frac * steps:
+            short.append(f"{frac:.0%}")
+    return short
+
+
+def _interim_fix(gate: Any, steps: int) -> int:
+    """The largest evaluation.interval that serves every interim look (1 always does)."""
+    return next((i for i in range(steps, 1, -1) if not _interim_short(gate, steps, i)), 1)
 
 
 def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
@@ -203,13 +212,22 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
         run = min(runs, key=lambda r: r.steps)
         interval = run.evaluation.interval
         points = eval_points(run.steps, interval)
-        need = max(gate.last_n, _looks(gate) or 0)
+        label = "the gate" if where == ("gate",) else "gate " + name
+        short = _interim_short(gate, run.steps, interval)
+        if short:
+            _warn(
+                out, ls, ("evaluation", "interval"), gate.stage,
+                f"{label}'s interim looks at {', '.join(short)} of tokens need {gate.last_n} eval "
+                f"points of {gate.metric!r} at or just before each, but {run.run_id} evaluates every "
+                f"{interval} of {run.steps} steps; fix: evaluation.interval <= {_interim_fix(gate, run.steps)}",
+            )  # fmt: skip
+        need = gate.last_n
         if points >= need:
             continue
-        why = f"averages the last {gate.last_n}" if need == gate.last_n else f"plans {need} looks over"
+        why = f"averages the last {gate.last_n}"
         _warn(
             out, ls, ("evaluation", "interval"), gate.stage,
-            f"{'the gate' if where == ('gate',) else 'gate ' + name} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
+            f"{label} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
             f"({run.steps} steps, evaluation.interval {interval}); fix: evaluation.interval <= "
             f"{max(1, run.steps // need)} (or {'gate.last_n' if where == ('gate',) else '.'.join(map(str, where)) + '.last_n'} <= {points})",
         )  # fmt: skip

@@ -1,0 +1,142 @@
+"""`olmoablate watch SPEC`: act on a pre-registered sequential gate's looks as runs reach them.
+
+Why a top-level module (beside the CLI, not in a stage): it reads what `report` decides from the
+results folder (the design's looks, `olmoablate.report.sequential`) and acts through `launch`'s
+cancel path, and a stage never imports another stage. Each round builds the report's gates from
+the results folder; a variant whose design says ``stop: futility`` has its live arms cancelled
+the way `olmoablate cancel` does (SIGTERM: checkpoint, then exit; resumable), and each of its
+runs' status.json records why (``reason``: "stopped for futility at look 2 of 4, 50% of tokens"
+and a ``futility_stop`` record). A stop is acted on once: futility bounds are non-binding, so a
+user who resumes the arms (`olmoablate submit SPEC --run <id>`) is not cancelled again, and the
+false-proceed guarantee holds either way. The watch's own record is ``watch.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from olmoablate.contract.futility import STATUS_KEY, WATCH_FILE, FutilityStop
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.io import read_json, write_json_atomic
+
+
+def _read_state(results: ResultsDir) -> dict[str, Any]:
+    try:
+        obj = read_json(results.root / WATCH_FILE)
+    except (OSError, ValueError):
+        return {"stops": {}}
+    return obj if isinstance(obj, dict) and isinstance(obj.get("stops"), dict) else {"stops": {}}
+
+
+def watch_once(results: ResultsDir) -> list[str]:
+    """One round: evaluate every gate's design, cancel variants stopped for futility (once).
+    Returns one line per action."""
+    from olmoablate.launch.cancel import cancel
+    from olmoablate.launch.runstate import mark_status
+    from olmoablate.report.collect import collect
+    from olmoablate.report.gates import build_all
+    from olmoablate.report.sequential import FUTILITY
+
+    state = _read_state(results)
+    stops: dict[str, Any] = state["stops"]
+    report = build_all(collect(results, use_cache=False, workers=1))
+    lines: list[str] = []
+    for gate_report in report.gates:
+        stage = gate_report.stage
+        for variant, res in gate_report.sequential.items():
+            key = f"{gate_report.gate_name}/{variant}"
+            if res.decision != FUTILITY or key in stops:
+                continue
+            look = next(lk for lk in res.looks if lk.decision == FUTILITY)
+            runs = [
+                p.variant.run_id
+                for p in gate_report.pairs
+                if p.variant_name == variant and p.size == stage
+            ]
+            record = FutilityStop(
+                gate=gate_report.gate_name,
+                variant=variant,
+                look=look.index,
+                of=look.of,
+                fraction=look.fraction,
+                reason=res.status_line,
+                gpu_hours_saved=res.gpu_hours_saved,
+                runs=runs,
+            ).model_dump()
+            done = cancel(results, runs, reason=res.status_line) if runs else []
+            for rid in runs:
+                mark_status(results.run(rid).status, **{STATUS_KEY: record})
+            stops[key] = record
+            lines.append(
+                f"{key}: {res.status_line}; cancelled {', '.join(r for r, _ in done) or 'nothing'}"
+                f" ({res.gpu_hours_saved:.4g} GPU-h of variant arms not spent)"
+            )
+    _settle_reasons(results, stops)
+    write_json_atomic(results.root / WATCH_FILE, state)
+    return lines
+
+
+def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
+    """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
+    reason is the futility stop (unless the user has resumed it since)."""
+    from olmoablate.launch.runstate import mark_status
+
+    for rec in stops.values():
+        for rid in rec.get("runs", []):
+            path = results.run(rid).status
+            try:
+                st = read_json(path)
+            except (OSError, ValueError):
+                continue
+            if (
+                isinstance(st, dict)
+                and st.get("state") == "cancelled"
+                and st.get("reason") != rec["reason"]
+            ):
+                mark_status(path, reason=rec["reason"], **{STATUS_KEY: rec})
+
+
+def live_runs(results: ResultsDir) -> list[str]:
+    from olmoablate.launch.ledger import Ledger
+    from olmoablate.launch.reconcile import LIVE_STATES, reconcile
+
+    views = reconcile(results, Ledger.read(results), sacct_max_age_s=10.0)
+    return [rid for rid, v in views.items() if v.state in LIVE_STATES]
+
+
+def watch(
+    results: ResultsDir, interval_s: float = 60.0, max_rounds: int | None = None, echo: Any = print
+) -> None:
+    """Rounds of :func:`watch_once` every ``interval_s`` until no run is live (or
+    ``max_rounds``)."""
+    rounds = 0
+    while True:
+        for line in watch_once(results):
+            echo(line)
+        rounds += 1
+        if max_rounds is not None and rounds >= max_rounds:
+            return
+        if not live_runs(results):
+            watch_once(results)  # settle the reasons of arms that ended since
+            return
+        time.sleep(interval_s)
+
+
+def watch_command(
+    spec: Annotated[Path, typer.Argument(help="Spec file, results folder or plan.json.")],
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between rounds (each reads the runs).")
+    ] = 60.0,
+    once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
+) -> None:
+    """Evaluate the gate's pre-registered looks as runs reach them; cancel (resumably) the arms
+    of a variant its design stops for futility, recording why in their status. Resuming a
+    stopped arm (`olmoablate submit SPEC --run <id>`) is allowed: futility is non-binding."""
+    from olmoablate.contract.layout import resolve_results
+
+    results = resolve_results(str(spec))
+    watch(results, interval, 1 if once else None, echo=typer.echo)
