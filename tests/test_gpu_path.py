@@ -349,6 +349,55 @@ def test_step_time_comes_from_synchronised_cuda_events(
     assert [r["step_in_attempt"] for r in rows] == [1, 2]
 
 
+def test_step_events_inserted_while_the_bookkeeping_thread_resolves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27, 6: OLMo-core calls ``log_metrics`` from its bookkeeping thread, which resolves
+    the pending CUDA events while the main thread records the next steps' events. A bare dict
+    raised "dictionary changed size during iteration" there on one rank (the others then wait in
+    collectives). Here the two threads run flat out with Python switching threads every
+    microsecond; every step must end up resolved exactly once."""
+    import threading
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    _FakeEvent.log = []
+    cb = cbs.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
+    cb.trainer = _FakeTrainer()  # type: ignore[assignment]
+    cb.pre_train()
+    n_steps = 20_000
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def bookkeeping() -> None:
+        try:
+            while not done.is_set():
+                cb._resolve_events(cb.trainer.global_step // 2)  # lags behind the main thread
+        except BaseException as err:  # noqa: BLE001 - the failure under test
+            errors.append(err)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=bookkeeping)
+    thread.start()
+    try:
+        for step in range(1, n_steps + 1):
+            cb.trainer.global_step = step
+            cb.pre_step({})
+            cb.post_train_batch()
+            if errors:
+                break
+    finally:
+        done.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    cb._resolve_events(n_steps)
+    assert len(cb.step_times) == n_steps and not cb._events
+
+
 # ----------------------------------------------------------------------------- 6: stability
 
 
