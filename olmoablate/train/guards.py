@@ -186,10 +186,17 @@ class StabilityCallback(Callback):
 class ComputeDtypeCallback(Callback):
     """Records the dtype the model actually computes in: the output dtype of the first linear
     layer in the first training forward. Evidence for ``summary.json`` that a run trained in
-    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here)."""
+    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here).
+
+    The hook sits inside the first (compiled) block, so dynamo traces it: it only stores the
+    dtype in a dict (a side effect dynamo replays, no graph break) and is removed after the
+    first step, outside any forward. Removing it inside the forward broke the block's graph, and
+    since dynamo does not guard on module hooks the split code served every block of the run.
+    """
 
     compute_dtype: str | None = None
     _handle: Any = None
+    _seen: dict[str, Any] = field(default_factory=dict)
 
     def pre_train(self) -> None:
         linear = next(
@@ -201,7 +208,11 @@ class ComputeDtypeCallback(Callback):
     def _hook(self, module: Any, args: Any, output: Any) -> None:
         del module, args
         if isinstance(output, torch.Tensor) and torch.is_grad_enabled():
-            self.compute_dtype = str(output.dtype).removeprefix("torch.")
+            self._seen["dtype"] = output.dtype
+
+    def post_train_batch(self) -> None:
+        if self._handle is not None and "dtype" in self._seen:
+            self.compute_dtype = str(self._seen["dtype"]).removeprefix("torch.")
             self.close()
 
     def close(self) -> None:
