@@ -88,6 +88,16 @@ def _environment(ctx: RunContext) -> Any:
         )
     use_cuda = gpus > 0
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    topo = ctx.run.topology
+    if world != topo.world_size:
+        # e.g. a 2-node plan started by the local executor: HSDP, tokens/s and MFU would not be
+        # the plan's, and nothing else would say so.
+        per_node = f"gpus_per_node = {gpus}" if use_cuda else f"cpu_processes = {topo.cpu_processes}"
+        raise UserError(
+            f"runs[{ctx.run_id}].topology plans {topo.world_size} ranks (nodes = {topo.nodes} x "
+            f"{per_node}) but this job was started with {world} (WORLD_SIZE); start it with the "
+            "plan's topology (--executor slurm for several nodes)"
+        )
     distributed = ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or use_cuda
     return Environment(
         device_type="cuda" if use_cuda else "cpu", world_size=world, distributed=distributed
