@@ -237,6 +237,7 @@ topology: {topology}
         ),
         ("{gpus_per_node: 0, attention_backend: flash_2}", "", "needs CUDA GPUs"),
         ("{gpus_per_node: 8, nodes: 1, data_parallel: hsdp}", "", "needs nodes >= 2"),
+        ("{gpus_per_node: 0}", "compile: true", "compile=true needs CUDA GPUs"),
     ],
 )
 def test_validate_rejects_impossible_gpu_combinations(
@@ -250,7 +251,8 @@ def test_validate_rejects_impossible_gpu_combinations(
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and "topology." in lines[0], proc.stderr
+    field = "training.compile" if "compile" in message else "topology."
+    assert len(lines) == 1 and message in lines[0] and field in lines[0], proc.stderr
 
 
 def test_validate_warns_when_swa_is_inactive(tmp_path: Path) -> None:
@@ -533,3 +535,24 @@ def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
     assert ex["compute_dtype"] == "bfloat16" and ex["autocast_dtype"] is None
     assert summary["decode_latency_s"] > 0 and summary["kv_cache_bytes"] > 0
     assert len((run_dir / "fingerprints.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_compile_request_the_cpu_job_cannot_honour_is_recorded(tmp_path: Path) -> None:
+    """Issue 27, 9: a plan saying ``compile: true`` (made before validate refused it on CPU)
+    trains eagerly on the CPU, and summary.json says so instead of only a buried log line."""
+    from olmoablate.train.job import run_job
+
+    entry = run_entry(
+        "tiny-s0-baseline",
+        "baseline",
+        {},
+        steps=2,
+        evaluation={"interval": 2},
+        training={"compile": True},
+    )
+    plan = make_plan(tmp_path, [certify(entry)], train_tokens=6_000, heldout_tokens=1_000)
+    assert run_job(str(plan), "tiny-s0-baseline")["state"] == "completed"
+    run_dir = plan.parent / "runs" / "tiny-s0-baseline"
+    ex = json.loads((run_dir / "summary.json").read_text())["execution"]
+    assert ex["compile"] == {"requested": True, "compiled": False, "how": None}
+    assert ex["gpu_model"] is None and ex["attention_backend"] == "TorchAttentionBackend"

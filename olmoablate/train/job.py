@@ -226,9 +226,15 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     return trainer, {name: trainer.callbacks[name] for name in own}
 
 
-def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, Any]:
-    """How the run actually executed (device, parallelism, precision, backend), from the live
-    train module: what both arms must share and what the plan claimed, checkable after the fact."""
+def _execution_record(trainer: Any, own: dict[str, Any], env: Any, ctx: RunContext) -> dict:
+    """How the run actually executed (device, parallelism, precision, backend, compilation, GPU
+    model), from the live train module: what both arms must share (the report refuses to compare
+    the cost of arms whose records differ, `olmoablate.report.execution`) and what the plan
+    claimed, checkable after the fact. ``param_dtype`` is the FSDP mixed-precision policy the
+    train module was built with (what FSDP casts the parameters to for compute);
+    ``compute_dtype`` is the dtype a linear layer really produced in the first forward."""
+    import torch
+
     tm = trainer.train_module
     dp = getattr(tm, "dp_config", None)
     autocast = getattr(tm, "autocast_precision", None)
@@ -242,6 +248,19 @@ def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, 
         "autocast_dtype": str(autocast).removeprefix("torch.") if autocast is not None else None,
         "compute_dtype": own["compute_dtype"].compute_dtype,
         "attention_backend": backend,
+        "compile": _compile_record(ctx.run.training.compile, tm.model),
+        "gpu_model": torch.cuda.get_device_name() if env.device_type == "cuda" else None,
+    }
+
+
+def _compile_record(requested: Any, model: Any) -> dict[str, Any]:
+    """Whether and how the model was compiled: OLMo-core's ``apply_compile`` compiles every
+    block and the LM head separately with torch.compile's default backend (inductor)."""
+    compiled = bool(getattr(model, "compile_enabled", False))
+    return {
+        "requested": requested,
+        "compiled": compiled,
+        "how": "torch.compile per block + LM head (inductor)" if compiled else None,
     }
 
 
@@ -280,7 +299,7 @@ def _summary(
         "wall_time_s": wall_s,
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
-        "execution": _execution_record(trainer, own, env),
+        "execution": _execution_record(trainer, own, env, ctx),
         # the node the steps were timed on: the report says when two arms ran on different ones
         "hostname": socket.gethostname(),
     }
