@@ -23,6 +23,7 @@ from typing import Any
 
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import p_above, seeds_needed
+from olmoablate.report.execution import parity_note
 from olmoablate.report.noise import (
     FLOOR,
     NONE,
@@ -179,6 +180,8 @@ class PairEvidence:
     series: list[float] = field(default_factory=list)
     #: Steady-state step times of (baseline, variant), when the metrics have them.
     timing: tuple[ArmTiming, ArmTiming] | None = None
+    #: Differences between the arms' execution records (report.execution): cost not compared.
+    execution_mismatch: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -276,6 +279,11 @@ def evaluate_variant(
             )
         if not p.complete:
             blockers.append(f"pair {p.pair_id}: not complete ({p.incomplete_reason})")
+        if p.execution_mismatch and _has_cost_limits(cfg):
+            blockers.append(
+                f"pair {p.pair_id}: {parity_note(p.execution_mismatch)}; the overhead limits "
+                "cannot be checked on it"
+            )
     o_stops, o_blockers, step_check = overhead_checks(
         [(p.pair_id, p.timing, p.overhead) for p in valid], cfg
     )
@@ -330,6 +338,17 @@ def evaluate_variant(
         preamble=preamble,
         stops=stops,
         blockers=blockers,
+    )
+
+
+def _has_cost_limits(cfg: Gate) -> bool:
+    return any(
+        lim is not None
+        for lim in (
+            cfg.max_step_time_overhead,
+            cfg.max_peak_memory_overhead,
+            cfg.max_decode_latency_overhead,
+        )
     )
 
 
