@@ -147,13 +147,14 @@ class LoopCurriculumCallback(Callback):
         self._set(self.trainer.global_step + 1)
 
     def post_train_batch(self) -> None:
+        # The norms stay device tensors: float() here would add b host syncs per step to the
+        # looped arms only (the other arms' metrics are synced once per metrics interval).
         model = _model_of(self.trainer)
-        norms = getattr(model, "last_h_norms", None)
+        norms = getattr(model, "last_h_norm_tensors", None)
         if norms is None:
             return
-        values = norms.tolist() if isinstance(norms, torch.Tensor) else list(norms)
-        for t, v in enumerate(values):
-            self.trainer.record_metric(metric_names.h_norm(t + 1), float(v))
+        for t, v in enumerate(norms):
+            self.trainer.record_metric(metric_names.h_norm(t + 1), v.detach())
         loops = getattr(model, "current_loops", None)
         if loops is not None:
             self.trainer.record_metric(metric_names.LOOPS, float(loops))
