@@ -306,6 +306,9 @@ class _FakeTrainer:
     def cancel_run(self, reason: str, no_sync: bool = False) -> None:
         self.cancelled.append(reason)
 
+    def record_metric(self, name: str, value: Any, reduce_type: Any = None) -> None:
+        self.metrics[name] = (value, reduce_type)
+
 
 class _FakeEvent:
     log: list[str] = []

@@ -287,7 +287,8 @@ def _summary(
         "non_embedding_params": int(model.num_non_embedding_params),
         "unique_params": counts["unique"],
         "effective_params": counts["effective"],
-        "peak_memory_gb": peak_memory_gb(),
+        # max over ranks (OLMo-core's MAX reduction of each step's peak), this rank's as floor
+        "peak_memory_gb": max(metrics_cb.max_peak_memory_gb, peak_memory_gb()),
         "mean_step_time_s": mean_step,
         "steady_steps": len(steady),
         "tokens_per_s": gbs / mean_step if mean_step else None,

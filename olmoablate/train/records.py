@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback
+from olmo_core.train.common import ReduceType
 
 from olmoablate.contract import columnar
+from olmoablate.contract.metrics import PEAK_MEMORY
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -144,6 +146,8 @@ class MetricsJSONLCallback(Callback):
     #: Measured time of every step trained in this attempt, in step order (for summary.json).
     step_times: list[float] = field(default_factory=list)
     last_row: dict[str, Any] = field(default_factory=dict)
+    #: Largest peak memory over ranks seen in this attempt's logged steps (rank 0; summary.json).
+    max_peak_memory_gb: float = 0.0
     _rows_since_copy: int = 0
 
     def pre_train(self) -> None:
@@ -189,6 +193,10 @@ class MetricsJSONLCallback(Callback):
                 self._cpu_times[self.step] = cpu
                 self._step_times[self.step] = dt
                 self.step_times.append(dt)
+        # After the window closed. Every rank's peak, reduced with MAX by OLMo-core together
+        # with the step's other metrics (no collective of our own): rank 0's memory alone
+        # understates a run whose ranks differ (uneven shards, the LM head's rank).
+        self.trainer.record_metric(PEAK_MEMORY, peak_memory_gb(), ReduceType.max)
 
     def _resolve_events(self, up_to: int) -> None:
         """Turn recorded event pairs of steps <= ``up_to`` into seconds (waits for the GPU).
@@ -223,6 +231,7 @@ class MetricsJSONLCallback(Callback):
         if self.resume_step is not None and step <= self.resume_step:
             return  # already in the file from the attempt that saved the checkpoint
         row = {k: float(v) for k, v in metrics.items()}
+        peak = row.pop(PEAK_MEMORY, None)
         if self._pending is None or self._pending["step"] != step:
             self._flush()
             self._pending = {"step": step, "tokens": step * self.global_batch_size}
@@ -234,7 +243,9 @@ class MetricsJSONLCallback(Callback):
                 self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
         if timed:
             self._pending["step_in_attempt"] = step - self._first_step + 1
-        self._pending["peak_memory_gb"] = peak_memory_gb()
+        if peak is not None or "peak_memory_gb" not in self._pending:
+            self._pending["peak_memory_gb"] = peak if peak is not None else peak_memory_gb()
+        self.max_peak_memory_gb = max(self.max_peak_memory_gb, self._pending["peak_memory_gb"])
 
     def _flush(self) -> None:
         if self._pending is None:
