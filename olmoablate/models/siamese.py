@@ -25,7 +25,8 @@ FLOPs: the block counts attention + feed-forward exactly like OLMo-core's ``Tran
 ``num_flops_per_token`` equals the baseline's.
 
 Precision of γ: its parameter, gradient reduction and optimizer state are fp32 on every path.
-The product γ ⊙ X is formed in fp32 and rounded once to the stream dtype. What γ holds in that
+The product γ ⊙ X is computed in fp32 and rounded once to the stream dtype (explicitly when γ
+is fp32 and the streams are not; in ``addcmul``'s fp32 opmath when both are bf16). What γ holds in that
 product depends on the path, exactly as for every RMSNorm weight of both arms: fp32 in one
 process and under DDP/autocast; under FSDP/HSDP with ``param_dtype=bf16`` (the GPU default)
 FSDP2 casts the whole block's unsharded parameters, γ included, to bf16 for compute, so γ enters
