@@ -27,7 +27,9 @@ def small_archs() -> dict[str, dict[str, Any]]:
     }
 
 
-def parity(_: float) -> tuple[bool, str, dict[str, Any]]:
+def parity(
+    _: float, device: str = "cuda", dims: dict[str, int] | None = None
+) -> tuple[bool, str, dict[str, Any]]:
     """flash_2 vs torch attention at sequence 1024 (window 256: SWA masking active)."""
     import torch
     from olmo_core.nn.attention import flash_attn_api
@@ -36,13 +38,15 @@ def parity(_: float) -> tuple[bool, str, dict[str, Any]]:
 
     if not flash_attn_api.has_flash_attn_2():
         return False, "flash-attn 2 is not installed: the GPU default (auto = flash_2) unshown", {}
-    ids = torch.randint(0, 100_000, (1, 1024), device="cuda")
+    ids = torch.randint(0, (dims or small_1b())["vocab_size"], (1, 1024), device=device)
     out: dict[str, Any] = {}
     for name, arch in small_archs().items():
         res = {}
         for backend in ("torch", "flash_2"):
-            model = build_model(small_1b(), arch, init_seed=0, attn_backend=backend, device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            model = build_model(
+                dims or small_1b(), arch, init_seed=0, attn_backend=backend, device=device
+            )
+            with torch.autocast(device, dtype=torch.bfloat16):
                 r = model(ids, labels=ids, return_logits=True)
             r.loss.backward()
             res[backend] = (r.logits.float().detach(), [p.grad.float() for p in model.parameters()])
@@ -65,7 +69,9 @@ def parity(_: float) -> tuple[bool, str, dict[str, Any]]:
     )
 
 
-def kv_cache(_: float) -> tuple[bool, str, dict[str, Any]]:
+def kv_cache(
+    _: float, device: str = "cuda", dims: dict[str, int] | None = None
+) -> tuple[bool, str, dict[str, Any]]:
     """Incremental decode == full forward, sequence 640 > window 256 (sliding-window masking)."""
     import torch
 
@@ -73,10 +79,12 @@ def kv_cache(_: float) -> tuple[bool, str, dict[str, Any]]:
     from olmoablate.models.generate import IncrementalDecoder
 
     seq = 640
-    ids = torch.randint(0, 100_000, (1, seq), device="cuda")
+    ids = torch.randint(0, (dims or small_1b())["vocab_size"], (1, seq), device=device)
     out = {}
     for name, arch in small_archs().items():
-        model = build_model(small_1b(), arch, init_seed=0, attn_backend="torch", device="cuda")
+        model = build_model(
+            dims or small_1b(), arch, init_seed=0, attn_backend="torch", device=device
+        )
         model = model.to(torch.bfloat16).eval()
         with torch.no_grad():
             full = model(ids).float()
@@ -91,7 +99,9 @@ def kv_cache(_: float) -> tuple[bool, str, dict[str, Any]]:
     return ok, ", ".join(f"{k} rel {v:.1e}" for k, v in out.items()), out
 
 
-def compiled_vs_eager(_: float) -> tuple[bool, str, dict[str, Any]]:
+def compiled_vs_eager(
+    _: float, device: str = "cuda", dims: dict[str, int] | None = None
+) -> tuple[bool, str, dict[str, Any]]:
     """Per variant: compiled (dynamo + AOTAutograd, where graph breaks are decided) == eager
     with the job's model callbacks attached (compute-dtype probe, loop curriculum)."""
     import torch
@@ -109,31 +119,42 @@ def compiled_vs_eager(_: float) -> tuple[bool, str, dict[str, Any]]:
         def record_metric(self, *a: Any, **k: Any) -> None:
             pass
 
-    ids = torch.randint(0, 100_000, (1, 1024), device="cuda")
+    ids = torch.randint(0, (dims or small_1b())["vocab_size"], (1, 1024), device=device)
     out = {}
     for name, arch in small_archs().items():
         torch._dynamo.reset()
         counters.clear()
         losses = []
         for compiled in (False, True):
-            model = build_model(small_1b(), arch, init_seed=0, attn_backend="torch", device="cuda")
-            if compiled:
-                for block in model.blocks.values():
-                    block.compile(backend="aot_eager")
+            model = build_model(
+                dims or small_1b(), arch, init_seed=0, attn_backend="torch", device=device
+            )
+            if compiled:  # the job's path (apply_compile: blocks, LM head, recompile bound)
+                real = torch.nn.Module.compile
+
+                def aot_eager(self: Any, *a: Any, real: Any = real, **k: Any) -> None:
+                    real(self, *a, **{**k, "backend": "aot_eager"})
+
+                torch.nn.Module.compile = aot_eager  # type: ignore[method-assign]
+                try:
+                    model.apply_compile()
+                finally:
+                    torch.nn.Module.compile = real  # type: ignore[method-assign]
             cbs = [ComputeDtypeCallback(), LoopCurriculumCallback()]
+            trainer = _Trainer(model)
             for cb in cbs:
-                cb.trainer = _Trainer(model)  # type: ignore[assignment]
+                cb.trainer = trainer  # type: ignore[assignment]
                 cb.pre_train()
             for s in (1, 2):
-                cbs[0].trainer.global_step = s
+                trainer.global_step = s
                 for cb in cbs:
                     cb.pre_step({})
-                with torch.autocast("cuda", dtype=torch.bfloat16):
+                with torch.autocast(device, dtype=torch.bfloat16):
                     loss = model(ids, labels=ids).loss
                 loss.backward()
                 for cb in cbs:
                     cb.post_train_batch()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             del model
         breaks = sum(counters["graph_break"].values())
         graphs = int(counters["stats"]["unique_graphs"])
