@@ -41,6 +41,7 @@ from olmoablate.contract.metrics import CE_LOSS
 from olmoablate.errors import UserError
 from olmoablate.io import write_json_atomic
 from olmoablate.train.decode import decode_figures
+from olmoablate.train.execution import execution_record
 from olmoablate.train.plan import RunContext, load_run
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,9 @@ def _environment(ctx: RunContext) -> Any:
     if world != topo.world_size:
         # e.g. a 2-node plan started by the local executor: HSDP, tokens/s and MFU would not be
         # the plan's, and nothing else would say so.
-        per_node = f"gpus_per_node = {gpus}" if use_cuda else f"cpu_processes = {topo.cpu_processes}"
+        per_node = (
+            f"gpus_per_node = {gpus}" if use_cuda else f"cpu_processes = {topo.cpu_processes}"
+        )
         raise UserError(
             f"runs[{ctx.run_id}].topology plans {topo.world_size} ranks (nodes = {topo.nodes} x "
             f"{per_node}) but this job was started with {world} (WORLD_SIZE); start it with the "
@@ -226,44 +229,6 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     return trainer, {name: trainer.callbacks[name] for name in own}
 
 
-def _execution_record(trainer: Any, own: dict[str, Any], env: Any, ctx: RunContext) -> dict:
-    """How the run actually executed (device, parallelism, precision, backend, compilation, GPU
-    model), from the live train module: what both arms must share (the report refuses to compare
-    the cost of arms whose records differ, `olmoablate.report.execution`) and what the plan
-    claimed, checkable after the fact. ``param_dtype`` is the FSDP mixed-precision policy the
-    train module was built with (what FSDP casts the parameters to for compute);
-    ``compute_dtype`` is the dtype a linear layer really produced in the first forward."""
-    import torch
-
-    tm = trainer.train_module
-    dp = getattr(tm, "dp_config", None)
-    autocast = getattr(tm, "autocast_precision", None)
-    att = next(iter(tm.model.blocks.values())).attention
-    backend = getattr(getattr(att, "backend", None), "__class__", type(None)).__name__
-    return {
-        "device": env.device_type,
-        "world_size": env.world_size,
-        "data_parallel": str(dp.name) if dp is not None else None,
-        "param_dtype": str(dp.param_dtype) if dp is not None and dp.param_dtype else None,
-        "autocast_dtype": str(autocast).removeprefix("torch.") if autocast is not None else None,
-        "compute_dtype": own["compute_dtype"].compute_dtype,
-        "attention_backend": backend,
-        "compile": _compile_record(ctx.run.training.compile, tm.model),
-        "gpu_model": torch.cuda.get_device_name() if env.device_type == "cuda" else None,
-    }
-
-
-def _compile_record(requested: Any, model: Any) -> dict[str, Any]:
-    """Whether and how the model was compiled: OLMo-core's ``apply_compile`` compiles every
-    block and the LM head separately with torch.compile's default backend (inductor)."""
-    compiled = bool(getattr(model, "compile_enabled", False))
-    return {
-        "requested": requested,
-        "compiled": compiled,
-        "how": "torch.compile per block + LM head (inductor)" if compiled else None,
-    }
-
-
 def _summary(
     trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
 ) -> dict[str, Any]:
@@ -300,7 +265,7 @@ def _summary(
         "wall_time_s": wall_s,
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
-        "execution": _execution_record(trainer, own, env, ctx),
+        "execution": execution_record(trainer, own["compute_dtype"].compute_dtype, env, ctx),
         # the node the steps were timed on: the report says when two arms ran on different ones
         "hostname": socket.gethostname(),
     }
