@@ -285,8 +285,13 @@ def run_files(results: Path, rid: str) -> dict[str, Any]:
     entry = next(r for r in plan["runs"] if r["run_id"] == rid)
     rows = [json.loads(x) for x in (rd / "metrics.jsonl").read_text().splitlines()]
     fps = [json.loads(x) for x in (rd / "fingerprints.jsonl").read_text().splitlines()]
-    logs = "".join(p.read_text(errors="replace") for p in results.rglob("*.log") if p.is_file())
-    logs += "".join(p.read_text(errors="replace") for p in results.rglob("*.out") if p.is_file())
+    # the job logs of this spec (submitit's *.out/*.err, our submit-*.log): TORCH_LOGS output
+    logs = "".join(
+        p.read_text(errors="replace")
+        for pattern in ("*.log", "*.out", "*.err")
+        for p in results.rglob(pattern)
+        if p.is_file()
+    )
     shutil.rmtree(rd / "checkpoints", ignore_errors=True)  # ~18 GB at 1B: not needed any more
     topo = entry["topology"]
     tflops = topo["gpu_peak_tflops"] * 1e12 * topo["assumed_mfu"]
