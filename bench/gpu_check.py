@@ -126,6 +126,8 @@ def step(
         except Exception as err:  # noqa: BLE001 - every failure is one FAIL line
             lines = [x for x in str(err).splitlines() if x.strip()]
             ok, detail, data = False, f"{type(err).__name__}: {lines[0] if lines else ''}", {}
+        finally:
+            stop_children()
     took = time.monotonic() - t
     RESULTS["steps"].append(
         {"name": name, "ok": ok, "detail": detail, "seconds": round(took, 1), "data": data}
@@ -224,8 +226,26 @@ topology: {{nodes: 1, gpus_per_node: 1, data_parallel: fsdp, gpu_type: H100,
     return spec
 
 
+#: Every command started, so a step that hits its deadline leaves none running.
+CHILDREN: list[subprocess.Popen] = []
+
+
+def stop_children() -> None:
+    """Ctrl-C to each live ``olmoablate`` command (submit then checkpoints and stops its jobs),
+    then a kill after 30 s."""
+    for proc in CHILDREN:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in CHILDREN:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    CHILDREN.clear()
+
+
 def cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "olmoablate", *args],
         cwd=OUT,
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
@@ -234,6 +254,8 @@ def cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
+    CHILDREN.append(proc)
+    return proc
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
@@ -449,7 +471,7 @@ def main() -> int:
     say(f"gpu_check: results in {OUT / 'gpu_check.json'}; budget {TOTAL_S} s")
     ok = step("environment", 20, environment)
     ok &= step("1B baseline via submit --executor local", 210, baseline_run)
-    ok &= step("SiameseNorm+DA and Looped via submit (SIGTERM + resume)", 170, variant_runs)
+    ok &= step("SiameseNorm+DA and Looped via submit (SIGTERM + resume)", 160, variant_runs)
     ok &= step("flash_2 vs torch parity (1B width, 4 layers)", 30, parity)
     ok &= step("KV cache, sequence 640 > window 256", 20, kv_cache)
     ok &= step("compiled vs eager with the job's callbacks", 40, compiled_vs_eager)
