@@ -237,6 +237,7 @@ topology: {topology}
         ),
         ("{gpus_per_node: 0, attention_backend: flash_2}", "", "needs CUDA GPUs"),
         ("{gpus_per_node: 8, nodes: 1, data_parallel: hsdp}", "", "needs nodes >= 2"),
+        ("{gpus_per_node: 0}", "compile: true", "compile=true needs CUDA GPUs"),
     ],
 )
 def test_validate_rejects_impossible_gpu_combinations(
@@ -250,7 +251,8 @@ def test_validate_rejects_impossible_gpu_combinations(
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0] and "topology." in lines[0], proc.stderr
+    field = "training.compile" if "compile" in message else "topology."
+    assert len(lines) == 1 and message in lines[0] and field in lines[0], proc.stderr
 
 
 def test_validate_warns_when_swa_is_inactive(tmp_path: Path) -> None:
@@ -304,6 +306,9 @@ class _FakeTrainer:
     def cancel_run(self, reason: str, no_sync: bool = False) -> None:
         self.cancelled.append(reason)
 
+    def record_metric(self, name: str, value: Any, reduce_type: Any = None) -> None:
+        self.metrics[name] = (value, reduce_type)
+
 
 class _FakeEvent:
     log: list[str] = []
@@ -347,6 +352,55 @@ def test_step_time_comes_from_synchronised_cuda_events(
     rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["step_time_s"] for r in rows] == [0.25, 0.25]
     assert [r["step_in_attempt"] for r in rows] == [1, 2]
+
+
+def test_step_events_inserted_while_the_bookkeeping_thread_resolves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27, 6: OLMo-core calls ``log_metrics`` from its bookkeeping thread, which resolves
+    the pending CUDA events while the main thread records the next steps' events. A bare dict
+    raised "dictionary changed size during iteration" there on one rank (the others then wait in
+    collectives). Here the two threads run flat out with Python switching threads every
+    microsecond; every step must end up resolved exactly once."""
+    import threading
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    _FakeEvent.log = []
+    cb = cbs.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
+    cb.trainer = _FakeTrainer()  # type: ignore[assignment]
+    cb.pre_train()
+    n_steps = 20_000
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def bookkeeping() -> None:
+        try:
+            while not done.is_set():
+                cb._resolve_events(cb.trainer.global_step // 2)  # lags behind the main thread
+        except BaseException as err:  # noqa: BLE001 - the failure under test
+            errors.append(err)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=bookkeeping)
+    thread.start()
+    try:
+        for step in range(1, n_steps + 1):
+            cb.trainer.global_step = step
+            cb.pre_step({})
+            cb.post_train_batch()
+            if errors:
+                break
+    finally:
+        done.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    cb._resolve_events(n_steps)
+    assert len(cb.step_times) == n_steps and not cb._events
 
 
 # ----------------------------------------------------------------------------- 6: stability
@@ -484,3 +538,24 @@ def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
     assert ex["compute_dtype"] == "bfloat16" and ex["autocast_dtype"] is None
     assert summary["decode_latency_s"] > 0 and summary["kv_cache_bytes"] > 0
     assert len((run_dir / "fingerprints.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_compile_request_the_cpu_job_cannot_honour_is_recorded(tmp_path: Path) -> None:
+    """Issue 27, 9: a plan saying ``compile: true`` (made before validate refused it on CPU)
+    trains eagerly on the CPU, and summary.json says so instead of only a buried log line."""
+    from olmoablate.train.job import run_job
+
+    entry = run_entry(
+        "tiny-s0-baseline",
+        "baseline",
+        {},
+        steps=2,
+        evaluation={"interval": 2},
+        training={"compile": True},
+    )
+    plan = make_plan(tmp_path, [certify(entry)], train_tokens=6_000, heldout_tokens=1_000)
+    assert run_job(str(plan), "tiny-s0-baseline")["state"] == "completed"
+    run_dir = plan.parent / "runs" / "tiny-s0-baseline"
+    ex = json.loads((run_dir / "summary.json").read_text())["execution"]
+    assert ex["compile"] == {"requested": True, "compiled": False, "how": None}
+    assert ex["gpu_model"] is None and ex["attention_backend"] == "TorchAttentionBackend"

@@ -185,3 +185,53 @@ def test_depth_attention_records_only_layers_read_later(monkeypatch: pytest.Monk
     loss_all, grads_all = _step(model, ids)
     assert loss == loss_all
     assert all(torch.equal(a, b) for a, b in zip(grads, grads_all, strict=True))
+
+
+class _Module:
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+
+class _Trainer:
+    """What the job's model-touching callbacks read from OLMo-core's Trainer."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.train_module = _Module(model)
+        self.global_step = 0
+        self.metrics: dict[str, float] = {}
+
+    def record_metric(self, name: str, value: float) -> None:
+        self.metrics[name] = value
+
+
+@pytest.mark.parametrize("backend", ["aot_eager"], indirect=True)
+def test_job_callbacks_keep_one_graph_per_block(backend: str) -> None:
+    """Issue 27, 3: the job's callbacks attached (the compute-dtype probe hooks the first linear
+    layer of the model, inside a compiled block; the loop curriculum sets b): the compiled model
+    still has no graph break and one graph per kind of block, and the probe records the dtype.
+    The probe used to remove its hook from inside the forward: dynamo broke the first block's
+    graph there, and the split code (module hooks are not guarded) served every block."""
+    from olmoablate.train.callbacks import ComputeDtypeCallback, LoopCurriculumCallback
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, SIZE["vocab_size"], (2, 8))
+    eager, compiled = _pair(VARIANTS["baseline"])
+    trainer = _Trainer(compiled)
+    probe, curriculum = ComputeDtypeCallback(), LoopCurriculumCallback()
+    for cb in (probe, curriculum):
+        cb.trainer = trainer  # type: ignore[assignment]
+        cb.pre_train()
+    counts = []
+    for step in (1, 2, 3):
+        trainer.global_step = step
+        for cb in (probe, curriculum):
+            cb.pre_step({"input_ids": ids})
+        _assert_same(eager, compiled, ids)
+        for cb in (probe, curriculum):
+            cb.post_train_batch()
+        counts.append(_graphs())
+    assert probe.compute_dtype == "float32" and probe._handle is None
+    assert counts[1] == counts[2], f"removing the probe recompiled: {counts}"
+    assert not _counters()["graph_break"], dict(_counters()["graph_break"])
+    kinds = len(block_signatures(compiled))
+    assert 0 < _graphs() <= 2 * (kinds + 2), _graphs()

@@ -188,8 +188,12 @@ def test_compile_per_size_and_in_the_plan(tmp_path: Path) -> None:
     p = tmp_path / "s.yaml"
     p.write_text(text)
     assert load_spec(p).per_size["tiny"].training.compile == "auto"  # the one default
-    p.write_text(text.replace("tokens: 4096", "tokens: 4096\n  compile: {tiny: true}"))
+    p.write_text(text.replace("tokens: 4096", "tokens: 4096\n  compile: {tiny: false}"))
     ls = load_spec(p)
-    assert ls.per_size["tiny"].training.compile is True
+    assert ls.per_size["tiny"].training.compile is False
     runs = build_plan(ls).as_json()["runs"]
-    assert {r["training"]["compile"] for r in runs} == {True}
+    assert {r["training"]["compile"] for r in runs} == {False}
+    # true on this CPU topology is a request the job cannot honour (issue 27): refused
+    p.write_text(text.replace("tokens: 4096", "tokens: 4096\n  compile: {tiny: true}"))
+    with pytest.raises(SpecError, match=r"training\.compile.*needs CUDA GPUs"):
+        load_spec(p)

@@ -123,3 +123,70 @@ def test_metrics_rows_merge_by_step_and_skip_resumed_steps(tmp_path: Path) -> No
     assert rows[0]["tokens"] == 768 and rows[1]["tokens"] == 1024
     assert all(r["peak_memory_gb"] > 0 for r in rows)
     assert np.isfinite([r["train/CE loss"] for r in rows]).all()
+
+
+def test_loop_state_norms_are_recorded_without_a_host_sync() -> None:
+    """Issue 27, 7: the looped arm's per-loop state norms used to be ``float()``-ed every step
+    (b host syncs per step that no other arm pays). Norms on the meta device stand in for CUDA
+    tensors: any conversion to a Python number raises."""
+    from olmoablate.contract import metrics as names
+    from olmoablate.models import build_model
+    from olmoablate.train.callbacks import LoopCurriculumCallback
+
+    dims = {
+        "d_model": 16,
+        "n_layers": 4,
+        "n_heads": 2,
+        "n_kv_heads": 2,
+        "mlp_hidden_size": 16,
+        "sliding_window": 4,
+        "vocab_size": 32,
+    }
+    model = build_model(dims, {"looped": {"body_layers": 4, "loops": 2, "tail": 1}})
+    model(torch.randint(0, 32, (1, 8)))
+    assert len(model.last_h_norms) == 2
+    model._h_norms = [torch.ones((), device="meta") for _ in range(2)]  # type: ignore[assignment]
+
+    class _Trainer:
+        def __init__(self) -> None:
+            self.train_module = type("TM", (), {"model": model})()
+            self.recorded: dict[str, Any] = {}
+
+        def record_metric(self, name: str, value: Any) -> None:
+            self.recorded[name] = value
+
+    cb = LoopCurriculumCallback()
+    cb.trainer = _Trainer()  # type: ignore[assignment]
+    cb.post_train_batch()
+    rec = cb.trainer.recorded  # type: ignore[attr-defined]
+    assert {names.h_norm(1), names.h_norm(2)} <= set(rec)
+    assert all(rec[names.h_norm(t)].device.type == "meta" for t in (1, 2))
+
+
+def test_peak_memory_is_the_max_over_ranks(tmp_path: Path) -> None:
+    """Issue 27, 7: every rank records its peak with OLMo-core's MAX reduction; the row and the
+    summary's figure are the reduced value, not rank 0's own."""
+    from olmo_core.train.common import ReduceType
+
+    from olmoablate.contract.metrics import PEAK_MEMORY
+
+    class _T:
+        global_step = 1
+        recorded: dict[str, Any] = {}
+
+        def record_metric(self, name: str, value: Any, reduce_type: Any = None) -> None:
+            self.recorded[name] = (value, reduce_type)
+
+    cb = MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
+    cb.trainer = _T()  # type: ignore[assignment]
+    cb.pre_step({})
+    cb.post_train_batch()
+    value, how = cb.trainer.recorded[PEAK_MEMORY]  # type: ignore[attr-defined]
+    assert how == ReduceType.max and value > 0
+    cb.log_metrics(1, {"train/CE loss": 4.0, PEAK_MEMORY: 1000.0})  # another rank's, reduced
+    cb.log_metrics(2, {"train/CE loss": 3.9, PEAK_MEMORY: 900.0})
+    cb.close()
+    rows = read_jsonl(tmp_path / "m.jsonl")
+    assert [r["peak_memory_gb"] for r in rows] == [1000.0, 900.0]
+    assert all(PEAK_MEMORY not in r for r in rows)
+    assert cb.max_peak_memory_gb == 1000.0

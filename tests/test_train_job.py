@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
+from fixtures.plan_fixture import certify, make_plan, run_entry
 
 from olmoablate.errors import UserError
 from olmoablate.train.job import main, run_job
@@ -319,7 +319,8 @@ def test_ddp_two_ranks_see_the_same_global_batches(tmp_path: Path) -> None:
     """torchrun with 2 gloo ranks (DDP): same fingerprints as one process, losses ~equal."""
     entry = run_entry("tiny-s0-baseline", "baseline", {}, steps=4, evaluation={"interval": 4})
     single = make_plan(tmp_path / "single", [entry])
-    ddp = make_plan(tmp_path / "ddp", [entry])
+    two = dict(entry, topology={**entry["topology"], "cpu_processes": 2})  # the job checks it
+    ddp = make_plan(tmp_path / "ddp", [certify(two)])
     assert run_job(str(single), "tiny-s0-baseline")["state"] == "completed"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")

@@ -174,3 +174,40 @@ def test_hsdp_world_that_does_not_split_over_nodes_is_a_one_line_error() -> None
     topo = {"nodes": 3, "gpus_per_node": 0, "cpu_processes": 1, "data_parallel": "hsdp"}
     with pytest.raises(UserError, match=r"topology.data_parallel = 'hsdp'.*2 ranks.*nodes = 3"):
         cfgs.train_module_config(_typed(topo), cfgs.Environment("cpu", 2, True))
+
+
+# ----------------------------------------------------------------------------- planned world
+
+
+def _two_node_plan(root: Path) -> Path:
+    topo = {"nodes": 2, "gpus_per_node": 0, "cpu_processes": 1, "data_parallel": "fsdp"}
+    return make_plan(root, [_entry(topo)], train_tokens=4_000, heldout_tokens=1_000)
+
+
+def test_job_refuses_a_world_other_than_the_plans(tmp_path: Path) -> None:
+    """Issue 27, 4: a `nodes: 2, cpu_processes: 1` plan started as one process (what the local
+    executor does on one machine) used to train with world size 1 and exit 0."""
+    plan = _two_node_plan(tmp_path)
+    with pytest.raises(UserError) as err:
+        run_job(str(plan), RUN_ID)
+    message = str(err.value)
+    assert len(message.splitlines()) == 1
+    assert "plans 2 ranks (nodes = 2 x cpu_processes = 1)" in message
+    assert "started with 1 (WORLD_SIZE)" in message
+    assert not (plan.parent / "runs" / RUN_ID / "metrics.jsonl").exists()
+
+
+def test_local_submit_refuses_a_multi_node_plan_before_anything_runs(tmp_path: Path) -> None:
+    plan = _two_node_plan(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "submit", str(plan.parent), "--executor", "local"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "topology.nodes = 2" in lines[0], proc.stderr
+    assert "--executor slurm" in lines[0]
+    assert not (plan.parent / "runs" / RUN_ID / "status.json").exists()

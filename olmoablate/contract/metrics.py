@@ -24,6 +24,9 @@ TOTAL_PFLOPS = "throughput/total petaflops"
 DEVICE_TPS = "throughput/device/TPS"
 #: Ours (olmoablate.train.callbacks): the loop count in force and each loop's state norm.
 LOOPS = "train/loops"
+#: Peak memory of the step, max over ranks (the training job records it with OLMo-core's max
+#: reduction; metrics.jsonl and summary.json carry it as ``peak_memory_gb``).
+PEAK_MEMORY = "system/peak memory (GB, max over ranks)"
 H_NORM_PREFIX = "train/H norm"
 #: Every evaluation metric starts with this (OLMo-core's evaluator callbacks' prefix).
 EVAL_PREFIX = "eval/"

@@ -62,6 +62,18 @@ def check_local_capacity(visible: list[str], gpus_per_run: int, parallel: int) -
     return parallel
 
 
+def check_local_topology(run_id: str, nodes: int) -> None:
+    """The local executor starts every task on this one machine (submitit's LocalExecutor has
+    no nodes): a multi-node plan would train with another world size than the plan's (an HSDP
+    2 x 8 plan as 1 x 8 on one box, its tokens/s and MFU not the plan's). Refused before
+    anything is queued; the job refuses it again at start (`olmoablate.train.job`)."""
+    if nodes > 1:
+        raise UserError(
+            f"runs[{run_id}].topology.nodes = {nodes} but the local executor runs on one machine "
+            "(allowed with --executor local: nodes: 1; use --executor slurm for several nodes)"
+        )
+
+
 def local_slot_devices(visible: list[str], gpus_per_run: int, slot: int) -> str:
     """``CUDA_VISIBLE_DEVICES`` for the local job in ``slot`` (0-based): its own G GPUs."""
     if gpus_per_run <= 0:

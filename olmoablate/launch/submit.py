@@ -20,7 +20,7 @@ from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.errors import UserError
 from olmoablate.io import canonical_json, write_text_atomic
 from olmoablate.launch import slurm as sl
-from olmoablate.launch.devices import check_local_capacity, visible_gpus
+from olmoablate.launch.devices import check_local_capacity, check_local_topology, visible_gpus
 from olmoablate.launch.lease import apply_leases, store_locked, write_identity
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.localpool import LocalPool
@@ -228,6 +228,7 @@ def _submit_local(
         send, skip = apply_leases(results, send, skip)  # one identity is trained once per store
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
+            check_local_topology(rid, plan.run(rid).topology.nodes)
             check_local_capacity(gpus, plan.run(rid).topology.gpus_per_node, parallel)
         for rid in send:
             if rid in redo:

@@ -3,7 +3,7 @@
 Exact definition (0-based layer ``l``, ``c_l = sqrt(2 (l + 1))``, X = post-norm-like stream,
 Y = pre-norm-like stream, both starting at the token embeddings)::
 
-    a   = γ_l ⊙ X + RMSNorm_ya(Y)                  γ_l: fp32, channel-wise, init 1
+    a   = γ_l ⊙ X + RMSNorm_ya(Y)                  γ_l: channel-wise, init 1 (precision below)
     Δ   = Attn(a)            [ → attention_norm(Δ)    if output_norms ]
     Y  += Δ ;  X = RMSNorm_x(X + Δ / c_l)
     m   = RMSNorm_in(X + RMSNorm_ym(Y))
@@ -23,6 +23,19 @@ count). Model total = baseline + L·(3·d) + 2·d  (output_norms false)
 FLOPs: the block counts attention + feed-forward exactly like OLMo-core's ``TransformerBlock``
 (block norms and γ are not counted, as OLMo-core does not count block norms), so SiameseNorm's
 ``num_flops_per_token`` equals the baseline's.
+
+Precision of γ: its parameter, gradient reduction and optimizer state are fp32 on every path.
+The product γ ⊙ X is computed in fp32 and rounded once to the stream dtype (explicitly when γ
+is fp32 and the streams are not; in ``addcmul``'s fp32 opmath when both are bf16). What γ holds in that
+product depends on the path, exactly as for every RMSNorm weight of both arms: fp32 in one
+process and under DDP/autocast; under FSDP/HSDP with ``param_dtype=bf16`` (the GPU default)
+FSDP2 casts the whole block's unsharded parameters, γ included, to bf16 for compute, so γ enters
+the product rounded to bf16 (relative error <= 2^-9, the same as the bf16 rounding of the
+product itself, and as the baseline's norm weights get). Keeping γ's compute copy in fp32 there
+would need a nested ``fully_shard`` unit with an fp32 policy inside every compiled block (one more
+all-gather and reduce-scatter per block and step, and a new graph-break risk) and would treat one
+weight of the variant unlike the baseline's; the reference's fp32 γ is an fp32 *master* weight,
+which this keeps.
 
 The two streams travel between blocks as a tuple ``(X, Y)``; ``AblationTransformer.forward``
 creates and merges them. A tuple (not a concatenation on the last dimension) avoids copying both

@@ -87,6 +87,12 @@ class AblationTransformer(Transformer):
         """Mean per-token L2 norm of H after each loop of the last forward (looped only)."""
         return [float(h) for h in self._h_norms]
 
+    @property
+    def last_h_norm_tensors(self) -> list[torch.Tensor]:
+        """:attr:`last_h_norms` as 0-d tensors on the model's device: no host sync (the trainer
+        moves recorded metrics to the host once per metrics interval, for every arm alike)."""
+        return list(self._h_norms)
+
     def forward_all_loops(self, input_ids: torch.Tensor, n_loops: int) -> list[torch.Tensor]:
         """Logits after every loop 1..n_loops (for per-loop evaluation)."""
         outs = self._looped_states(self._embed(input_ids, None), n_loops, n_loops, {}, {})

@@ -177,7 +177,9 @@ def build(results: Results) -> Report:
                     None,
                 )
             e = evidence_for(r, results, ref_pair)
-            e.timing = pair_timing(results, r)
+            # arms that ran different executions (report.execution): cost kept out of the gate
+            e.timing = None if r.execution_mismatch else pair_timing(results, r)
+            e.execution_mismatch = list(r.execution_mismatch)
             if g.rule == "quality_per_param" and ref_pair is None:
                 e.valid = False
                 e.invalid_reasons.append(

@@ -28,6 +28,7 @@ from olmoablate.report.align import (
 )
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.cost import cost_rows
+from olmoablate.report.execution import execution_mismatch, execution_of, parity_note
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
 from olmoablate.report.pairing import certificate_problems
@@ -79,6 +80,9 @@ class PairResult:
     cost: list[dict[str, Any]] = field(default_factory=list)
     overhead: dict[str, float | None] = field(default_factory=dict)
     looped: dict[str, Any] | None = None
+    #: What differs between the arms' summary.json execution blocks (report.execution); when
+    #: non-empty the measured cost is shown but not compared and stays out of the gate.
+    execution_mismatch: list[str] = field(default_factory=list)
     complete: bool = False
     incomplete_reason: str = ""
 
@@ -218,6 +222,15 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     if len(train_s):
         res.divergence = float(np.max(train_s.delta))
     res.cost, res.overhead = cost_rows(base, var)
+    res.execution_mismatch = execution_mismatch(
+        execution_of(base.summary), execution_of(var.summary)
+    )
+    if res.execution_mismatch:
+        res.notes.append(parity_note(res.execution_mismatch))
+        res.overhead = dict.fromkeys(res.overhead)
+        for row in res.cost:
+            if row["source"] == "measured":
+                row["ratio"], row["source"] = None, "measured (executions differ)"
     res.looped = looped_summary(var, base, evals)
     res.complete, res.incomplete_reason = _completeness(base, var)
     return res

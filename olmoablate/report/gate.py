@@ -23,6 +23,7 @@ from typing import Any
 
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import p_above, resolve_power, seeds_for_power, seeds_needed
+from olmoablate.report.execution import parity_note
 from olmoablate.report.noise import (
     FLOOR,
     NONE,
@@ -223,6 +224,8 @@ class PairEvidence:
     curve: list[float] = field(default_factory=list)
     tokens: float = 0.0
     gpu_hours: float = 0.0
+    #: Differences between the arms' execution records (report.execution): cost not compared.
+    execution_mismatch: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -321,6 +324,11 @@ def evaluate_variant(
             )
         if not p.complete:
             blockers.append(f"pair {p.pair_id}: not complete ({p.incomplete_reason})")
+        if p.execution_mismatch and _has_cost_limits(cfg):
+            blockers.append(
+                f"pair {p.pair_id}: {parity_note(p.execution_mismatch)}; the overhead limits "
+                "cannot be checked on it"
+            )
     o_stops, o_blockers, step_check = overhead_checks(
         [(p.pair_id, p.timing, p.overhead) for p in valid], cfg
     )
@@ -378,6 +386,17 @@ def evaluate_variant(
         preamble=preamble,
         stops=stops,
         blockers=blockers,
+    )
+
+
+def _has_cost_limits(cfg: Gate) -> bool:
+    return any(
+        lim is not None
+        for lim in (
+            cfg.max_step_time_overhead,
+            cfg.max_peak_memory_overhead,
+            cfg.max_decode_latency_overhead,
+        )
     )
 
 

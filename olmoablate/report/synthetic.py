@@ -48,6 +48,7 @@ class ArmTruth:
     seed_offset: float = 0.0  # seed-to-seed variation of the effect
     step_time_jitter: float = 0.0  # relative sd of each step's time (iid around step_time_s)
     host: str | None = None  # summary.json "hostname" (the node the run was timed on)
+    execution: Mapping[str, Any] | None = None  # summary.json "execution" (what ran)
 
 
 @dataclass
@@ -255,6 +256,8 @@ def write_run(
         }
         if truth.host is not None:
             summary["hostname"] = truth.host
+        if truth.execution is not None:
+            summary["execution"] = dict(truth.execution)
         if truth.decode_latency_s is not None:
             summary["decode_latency_s"] = truth.decode_latency_s
         write_json_atomic(rd.summary, summary)

@@ -172,3 +172,16 @@ def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
                 else ("evaluation", "downstream", index)
             )
             add(path, message)
+
+
+def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
+    """``training.compile: true`` on a CPU topology is a request the job cannot honour:
+    OLMo-core's train module compiles only on CUDA ("Skipping model compilation since CUDA is not
+    available") and the plan, its certificate and the cost would say ``compile: true`` for a run
+    that trained eagerly."""
+    if settings.training.compile is True and settings.topology.gpus_per_node == 0:
+        add(
+            origin_of(("training", "compile"), origin),
+            "compile=true needs CUDA GPUs: OLMo-core's train module compiles only on CUDA "
+            "(gpus_per_node=0; allowed on CPU: auto, false)",
+        )

@@ -30,6 +30,7 @@ from olmoablate.spec.checks import (
     check_architectures,
     check_batch,
     check_budget,
+    check_compile,
     check_downstream,
     check_execution,
     check_gate,
@@ -417,6 +418,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
             add(origin_of(ppath, origin), msg)
         eval_sets[size] = {name: f.to_dict() for name, f in facts.items()}
         check_execution(settings, add, origin)
+        check_compile(settings, add, origin)
         if dims[size].sliding_window >= settings.training.sequence_length:
             warn(
                 origin_of(("training", "sequence_length"), origin),

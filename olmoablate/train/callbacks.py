@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-from olmo_core.distributed.utils import get_rank
+from olmo_core.distributed.utils import get_rank, get_world_size
 from olmo_core.train.callbacks import (
     Callback,
     DownstreamEvaluatorCallbackConfig,
@@ -147,13 +147,14 @@ class LoopCurriculumCallback(Callback):
         self._set(self.trainer.global_step + 1)
 
     def post_train_batch(self) -> None:
+        # The norms stay device tensors: float() here would add b host syncs per step to the
+        # looped arms only (the other arms' metrics are synced once per metrics interval).
         model = _model_of(self.trainer)
-        norms = getattr(model, "last_h_norms", None)
+        norms = getattr(model, "last_h_norm_tensors", None)
         if norms is None:
             return
-        values = norms.tolist() if isinstance(norms, torch.Tensor) else list(norms)
-        for t, v in enumerate(values):
-            self.trainer.record_metric(metric_names.h_norm(t + 1), float(v))
+        for t, v in enumerate(norms):
+            self.trainer.record_metric(metric_names.h_norm(t + 1), v.detach())
         loops = getattr(model, "current_loops", None)
         if loops is not None:
             self.trainer.record_metric(metric_names.LOOPS, float(loops))
@@ -271,6 +272,10 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
         from olmo_core.data.utils import get_labels
         from olmo_core.utils import get_default_device, move_to_device
 
+        # OLMo-core's own pass counts every DP rank's tokens (numel x dp world size) against
+        # eval_duration: the extra passes must too, or on W ranks they would score W times the
+        # tokens of the standard pass (a different token set per loop count).
+        dp_world_size = get_world_size(self.trainer.dp_process_group)
         trained_loops = int(model.current_loops)
         counts = [int(n) for n in self.loop_counts]
         standard = [getattr(ev, "last_metrics", None) for ev in self.evaluators]
@@ -294,7 +299,7 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
                     evaluator.reset_metrics()
                     eval_tokens = 0
                     for i, batch in enumerate(evaluator, start=1):
-                        eval_tokens += batch["input_ids"].numel()
+                        eval_tokens += batch["input_ids"].numel() * dp_world_size
                         batch = move_to_device(batch, get_default_device())
                         with torch.no_grad():
                             out = self.trainer.train_module.eval_batch(  # type: ignore[attr-defined]

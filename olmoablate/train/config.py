@@ -130,16 +130,18 @@ def scheduler(run: RunEntry) -> Scheduler:
 
 
 def compile_enabled(run: RunEntry, env: Environment) -> bool:
-    """``training.compile``: true/false as given; ``auto`` compiles on CUDA only.
+    """``training.compile``: ``auto`` and ``true`` compile on CUDA, ``false`` never; never on CPU.
 
-    Why not on CPU by default: inductor compiles every distinct block graph with the C++
-    toolchain, which costs tens of seconds per graph on a small CPU box, more than the short CPU
-    runs (demo, tests) could save (measured in bench/RESULTS.md); ``true`` turns it on there too.
-    The setting sits in the run's ``training`` mapping, which the pairing certificate covers, so
-    the two arms of a pair always compile alike.
+    Why never on CPU: OLMo-core's train module skips compilation without CUDA ("Skipping model
+    compilation since CUDA is not available"), so ``validate`` refuses ``true`` on a CPU
+    topology and a plan made before that check still trains eagerly here; ``summary.json``'s
+    ``execution.compile`` records what ran (requested vs compiled). (Inductor would also cost
+    tens of seconds per block graph on a small CPU box, more than the short CPU runs could save;
+    bench/RESULTS.md.) The setting sits in the run's ``training`` mapping, which the pairing
+    certificate covers, so the two arms of a pair always compile alike.
     """
     value = run.training.compile
-    return env.device_type == "cuda" if value == "auto" else value
+    return env.device_type == "cuda" and value in ("auto", True)
 
 
 def train_module_config(run: RunEntry, env: Environment) -> TransformerTrainModuleConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,6 +22,10 @@ log = logging.getLogger(__name__)
 #: The job's running spike count, logged with each step (for W&B and metrics.jsonl readers; the
 #: report recounts spikes from the losses with the same rule).
 LOSS_SPIKES = "stability/loss spikes"
+
+#: Guards a run's divergence record, written from the main and the bookkeeping thread (module
+#: level: the trainer deep-copies its callbacks, and a lock cannot be copied).
+_DIVERGENCE_LOCK = threading.Lock()
 
 
 def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
@@ -50,6 +55,16 @@ class StabilityCallback(Callback):
     and checked with one all-reduce at the trainer's metrics steps (:func:`collect_due`), on every
     rank at once, so all ranks stop together within ``topology.metrics_interval`` steps and the
     first bad step is recorded. The divergence is final; the launcher must not retry it.
+
+    No collective here depends on state another thread sets: the spike rule runs in
+    ``pre_log_metrics``, which OLMo-core calls from its bookkeeping thread at a different moment
+    on each rank, so a spike stop only records the divergence (under a lock) and asks for OLMo-core's
+    synchronised cancel; whether the non-finite all-reduce runs depends only on the all-reduce's
+    own earlier results, which are the same on every rank. Neither path uses
+    ``cancel_run(no_sync=True)``: its barrier is skipped on a rank whose bookkeeping thread has
+    already seen a cancel (e.g. the spike stop's), a hang on the others; every rank asks for the
+    cancel and OLMo-core's cancel check stops them all at the same step, within
+    ``topology.metrics_interval`` steps.
     """
 
     priority: ClassVar[int] = 5
@@ -66,6 +81,8 @@ class StabilityCallback(Callback):
     _detector: SpikeDetector | None = None
     _first_step: int = 1
     _flags: list[tuple[int, torch.Tensor, list[Any]]] = field(default_factory=list)
+    #: Set only from the all-reduced flags (main thread): the same on every rank, at the same step.
+    _nonfinite_stop: bool = False
 
     @property
     def detector(self) -> SpikeDetector:
@@ -89,19 +106,27 @@ class StabilityCallback(Callback):
         self.diverged_at_step = state_dict.get("diverged_at_step")
         self.reason = state_dict.get("reason")
 
-    def _diverge(self, step: int, reason: str, *, all_ranks: bool) -> None:
-        if self.diverged_at_step is None:
-            self.diverged_at_step = step
-            self.reason = reason
-            log.error(f"Run diverged at step {step}: {reason}")
-        self.trainer.cancel_run(f"diverged: {reason}", no_sync=all_ranks)
+    def _record(self, step: int, reason: str) -> None:
+        """Keep the earliest divergence (either thread): every rank ends with the same step and
+        reason whichever of the spike stop and the non-finite check it saw first."""
+        with _DIVERGENCE_LOCK:
+            if self.diverged_at_step is None or step < self.diverged_at_step:
+                self.diverged_at_step = step
+                self.reason = reason
+                log.error(f"Run diverged at step {step}: {reason}")
+
+    def _diverge(self, step: int, reason: str) -> None:
+        self._record(step, reason)
+        # No barrier (see the class docstring): OLMo-core's cancel check stops every rank.
+        self.trainer.cancel_run(f"diverged: {reason}")
 
     def pre_train(self) -> None:
         self._first_step = self.trainer.global_step + 1
         self._flags = []
+        self._nonfinite_stop = False
 
     def post_train_batch(self) -> None:
-        if not self.stop_on_nonfinite or self.diverged_at_step is not None:
+        if not self.stop_on_nonfinite or self._nonfinite_stop:
             return
         found = [self.trainer.get_metric(name) for name in (CE_LOSS, GRAD_NORM)]
         self._flags.append((self.step, nonfinite_flags(found), found))
@@ -109,7 +134,7 @@ class StabilityCallback(Callback):
             self._check(cancel=True)
 
     def post_train(self) -> None:
-        if self.stop_on_nonfinite and self.diverged_at_step is None:
+        if self.stop_on_nonfinite and not self._nonfinite_stop:
             self._check(cancel=False)  # the last steps of a cancelled/finished attempt
 
     def _check(self, *, cancel: bool) -> None:
@@ -132,11 +157,11 @@ class StabilityCallback(Callback):
                 if v is not None
             )
             reason = f"non-finite {' and '.join(bad)} ({shown})"
+            self._nonfinite_stop = True
             if cancel:
-                self._diverge(step, reason, all_ranks=True)
-            elif self.diverged_at_step is None:
-                self.diverged_at_step, self.reason = step, reason
-                log.error(f"Run diverged at step {step}: {reason}")
+                self._diverge(step, reason)
+            else:
+                self._record(step, reason)
             return
 
     def pre_log_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -147,26 +172,31 @@ class StabilityCallback(Callback):
             self.spikes += 1
             log.warning(f"Loss spike at step {step}: {loss:.4f}")
         metrics[LOSS_SPIKES] = float(self.spikes)
-        if (
-            self.max_spikes is not None
-            and self.spikes > self.max_spikes
-            and self.diverged_at_step is None
-        ):
-            self._diverge(
-                step,
-                f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",
-                all_ranks=False,
-            )
+        if self.max_spikes is not None and self.spikes > self.max_spikes:
+            with _DIVERGENCE_LOCK:
+                first = self.diverged_at_step is None
+            if first:
+                self._diverge(
+                    step,
+                    f"{self.spikes} loss spikes > training.stability.max_spikes = {self.max_spikes}",
+                )
 
 
 @dataclass
 class ComputeDtypeCallback(Callback):
     """Records the dtype the model actually computes in: the output dtype of the first linear
     layer in the first training forward. Evidence for ``summary.json`` that a run trained in
-    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here)."""
+    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here).
+
+    The hook sits inside the first (compiled) block, so dynamo traces it: it only stores the
+    dtype in a dict (a side effect dynamo replays, no graph break) and is removed after the
+    first step, outside any forward. Removing it inside the forward broke the block's graph, and
+    since dynamo does not guard on module hooks the split code served every block of the run.
+    """
 
     compute_dtype: str | None = None
     _handle: Any = None
+    _seen: dict[str, Any] = field(default_factory=dict)
 
     def pre_train(self) -> None:
         linear = next(
@@ -178,7 +208,11 @@ class ComputeDtypeCallback(Callback):
     def _hook(self, module: Any, args: Any, output: Any) -> None:
         del module, args
         if isinstance(output, torch.Tensor) and torch.is_grad_enabled():
-            self.compute_dtype = str(output.dtype).removeprefix("torch.")
+            self._seen["dtype"] = output.dtype
+
+    def post_train_batch(self) -> None:
+        if self._handle is not None and "dtype" in self._seen:
+            self.compute_dtype = str(self._seen["dtype"]).removeprefix("torch.")
             self.close()
 
     def close(self) -> None:

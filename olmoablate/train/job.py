@@ -41,6 +41,7 @@ from olmoablate.contract.metrics import CE_LOSS
 from olmoablate.errors import UserError
 from olmoablate.io import write_json_atomic
 from olmoablate.train.decode import decode_figures
+from olmoablate.train.execution import execution_record
 from olmoablate.train.plan import RunContext, load_run
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,18 @@ def _environment(ctx: RunContext) -> Any:
         )
     use_cuda = gpus > 0
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    topo = ctx.run.topology
+    if world != topo.world_size:
+        # e.g. a 2-node plan started by the local executor: HSDP, tokens/s and MFU would not be
+        # the plan's, and nothing else would say so.
+        per_node = (
+            f"gpus_per_node = {gpus}" if use_cuda else f"cpu_processes = {topo.cpu_processes}"
+        )
+        raise UserError(
+            f"runs[{ctx.run_id}].topology plans {topo.world_size} ranks (nodes = {topo.nodes} x "
+            f"{per_node}) but this job was started with {world} (WORLD_SIZE); start it with the "
+            "plan's topology (--executor slurm for several nodes)"
+        )
     distributed = ("RANK" in os.environ and "WORLD_SIZE" in os.environ) or use_cuda
     return Environment(
         device_type="cuda" if use_cuda else "cpu", world_size=world, distributed=distributed
@@ -216,25 +229,6 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     return trainer, {name: trainer.callbacks[name] for name in own}
 
 
-def _execution_record(trainer: Any, own: dict[str, Any], env: Any) -> dict[str, Any]:
-    """How the run actually executed (device, parallelism, precision, backend), from the live
-    train module: what both arms must share and what the plan claimed, checkable after the fact."""
-    tm = trainer.train_module
-    dp = getattr(tm, "dp_config", None)
-    autocast = getattr(tm, "autocast_precision", None)
-    att = next(iter(tm.model.blocks.values())).attention
-    backend = getattr(getattr(att, "backend", None), "__class__", type(None)).__name__
-    return {
-        "device": env.device_type,
-        "world_size": env.world_size,
-        "data_parallel": str(dp.name) if dp is not None else None,
-        "param_dtype": str(dp.param_dtype) if dp is not None and dp.param_dtype else None,
-        "autocast_dtype": str(autocast).removeprefix("torch.") if autocast is not None else None,
-        "compute_dtype": own["compute_dtype"].compute_dtype,
-        "attention_backend": backend,
-    }
-
-
 def _summary(
     trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
 ) -> dict[str, Any]:
@@ -258,7 +252,8 @@ def _summary(
         "non_embedding_params": int(model.num_non_embedding_params),
         "unique_params": counts["unique"],
         "effective_params": counts["effective"],
-        "peak_memory_gb": peak_memory_gb(),
+        # max over ranks (OLMo-core's MAX reduction of each step's peak), this rank's as floor
+        "peak_memory_gb": max(metrics_cb.max_peak_memory_gb, peak_memory_gb()),
         "mean_step_time_s": mean_step,
         "steady_steps": len(steady),
         "tokens_per_s": gbs / mean_step if mean_step else None,
@@ -270,7 +265,7 @@ def _summary(
         "wall_time_s": wall_s,
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
-        "execution": _execution_record(trainer, own, env),
+        "execution": execution_record(trainer, own["compute_dtype"].compute_dtype, env, ctx),
         # the node the steps were timed on: the report says when two arms ran on different ones
         "hostname": socket.gethostname(),
     }

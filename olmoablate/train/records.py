@@ -15,6 +15,7 @@ import json
 import logging
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +24,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from olmo_core.distributed.utils import get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import Callback
+from olmo_core.train.common import ReduceType
 
 from olmoablate.contract import columnar
+from olmoablate.contract.metrics import PEAK_MEMORY
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -94,6 +97,12 @@ def collect_due(trainer: Trainer, step: int, first_step: int) -> bool:
     return bool(interval) and step % int(interval) == 0
 
 
+#: Guards MetricsJSONLCallback's per-step timing state, which the main thread fills (pre_step,
+#: post_train_batch) while OLMo-core's bookkeeping thread drains it (log_metrics). Module level:
+#: the trainer deep-copies its callbacks, and a lock cannot be copied.
+_TIMING_LOCK = threading.Lock()
+
+
 def cuda_timing() -> bool:
     """Whether step times come from CUDA events (GPU work is asynchronous to the host)."""
     return torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -137,6 +146,8 @@ class MetricsJSONLCallback(Callback):
     #: Measured time of every step trained in this attempt, in step order (for summary.json).
     step_times: list[float] = field(default_factory=list)
     last_row: dict[str, Any] = field(default_factory=dict)
+    #: Largest peak memory over ranks seen in this attempt's logged steps (rank 0; summary.json).
+    max_peak_memory_gb: float = 0.0
     _rows_since_copy: int = 0
 
     def pre_train(self) -> None:
@@ -168,50 +179,73 @@ class MetricsJSONLCallback(Callback):
 
     def post_train_batch(self) -> None:
         # CPU seconds of all threads: on a shared CPU box wall time alone overstates the cost.
-        self._cpu_times[self.step] = time.process_time() - self._cpu_start
+        cpu = time.process_time() - self._cpu_start
         if self._start_event is not None:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self._events[self.step] = (self._start_event, end)
+            with _TIMING_LOCK:
+                self._cpu_times[self.step] = cpu
+                self._events[self.step] = (self._start_event, end)
             self._start_event = None
         else:
             dt = time.perf_counter() - self._step_start
-            self._step_times[self.step] = dt
-            self.step_times.append(dt)
+            with _TIMING_LOCK:
+                self._cpu_times[self.step] = cpu
+                self._step_times[self.step] = dt
+                self.step_times.append(dt)
+        # After the window closed. Every rank's peak, reduced with MAX by OLMo-core together
+        # with the step's other metrics (no collective of our own): rank 0's memory alone
+        # understates a run whose ranks differ (uneven shards, the LM head's rank).
+        self.trainer.record_metric(PEAK_MEMORY, peak_memory_gb(), ReduceType.max)
 
     def _resolve_events(self, up_to: int) -> None:
-        """Turn recorded event pairs of steps <= ``up_to`` into seconds (waits for the GPU)."""
-        for step in sorted(s for s in self._events if s <= up_to):
-            start, end = self._events.pop(step)
+        """Turn recorded event pairs of steps <= ``up_to`` into seconds (waits for the GPU).
+
+        Called from OLMo-core's bookkeeping thread (``log_metrics``) while the main thread keeps
+        recording events: the due pairs are taken out under the lock, the GPU wait happens outside
+        it (the main thread never blocks on the device here)."""
+        with _TIMING_LOCK:
+            due = [(s, self._events.pop(s)) for s in sorted(s for s in self._events if s <= up_to)]
+        for step, (start, end) in due:
             end.synchronize()
             dt = float(start.elapsed_time(end)) / 1000.0
-            self._step_times[step] = dt
-            self.step_times.append(dt)
+            with _TIMING_LOCK:
+                self._step_times[step] = dt
+                self.step_times.append(dt)
 
     def steady_step_times(self) -> list[float]:
         """Step times of this attempt without its warm-up steps (all of them if that is empty)."""
         self._resolve_events(self.trainer.global_step)
-        steady = self.step_times[self.WARMUP_STEPS :]
-        return steady or self.step_times[1:] or self.step_times
+        with _TIMING_LOCK:
+            times = list(self.step_times)
+        steady = times[self.WARMUP_STEPS :]
+        return steady or times[1:] or times
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self._resolve_events(step)  # every rank, so no rank accumulates events
         if get_rank() != 0:
-            self._step_times.pop(step, None)
-            self._cpu_times.pop(step, None)
+            with _TIMING_LOCK:
+                self._step_times.pop(step, None)
+                self._cpu_times.pop(step, None)
             return
         if self.resume_step is not None and step <= self.resume_step:
             return  # already in the file from the attempt that saved the checkpoint
         row = {k: float(v) for k, v in metrics.items()}
+        peak = row.pop(PEAK_MEMORY, None)
         if self._pending is None or self._pending["step"] != step:
             self._flush()
             self._pending = {"step": step, "tokens": step * self.global_batch_size}
         self._pending.update(row)
-        if step in self._step_times:
-            self._pending["step_time_s"] = self._step_times.pop(step)
-            self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
+        with _TIMING_LOCK:
+            timed = step in self._step_times
+            if timed:
+                self._pending["step_time_s"] = self._step_times.pop(step)
+                self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
+        if timed:
             self._pending["step_in_attempt"] = step - self._first_step + 1
-        self._pending["peak_memory_gb"] = peak_memory_gb()
+        if peak is not None or "peak_memory_gb" not in self._pending:
+            self._pending["peak_memory_gb"] = peak if peak is not None else peak_memory_gb()
+        self.max_peak_memory_gb = max(self.max_peak_memory_gb, self._pending["peak_memory_gb"])
 
     def _flush(self) -> None:
         if self._pending is None:
