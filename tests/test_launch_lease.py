@@ -91,3 +91,55 @@ def test_older_plans_without_identities_train_as_before(store: Path) -> None:
     with store_locked(rd):
         assert claim(rd, BASE) is None
     assert not (store / ".store" / "leases").exists()
+
+
+def _replanned(store: Path, name: str, lr: float) -> ResultsDir:
+    """Spec ``name`` re-planned with another learning rate for both arms (same run ids)."""
+    tr = {"optimizer": {"name": "adamw", "lr": lr}}
+    runs = [
+        run_entry(BASE, "baseline", {}, pair_id="tiny-s0", training=tr),
+        run_entry(
+            "tiny-s0-v", "v", {"depth_attention": {"stride": 2}}, pair_id="tiny-s0-v", training=tr
+        ),
+    ]
+    plan = sp.build_plan(runs, spec_name=name, workdir=str(store.parent))
+    plan = plan.model_copy(update={"identity": identify(plan, plan.workdir, VERSIONS)})
+    rd = ResultsDir(store / name)
+    plan.write(rd.plan_path)
+    return rd
+
+
+def test_a_lease_whose_owner_now_trains_another_identity_is_not_followed(store: Path) -> None:
+    """The lease names a/<run>; a is re-planned (another lr) and that run id now trains a
+    different identity, live: b must train its own copy, never use a's different run."""
+    a, b = _spec(store, "a", 2), _spec(store, "b", 1)
+    with store_locked(a):
+        assert claim(a, BASE) is None
+    a = _replanned(store, "a", 0.02)
+    assert a.plan.identity is not None and b.plan.identity is not None
+    assert a.plan.identity.runs[BASE] != b.plan.identity.runs[BASE]
+    with Ledger.locked(a) as led:
+        led.mark_queued(BASE, owner_pid=os.getpid(), host=socket.gethostname())
+    with store_locked(b):
+        assert claim(b, BASE) is None  # b trains its identity itself
+    assert b.run(BASE).reused_from is None
+
+
+def test_a_reused_run_whose_owner_moved_to_another_identity_is_trained_here(store: Path) -> None:
+    """b reuses a's run (reused.json); a is then re-planned so that run is another identity:
+    status must not show a's run as b's (it would never be trained), and submit's claim trains
+    it in b."""
+    a, b = _spec(store, "a", 2), _spec(store, "b", 1)
+    with store_locked(a):
+        assert claim(a, BASE) is None
+    mark_status(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    with store_locked(b):
+        assert claim(b, BASE) == f"a/runs/{BASE}"
+    assert reconcile(b, Ledger.read(b))[BASE].state == "completed"
+    _replanned(store, "a", 0.02)
+    view = reconcile(b, Ledger.read(b))[BASE]
+    assert view.state not in ("completed", "diverged", "queued", "pending", "running"), view
+    assert "identity" in str(view.reason)
+    with store_locked(b):
+        assert claim(b, BASE) is None
+    assert not b.own_run(BASE).reused.exists()

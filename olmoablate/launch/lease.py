@@ -9,7 +9,8 @@ identity. A lease held by another spec's run that is live (queued, pending, runn
 (completed, diverged) means this spec uses that run: `submit` writes ``runs/<id>/reused.json``
 (``{"from": "<spec>/runs/<id>"}``) and sends nothing; every later stage reads that run's files as
 its own (`olmoablate.contract.layout.ResultsDir.run`). A lease whose run failed, was cancelled or
-is gone is stale and taken over. Marin's executor does the same with lease files and heartbeats;
+is gone, or that now trains another identity (its spec re-planned: `olmoablate.store.owner`), is
+stale and taken over. Marin's executor does the same with lease files and heartbeats;
 here liveness comes from the owner's own reconciled state (`olmoablate.launch.reconcile`).
 """
 
@@ -26,6 +27,7 @@ from olmoablate.contract.layout import ResultsDir
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, reconcile
+from olmoablate.store.owner import owner_problem
 
 STORE_DIR = ".store"
 
@@ -77,8 +79,12 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
     own = results.own_run(run_id)
     if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
         spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
-        if owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES:
-            where = f"{spec}/runs/{rid}"
+        where = f"{spec}/runs/{rid}"
+        # the holder's run must still be this identity (its spec may have been re-planned)
+        if (
+            owner_problem(store, where, identity) is None
+            and owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES
+        ):
             own.path.mkdir(parents=True, exist_ok=True)
             write_json_atomic(own.reused, {"from": where, "identity": identity, "at": now_iso()})
             return where
