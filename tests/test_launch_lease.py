@@ -143,3 +143,34 @@ def test_a_reused_run_whose_owner_moved_to_another_identity_is_trained_here(stor
     with store_locked(b):
         assert claim(b, BASE) is None
     assert not b.own_run(BASE).reused.exists()
+
+
+def test_a_reuse_of_a_run_that_became_reused_itself_reads_the_run_that_trained(
+    store: Path,
+) -> None:
+    """d planned while a's run was live (plan.json: reused from a); a's run then failed, b took
+    the stale lease over and trained it, and a's retry found b's lease (reused.json). d must read
+    b's finished run, not the failed partial files left in a's folder."""
+    a, b = _spec(store, "a", 2), _spec(store, "b", 1)
+    d = _spec(store, "d", 3)
+    with store_locked(a):
+        assert claim(a, BASE) is None
+    with Ledger.locked(a) as led:
+        led.record_submission(BASE, "999999", "local", "failed", host=socket.gethostname())
+        led.set_state(BASE, "failed", "boom")
+    mark_status(a.own_run(BASE).status, run_id=BASE, state="failed", reason="boom")
+    ident = d.plan.identity
+    assert ident is not None
+    plan = d.plan.model_copy(
+        update={"identity": ident.model_copy(update={"reused": {BASE: f"a/runs/{BASE}"}})}
+    )
+    plan.write(d.plan_path)
+    d = ResultsDir(d.root)
+    with store_locked(b):
+        assert claim(b, BASE) is None  # stale: b trains it
+    mark_status(b.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    with store_locked(a):
+        assert claim(a, BASE) == f"b/runs/{BASE}"  # a's retry uses b's run
+    assert a.run(BASE).path == b.own_run(BASE).path
+    assert d.run(BASE).path == b.own_run(BASE).path
+    assert reconcile(d, Ledger.read(d))[BASE].state == "completed"
