@@ -65,10 +65,10 @@ EXCLUDED: dict[str, str] = {
 
 #: Fields named by what they hold instead of where they are (paths of one machine).
 SUBSTITUTED: dict[str, str] = {
-    "training.data.paths": "each token file's content fingerprint, in order",
+    "training.data.paths": "each token file's fingerprint (not there yet: where it is read), in order",
     "training.data.root": "dropped: a mix is named by `mix` and the OLMo-core version",
     "training.data.tokenizer": "the tokenizer file's sha256 when it is a file",
-    "evaluation.lm_sets": "each eval file's content fingerprint, by set name",
+    "evaluation.lm_sets": "each eval file's content fingerprint (or where it is read), by set name",
 }
 
 #: Payload keys that differ between the two arms of a pair by design (the architecture and the
@@ -119,8 +119,8 @@ def payload(
     run: Mapping[str, Any], fingerprints: Mapping[str, str], versions: Mapping[str, Any]
 ) -> dict[str, Any]:
     """What the identity hashes: the run entry (plan.json's form) without :data:`EXCLUDED`, its
-    paths replaced by ``fingerprints`` (path as written -> content fingerprint; a path without one
-    stays a path, so it never matches a different file by accident), and the versions."""
+    paths replaced by ``fingerprints`` (path as written -> its name: content fingerprint, or where
+    the job reads it; `olmoablate.store.fingerprint.name_of`), and the versions."""
     doc = copy.deepcopy(dict(run))
     for dotted in EXCLUDED:
         _pop(doc, dotted)
@@ -197,7 +197,9 @@ class PlanIdentity(BaseModel):
     identity_schema: int
     #: Distribution name -> version at plan time (None: not installed there).
     versions: dict[str, str | None]
-    #: Every data path of the plan as written -> its content fingerprint (None: not local).
+    #: Every data path of the plan as written -> its content fingerprint, or ``path:`` and the
+    #: file the job reads (expanded, absolute) when it is not there at plan time. (None, in
+    #: plans made before that: the path as written was hashed.)
     data: dict[str, str | None]
     #: run_id -> identity (sha256 of :func:`payload`).
     runs: dict[str, str]
