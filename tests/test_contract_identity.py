@@ -216,3 +216,46 @@ def test_plan_explain_and_board_stay_light(tmp_path: Path) -> None:
         assert "olmoablate.cli" in modules
         heavy = {m for m in modules if m.split(".")[0] in heavy_roots}
         assert not heavy, (args, sorted(heavy)[:10])
+
+
+def _leaves(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(doc, dict):
+        return [
+            leaf
+            for k, v in doc.items()
+            for leaf in _leaves(v, f"{prefix}.{k}" if prefix else k)
+        ]
+    return [(prefix, doc)]
+
+
+def _other(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2 + 1
+    if isinstance(value, str):
+        return value + "-x"
+    if isinstance(value, list):
+        return [*value, 1]
+    return 1  # None
+
+
+#: Leaves the payload names otherwise (data by content) or drops with a documented reason.
+_NAMED_OTHERWISE = {"training.data.paths", "training.data.root", "evaluation.lm_sets"}
+
+
+def test_every_leaf_not_excluded_changes_it() -> None:
+    """The other half of the deny-list rule: no field is normalised away silently. Every leaf of
+    a run entry that EXCLUDED does not name changes the identity when changed alone."""
+    run = _entry()
+    kept = [
+        (dotted, v)
+        for dotted, v in _leaves(run)
+        if not any(dotted == e or dotted.startswith(e + ".") for e in ident.EXCLUDED)
+        and not any(dotted == e or dotted.startswith(e + ".") for e in _NAMED_OTHERWISE)
+    ]
+    assert len(kept) > 50
+    same = [d for d, v in kept if _id(_set(run, d, _other(v))) == _id(run)]
+    assert same == []
