@@ -114,3 +114,24 @@ def test_board_cli_formats_and_load_all_round_trip(store: Path, tmp_path: Path) 
     pdt.assert_frame_equal(again.proposals, camp.proposals)
     pdt.assert_frame_equal(again.specs, camp.specs)
     pdt.assert_frame_equal(again.track, camp.track)
+
+
+def _gateless(store: Path, name: str) -> None:
+    from fixtures.plan_fixture import run_entry
+
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.report import synthetic_plan as sp
+
+    runs = [run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0")]
+    sp.build_plan(runs, spec_name=name, workdir=str(store.parent)).write(
+        ResultsDir(store / name).plan_path
+    )
+
+
+def test_a_spec_without_a_gate_is_on_the_board(store: Path, tmp_path: Path) -> None:
+    _gateless(store, "nogate")
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "nogate" in out.stdout
+    md = _cli("board", str(store), "--format", "md", cwd=tmp_path).stdout
+    assert "| nogate |" in md
