@@ -135,3 +135,29 @@ def test_a_spec_without_a_gate_is_on_the_board(store: Path, tmp_path: Path) -> N
     assert "nogate" in out.stdout
     md = _cli("board", str(store), "--format", "md", cwd=tmp_path).stdout
     assert "| nogate |" in md
+
+
+@pytest.mark.parametrize(
+    "gate", ['{"gates": [1]}', '{"variants": [{}]}', '{"variants": 3}', '{"gates": "x"}', "[1]", "{"]
+)
+def test_a_malformed_gate_json_is_a_problem_line_not_a_traceback(
+    store: Path, tmp_path: Path, gate: str
+) -> None:
+    (store / "flips" / "gate.json").write_text(gate)
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "holds" in out.stdout and "flips" in out.stdout
+    assert "problem:" in out.stdout and "flips/gate.json" in out.stdout
+
+
+def test_board_on_what_is_not_a_store_says_so_in_one_line(store: Path, tmp_path: Path) -> None:
+    out = _cli("board", str(store / "holds"), cwd=tmp_path)
+    assert out.returncode == 2 and "one spec's results folder" in out.stderr, out.stderr
+    (tmp_path / "empty").mkdir()
+    out = _cli("board", str(tmp_path / "empty"), cwd=tmp_path)
+    assert out.returncode == 2 and "no results folder" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    (store / "holds" / "plan.json").write_text("{not json")
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0 and "problem:" in out.stdout and "holds" in out.stdout
