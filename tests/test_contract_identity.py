@@ -259,3 +259,59 @@ def test_every_leaf_not_excluded_changes_it() -> None:
     assert len(kept) > 50
     same = [d for d, v in kept if _id(_set(run, d, _other(v))) == _id(run)]
     assert same == []
+
+
+def _planned(tmp_path: Path) -> dict[str, Any]:
+    from olmoablate.report import synthetic_plan as sp
+
+    write_tokens(tmp_path / "data" / "train.bin", 5_000, seed=1)
+    write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)
+    runs = [
+        run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0"),
+        run_entry("tiny-s0-v", "v", {"depth_attention": {"stride": 2}}, pair_id="tiny-s0-v"),
+    ]
+    plan = sp.build_plan(runs, spec_name="p", workdir=str(tmp_path))
+    plan = plan.model_copy(update={"identity": identify(plan, tmp_path, VERSIONS)})
+    return plan.as_json()
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda i: i["runs"].pop("tiny-s0-v"), "identity"),
+        (lambda i: i["runs"].update({"ghost": "ab"}), "identity"),
+        (lambda i: i["reused"].update({"ghost": "a/runs/ghost"}), "identity"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "../../etc/runs/x"}), "reused"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "/abs/runs/x"}), "reused"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "a/b"}), "reused"),
+    ],
+)
+def test_an_identity_section_that_does_not_fit_its_plan_is_refused(
+    tmp_path: Path, edit: Any, says: str
+) -> None:
+    """plan.json's identity must name exactly its runs, and a reuse must be a run folder of the
+    store (``<spec>/runs/<id>``): never a path out of it."""
+    from olmoablate.errors import UserError
+
+    doc = _planned(tmp_path)
+    Plan.from_json(copy.deepcopy(doc))  # as written: fine
+    edit(doc["identity"])
+    with pytest.raises(UserError, match=says):
+        Plan.from_json(doc)
+
+
+@pytest.mark.parametrize("where", ["../../elsewhere/runs/x", "/abs/runs/x", "a/runs/../../x"])
+def test_a_reused_marker_out_of_the_store_is_not_followed(tmp_path: Path, where: str) -> None:
+    import json
+
+    from olmoablate.contract.layout import ResultsDir
+
+    doc = _planned(tmp_path)
+    rd = ResultsDir(tmp_path / "results" / "p")
+    rd.root.mkdir(parents=True)
+    rd.plan_path.write_text(json.dumps(doc))
+    own = rd.own_run("tiny-s0-baseline")
+    own.path.mkdir(parents=True)
+    own.reused.write_text(json.dumps({"from": where}))
+    assert rd.run("tiny-s0-baseline").path == own.path
+    assert rd.run("tiny-s0-baseline").reused_from is None

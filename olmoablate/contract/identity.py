@@ -23,7 +23,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from olmoablate.io import sha256_of
 
@@ -178,6 +178,18 @@ def pair_key(
     return sha256_of(doc)
 
 
+def is_run_place(where: str) -> bool:
+    """``<spec>/runs/<run_id>``: a run folder of the store, named relative to it (what plan.json's
+    ``reused`` and a run's reused.json hold). Nothing else is followed: an absolute path or a
+    ``..`` would make a stage read files outside the store it was given."""
+    parts = where.split("/")
+    return (
+        len(parts) == 3
+        and parts[1] == "runs"
+        and all(p not in ("", ".", "..") and "\\" not in p for p in (parts[0], parts[2]))
+    )
+
+
 def short(identity: str) -> str:
     """The first 12 hex digits (what tables show; the files hold the whole hash)."""
     return identity[:12]
@@ -219,6 +231,14 @@ class PlanIdentity(BaseModel):
     #: run_id -> ``<spec>/runs/<run_id>`` under the store: a run of another spec with the same
     #: identity, which this spec uses instead of training its own (priced at 0 GPU-hours).
     reused: dict[str, str] = {}
+
+    @field_validator("reused")
+    @classmethod
+    def _places(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [w for w in v.values() if not is_run_place(w)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a run of the store (allowed: <spec>/runs/<id>)")
+        return v
 
     def payload_of(self, run: Mapping[str, Any]) -> dict[str, Any]:
         """The payload of one of this plan's run entries (plan.json's form)."""

@@ -26,6 +26,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.plan import PLAN_FILE, Plan
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
@@ -201,7 +202,8 @@ class ResultsDir:
         own = self.runs_dir / run_id
         marker = _read_object(own / REUSED_FILE)
         if marker is not None and isinstance(marker.get("from"), str):
-            return str(marker["from"])
+            where = str(marker["from"])
+            return where if is_run_place(where) else None  # never a folder out of the store
         if (own / "status.json").exists():
             return None
         try:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso
@@ -82,7 +83,8 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
         where = f"{spec}/runs/{rid}"
         # the holder's run must still be this identity (its spec may have been re-planned)
         if (
-            owner_problem(store, where, identity) is None
+            is_run_place(where)
+            and owner_problem(store, where, identity) is None
             and owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES
         ):
             own.path.mkdir(parents=True, exist_ok=True)
