@@ -174,3 +174,28 @@ def test_a_reuse_of_a_run_that_became_reused_itself_reads_the_run_that_trained(
     assert a.run(BASE).path == b.own_run(BASE).path
     assert d.run(BASE).path == b.own_run(BASE).path
     assert reconcile(d, Ledger.read(d))[BASE].state == "completed"
+
+
+def test_a_lease_whose_owner_the_scheduler_cannot_answer_for_is_not_taken_over(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """a's run is a Slurm job, running; the controller cannot be reached (squeue and sacct
+    fail). Taking the lease over would train the identity a second time while a's job may well
+    be running: b's submit stops with one line instead."""
+    from olmoablate.errors import UserError
+    from olmoablate.launch import slurm as sl
+
+    a, b = _spec(store, "a", 2), _spec(store, "b", 1)
+    with store_locked(a):
+        assert claim(a, BASE) is None
+    with Ledger.locked(a) as led:
+        led.record_submission(BASE, "4242", "slurm", "running")
+    mark_status(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
+    monkeypatch.setattr(sl, "squeue_states", lambda ids: None)
+    monkeypatch.setattr(sl, "sacct_states", lambda *a, **k: None)
+    with store_locked(b), pytest.raises(UserError, match="Slurm"):
+        claim(b, BASE)
+    assert not b.own_run(BASE).status.exists()
+    ident = b.plan.identity
+    assert ident is not None
+    assert '"spec": "a"' in lease_path(store, ident.runs[BASE]).read_text()

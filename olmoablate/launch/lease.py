@@ -25,6 +25,7 @@ from typing import Any
 
 from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, reconcile
@@ -45,13 +46,26 @@ def store_locked(results: ResultsDir) -> Iterator[None]:
 
 
 def owner_state(store: Path, spec: str, run_id: str) -> str | None:
-    """The reconciled state of run ``run_id`` of spec ``spec`` (None: no such plan or run)."""
+    """The reconciled state of run ``run_id`` of spec ``spec`` (None: no such plan or run).
+
+    An owner whose plan or ledger cannot be read cannot hold a lease; an owner whose Slurm job
+    the controller cannot answer for can (it may be running): that is a :class:`UserError`
+    (submit stops, nothing sent), never a takeover that trains the identity twice."""
     owner = ResultsDir(store / spec)
     if not owner.plan_path.is_file():
         return None
     try:
-        views = reconcile(owner, Ledger.read(owner), follow_reuse=False)
-    except Exception:  # an unreadable owner cannot hold a lease
+        owner.plan  # noqa: B018  (loads and validates it)
+        ledger = Ledger.read(owner)
+    except (UserError, OSError, ValueError):  # an unreadable owner cannot hold a lease
+        return None
+    try:
+        views = reconcile(owner, ledger, follow_reuse=False, require_scheduler=True)
+    except UserError as err:
+        raise UserError(
+            f"the lease of {spec}/runs/{run_id} (the same run identity) cannot be checked: {err}"
+        ) from None
+    except (OSError, ValueError):  # its files are unreadable: it cannot hold a lease
         return None
     view = views.get(run_id)
     return None if view is None else view.state
