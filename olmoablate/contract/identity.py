@@ -108,6 +108,20 @@ def installed_versions() -> dict[str, str | None]:
     return out
 
 
+def version_mismatch(
+    run: Mapping[str, Any], recorded: Mapping[str, Any], installed: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """(distribution, version in the identity, version installed) of each version that counts
+    for ``run`` (:data:`ONLY_WHEN`) and differs: a job that trains with these would file its
+    numbers under an identity that says otherwise."""
+    counts = [d for d in VERSIONED if d not in ONLY_WHEN or _used(run, ONLY_WHEN[d])]
+    return [
+        (d, recorded.get(d), installed.get(d))
+        for d in counts
+        if d in recorded and recorded.get(d) != installed.get(d)
+    ]
+
+
 def _pop(doc: dict[str, Any], dotted: str) -> None:
     node: Any = doc
     *head, last = dotted.split(".")
