@@ -141,7 +141,9 @@ def board_command(
         typer.Option("--out", help="Write board.md / board.html / board.json here."),
     ] = None,
 ) -> None:
-    """One table of every spec under the store: verdicts, effects, noise, costs, track record."""
+    """One table of every spec under the store: verdicts, effects, noise, costs, track record.
+
+    ROOT is the store (the folder holding results/<spec>/ folders), not one spec's folder."""
     from olmoablate.store import default_store
 
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
