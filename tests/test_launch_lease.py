@@ -199,3 +199,22 @@ def test_a_lease_whose_owner_the_scheduler_cannot_answer_for_is_not_taken_over(
     ident = b.plan.identity
     assert ident is not None
     assert '"spec": "a"' in lease_path(store, ident.runs[BASE]).read_text()
+
+
+def test_a_run_folder_of_another_identity_is_not_resumed_under_the_new_one(store: Path) -> None:
+    """a's run started as identity X (identity.json); its token file was then rewritten in place
+    and a re-planned (same spec: no re-plan guard, no spec-hash check at submit), so the plan
+    says Y. Resuming would continue X's checkpoint on Y's data and label the mix Y: submit
+    stops in one line naming --redo; with --redo (folder moved aside) it trains Y afresh."""
+    from olmoablate.errors import UserError
+    from olmoablate.launch.lease import apply_leases, write_identity
+
+    a = _spec(store, "a", 2)
+    write_identity(a, BASE)
+    mark_status(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
+    write_tokens(store.parent / "data" / "train.bin", 20_000, seed=11)
+    a = _spec(store, "a", 2)
+    with store_locked(a), pytest.raises(UserError, match=f"--redo {BASE}"):
+        apply_leases(a, [BASE], [])
+    with store_locked(a):
+        assert apply_leases(a, [BASE], [], redo=[BASE]) == ([BASE], [])

@@ -19,17 +19,17 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.identity import is_run_place
+from olmoablate.contract.identity import is_run_place, short
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, reconcile
-from olmoablate.store.owner import owner_problem
+from olmoablate.store.owner import owner_problem, recorded_identity
 
 STORE_DIR = ".store"
 
@@ -119,11 +119,36 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
     return None
 
 
+def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str]) -> None:
+    """Refuse to continue a run folder that was started as another identity than the plan now
+    names (its identity.json): the spec was re-planned with the same spec file but other data
+    (a token file rewritten in place), and resuming would continue the old checkpoint on the
+    new data under the new identity. ``redo`` runs start over in a fresh folder."""
+    plan = results.plan
+    if plan.identity is None:
+        return
+    for rid in send:
+        if rid in redo or rid not in plan.identity.runs:
+            continue
+        recorded = recorded_identity(results.own_run(rid).path)
+        if recorded is not None and recorded != plan.identity.runs[rid]:
+            raise UserError(
+                f"{results.own_run(rid).path} was started as identity {short(recorded)}, the "
+                f"plan now says {short(plan.identity.runs[rid])} (`olmoablate explain` the two "
+                f"plans to see why); start it over with --redo {rid}"
+            )
+
+
 def apply_leases(
-    results: ResultsDir, send: list[str], skip: list[tuple[str, str]]
+    results: ResultsDir,
+    send: list[str],
+    skip: list[tuple[str, str]],
+    redo: Collection[str] = (),
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
-    skipped runs that are reused say so too (e.g. "completed, reused from ...")."""
+    skipped runs that are reused say so too (e.g. "completed, reused from ..."). First, a run
+    folder started as another identity is refused (:func:`check_resumable`)."""
+    check_resumable(results, send, redo)
     skip = [
         (rid, why if where is None else f"{why}, reused from {results.store / where}")
         for rid, why in skip
