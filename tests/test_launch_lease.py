@@ -218,3 +218,19 @@ def test_a_run_folder_of_another_identity_is_not_resumed_under_the_new_one(store
         apply_leases(a, [BASE], [])
     with store_locked(a):
         assert apply_leases(a, [BASE], [], redo=[BASE]) == ([BASE], [])
+
+
+def test_redo_of_a_run_another_spec_trains_says_where_to_redo_it(store: Path) -> None:
+    """b uses a's finished run; `submit --redo` of it in b cannot retrain it there (one identity
+    is trained once per store): one line naming the spec that trains it, not a silent skip."""
+    from olmoablate.errors import UserError
+    from olmoablate.launch.lease import apply_leases
+
+    a, b = _spec(store, "a", 2), _spec(store, "b", 1)
+    with store_locked(a):
+        assert claim(a, BASE) is None
+    mark_status(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    with store_locked(b), pytest.raises(UserError, match=f"a/runs/{BASE}.*--redo it there"):
+        apply_leases(b, [BASE], [], redo=[BASE])
+    with store_locked(b):  # without --redo: reused, as before
+        assert apply_leases(b, [BASE], []) == ([], [(BASE, f"reused from {store}/a/runs/{BASE}")])

@@ -159,6 +159,11 @@ def apply_leases(
         where = claim(results, rid)
         if where is None:
             keep.append(rid)
+        elif rid in redo:
+            raise UserError(
+                f"--redo {rid}: it is {results.store / where}, trained by another spec of the "
+                "store (one identity is trained once); --redo it there"
+            )
         else:
             skip.append((rid, f"reused from {results.store / where}"))
     return keep, skip
