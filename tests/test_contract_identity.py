@@ -315,3 +315,26 @@ def test_a_reused_marker_out_of_the_store_is_not_followed(tmp_path: Path, where:
     own.reused.write_text(json.dumps({"from": where}))
     assert rd.run("tiny-s0-baseline").path == own.path
     assert rd.run("tiny-s0-baseline").reused_from is None
+
+
+def test_the_fingerprint_cache_holds_a_data_set_of_many_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1B recipe's token files are hundreds of shards: planning again must not re-hash all of
+    them because the cache kept only the last few dozen."""
+    from olmoablate.store import fingerprint as fp
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    files = []
+    for i in range(300):
+        f = tmp_path / f"shard{i:03d}.bin"
+        f.write_bytes(i.to_bytes(4, "little") * 16)
+        files.append(f)
+    for f in files:
+        assert fp.fingerprint(str(f)) is not None
+    hashed: list[Path] = []
+    real = fp.sha256_file
+    monkeypatch.setattr(fp, "sha256_file", lambda p: hashed.append(p) or real(p))
+    for f in files:
+        fp.fingerprint(str(f))
+    assert hashed == []

@@ -24,6 +24,9 @@ FULL_HASH_BYTES = 1 << 28
 SAMPLES = 64
 BLOCK = 1 << 20
 _CACHE = "data-fingerprints-v1"
+#: Entries the fingerprint cache keeps: a few recipes' worth of token shards (each entry is one
+#: small file), so re-planning never re-reads hundreds of GB because the cache forgot them.
+CACHE_ENTRIES = 4096
 
 
 def where(path: str, workdir: str | Path) -> str:
@@ -73,5 +76,5 @@ def fingerprint(path: str, workdir: str | Path = ".") -> str | None:
                 fh.seek(i * step)
                 digest.update(fh.read(BLOCK))
         out = f"sampled-sha256:{st.st_size}:{digest.hexdigest()}"
-    user_cache_put(_CACHE, key, out)
+    user_cache_put(_CACHE, key, out, keep=CACHE_ENTRIES)
     return out
