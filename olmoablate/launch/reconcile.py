@@ -182,6 +182,7 @@ def reconcile(
 
 def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_s: float) -> None:
     owners: dict[str, dict[str, RunView]] = {}
+    plans: dict[str, Any] = {}  # the owners' plans, loaded once per view
     for rid, view in views.items():
         where = results.run(rid).reused_from
         if where is None:
@@ -201,7 +202,7 @@ def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_
             view.state, view.reason = "missing", f"{note}: that run is not in its plan"
             continue
         mine = results.plan.identity.runs.get(rid) if results.plan.identity is not None else None
-        moved = owner_problem(results.store, where, mine) if mine is not None else None
+        moved = owner_problem(results.store, where, mine, plans) if mine is not None else None
         if moved is not None:  # not this run any more: `submit` trains it here
             views[rid] = RunView(
                 run_id=rid,

@@ -30,13 +30,21 @@ def recorded_identity(run_dir: Path) -> str | None:
     return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None
 
 
-def owner_problem(store: str | Path, where: str, identity: str) -> str | None:
-    """Why the run at ``<store>/<where>`` is not a run of ``identity`` (None: it is)."""
+def owner_problem(
+    store: str | Path, where: str, identity: str, plans: dict[str, Plan | str] | None = None
+) -> str | None:
+    """Why the run at ``<store>/<where>`` is not a run of ``identity`` (None: it is).
+    ``plans``: a cache (spec -> its plan, or why it does not load) shared by calls of one view."""
     spec, _, rid = where.partition("/runs/")
-    try:
-        plan = Plan.load(ResultsDir(Path(store) / spec).plan_path)
-    except UserError as err:
-        return f"its plan cannot be read ({err})"
+    plans = {} if plans is None else plans
+    if spec not in plans:
+        try:
+            plans[spec] = Plan.load(ResultsDir(Path(store) / spec).plan_path)
+        except UserError as err:
+            plans[spec] = str(err)
+    plan = plans[spec]
+    if isinstance(plan, str):
+        return f"its plan cannot be read ({plan})"
     theirs = plan.identity.runs.get(rid) if plan.identity is not None else None
     if theirs != identity:
         return (
