@@ -161,3 +161,18 @@ def test_board_on_what_is_not_a_store_says_so_in_one_line(store: Path, tmp_path:
     (store / "holds" / "plan.json").write_text("{not json")
     out = _cli("board", str(store), cwd=tmp_path)
     assert out.returncode == 0 and "problem:" in out.stdout and "holds" in out.stdout
+
+
+def test_a_verdict_older_than_its_runs_results_is_flagged(store: Path, tmp_path: Path) -> None:
+    """A run finished (or was redone) after the last `report`: the board's verdict for that
+    spec is stale, and says so."""
+    import datetime
+
+    status = store / "flips" / "runs" / "1B-s0-baseline" / "status.json"
+    doc = json.loads(status.read_text())
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+    status.write_text(json.dumps({**doc, "updated": later.isoformat()}))
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "problem:" in out.stdout and "flips/gate.json is older" in out.stdout
+    assert "holds/gate.json is older" not in out.stdout

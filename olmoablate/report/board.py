@@ -182,6 +182,37 @@ def _baseline_identities(plan: Plan) -> set[str]:
     return {plan.identity.runs[r.run_id] for r in plan.runs if r.is_baseline}
 
 
+def _newer_than(rd: ResultsDir, plan: Plan, path: Path) -> list[str]:
+    """The runs whose final status.json is newer than ``path`` (the spec's gate.json): they
+    finished, or were redone, after the report that wrote it."""
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return []
+    out = []
+    for run in plan.runs:
+        rdir = rd.run(run.run_id)
+        doc = rdir.read_status() or {}
+        if doc.get("state") in FINAL and _written(doc, rdir.status) > written:
+            out.append(run.run_id)
+    return out
+
+
+def _written(status: dict[str, Any], path: Path) -> float:
+    """When status.json was last written: its own ``updated`` time (kept by a copy of the store,
+    which resets files' mtimes), else the file's mtime."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromisoformat(str(status["updated"])).timestamp()
+    except (KeyError, ValueError):
+        pass
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def _reported(
     spec: str, state: str, blocks: dict[str, Any], records: list[dict[str, Any]]
 ) -> tuple[list[ProposalRow], list[track.TrackRow]]:
@@ -256,6 +287,13 @@ def build_board(root: str | Path) -> Board:
             srow, state = _spec_costs(rd, plan, 0.0)
         if bad is not None:
             problems.append(bad)
+        newer = _newer_than(rd, plan, gate_path) if records else []
+        if newer:
+            problems.append(
+                f"{gate_path} is older than the results of {len(newer)} run(s) "
+                f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}): its verdict "
+                f"predates them; re-run `olmoablate report {rd.root}`"
+            )
         srow.reported = bool(records)
         specs.append(srow)
         baselines[srow.spec] = _baseline_identities(plan)
