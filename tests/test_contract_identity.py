@@ -338,3 +338,16 @@ def test_the_fingerprint_cache_holds_a_data_set_of_many_files(
     for f in files:
         fp.fingerprint(str(f))
     assert hashed == []
+
+
+def test_a_path_with_a_variable_unset_at_plan_time_keeps_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``${X}/a.bin`` with X unset where `plan` runs: relative (the job reads it from its plan's
+    workdir), so two workdirs name two files."""
+    from olmoablate.store.fingerprint import name_of
+
+    monkeypatch.delenv("OLMOABLATE_UNSET_X", raising=False)
+    one, two = (name_of("${OLMOABLATE_UNSET_X}/a.bin", tmp_path / d) for d in ("w1", "w2"))
+    assert one != two and one.startswith("path:") and str(tmp_path / "w1") in one
+    assert name_of("s3://bucket/a.npy", tmp_path) == "path:s3://bucket/a.npy"

@@ -32,9 +32,10 @@ CACHE_ENTRIES = 4096
 def where(path: str, workdir: str | Path) -> str:
     """The file the job will read for ``path`` as written: environment variables expanded (as
     the job does; here with `plan`'s environment), ``~`` expanded, relative to the plan's
-    workdir. A URL stays as written; a variable that is not set stays unexpanded."""
+    workdir. A URL stays as written; a variable that is not set stays unexpanded (and a path
+    relative with it is still anchored at the workdir)."""
     expanded = os.path.expandvars(path)
-    if "://" in expanded or "$" in expanded:
+    if "://" in expanded:
         return expanded
     p = Path(expanded).expanduser()
     return os.path.normpath(p if p.is_absolute() else Path(workdir) / p)
