@@ -85,6 +85,17 @@ def test_versions_are_part_of_it() -> None:
     assert _id(run, **{"ai2-olmo-core": "3.1.0"}) != _id(run)
 
 
+def test_the_eval_library_version_counts_when_downstream_tasks_are_scored() -> None:
+    """Downstream scores come from ai2-olmo-eval's task definitions: a run scored with another
+    release is another run; a run with no downstream task does not depend on it."""
+    eval_v = "ai2-olmo-eval"
+    assert eval_v in ident.VERSIONED
+    run = _entry()
+    assert _id(run, **{eval_v: "0.9.0"}) == _id(run, **{eval_v: None})
+    scored = _set(run, "evaluation.downstream", ["piqa_rc_0shot"])
+    assert _id(scored, **{eval_v: "0.9.0"}) != _id(scored, **{eval_v: "0.10.0"})
+
+
 def test_token_files_are_named_by_content_not_by_path(tmp_path: Path) -> None:
     a = write_tokens(tmp_path / "a" / "train.bin", 5_000, seed=1)
     b = tmp_path / "mnt" / "other-name.bin"
@@ -205,3 +216,138 @@ def test_plan_explain_and_board_stay_light(tmp_path: Path) -> None:
         assert "olmoablate.cli" in modules
         heavy = {m for m in modules if m.split(".")[0] in heavy_roots}
         assert not heavy, (args, sorted(heavy)[:10])
+
+
+def _leaves(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(doc, dict):
+        return [
+            leaf
+            for k, v in doc.items()
+            for leaf in _leaves(v, f"{prefix}.{k}" if prefix else k)
+        ]
+    return [(prefix, doc)]
+
+
+def _other(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 2 + 1
+    if isinstance(value, str):
+        return value + "-x"
+    if isinstance(value, list):
+        return [*value, 1]
+    return 1  # None
+
+
+#: Leaves the payload names otherwise (data by content) or drops with a documented reason.
+_NAMED_OTHERWISE = {"training.data.paths", "training.data.root", "evaluation.lm_sets"}
+
+
+def test_every_leaf_not_excluded_changes_it() -> None:
+    """The other half of the deny-list rule: no field is normalised away silently. Every leaf of
+    a run entry that EXCLUDED does not name changes the identity when changed alone."""
+    run = _entry()
+    kept = [
+        (dotted, v)
+        for dotted, v in _leaves(run)
+        if not any(dotted == e or dotted.startswith(e + ".") for e in ident.EXCLUDED)
+        and not any(dotted == e or dotted.startswith(e + ".") for e in _NAMED_OTHERWISE)
+    ]
+    assert len(kept) > 50
+    same = [d for d, v in kept if _id(_set(run, d, _other(v))) == _id(run)]
+    assert same == []
+
+
+def _planned(tmp_path: Path) -> dict[str, Any]:
+    from olmoablate.report import synthetic_plan as sp
+
+    write_tokens(tmp_path / "data" / "train.bin", 5_000, seed=1)
+    write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)
+    runs = [
+        run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0"),
+        run_entry("tiny-s0-v", "v", {"depth_attention": {"stride": 2}}, pair_id="tiny-s0-v"),
+    ]
+    plan = sp.build_plan(runs, spec_name="p", workdir=str(tmp_path))
+    plan = plan.model_copy(update={"identity": identify(plan, tmp_path, VERSIONS)})
+    return plan.as_json()
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda i: i["runs"].pop("tiny-s0-v"), "identity"),
+        (lambda i: i["runs"].update({"ghost": "ab"}), "identity"),
+        (lambda i: i["reused"].update({"ghost": "a/runs/ghost"}), "identity"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "../../etc/runs/x"}), "reused"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "/abs/runs/x"}), "reused"),
+        (lambda i: i["reused"].update({"tiny-s0-baseline": "a/b"}), "reused"),
+    ],
+)
+def test_an_identity_section_that_does_not_fit_its_plan_is_refused(
+    tmp_path: Path, edit: Any, says: str
+) -> None:
+    """plan.json's identity must name exactly its runs, and a reuse must be a run folder of the
+    store (``<spec>/runs/<id>``): never a path out of it."""
+    from olmoablate.errors import UserError
+
+    doc = _planned(tmp_path)
+    Plan.from_json(copy.deepcopy(doc))  # as written: fine
+    edit(doc["identity"])
+    with pytest.raises(UserError, match=says):
+        Plan.from_json(doc)
+
+
+@pytest.mark.parametrize("where", ["../../elsewhere/runs/x", "/abs/runs/x", "a/runs/../../x"])
+def test_a_reused_marker_out_of_the_store_is_not_followed(tmp_path: Path, where: str) -> None:
+    import json
+
+    from olmoablate.contract.layout import ResultsDir
+
+    doc = _planned(tmp_path)
+    rd = ResultsDir(tmp_path / "results" / "p")
+    rd.root.mkdir(parents=True)
+    rd.plan_path.write_text(json.dumps(doc))
+    own = rd.own_run("tiny-s0-baseline")
+    own.path.mkdir(parents=True)
+    own.reused.write_text(json.dumps({"from": where}))
+    assert rd.run("tiny-s0-baseline").path == own.path
+    assert rd.run("tiny-s0-baseline").reused_from is None
+
+
+def test_the_fingerprint_cache_holds_a_data_set_of_many_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1B recipe's token files are hundreds of shards: planning again must not re-hash all of
+    them because the cache kept only the last few dozen."""
+    from olmoablate.store import fingerprint as fp
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    files = []
+    for i in range(100):  # more than the 64 it used to keep
+        f = tmp_path / f"shard{i:03d}.bin"
+        f.write_bytes(i.to_bytes(4, "little") * 16)
+        files.append(f)
+    for f in files:
+        assert fp.fingerprint(str(f)) is not None
+    hashed: list[Path] = []
+    real = fp.sha256_file
+    monkeypatch.setattr(fp, "sha256_file", lambda p: hashed.append(p) or real(p))
+    for f in files:
+        fp.fingerprint(str(f))
+    assert hashed == []
+
+
+def test_a_path_with_a_variable_unset_at_plan_time_keeps_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``${X}/a.bin`` with X unset where `plan` runs: relative (the job reads it from its plan's
+    workdir), so two workdirs name two files."""
+    from olmoablate.store.fingerprint import name_of
+
+    monkeypatch.delenv("OLMOABLATE_UNSET_X", raising=False)
+    one, two = (name_of("${OLMOABLATE_UNSET_X}/a.bin", tmp_path / d) for d in ("w1", "w2"))
+    assert one != two and one.startswith("path:") and str(tmp_path / "w1") in one
+    assert name_of("s3://bucket/a.npy", tmp_path) == "path:s3://bucket/a.npy"

@@ -114,3 +114,65 @@ def test_board_cli_formats_and_load_all_round_trip(store: Path, tmp_path: Path) 
     pdt.assert_frame_equal(again.proposals, camp.proposals)
     pdt.assert_frame_equal(again.specs, camp.specs)
     pdt.assert_frame_equal(again.track, camp.track)
+
+
+def _gateless(store: Path, name: str) -> None:
+    from fixtures.plan_fixture import run_entry
+
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.report import synthetic_plan as sp
+
+    runs = [run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0")]
+    sp.build_plan(runs, spec_name=name, workdir=str(store.parent)).write(
+        ResultsDir(store / name).plan_path
+    )
+
+
+def test_a_spec_without_a_gate_is_on_the_board(store: Path, tmp_path: Path) -> None:
+    _gateless(store, "nogate")
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "nogate" in out.stdout
+    md = _cli("board", str(store), "--format", "md", cwd=tmp_path).stdout
+    assert "| nogate |" in md
+
+
+@pytest.mark.parametrize(
+    "gate", ['{"gates": [1]}', '{"variants": [{}]}', '{"variants": 3}', '{"gates": "x"}', "[1]", "{"]
+)
+def test_a_malformed_gate_json_is_a_problem_line_not_a_traceback(
+    store: Path, tmp_path: Path, gate: str
+) -> None:
+    (store / "flips" / "gate.json").write_text(gate)
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    assert "holds" in out.stdout and "flips" in out.stdout
+    assert "problem:" in out.stdout and "flips/gate.json" in out.stdout
+
+
+def test_board_on_what_is_not_a_store_says_so_in_one_line(store: Path, tmp_path: Path) -> None:
+    out = _cli("board", str(store / "holds"), cwd=tmp_path)
+    assert out.returncode == 2 and "one spec's results folder" in out.stderr, out.stderr
+    (tmp_path / "empty").mkdir()
+    out = _cli("board", str(tmp_path / "empty"), cwd=tmp_path)
+    assert out.returncode == 2 and "no results folder" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    (store / "holds" / "plan.json").write_text("{not json")
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0 and "problem:" in out.stdout and "holds" in out.stdout
+
+
+def test_a_verdict_older_than_its_runs_results_is_flagged(store: Path, tmp_path: Path) -> None:
+    """A run finished (or was redone) after the last `report`: the board's verdict for that
+    spec is stale, and says so."""
+    import datetime
+
+    status = store / "flips" / "runs" / "1B-s0-baseline" / "status.json"
+    doc = json.loads(status.read_text())
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=1)
+    status.write_text(json.dumps({**doc, "updated": later.isoformat()}))
+    out = _cli("board", str(store), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "problem:" in out.stdout and "flips/gate.json is older" in out.stdout
+    assert "holds/gate.json is older" not in out.stdout

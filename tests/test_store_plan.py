@@ -140,3 +140,70 @@ def test_explain_bad_input_is_one_line(root: Path) -> None:
     out = _cli("explain", "a:nope", f"a:{BASE}", cwd=root)
     assert out.returncode == 2 and "no run 'nope'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _trained(root: Path, spec: str, rid: str) -> None:
+    """Mark ``rid`` of ``spec`` completed with the identity.json `submit` writes before training."""
+    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.launch.lease import write_identity
+
+    _mark(root, spec, rid, "completed")
+    write_identity(ResultsDir(root / "results" / spec), rid)
+
+
+@pytest.mark.parametrize("change", ["replan", "data-in-place"])
+def test_a_run_trained_as_another_identity_is_not_reused(root: Path, change: str) -> None:
+    """a's run folder trained identity X (identity.json); a's plan.json now says Y for that run
+    id (re-planned with another lr, or its token file rewritten in place, which re-plans without
+    the guard): a spec planning Y must not take a's X-trained run as Y."""
+    _trained(root, "a", BASE)
+    if change == "replan":
+        out = _cli("plan", _spec(root, "a", lr=0.02), "--replan", cwd=root)
+        kw: dict[str, Any] = {"lr": 0.02}
+    else:
+        write_tokens(root / "data" / "train.bin", 20_000, seed=7, vocab=512, eos=510)
+        out = _cli("plan", _spec(root, "a"), cwd=root)
+        kw = {}
+    assert out.returncode == 0, out.stderr
+    assert _cli("plan", _spec(root, "c", **kw), cwd=root).returncode == 0
+    assert _reused(root, "c") == {}
+
+
+def test_a_path_without_content_is_named_where_the_job_reads_it(root: Path) -> None:
+    """A token file made later (not there at plan time) is named by path: the same relative
+    path planned from another folder is another file for the job (relative to the plan's
+    workdir), so it must not reuse."""
+    assert _cli("plan", _spec(root, "late", train="data/late.bin"), cwd=root).returncode == 0
+    _mark(root, "late", BASE, "completed")
+    w2 = root / "w2"
+    (w2 / "data").mkdir(parents=True)
+    shutil.copy(root / "data" / "held.bin", w2 / "data" / "held.bin")  # same eval content
+    store = str(root / "results")
+    out = _cli("plan", _spec(w2, "late2", train="data/late.bin"), "--store", store, cwd=w2)
+    assert out.returncode == 0, out.stderr
+    assert _reused(root, "late2") == {}
+    # from the same folder it is the same path, the same file for the job: reused
+    out = _cli("plan", _spec(root, "late3", train="data/late.bin"), cwd=root)
+    assert _reused(root, "late3") == {BASE: f"late/runs/{BASE}"}
+
+
+def test_an_environment_variable_in_a_path_is_named_by_the_file_it_names(root: Path) -> None:
+    """``${DATA}/train.bin`` is another file for another $DATA (the job expands it): content
+    decides, as for any other path."""
+    (root / "other").mkdir()
+    write_tokens(root / "other" / "train.bin", 20_000, seed=9, vocab=512, eos=510)
+    (root / "same").mkdir()
+    shutil.copy(root / "data" / "train.bin", root / "same" / "train.bin")
+    train = "\"${DATA}/train.bin\""
+    env = {"DATA": str(root / "other")}
+    assert _cli_env(root, env, "plan", _spec(root, "v1", train=train)).returncode == 0
+    _mark(root, "v1", BASE, "completed")
+    out = _cli_env(root, {"DATA": str(root / "same")}, "plan", _spec(root, "v2", train=train))
+    assert out.returncode == 0, out.stderr
+    assert _reused(root, "v2") == {BASE: f"a/runs/{BASE}"}  # same content as a's data/train.bin
+    out = _cli_env(root, {"DATA": str(root / "data")}, "plan", _spec(root, "v3", train=train))
+    assert _reused(root, "v3") == {BASE: f"a/runs/{BASE}"}
+    (root / "nope").mkdir()
+    out = _cli_env(root, {"DATA": str(root / "nope")}, "plan", _spec(root, "v4", train=train))
+    assert out.returncode == 0, out.stderr
+    assert _reused(root, "v4") == {}  # not there yet: named by where, not by "${DATA}"

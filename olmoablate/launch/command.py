@@ -78,7 +78,8 @@ def submit_command(
             metavar="RUN_ID",
             shell_complete=complete_run_ids,
             help="Run to start over from scratch (old run folder moved to runs/.superseded/); "
-            "required for runs whose spec changed since the last submit. Repeatable.",
+            "required for runs whose spec changed since the last submit. A run another spec "
+            "of the store trains is redone there. Repeatable.",
         ),
     ] = None,
     run: Annotated[

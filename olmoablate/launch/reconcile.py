@@ -19,6 +19,7 @@ from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import JobRecord, Ledger
 from olmoablate.launch.reasons import reason_for
 from olmoablate.launch.runstate import OwnStatus
+from olmoablate.store.owner import owner_problem
 
 #: A job for the run is queued (local queue), pending or running, or a cancel is under way.
 LIVE_STATES = frozenset({"queued", "pending", "running", "cancelling"})
@@ -86,7 +87,9 @@ def reconcile(
     """Current state of every run of the plan (see the module docstring for the rules).
 
     A run this spec reuses from another spec of the store (``ResultsDir.run``) has that run's
-    state, with the reason saying where it is (``follow_reuse``: one level, never a loop)."""
+    state, with the reason saying where it is (``follow_reuse``: one level, never a loop), while
+    that run is still the identity this plan expects; otherwise it is ``missing`` (trained here
+    by the next `submit`) and the reason says what moved (`olmoablate.store.owner`)."""
     runs = results.plan.runs_by_id
     records = {rid: ledger.record(rid) for rid in runs}
     slurm_jobs = {
@@ -179,6 +182,7 @@ def reconcile(
 
 def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_s: float) -> None:
     owners: dict[str, dict[str, RunView]] = {}
+    plans: dict[str, Any] = {}  # the owners' plans, loaded once per view
     for rid, view in views.items():
         where = results.run(rid).reused_from
         if where is None:
@@ -196,6 +200,18 @@ def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_
         note = f"reused from {results.store / where}"
         if got is None:
             view.state, view.reason = "missing", f"{note}: that run is not in its plan"
+            continue
+        mine = results.plan.identity.runs.get(rid) if results.plan.identity is not None else None
+        moved = owner_problem(results.store, where, mine, plans) if mine is not None else None
+        if moved is not None:  # not this run any more: `submit` trains it here
+            views[rid] = RunView(
+                run_id=rid,
+                group_id=view.group_id,
+                state="missing",
+                total_steps=results.plan.run(rid).steps,
+                total_tokens=view.total_tokens,
+                reason=f"{note}, but {moved}",
+            )
             continue
         views[rid] = dataclasses.replace(
             got,

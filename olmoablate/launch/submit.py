@@ -181,7 +181,7 @@ def _submit_slurm(
         check_spec(ledger, results.plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=True)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
-        send, skip = apply_leases(results, send, skip)  # one identity is trained once per store
+        send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
         for rid in redo:
             ledger.forget(rid)
         rendered = render_all(results, send) if send else []
@@ -225,7 +225,7 @@ def _submit_local(
         check_spec(ledger, plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
-        send, skip = apply_leases(results, send, skip)  # one identity is trained once per store
+        send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
             check_local_topology(rid, plan.run(rid).topology.nodes)

@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.layout import PLAN_FILE, ResultsDir
 from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
@@ -101,14 +101,6 @@ class Board:
         }
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def _spec_costs(rd: ResultsDir, plan: Plan, futility: float) -> tuple[SpecRow, str]:
     states: list[str | None] = []
     planned = spent = saved = 0.0
@@ -142,8 +134,34 @@ def _spec_costs(rd: ResultsDir, plan: Plan, futility: float) -> tuple[SpecRow, s
     return row, state
 
 
+class _Malformed(ValueError):
+    """A gate.json whose shape this board cannot read (hand-edited, truncated, another tool's)."""
+
+
+def _gate_doc(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(gate.json's object or None, the problem with it: None when it is absent or an object)."""
+    if not path.exists():
+        return None, None
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError) as err:
+        return None, f"{path}: unreadable ({err}); its spec is shown as not reported"
+    if not isinstance(doc, dict):
+        return None, f"{path}: not a JSON object; its spec is shown as not reported"
+    return doc, None
+
+
 def _records(gate: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(gate["gates"]) if isinstance(gate.get("gates"), list) else [gate]
+    recs = gate["gates"] if "gates" in gate else [gate]
+    if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
+        raise _Malformed("'gates' is not a list of gate records")
+    for r in recs:
+        vs = r.get("variants") or []
+        if not isinstance(vs, list) or not all(
+            isinstance(v, dict) and "variant" in v and "verdict" in v for v in vs
+        ):
+            raise _Malformed("'variants' is not a list of records with 'variant' and 'verdict'")
+    return recs
 
 
 def _estimate(v: dict[str, Any]) -> dict[str, Any]:
@@ -164,11 +182,83 @@ def _baseline_identities(plan: Plan) -> set[str]:
     return {plan.identity.runs[r.run_id] for r in plan.runs if r.is_baseline}
 
 
+def _newer_than(rd: ResultsDir, plan: Plan, path: Path) -> list[str]:
+    """The runs whose final status.json is newer than ``path`` (the spec's gate.json): they
+    finished, or were redone, after the report that wrote it."""
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return []
+    out = []
+    for run in plan.runs:
+        rdir = rd.run(run.run_id)
+        doc = rdir.read_status() or {}
+        if doc.get("state") in FINAL and _written(doc, rdir.status) > written:
+            out.append(run.run_id)
+    return out
+
+
+def _written(status: dict[str, Any], path: Path) -> float:
+    """When status.json was last written: its own ``updated`` time (kept by a copy of the store,
+    which resets files' mtimes), else the file's mtime."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromisoformat(str(status["updated"])).timestamp()
+    except (KeyError, ValueError):
+        pass
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _reported(
+    spec: str, state: str, blocks: dict[str, Any], records: list[dict[str, Any]]
+) -> tuple[list[ProposalRow], list[track.TrackRow]]:
+    """The proposal rows (and track-record rows) of one spec's gate records."""
+    proposals: list[ProposalRow] = []
+    rows: list[track.TrackRow] = []
+    for rec in records:
+        g = blocks.get(rec.get("name", ""))
+        promote = list(g.promote_to) if g is not None else []
+        min_effect = g.min_effect if g is not None else 0.0
+        for v in rec.get("variants") or []:
+            est = _estimate(v)
+            sizes = _size_estimates(rec, v["variant"])
+            p = ProposalRow(
+                spec, str(rec.get("name")), v["variant"], str(v.get("role")),
+                str(rec.get("stage")), promote, str(rec.get("metric")), str(v["verdict"]),
+                str(rec.get("verdict")), est.get("mean"), est.get("lower"), est.get("upper"),
+                est.get("n_seeds"), est.get("source") or (rec.get("noise_source") or {}).get("kind"),
+                float(min_effect), state, [], {},
+            )  # fmt: skip
+            if p.role != "exploratory":
+                mine = track.track_rows(
+                    p.proposal, p.spec, p.variant, p.stage, p.verdict, p.effect, min_effect,
+                    [(s, sizes.get(s)) for s in promote],
+                )  # fmt: skip
+                p.held_at = {t.size: t.held for t in mine}
+                rows.extend(mine)
+            proposals.append(p)
+    return proposals, rows
+
+
 def build_board(root: str | Path) -> Board:
     """The board of every spec (results folder with a plan.json) directly under ``root``."""
     root = Path(root)
     if not root.is_dir():
         raise UserError(f"{root}: no such store (a folder holding results/<spec>/ folders)")
+    if (root / PLAN_FILE).is_file():
+        raise UserError(
+            f"{root}: one spec's results folder, not a store; the store is the folder above it "
+            f"(olmoablate board {root.parent})"
+        )
+    if not spec_dirs(root):
+        raise UserError(
+            f"{root}: no results folder (<spec>/{PLAN_FILE}) in this folder; give the store "
+            "(the folder `plan --store` wrote into; default results)"
+        )
     specs: list[SpecRow] = []
     proposals: list[ProposalRow] = []
     rows: list[track.TrackRow] = []
@@ -180,16 +270,33 @@ def build_board(root: str | Path) -> Board:
         except UserError as err:
             problems.append(str(err))
             continue
-        gate = _read(rd.root / GATE_FILE)
-        records = _records(gate) if gate else []
-        futility = sum(
-            float((r.get("futility") or {}).get("gpu_hours_saved") or 0.0) for r in records
-        )
-        srow, state = _spec_costs(rd, plan, futility)
-        srow.reported = gate is not None
+        gate_path = rd.root / GATE_FILE
+        gate, bad = _gate_doc(gate_path)
+        blocks = {e.name: e.gate for e in plan.gates}
+        mine: tuple[list[ProposalRow], list[track.TrackRow]] = ([], [])
+        try:
+            records = _records(gate) if gate else []
+            futility = sum(
+                float((r.get("futility") or {}).get("gpu_hours_saved") or 0.0) for r in records
+            )
+            srow, state = _spec_costs(rd, plan, futility)
+            mine = _reported(srow.spec, state, blocks, records)
+        except (_Malformed, TypeError, ValueError, AttributeError, KeyError) as err:
+            bad = f"{gate_path}: malformed ({err}); its spec is shown as not reported"
+            records = []
+            srow, state = _spec_costs(rd, plan, 0.0)
+        if bad is not None:
+            problems.append(bad)
+        newer = _newer_than(rd, plan, gate_path) if records else []
+        if newer:
+            problems.append(
+                f"{gate_path} is older than the results of {len(newer)} run(s) "
+                f"({', '.join(newer[:3])}{', ...' if len(newer) > 3 else ''}): its verdict "
+                f"predates them; re-run `olmoablate report {rd.root}`"
+            )
+        srow.reported = bool(records)
         specs.append(srow)
         baselines[srow.spec] = _baseline_identities(plan)
-        blocks = {e.name: e.gate for e in plan.gates}
         if not records:
             for name, g in blocks.items():
                 proposals.append(
@@ -200,28 +307,8 @@ def build_board(root: str | Path) -> Board:
                     )
                 )  # fmt: skip
             continue
-        for rec in records:
-            g = blocks.get(rec.get("name", ""))
-            promote = list(g.promote_to) if g is not None else []
-            min_effect = g.min_effect if g is not None else 0.0
-            for v in rec.get("variants") or []:
-                est = _estimate(v)
-                sizes = _size_estimates(rec, v["variant"])
-                p = ProposalRow(
-                    srow.spec, str(rec.get("name")), v["variant"], str(v.get("role")),
-                    str(rec.get("stage")), promote, str(rec.get("metric")), str(v["verdict"]),
-                    str(rec.get("verdict")), est.get("mean"), est.get("lower"), est.get("upper"),
-                    est.get("n_seeds"), est.get("source") or (rec.get("noise_source") or {}).get("kind"),
-                    float(min_effect), state, [], {},
-                )  # fmt: skip
-                if p.role != "exploratory":
-                    mine = track.track_rows(
-                        p.proposal, p.spec, p.variant, p.stage, p.verdict, p.effect, min_effect,
-                        [(s, sizes.get(s)) for s in promote],
-                    )  # fmt: skip
-                    p.held_at = {t.size: t.held for t in mine}
-                    rows.extend(mine)
-                proposals.append(p)
+        proposals.extend(mine[0])
+        rows.extend(mine[1])
     share = {
         s: sorted(o for o in baselines if o != s and baselines[o] & baselines[s]) for s in baselines
     }

@@ -30,28 +30,37 @@ def _bounds(p: ProposalRow) -> str:
     return f"{_num(p.effect)} [{_num(p.lower)}, {_num(p.upper)}]"
 
 
+def _costs(s: SpecRow) -> list[str]:
+    return [
+        f"{s.state} ({s.runs_done}/{s.runs} runs)",
+        f"{s.gpu_hours_spent:.4g}",
+        f"{s.gpu_hours_saved_reuse:.4g} ({len(s.reused_runs)} run(s))",
+        f"{s.gpu_hours_saved_futility:.4g}",
+    ]
+
+
 def rows(board: Board) -> list[list[str]]:
-    """The table's cells: one row per gated variant; a spec's costs on its first row only (a
-    spec's GPU-hours are counted once however many gates it has)."""
-    by_spec: dict[str, SpecRow] = {s.spec: s for s in board.specs}
+    """The table's cells, spec by spec: one row per gated variant, a spec's costs on its first
+    row only (a spec's GPU-hours are counted once however many gates it has); a spec without a
+    gate gets one row of its own (its state and costs; nothing to decide)."""
     out: list[list[str]] = []
-    seen: set[str] = set()
-    for p in board.proposals:
-        s = by_spec[p.spec]
-        first = p.spec not in seen
-        seen.add(p.spec)
-        held = ", ".join(f"{k}: {'held' if v else 'NOT held'}" for k, v in p.held_at.items())
-        out.append(
-            [
-                p.spec, p.gate, p.variant + ("" if p.role == "primary" else f" ({p.role})"),
-                p.verdict, _bounds(p), str(p.n_seeds or "-"), p.noise or "-", held or "-",
-                f"{s.state} ({s.runs_done}/{s.runs} runs)" if first else "",
-                f"{s.gpu_hours_spent:.4g}" if first else "",
-                f"{s.gpu_hours_saved_reuse:.4g} ({len(s.reused_runs)} run(s))" if first else "",
-                f"{s.gpu_hours_saved_futility:.4g}" if first else "",
-                ", ".join(p.shares_baseline_with) or "-",
-            ]
-        )  # fmt: skip
+    for s in board.specs:
+        mine = [p for p in board.proposals if p.spec == s.spec]
+        if not mine:
+            out.append(
+                [s.spec, "(no gate)", "-", "-", "-", "-", "-", "-", *_costs(s),
+                 ", ".join(s.shares_baseline_with) or "-"]
+            )  # fmt: skip
+        for i, p in enumerate(mine):
+            held = ", ".join(f"{k}: {'held' if v else 'NOT held'}" for k, v in p.held_at.items())
+            out.append(
+                [
+                    p.spec, p.gate, p.variant + ("" if p.role == "primary" else f" ({p.role})"),
+                    p.verdict, _bounds(p), str(p.n_seeds or "-"), p.noise or "-", held or "-",
+                    *(_costs(s) if i == 0 else ["", "", "", ""]),
+                    ", ".join(p.shares_baseline_with) or "-",
+                ]
+            )  # fmt: skip
     return out
 
 
@@ -132,7 +141,9 @@ def board_command(
         typer.Option("--out", help="Write board.md / board.html / board.json here."),
     ] = None,
 ) -> None:
-    """One table of every spec under the store: verdicts, effects, noise, costs, track record."""
+    """One table of every spec under the store: verdicts, effects, noise, costs, track record.
+
+    ROOT is the store (the folder holding results/<spec>/ folders), not one spec's folder."""
     from olmoablate.store import default_store
 
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]

@@ -15,7 +15,7 @@ from olmoablate.contract import identity as ident
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Pair, Plan
 from olmoablate.errors import UserError
-from olmoablate.io import read_json
+from olmoablate.store.owner import recorded_identity
 
 
 def reuse_problems(layout: ResultsDir, plan: Plan) -> dict[str, list[str]]:
@@ -41,7 +41,7 @@ def reuse_problems(layout: ResultsDir, plan: Plan) -> dict[str, list[str]]:
             out[rid] = [f"reused run {where}: its plan cannot be read ({owner})"]
             continue
         theirs = owner.identity.runs.get(owner_rid) if owner.identity is not None else None
-        recorded = _recorded_identity(layout, where)
+        recorded = recorded_identity(layout.store / where)
         problems = []
         if theirs != mine:
             problems.append(
@@ -56,14 +56,6 @@ def reuse_problems(layout: ResultsDir, plan: Plan) -> dict[str, list[str]]:
         if problems:
             out[rid] = problems
     return out
-
-
-def _recorded_identity(layout: ResultsDir, where: str) -> str | None:
-    try:
-        doc = read_json(layout.store / where / "identity.json")
-    except (OSError, ValueError):
-        return None
-    return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None
 
 
 def pair_identity_problems(plan: Plan, pair: Pair, budget_match: str) -> list[str]:

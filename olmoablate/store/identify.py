@@ -14,7 +14,7 @@ from typing import Any
 from olmoablate.contract import identity as ident
 from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
-from olmoablate.store.fingerprint import fingerprint
+from olmoablate.store.fingerprint import name_of
 
 
 def data_paths(run: dict[str, Any]) -> list[str]:
@@ -39,7 +39,7 @@ def identify(
     for run in entries:
         for p in data_paths(run):
             if p not in data:
-                data[p] = fingerprint(p, workdir)
+                data[p] = name_of(p, workdir)
     fps = {p: f for p, f in data.items() if f is not None}
     payloads = {r["run_id"]: ident.payload(r, fps, versions) for r in entries}
     for pair in plan.pairs:

@@ -4,7 +4,9 @@ Why only runs that exist (completed, running, queued): a run another spec merely
 never be trained; reusing it would leave this spec waiting on nothing. Two specs planned before
 either is submitted each plan their own run; their `submit`s then share it through the store's
 lease (:mod:`olmoablate.launch.lease`). A run that is itself reused points at its owner, which is
-what is recorded (never a chain). Reads only plan.json and status.json files under the store.
+what is recorded (never a chain). A run whose identity.json names another identity than its
+plan now does (the spec was re-planned, or its data rewritten in place) is not that identity's
+run (:mod:`.owner`). Reads only plan.json, status.json and identity.json files under the store.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.layout import PLAN_FILE, ResultsDir, RunDir
 from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
+from olmoablate.store.owner import recorded_identity
 
 #: Own states (status.json) of a run another spec may reuse: it exists and is not abandoned.
 REUSABLE_STATES = ("completed", "running", "pending", "queued")
@@ -60,7 +63,13 @@ def stored_runs(store: str | Path, skip: str | None = None) -> dict[str, list[St
         for rid, h in plan.identity.runs.items():
             if rid in plan.identity.reused:
                 continue
-            status = RunDir(rd.runs_dir / rid, rid).read_status()
+            own = RunDir(rd.runs_dir / rid, rid)
+            if own.reused.exists():
+                continue  # submit found it trained by another spec: that one is the run
+            recorded = recorded_identity(own.path)
+            if recorded is not None and recorded != h:
+                continue  # trained as another identity (re-planned, or its data rewritten)
+            status = own.read_status()
             state = status.get("state") if status else None
             out.setdefault(h, []).append(StoredRun(rd.root.name, rid, h, state))
     return out

@@ -107,6 +107,23 @@ def check_run(run: RunEntry, plan_path: Path) -> None:
             )
 
 
+def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
+    """The job trains with the software its run identity names (`plan` recorded the versions
+    it saw): otherwise another spec would reuse these numbers as that identity's."""
+    if plan.identity is None:
+        return
+    from olmoablate.contract.identity import installed_versions, version_mismatch
+
+    bad = version_mismatch(run.as_json(), plan.identity.versions, installed_versions())
+    if bad:
+        said = ", ".join(f"{d} {rec} (installed here: {now})" for d, rec, now in bad)
+        raise UserError(
+            f"{path}: runs[{run.run_id}]: its identity was planned with {said}; re-plan in the "
+            "job's environment (`olmoablate plan SPEC` where the jobs run) so the identity names "
+            "the software that trains it"
+        )
+
+
 def load_run(plan_path: str | Path, run_id: str) -> RunContext:
     """Load ``plan_path`` (plan.json or its results folder) and return the context of ``run_id``.
 
@@ -129,6 +146,7 @@ def load_run(plan_path: str | Path, run_id: str) -> RunContext:
                 f"{path}: pairs[{pair.pair_id}].certificate differs from "
                 f"runs[{run_id}].certificate; the arms would not be matched"
             )
+    _check_versions(plan, run, path)
     workdir = Path(plan.workdir).expanduser().resolve()
     return RunContext(
         plan=plan, run=run, workdir=workdir, run_dir=ResultsDir(path.parent).run(run_id)
