@@ -26,7 +26,13 @@ from typing import Any
 
 from olmoablate.contract.plan import PLAN_FILE, Plan
 from olmoablate.errors import UserError
-from olmoablate.io import read_json
+from olmoablate.io import (
+    MAX_YAML_BYTES,
+    InputLimitError,
+    check_size,
+    compose_yaml_bounded,
+    read_json,
+)
 
 RESULTS_ROOT = Path("results")
 
@@ -180,8 +186,11 @@ def _spec_name(path: Path) -> str:
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+        check_size(data, MAX_YAML_BYTES, "the spec")
+        _, doc = compose_yaml_bounded(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path}: cannot read the spec ({first})") from None
     name = doc.get("name") if isinstance(doc, dict) else None
