@@ -21,8 +21,13 @@ from olmoablate.spec.load import SpecError, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
-BOMB = "name: bomb\n" + 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
-    f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefg", "bcdefgh", strict=True)
+BOMB = (
+    "name: bomb\n"
+    + 'a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+    + "".join(
+        f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]\n"
+        for p, n in zip("abcdefg", "bcdefgh", strict=True)
+    )
 )
 
 

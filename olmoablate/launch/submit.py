@@ -23,6 +23,7 @@ from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import check_local_capacity, visible_gpus
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.localpool import LocalPool
+from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, RunView, reconcile
 from olmoablate.launch.runstate import DEFAULT_TARGET, JobTarget, mark_status
 
@@ -225,10 +226,13 @@ def _submit_local(
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
             check_local_capacity(gpus, plan.run(rid).topology.gpus_per_node, parallel)
+        me = identity(os.getpid())
         for rid in send:
             if rid in redo:
                 ledger.forget(rid)
-            ledger.mark_queued(rid, owner_pid=os.getpid(), host=socket.gethostname())
+            ledger.mark_queued(
+                rid, owner_pid=os.getpid(), host=socket.gethostname(), owner_identity=me
+            )
             prepare_run_dir(results, rid, fresh=rid in redo)
     if not send:
         return SubmitResult([], skip, [], [])
