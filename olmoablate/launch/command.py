@@ -7,7 +7,7 @@ submitit/rich lazily and never torch).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -151,6 +151,22 @@ def submit_command(
         console.print(f"skipped {rid}: {why}")
     console.print(f"{verb} {len(result.submitted)} job(s), skipped {len(result.skipped)}")
     if test_only and not all(ok for _, ok, _ in result.test_only):
+        raise typer.Exit(1)
+    if executor == "local" and result.submitted and not (dry_run or test_only):
+        _exit_if_failed(results, [rid for rid, _ in result.submitted])
+
+
+def _exit_if_failed(results: Any, run_ids: list[str]) -> None:
+    """A foreground local `submit` exits 1 when a run it trained failed (scripts can trust the
+    exit code), after one line per failed run with its reason."""
+    from olmoablate.launch.ledger import Ledger
+    from olmoablate.launch.reconcile import reconcile
+
+    views = reconcile(results, Ledger.read(results))
+    failed = [views[r] for r in run_ids if r in views and views[r].state == "failed"]
+    for v in failed:
+        typer.echo(f"{v.run_id}: failed: {v.reason}", err=True)
+    if failed:
         raise typer.Exit(1)
 
 

@@ -81,4 +81,6 @@ def reason_for(
         cause = own.reason or ledger_reason
     if cause is None:
         cause = f"job ended{at} without a final state"
+    if "olmoablate submit" in cause:
+        return cause  # the job's own line already names the way out (contract/faults.py)
     return f"{cause}{resume_hint(results, run_id, state)}"

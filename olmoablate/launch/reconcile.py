@@ -176,4 +176,6 @@ def reconcile(
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
         reason = rec.reason if rec is not None else None
         view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+        if view.reason is None and status.recovery:
+            view.reason = status.recovery  # e.g. a completed run that skipped a broken checkpoint
     return views
