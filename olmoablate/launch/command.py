@@ -11,7 +11,10 @@ from typing import Annotated, Any
 
 import typer
 
-from olmoablate.errors import UserError
+from olmoablate.errors import UserError, parse_choices
+
+#: `status --fail-on`: run states that make the exit code 1.
+STATUS_FAIL_ON = ("failed",)
 
 SpecArg = Annotated[
     str,
@@ -177,6 +180,13 @@ def status_command(
         float,
         typer.Option("--max-age", help="Reuse sacct answers younger than this many seconds."),
     ] = 10.0,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 (after printing) when a run is in this state: failed. For scripts and CI.",
+        ),
+    ] = None,
 ) -> None:
     """Show one line per run: state, step/total, tokens, last loss, tokens/s, ETA, job id.
 
@@ -192,18 +202,24 @@ def status_command(
     from olmoablate.launch.reconcile import reconcile
     from olmoablate.launch.view import status_table, views_json
 
+    fail_states = parse_choices(fail_on, STATUS_FAIL_ON, "--fail-on")
     results = resolve_results(spec)
     views = list(reconcile(results, Ledger.read(results), sacct_max_age_s=max_age).values())
     if as_json:
         typer.echo(views_json(views))
-        return
-    console = make_console()
-    print_whole(console, status_table(views, title=f"{results.root}"))
-    for v in views:  # one line of reason per run that is not running or completed
-        if v.reason:
-            console.print(
-                f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True
-            )
+    else:
+        console = make_console()
+        print_whole(console, status_table(views, title=f"{results.root}"))
+        for v in views:  # one line of reason per run that is not running or completed
+            if v.reason:
+                console.print(
+                    f"{v.run_id}: {v.state}: {v.reason}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+    if any(v.state in fail_states for v in views):
+        raise typer.Exit(1)
 
 
 def cancel_command(

@@ -113,6 +113,8 @@ def plan_command(
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
+    if results_root.exists() and not results_root.is_dir():
+        raise UserError(f"--results-root {results_root}: is a file; give a folder")
     ls = load_spec(spec)
     plan = build_plan(ls, spec_path=str(spec))
     unknown = [s for s in (size or []) if s not in ls.spec.sizes]
