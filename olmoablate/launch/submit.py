@@ -142,8 +142,19 @@ def submit(
         raise UserError(f"--executor {executor}: allowed values are {', '.join(EXECUTORS)}")
     redo = list(redo or [])
     if dry_run or test_only:
+        # Exactly what the real command would decide, refuse and send (ledger read, not locked
+        # and never written): the spec-change check, the runs, the local capacity check.
         ledger = Ledger.read(results)
-        rendered = render_all(results, list(results.plan.runs_by_id))
+        check_spec(ledger, results.plan, redo)
+        views = reconcile(results, ledger)
+        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        if executor == "local":
+            if parallel < 1:
+                raise UserError(f"--parallel {parallel}: must be at least 1")
+            gpus = visible_gpus()
+            for rid in send:
+                check_local_capacity(gpus, results.plan.run(rid).topology.gpus_per_node, parallel)
+        rendered = render_all(results, send) if send else []
         tests: list[tuple[str, bool, str]] = []
         if test_only:
             if not sl.have_slurm():
@@ -151,8 +162,6 @@ def submit(
             for path in rendered:
                 ok, msg = sl.test_only(path)
                 tests.append((path.stem, ok, msg))
-        views = reconcile(results, ledger)
-        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
         return SubmitResult([(r, "(dry-run)") for r in send], skip, rendered, tests)
     if executor == "slurm":
         if not sl.have_slurm():
