@@ -30,7 +30,7 @@ from olmoablate.report.collect import Results, RunData
 from olmoablate.report.cost import cost_rows
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.pairing import certificate_problems, token_shortfall
 
 LOSS = names.CE_LOSS
 
@@ -163,6 +163,11 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     if "tokens" in pair.differs:
         budget = "flops"
     invalid = certificate_problems(base.entry, var.entry, budget)
+    short = [w for w in (token_shortfall("baseline", base), token_shortfall("variant", var)) if w]
+    if short and getattr(results.gate, "allow_partial_pairs", False):
+        notes.extend(f"partial pair allowed (gate.allow_partial_pairs): {w}" for w in short)
+    else:
+        invalid.extend(short)
     fp_bad, fp_note = results.fingerprint_check(base, var)
     invalid.extend(fp_bad)
     if fp_note:
