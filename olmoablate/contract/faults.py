@@ -150,8 +150,12 @@ def classify(
             f"out of memory {doing} ({first_line(oom)[:160] or type(oom).__name__})",
             "lower training.micro_batch_size or use more devices, ",
         )
-    if ("nccl" in low or "gloo" in low or "DistBackendError" in names) and (
-        "timeout" in low or "timed out" in low or "watchdog" in low
+    peer_lost = any(
+        s in low for s in ("connection closed by peer", "connection reset by peer", "broken pipe")
+    )
+    if peer_lost or (
+        ("nccl" in low or "gloo" in low or "DistBackendError" in names)
+        and ("timeout" in low or "timed out" in low or "watchdog" in low)
     ):
         return line(
             f"NCCL/collective timeout {doing} (a rank stopped responding: a node lost or hung)",
