@@ -339,9 +339,7 @@ def test_check_cli_checks_both_tokenizers(tmp_path: Path) -> None:
     assert (out / "bpe4096" / "manifest.json").is_file() and (out / "manifest.json").is_file()
     res = runner.invoke(data_app, ["check", "--dir", str(out)])
     assert res.exit_code == 0, res.output
-    assert (
-        "dolma2, dtype uint32" in res.output and "python-docs-bpe4096, dtype uint16" in res.output
-    )
+    assert "dolma2, dtype uint32" in res.output and "python-docs-bpe4096, dtype uint16" in res.output
 
 
 _TRAIN_BPE = """

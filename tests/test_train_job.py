@@ -301,9 +301,8 @@ def test_looped_arm_curriculum_and_loop_evals(
     # pass: 3 eval points (steps 3, 6, 7) x (standard + the 3 other counts) whole-set passes.
     for step in (3, 6, 7):
         b = expected[step - 1]
-        assert (
-            rows[step][f"eval/lm/synthetic-heldout/CE loss (loops={b})"]
-            == (rows[step]["eval/lm/synthetic-heldout/CE loss"])
+        assert rows[step][f"eval/lm/synthetic-heldout/CE loss (loops={b})"] == (
+            rows[step]["eval/lm/synthetic-heldout/CE loss"]
         )
     per_pass = int(rows[6]["throughput/in-loop eval batches"])
     assert per_pass >= 1 and len(eval_batches) == 3 * 4 * per_pass
