@@ -63,7 +63,7 @@ def test_wording_of_hardware_faults() -> None:
     nccl = classify(RuntimeError("NCCL watchdog: collective operation timeout"), step=9)
     assert nccl.startswith("NCCL/collective timeout at step 9")
     peer = classify(RuntimeError("[gloo] Connection closed by peer [198.18.0.12]:2345"), step=9)
-    assert peer.startswith("NCCL/collective timeout at step 9 (a rank stopped responding")
+    assert peer.startswith("lost a peer rank at step 9 (a rank stopped responding")
     inner = OSError(28, "No space left on device", "/r/runs/a/checkpoints/tmp-step5/x.distcp")
     outer = RuntimeError("save failed")
     outer.__cause__ = inner

@@ -157,8 +157,9 @@ def classify(
         ("nccl" in low or "gloo" in low or "DistBackendError" in names)
         and ("timeout" in low or "timed out" in low or "watchdog" in low)
     ):
+        what = "lost a peer rank" if peer_lost else "NCCL/collective timeout"
         return line(
-            f"NCCL/collective timeout {doing} (a rank stopped responding: a node lost or hung)",
+            f"{what} {doing} (a rank stopped responding: a node lost or hung)",
             "check the nodes (sinfo), ",
         )
     if "CheckpointException" in names or any(

@@ -86,3 +86,16 @@ def reason_for(
         return cause  # the job's own way out: only starting over helps
     # the job's own line (contract/faults.py) may name the command already: then only where
     return f"{cause}{resume_hint(results, run_id, state, 'olmoablate submit' not in cause)}"
+
+
+def requeued_reason(results: ResultsDir, run_id: str, own: OwnStatus) -> str | None:
+    """The reason of a run pending again after its job failed and Slurm requeued it (a node
+    failure: ``NODE_FAIL`` with ``JobRequeue``): the job's own cause, without its way out (the
+    requeue is the way out), and where it resumes. None when the run's last word is no failure.
+    """
+    if own.state != "failed" or not own.reason:
+        return None
+    cause = own.reason.split("; ")[0]
+    step = latest_checkpoint_step(results.run(run_id).checkpoints)
+    where = f"checkpoint step {step}" if step is not None else "step 0"
+    return f"requeued by Slurm after: {cause}; resumes from {where} once its nodes are up"

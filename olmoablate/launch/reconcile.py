@@ -18,7 +18,7 @@ from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import JobRecord, Ledger
 from olmoablate.launch.procid import is_same_process
-from olmoablate.launch.reasons import reason_for
+from olmoablate.launch.reasons import reason_for, requeued_reason
 from olmoablate.launch.runstate import OwnStatus
 
 #: A job for the run is queued (local queue), pending or running, or a cancel is under way.
@@ -176,6 +176,8 @@ def reconcile(
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
         reason = rec.reason if rec is not None else None
         view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+        if view.reason is None and view.state == "pending":
+            view.reason = requeued_reason(results, rid, status)
         if view.reason is None and status.recovery:
             view.reason = status.recovery  # e.g. a completed run that skipped a broken checkpoint
     return views
