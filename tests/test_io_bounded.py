@@ -100,3 +100,21 @@ def test_hostile_plan_json_is_one_line(tmp_path: Path) -> None:
     proc, elapsed = _cli("status", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "nested too deeply" in proc.stderr
+
+
+def test_spec_swapped_for_a_bomb_after_planning_does_not_stall_the_report(tmp_path: Path) -> None:
+    """The report re-reads the spec to check its gate: a bomb there is a warning, at once."""
+    import json
+
+    from olmoablate.report.prereg import check_gate_unchanged
+    from olmoablate.report.synthetic import SynthSpec, make_results
+
+    plan = make_results(tmp_path / "synth", SynthSpec(gate={"min_effect": 0.01}), {})
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BOMB.replace("name: bomb", "name: synth") + "gate: *h\n")
+    plan["spec_path"] = str(spec)
+    (tmp_path / "synth" / "plan.json").write_text(json.dumps(plan))
+    t0 = time.perf_counter()
+    warnings = check_gate_unchanged(Plan.from_json(plan))
+    assert time.perf_counter() - t0 < 0.5
+    assert len(warnings) == 1 and "InputLimitError" in warnings[0], warnings

@@ -15,7 +15,13 @@ from typing import Any
 
 from olmoablate.contract.plan import Plan
 from olmoablate.contract.schema import Gate
-from olmoablate.io import sha256_file, sha256_of
+from olmoablate.io import (
+    MAX_YAML_BYTES,
+    check_size,
+    compose_yaml_bounded,
+    sha256_file,
+    sha256_of,
+)
 
 
 @dataclass
@@ -62,10 +68,16 @@ def _validated(raw: Any) -> Gate | None:
 
 def _spec_gate(path: Path, name: str | None = None) -> tuple[Any, Gate | None]:
     """(raw gate block, validated gate or None) of the spec file."""
-    import yaml
-
-    raw = _raw_gate(yaml.safe_load(path.read_text(encoding="utf-8")), name)
+    raw = _raw_gate(_read_spec(path), name)
     return raw, _validated(raw)
+
+
+def _read_spec(path: Path) -> Any:
+    """The spec's data, parsed within the limits every spec is parsed with (olmoablate.io):
+    the file may have changed since planning, and the gate hash walks the expanded tree."""
+    data = path.read_bytes()
+    check_size(data, MAX_YAML_BYTES, "the spec")
+    return compose_yaml_bounded(data.decode("utf-8"))[1]
 
 
 def resolve_gate(plan: Plan) -> PreRegistered:
@@ -123,9 +135,7 @@ def check_gate_unchanged(plan: Plan) -> list[str]:
     if path is None:
         return out
     try:
-        import yaml
-
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = _read_spec(path)
     except Exception as err:  # noqa: BLE001 - reported, never fatal
         out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
         return out
