@@ -119,8 +119,15 @@ def test_no_complete_checkpoint_stops_with_one_line_and_exit_1(tmp_path: Path) -
     st = read_status(results, rid)
     reason = st["reason"]
     assert st["state"] == "failed" and "\n" not in reason, st
-    assert reason.startswith("corrupt checkpoint: step"), reason
+    assert reason.startswith("failed before training started: corrupt checkpoint: step"), reason
     assert f"olmoablate submit {results} --redo {rid}" in reason, reason
     assert f"{rid}: failed: {reason}" in proc.stderr
     # nothing was moved or deleted: the user decides
     assert not (ckpts / BROKEN_DIR).exists()
+    # a run from before manifests existed: torch's own shard index still catches the truncation
+    for manifest in ckpts.glob(f"step*/{MANIFEST}"):
+        manifest.unlink()
+    proc = _submit(results, rid, "--retry-failed")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    reason = read_status(results, rid)["reason"]
+    assert "corrupt checkpoint: step5" in reason and "torch's index needs" in reason, reason

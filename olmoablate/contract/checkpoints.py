@@ -9,8 +9,9 @@ crash mid-write on some file systems, a bad disk or a copy that ran out of space
 So the training job writes, once OLMo-core reports a checkpoint saved, a manifest
 (``stepN/.olmoablate-complete.json``: every file of the checkpoint and its size), and a
 checkpoint *counts* only when OLMo-core's files exist, the manifest is there and every file it
-lists has its recorded size. :func:`select_checkpoint` picks the newest one that counts and says
-why each newer one does not. A folder without a manifest is accepted only when no checkpoint of
+lists has its recorded size (the job adds torch's own shard index as a second check,
+``olmoablate.train.resume.shard_index_problem``). :func:`select_checkpoint` picks the newest one
+that counts and says why each newer one does not. A folder without a manifest is accepted only when no checkpoint of
 the run has one (a run trained before manifests existed).
 
 The job (``olmoablate.train.job``) moves the refused newer folders aside (never deletes them) so
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from olmoablate.io import write_json_atomic
@@ -101,14 +103,19 @@ def problem(checkpoint: Path, *, need_manifest: bool = True) -> str | None:
     return None
 
 
-def select_checkpoint(folder: Path) -> Selection:
+def select_checkpoint(
+    folder: Path, extra_check: Callable[[Path], str | None] | None = None
+) -> Selection:
     """The newest checkpoint of ``folder`` that counts (module docstring), and the newer ones
-    refused with their reason."""
+    refused with their reason. ``extra_check`` (the job: torch's own shard index, which
+    needs torch) may refuse a checkpoint the manifest accepts."""
     found = checkpoint_steps(folder)
     need = any((p / MANIFEST).exists() for _, p in found)
     refused: list[tuple[int, Path, str]] = []
     for step, path in found:
         why = problem(path, need_manifest=need)
+        if why is None and extra_check is not None:
+            why = extra_check(path)
         if why is None:
             return Selection(step, path, refused)
         refused.append((step, path, why))

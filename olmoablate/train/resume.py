@@ -52,6 +52,33 @@ class CheckpointManifestCallback(Callback):
             ck.write_manifest(folder)
 
 
+def shard_index_problem(checkpoint: Path) -> str | None:
+    """Why torch's own index of the model/optimizer shards (``model_and_optim/.metadata``: for
+    every tensor the file, offset and length it was written to) does not fit the files on disk
+    (None: it fits). Independent of the manifest, so it also catches a truncated shard of a
+    checkpoint written before manifests existed."""
+    import pickle
+
+    index = checkpoint / "model_and_optim" / ".metadata"
+    try:
+        with open(index, "rb") as fh:
+            storage = pickle.load(fh).storage_data  # noqa: S301 - the run's own checkpoint
+        need: dict[str, int] = {}
+        for info in storage.values():
+            end = int(info.offset) + int(info.length)
+            need[info.relative_path] = max(need.get(info.relative_path, 0), end)
+    except Exception as err:  # noqa: BLE001 - an unreadable index is a refused checkpoint
+        return f"model_and_optim/.metadata unreadable ({type(err).__name__})"
+    for rel, size in sorted(need.items()):
+        try:
+            actual = (index.parent / rel).stat().st_size
+        except OSError:
+            return f"model_and_optim/{rel} missing"
+        if actual < size:
+            return f"model_and_optim/{rel} is {actual} of {size} bytes torch's index needs"
+    return None
+
+
 @dataclass(frozen=True)
 class Fallback:
     """A resume that skipped incomplete newer checkpoints."""
@@ -85,7 +112,7 @@ def choose_resume_point(checkpoints: Path, *, way_out: str) -> Fallback | None:
     result: Fallback | None = None
     error: str | None = None
     if get_rank() == 0:
-        sel = ck.select_checkpoint(checkpoints)
+        sel = ck.select_checkpoint(checkpoints, extra_check=shard_index_problem)
         if sel.refused and sel.step is None:
             newest, path, why = sel.refused[0]
             error = (
