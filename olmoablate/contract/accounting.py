@@ -112,9 +112,7 @@ def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
     return extra
 
 
-def train_flops_per_token(
-    d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
-) -> int:
+def train_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None) -> int:
     """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
 
     For looped models ``loops`` is the loop count b in force (default: the final b).

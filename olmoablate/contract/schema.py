@@ -137,10 +137,7 @@ class Schedule(Strict):
         the steps, else 1% of them (the default, here only)."""
         if self.warmup_steps is not None:
             return self.warmup_steps
-        return round(
-            steps
-            * (DEFAULT_WARMUP_FRACTION if self.warmup_fraction is None else self.warmup_fraction)
-        )
+        return round(steps * (DEFAULT_WARMUP_FRACTION if self.warmup_fraction is None else self.warmup_fraction))
 
 
 class Data(Strict):

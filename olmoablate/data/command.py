@@ -94,9 +94,7 @@ def check_command(
 
     Checks DIR and, when present, DIR/bpe4096 (the demo's BPE token files).
     """
-    dirs = [dir] + [
-        dir / v.subdir for v in VOCABS.values() if v.subdir and (dir / v.subdir).is_dir()
-    ]
+    dirs = [dir] + [dir / v.subdir for v in VOCABS.values() if v.subdir and (dir / v.subdir).is_dir()]
     for d in dirs:
         m = verify(d)
         for split in ("train", "heldout"):

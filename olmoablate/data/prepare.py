@@ -479,7 +479,9 @@ def _bpe_provenance(vocab: Vocab, bpe_texts: list[str], heldout_every: int) -> d
     from olmoablate.data.bpe import to_json_bytes, train_bpe
 
     try:
-        trained = hashlib.sha256(to_json_bytes(train_bpe(bpe_texts, vocab.vocab_size))).hexdigest()
+        trained = hashlib.sha256(
+            to_json_bytes(train_bpe(bpe_texts, vocab.vocab_size))
+        ).hexdigest()
     except ValueError as err:  # e.g. a corpus too small for 4,094 merges
         log.warning(f"BPE provenance check skipped: {err}; token files use the shipped tokenizer")
         return {"retrained_sha256": None, "reproduced": False, "retrain_error": str(err)}

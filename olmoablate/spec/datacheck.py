@@ -54,10 +54,7 @@ def resolve_ids(
             )
         info = tk.TokenizerInfo("custom ids", dims.vocab_size, None, None, "")
     ids: dict[str, int] = {}
-    for key, from_file in (
-        ("eos_token_id", info.eos_token_id),
-        ("pad_token_id", info.pad_token_id),
-    ):
+    for key, from_file in (("eos_token_id", info.eos_token_id), ("pad_token_id", info.pad_token_id)):
         given = getattr(data, key)
         if given is not None and from_file is not None and given != from_file:
             raise ValueError(
@@ -116,54 +113,29 @@ def check_size(
             return  # remote, or made later (the job checks it)
         entry = tk.manifest_entry(p)
         if entry is not None and entry["dtype"] != dtype:
-            problems.append(
-                (
-                    where,
-                    f"token file {path} is {entry['dtype']} (per {entry['manifest']})"
-                    f" but vocab_size={dims.vocab_size} makes OLMo-core read {dtype}",
-                )
-            )
+            problems.append((where, f"token file {path} is {entry['dtype']} (per {entry['manifest']})"
+                             f" but vocab_size={dims.vocab_size} makes OLMo-core read {dtype}"))
             return  # fmt: skip
         if entry is not None and info.sha256 and entry["tokenizer_sha256"] != info.sha256:
-            problems.append(
-                (
-                    where,
-                    f"token file {path} was made with tokenizer {entry['tokenizer']}"
-                    f" (per {entry['manifest']}), not {info.name}",
-                )
-            )
+            problems.append((where, f"token file {path} was made with tokenizer {entry['tokenizer']}"
+                             f" (per {entry['manifest']}), not {info.name}"))
             return  # fmt: skip
         item = {"uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}[dtype]
         size = p.stat().st_size
         if size % item:
-            problems.append(
-                (
-                    where,
-                    f"token file {path}: {size} bytes is not a whole number of "
-                    f"{dtype} ids (wrong dtype? vocab_size={dims.vocab_size} reads {dtype})",
-                )
-            )
+            problems.append((where, f"token file {path}: {size} bytes is not a whole number of "
+                             f"{dtype} ids (wrong dtype? vocab_size={dims.vocab_size} reads {dtype})"))
             return  # fmt: skip
         scan = tk.scan_token_file(p, dtype, eos, seq, info.vocab_size)
         if scan.max_id >= info.vocab_size:
-            problems.append(
-                (
-                    where,
-                    f"token file {path}: largest id {scan.max_id} >= tokenizer "
-                    f"{info.name}'s {info.vocab_size} ids when read as {dtype} (made with "
-                    "another tokenizer or dtype?)",
-                )
-            )
+            problems.append((where, f"token file {path}: largest id {scan.max_id} >= tokenizer "
+                             f"{info.name}'s {info.vocab_size} ids when read as {dtype} (made with "
+                             "another tokenizer or dtype?)"))
             return  # fmt: skip
         wider = tk.wider_reading_fits(p, dtype, info.vocab_size) if entry is None else None
         if wider is not None:
-            problems.append(
-                (
-                    where,
-                    f"token file {path} looks like a {wider} file (read as {wider}"
-                    f" every id fits the vocabulary; OLMo-core will read {dtype})",
-                )
-            )
+            problems.append((where, f"token file {path} looks like a {wider} file (read as {wider}"
+                             f" every id fits the vocabulary; OLMo-core will read {dtype})"))
             return  # fmt: skip
         scans[path] = scan
 
