@@ -91,23 +91,52 @@ CASES = [
 ]
 
 
+def _main(args: list[str], cwd: Path, capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The console script's own entry point (``olmoablate.cli.main``), in this process: the
+    same code path as ``python -m olmoablate`` without a second of interpreter start-up per case
+    (``test_the_real_entry_point`` runs a few through a subprocess)."""
+    from olmoablate.cli import main
+
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    sys.argv, code = ["olmoablate", *args], 0
+    os.chdir(cwd)
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
 @pytest.mark.parametrize(("argv", "ours"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_never_shows_a_traceback(
-    world: dict[str, Path], argv: list[str], ours: bool
+    world: dict[str, Path], argv: list[str], ours: bool, capfd: pytest.CaptureFixture[str]
 ) -> None:
     names = {k: str(v) for k, v in world.items()} | {"spec": str(REPO / "specs" / "demo.yaml")}
     args = [a.format(**names) for a in argv]
-    proc = _run(*args, cwd=world["root"])
-    assert proc.returncode != 0, (args, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
-    assert "internal error" not in proc.stderr, proc.stderr
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    code, out, err = _main(args, world["root"], capfd)
+    assert code != 0, (args, out, err)
+    assert "Traceback" not in out + err, err
+    assert "internal error" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
     if ours:
-        assert proc.returncode == 2 and lines, (args, proc.stderr)
+        assert code == 2 and lines, (args, err)
         if argv[0] != "validate":  # validate prints one line per problem, each file:line
             assert len(lines) == 1, lines
     if argv[0] == "plan" and "--results-root" in argv:
         assert world["afile"].read_text() == "not a folder\n"  # nothing half-written
+
+
+@pytest.mark.parametrize("case", ["plan-results-root-is-file", "report-out-is-file"])
+def test_the_real_entry_point(world: dict[str, Path], case: str) -> None:
+    (argv,) = [c[1] for c in CASES if c[0] == case]
+    names = {k: str(v) for k, v in world.items()} | {"spec": str(REPO / "specs" / "demo.yaml")}
+    proc = _run(*[a.format(**names) for a in argv], cwd=world["root"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1, proc.stderr
 
 
 def test_status_fail_on_failed(world: dict[str, Path]) -> None:
