@@ -7,13 +7,14 @@ Every `UserError` becomes one line on stderr and exit code 2 — never a traceba
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from olmoablate.data.command import data_app
-from olmoablate.errors import UserError
+from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
 from olmoablate.launch.command import cancel_command, status_command, submit_command
 from olmoablate.report.board_render import board_command
 from olmoablate.report.command import report_command
@@ -76,6 +77,15 @@ def main() -> None:
     except UserError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+    except Exception as err:  # no traceback on any path (errors.unexpected_error_line)
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        line, code = unexpected_error_line(err)
+        typer.echo(line, err=True)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

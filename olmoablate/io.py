@@ -133,3 +133,128 @@ def user_cache_put(name: str, key: str, value: Any, *, keep: int = 64) -> None:
             old.unlink(missing_ok=True)
     except OSError:
         pass  # includes an entry another process removed while we sorted
+
+
+# ----------------------------------------------------------------------------------------------
+# Bounded parsing: every file a user (or a pull request) hands us is parsed with limits
+# ----------------------------------------------------------------------------------------------
+
+#: Largest spec file read (bytes): real specs are a few KB.
+MAX_YAML_BYTES = 1 << 20
+#: Largest plan.json / job-written JSON read (bytes): a plan of thousands of runs is a few MB.
+MAX_JSON_BYTES = 64 << 20
+#: Deepest nesting of mappings/sequences (a spec is < 10 deep).
+MAX_NESTING = 64
+#: Most nodes of the document once every alias is expanded (a YAML "billion laughs" is tiny
+#: on disk but exponential here; everything downstream - line maps, pydantic - walks the
+#: expanded tree).
+MAX_EXPANDED_NODES = 100_000
+
+
+class InputLimitError(ValueError):
+    """A file over one of the parsing limits; ``line`` is 1-based (1 when unknown)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def check_size(data: bytes | str, limit: int, what: str) -> None:
+    """Refuse an input larger than ``limit`` bytes before parsing any of it."""
+    if len(data) > limit:
+        raise InputLimitError(f"{what} is {len(data)} bytes, over the limit of {limit} bytes")
+
+
+def compose_yaml_bounded(text: str, loader_cls: type | None = None) -> tuple[Any, Any]:
+    """``(node, data)`` of one YAML document, parsed with the safe loader within the limits.
+
+    Nesting is checked on the event stream, before any node is built; the expanded size (aliases
+    counted as often as they are used, a recursive alias refused) on the composed node graph,
+    memoised per node so the check itself is linear in the file. ``node`` keeps positions for
+    callers that map fields to lines; ``data`` is plain Python (safe tags only). ``loader_cls``:
+    a safe loader subclass with extra implicit resolvers (the specs' YAML 1.2 floats).
+    """
+    import yaml
+
+    check_size(text, MAX_YAML_BYTES, "the YAML file")
+    loader_cls = loader_cls or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    events = loader_cls(text)
+    try:
+        depth = 0
+        while events.check_event():
+            event = events.get_event()
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_NESTING:
+                    line = event.start_mark.line + 1 if event.start_mark else 1
+                    raise InputLimitError(f"nested deeper than {MAX_NESTING} levels", line)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    finally:
+        events.dispose()
+    loader = loader_cls(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            try:
+                _check_expanded_size(node)
+            except RecursionError:
+                raise InputLimitError("nested too deeply once YAML aliases are expanded") from None
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def _check_expanded_size(root: Any) -> None:
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise InputLimitError("recursive YAML alias (a node contains itself)", _line(node))
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_EXPANDED_NODES:
+                raise InputLimitError(
+                    f"more than {MAX_EXPANDED_NODES} values once YAML aliases are expanded "
+                    "(an alias bomb?)",
+                    _line(node),
+                )
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def _line(node: Any) -> int:
+    mark = getattr(node, "start_mark", None)
+    return mark.line + 1 if mark is not None else 1
+
+
+def read_json_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> Any:
+    """:func:`read_json` within limits: at most ``limit`` bytes read, and nesting within
+    Python's recursion limit. Raises OSError, ValueError (bad JSON, bad UTF-8) or
+    :class:`InputLimitError`."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    check_size(data, limit, "the JSON file")
+    try:
+        # The C scanner guards its recursion: a hostile nesting is a RecursionError, not a crash.
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise InputLimitError("nested too deeply") from None

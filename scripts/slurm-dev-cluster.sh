@@ -9,6 +9,8 @@
 #   scripts/slurm-dev-cluster.sh stop     stop every daemon and remove every namespace, veth,
 #                                         bridge and mount this script made; idempotent.
 #   scripts/slurm-dev-cluster.sh status   print what is up; exit 0 only if the cluster takes jobs.
+#   scripts/slurm-dev-cluster.sh node-down I   node n<I> lost: SIGKILL everything in it (N >= 2).
+#   scripts/slurm-dev-cluster.sh node-up I     start n<I>'s slurmd again.
 #
 # N = 1 (default): node `localhost` on 127.0.0.1, no namespaces (works wherever root works).
 # N >= 2: node n<i> is a real slurmd in its own network + UTS + mount namespace, joined by a veth
@@ -420,6 +422,12 @@ do_status() {
 cmd=${1:-}
 shift || true
 NODES_GIVEN=0
+NODE_ARG=
+if [[ $cmd == node-down || $cmd == node-up ]]; then
+    NODE_ARG=${1:-}
+    [[ $NODE_ARG =~ ^[0-9]+$ ]] || { echo "usage: $0 $cmd I (node n<I>)" >&2; exit 2; }
+    shift
+fi
 while (($#)); do
     case $1 in
         --nodes) NODES=${2:-}; NODES_GIVEN=1; shift 2 || shift ;;
@@ -434,9 +442,30 @@ if [[ $cmd != start && $NODES_GIVEN == 0 && -s $NET_DIR/nodes ]]; then
     NODES=$(cat "$NET_DIR/nodes")
 fi
 
+# node-down I: node n<I> is lost, as when it loses power: SIGKILL every process in its network
+# namespace (slurmd, slurmstepd, the job's tasks); the namespace and its address stay, so
+# `node-up I` can bring the node back. Only a multi-node cluster's own namespaces are touched.
+do_node_down() {
+    local i=$1 ns=$NS_PREFIX$1 pid
+    ip netns list | grep -qw "$ns" || die "no node n$i (namespace $ns) in this cluster"
+    for pid in $(ip netns pids "$ns"); do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -f "$NET_DIR/slurmd-n$i.pid"
+    log "node n$i down (every process in $ns killed)"
+}
+
+# node-up I: start slurmd of node n<I> again (ReturnToService=2 puts it back in service).
+do_node_up() {
+    ip netns list | grep -qw "$NS_PREFIX$1" || die "no node n$1 (namespace $NS_PREFIX$1)"
+    pid_alive "$NET_DIR/slurmd-n$1.pid" && { log "node n$1 already up"; return; }
+    start_node "$1"
+    log "node n$1 up"
+}
+
 case $cmd in
     start) do_start ;;
     stop) do_stop ;;
     status) do_status ;;
-    *) echo "usage: $0 start|stop|status [--nodes N]" >&2; exit 2 ;;
+    node-down) do_node_down "$NODE_ARG" ;;
+    node-up) do_node_up "$NODE_ARG" ;;
+    *) echo "usage: $0 start|stop|status [--nodes N] | node-down I | node-up I" >&2; exit 2 ;;
 esac

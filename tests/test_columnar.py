@@ -155,3 +155,36 @@ def test_columns_come_back_as_to_numpy_would_give_them() -> None:
     for col in cases:
         got, want = columnar._numpy(col), col.to_numpy()
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_report_without_pyarrow(tmp_path: Path) -> None:
+    """pyarrow made unimportable for real (a package that raises ImportError shadows it): the
+    job's copy is skipped and a cold report still runs, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+
+    shadow = tmp_path / "shadow" / "pyarrow"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('pyarrow removed for this test')\n")
+    make_results(tmp_path / "results" / "synth", SynthSpec(), {"sn_da": ArmTruth(offset=0.0)})
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{repo}"}
+    code = (
+        "from olmoablate.contract import columnar; assert not columnar.available(); "
+        "import sys; assert columnar.update_copy(sys.argv[1]) is None"
+    )
+    metrics = next((tmp_path / "results" / "synth" / "runs").glob("*/metrics.jsonl"))
+    subprocess.run([sys.executable, "-c", code, str(metrics)], env=env, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "report", "synth", "--format", "json", "--no-cache"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "gate verdict:" in proc.stdout

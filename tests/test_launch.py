@@ -21,6 +21,7 @@ from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.submit import check_spec, decide, submit
 
@@ -177,6 +178,7 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
                 rid, str(dead_pid), "local", "running", host=socket.gethostname()
             )
     ledger.runs["live"]["jobs"][-1]["job_id"] = str(os.getpid())
+    ledger.runs["live"]["jobs"][-1]["identity"] = identity(os.getpid())
     ledger.set_state("cancel", "cancelled")
     status = {
         "done": {"state": "running", "step": 10, "total_steps": 10},  # step count decides

@@ -226,3 +226,25 @@ def test_train_metric_gate_uses_interval_means(tmp_path: Path) -> None:
     # window means of 20 steps: noise 0.02*sqrt(2/20) ~ 0.006 around the true 0.05
     assert all(abs(x - 0.05) < 0.03 for x in ev.improvement)
     assert rep.verdict == "proceed", rep.reasons
+
+
+def test_completed_arm_short_of_its_tokens_is_out_of_the_gate(tmp_path: Path) -> None:
+    """status.json says completed, but metrics.jsonl ends at step 120 of 200 (truncated): the
+    arms would be matched at different points of their schedules. The pair is INVALID and out
+    of the gate, unless the gate allows partial pairs (then compared at the common tokens)."""
+    short = {"sn_da": ArmTruth(offset=-0.05, state="completed", stop_at=120)}
+    rep = run(tmp_path / "strict", SynthSpec(gate=GATE), short)
+    pair = rep.pairs[0]
+    assert not pair.valid and rep.verdict == "inconclusive"
+    (why,) = [r for r in pair.invalid_reasons if "planned tokens" in r]
+    assert why.startswith("variant 1B-s0-sn_da is completed but its metrics end at"), why
+    assert rep.variant_verdicts[0].excluded_pairs == [pair.pair_id]
+    allowed = run(
+        tmp_path / "allowed", SynthSpec(gate={**GATE, "allow_partial_pairs": True}), short
+    )
+    assert allowed.pairs[0].valid
+    assert any("partial pair allowed" in n for n in allowed.pairs[0].notes)
+    # the pre-registered gate hash of gates without the field is unchanged by it
+    from olmoablate.contract.gatespec import Gate
+
+    assert "allow_partial_pairs" not in Gate(stage="1B").model_dump(mode="json")

@@ -40,6 +40,11 @@ def test_report_by_name_prints_verdict_last(tmp_path: Path) -> None:
         json.loads((tmp_path / "results" / "synth" / "gate.json").read_text())["verdict"] == "stop"
     )
     assert not (tmp_path / "results" / "synth" / "report.html").exists()
+    # opt-in exit codes for scripts: the report is still written, then exit 1 on the condition
+    res = _cli("report", "synth", "--format", "json", "--fail-on", "inconclusive", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    res = _cli("report", "synth", "--format", "json", "--fail-on", "failed,stop", cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.strip() == "--fail-on: verdict stop (gate)", res
 
 
 def test_report_to_other_dir(tmp_path: Path) -> None:

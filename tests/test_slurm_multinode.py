@@ -5,13 +5,16 @@ What must hold, as on a real cluster: a pair with ``topology.nodes: 2`` (one CPU
 gloo, MASTER_ADDR = the first node's hostname) trains to the losses of one process with the same
 data fingerprints; a 2-node job preempted (SIGTERM + SIGUSR2, submitit's order) or requeued by
 Slurm itself (`scontrol requeue`) resumes bitwise equal to an uninterrupted 2-node run; a plain
-`scancel` ends it `cancelled` with a checkpoint that the next `submit` resumes from.
+`scancel` ends it `cancelled` with a checkpoint that the next `submit` resumes from; a node lost
+mid-run (every process of n2 killed) ends NODE_FAIL, is requeued with a one-line reason and
+resumes bitwise once the node is back.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,7 @@ from slurm_helpers import (
     cli,
     job_log,
     sacct_state,
+    status_json,
     wait_mid_run,
     wait_states,
 )
@@ -197,4 +201,83 @@ def test_two_node_plain_scancel_ends_cancelled_and_resumes(
     out = cli("submit", str(results), "--executor", "slurm").stdout
     assert out.strip().endswith("submitted 1 job(s), skipped 0"), out
     wait_states(results, {"completed"}, timeout=420)
+    assert_same_as_reference(results, reference, (rid,))
+
+
+# ------------------------------------------------------------------------------ node failure
+
+CLUSTER = REPO / "scripts" / "slurm-dev-cluster.sh"
+
+
+def _node(action: str, i: int) -> None:
+    subprocess.run(["bash", str(CLUSTER), action, str(i)], check=True, timeout=60)
+
+
+def _node_state(name: str) -> str:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-n", name, "-o", "%T"], capture_output=True, text=True, timeout=30
+    )
+    return out.stdout.strip()
+
+
+def test_two_node_node_loss_resumes_bitwise(two_node_reference: Path, tmp_path: Path) -> None:
+    """Node n2 of a running 2-node job is lost the way a node loses power: every process in its
+    namespace (slurmd, slurmstepd, the rank-1 task) is SIGKILLed. The surviving rank fails its
+    collective at once and writes a one-line reason; Slurm marks n2 DOWN after SlurmdTimeout and
+    ends the job NODE_FAIL, then requeues it (it waits for two nodes; `status` says why it is
+    pending again); once the node is back the run finishes bitwise equal to an uninterrupted
+    2-node run, every step exactly once."""
+    reference = {rid: ce_losses(two_node_reference, rid) for rid in PAIR}
+    rid = PAIR[0]
+    results = two_node_plan(tmp_path / "lost", (rid,))
+    ((_, job_id),) = submit(ResultsDir(results), "slurm").submitted
+    ckpts = results / "runs" / rid / "checkpoints"
+    wait_for(
+        lambda: (
+            (ckpts / "step5" / ".olmoablate-complete.json").exists()
+            and (read_status(results, rid).get("step") or 0) >= 7
+        ),
+        300,
+        "the 2-node run past its step-5 checkpoint",
+        interval=0.1,
+    )
+    t0 = time.monotonic()
+    _node("node-down", 2)
+    try:
+        st = wait_for(
+            lambda: (s := read_status(results, rid)).get("state") == "failed" and s,
+            120,
+            "the surviving rank's own reason",
+        )
+        print(f"rank 0 failed {time.monotonic() - t0:.1f} s after the node loss: {st['reason']}")
+        assert "\n" not in st["reason"] and "Traceback" not in st["reason"], st
+        assert st["reason"].startswith("lost a peer rank at step "), st
+        wait_for(lambda: _node_state("n2").startswith("down"), 180, "n2 DOWN in sinfo")
+        wait_for(
+            lambda: sacct_state(job_id) in ("NODE_FAIL", "PENDING", "REQUEUED", "FAILED"),
+            120,
+            "Slurm to end the job's attempt",
+        )
+        time.sleep(3)
+        views = status_json(results)
+        print(f"after {time.monotonic() - t0:.1f} s: sacct {sacct_state(job_id)}, {views[rid]}")
+        view = views[rid]
+        assert view["state"] in ("pending", "failed"), view
+        assert view["reason"] and "\n" not in view["reason"], view
+        if view["state"] == "pending":  # NODE_FAIL + JobRequeue: Slurm requeued it
+            assert view["reason"].startswith("requeued by Slurm after: "), view
+            assert "resumes from checkpoint step" in view["reason"], view
+        history = subprocess.run(
+            ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "State"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.split()
+        assert "NODE_FAIL" in history, history
+    finally:
+        _node("node-up", 2)
+    if view["state"] == "failed":
+        out = cli("submit", str(results), "--executor", "slurm", "--retry-failed").stdout
+        assert "submitted 1 job(s)" in out, out
+    wait_states(results, {"completed"}, timeout=600)
     assert_same_as_reference(results, reference, (rid,))

@@ -109,9 +109,9 @@ def test_failure_before_training_says_why(slurm_cluster: dict[str, Any], tmp_pat
     ((rid, job_id),) = submit(ResultsDir(results), "slurm").submitted
     views = wait_states(results, {"failed"}, timeout=180)
     reason = views[rid]["reason"]
-    assert reason.startswith("failed before training started: "), views[rid]
-    assert "train.bin" in reason, reason
+    assert reason.startswith("failed before training started: missing file ("), views[rid]
+    assert "train.bin" in reason and "\n" not in reason, reason
     assert reason.endswith(
-        f"; no checkpoint, restarts from step 0: olmoablate submit {results} --retry-failed"
+        f"then olmoablate submit {results} --retry-failed; no checkpoint, restarts from step 0"
     ), reason
     wait_for(lambda: sacct_state(job_id) == "FAILED", 60, "sacct FAILED")

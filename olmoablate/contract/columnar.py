@@ -12,6 +12,9 @@ it only while the file still starts with those bytes, and parses the rows after 
 A rewritten file (a resumed job truncates it), a missing or unreadable copy, or a copy of another
 format version is ignored, never an error: the report then parses the JSON as before. The copy is
 written atomically (temporary file + rename), so a reader never sees half of one.
+
+pyarrow is a declared dependency, but the copy is only a shortcut: where pyarrow cannot be
+imported (a trimmed environment), no copy is written or read and everything else works.
 """
 
 from __future__ import annotations
@@ -50,10 +53,21 @@ def probe(path: Path, offset: int) -> str:
     return hashlib.sha256(head + b"|" + tail).hexdigest()
 
 
+def available() -> bool:
+    """Whether pyarrow can be imported here (else there is no copy; module docstring)."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def load_copy(
     metrics_path: str | Path, want: Callable[[str], bool] | None = None
 ) -> tuple[Metrics, int, int] | None:
     """``(body, offset, lines)`` from a still-valid copy (only the wanted columns), else None."""
+    if not available():
+        return None
     import pyarrow.parquet as pq
 
     path = Path(metrics_path)
@@ -117,7 +131,7 @@ def update_copy(metrics_path: str | Path) -> Path | None:
     whole file. Returns the copy's path, or None when there was nothing to copy.
     """
     path = Path(metrics_path)
-    if not path.is_file():
+    if not path.is_file() or not available():
         return None
     old = load_copy(path)
     body: Metrics | None = None

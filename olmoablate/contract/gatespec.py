@@ -169,6 +169,10 @@ class Gate(Strict):
     max_step_time_overhead: float | None = Field(0.10, ge=0)
     max_peak_memory_overhead: float | None = Field(0.10, ge=0)
     max_decode_latency_overhead: float | None = Field(None, ge=0)
+    #: Let a pair whose completed arm logged fewer tokens than planned (a truncated
+    #: metrics.jsonl) into the gate, compared at the tokens both arms reached. Left out of the
+    #: gate's dump while False, so gates pre-registered before the field keep their sha256.
+    allow_partial_pairs: bool = Field(False, exclude_if=lambda v: v is False)
     sequential: SequentialDesign | None = None
 
     @model_serializer(mode="wrap")

@@ -30,7 +30,13 @@ from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.plan import PLAN_FILE, Plan
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV  # noqa: E402,F401
 from olmoablate.errors import UserError
-from olmoablate.io import read_json
+from olmoablate.io import (
+    MAX_YAML_BYTES,
+    InputLimitError,
+    check_size,
+    compose_yaml_bounded,
+    read_json,
+)
 
 REUSED_FILE = "reused.json"
 
@@ -241,8 +247,11 @@ def _spec_name(path: Path) -> str:
     import yaml
 
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_YAML_BYTES + 1)
+        check_size(data, MAX_YAML_BYTES, "the spec")
+        _, doc = compose_yaml_bounded(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, InputLimitError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path}: cannot read the spec ({first})") from None
     name = doc.get("name") if isinstance(doc, dict) else None

@@ -51,7 +51,7 @@ from olmoablate.contract.schema import (
 )
 from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
-from olmoablate.io import read_json, write_json_atomic
+from olmoablate.io import InputLimitError, read_json_bounded, write_json_atomic
 
 #: plan.json format version. 1 = the format since the first release (this module reads it as is).
 PLAN_SCHEMA = 1
@@ -331,7 +331,9 @@ class Plan(PlanModel):
         if not plan_path.is_file():
             raise UserError(f"{plan_path} not found: run `olmoablate plan SPEC` first")
         try:
-            doc = read_json(plan_path)
+            doc = read_json_bounded(plan_path)
+        except InputLimitError as err:
+            raise UserError(f"{plan_path}: refused: {err}") from None
         except (OSError, ValueError) as err:
             raise UserError(f"{plan_path}: unreadable plan ({err})") from None
         plan = cls.from_json(doc, where=str(plan_path))

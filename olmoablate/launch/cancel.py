@@ -14,7 +14,7 @@ import signal
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.reconcile import LIVE_STATES, reconcile
+from olmoablate.launch.reconcile import LIVE_STATES, local_job_alive, reconcile
 from olmoablate.launch.runstate import mark_status
 
 
@@ -61,6 +61,9 @@ def cancel(
             else:
                 pid = int(job.job_id)
                 try:
+                    # Checked again right before the signal: the pid must still be our job.
+                    if not local_job_alive(job):
+                        raise ProcessLookupError(pid)
                     os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
                     actions.append((rid, f"SIGTERM to local job {pid} (checkpoint, then exit)"))
                 except ProcessLookupError:

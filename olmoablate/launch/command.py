@@ -8,13 +8,16 @@ submitit/rich lazily and never torch).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from olmoablate.contract.complete import complete_run_ids, complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
-from olmoablate.errors import UserError
+from olmoablate.errors import UserError, parse_choices
+
+#: `status --fail-on`: run states that make the exit code 1.
+STATUS_FAIL_ON = ("failed",)
 
 SpecArg = Annotated[
     str,
@@ -199,6 +202,22 @@ def submit_command(
     console.print(f"{verb} {len(result.submitted)} job(s), skipped {len(result.skipped)}")
     if test_only and not all(ok for _, ok, _ in result.test_only):
         raise typer.Exit(1)
+    if executor == "local" and result.submitted and not (dry_run or test_only):
+        _exit_if_failed(results, [rid for rid, _ in result.submitted])
+
+
+def _exit_if_failed(results: Any, run_ids: list[str]) -> None:
+    """A foreground local `submit` exits 1 when a run it trained failed (scripts can trust the
+    exit code), after one line per failed run with its reason."""
+    from olmoablate.launch.ledger import Ledger
+    from olmoablate.launch.reconcile import reconcile
+
+    views = reconcile(results, Ledger.read(results))
+    failed = [views[r] for r in run_ids if r in views and views[r].state == "failed"]
+    for v in failed:
+        typer.echo(f"{v.run_id}: failed: {v.reason}", err=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 def status_command(
@@ -211,6 +230,13 @@ def status_command(
         ),
     ] = 10.0,
     results_root: RootOpt = RESULTS_ROOT,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 (after printing) when a run is in this state: failed. For scripts and CI.",
+        ),
+    ] = None,
 ) -> None:
     """Show one line per run: state, step/total, tokens, last loss, tokens/s, ETA, job id.
 
@@ -226,18 +252,24 @@ def status_command(
     from olmoablate.launch.reconcile import reconcile
     from olmoablate.launch.view import status_table, views_json
 
+    fail_states = parse_choices(fail_on, STATUS_FAIL_ON, "--fail-on")
     results = resolve_results(spec, results_root)
     views = list(reconcile(results, Ledger.read(results), sacct_max_age_s=max_age).values())
     if as_json:
         typer.echo(views_json(views))
-        return
-    console = make_console()
-    print_whole(console, status_table(views, title=f"{results.root}"))
-    for v in views:  # one line of reason per run that is not running or completed
-        if v.reason:
-            console.print(
-                f"{v.run_id}: {v.state}: {v.reason}", markup=False, highlight=False, soft_wrap=True
-            )
+    else:
+        console = make_console()
+        print_whole(console, status_table(views, title=f"{results.root}"))
+        for v in views:  # one line of reason per run that is not running or completed
+            if v.reason:
+                console.print(
+                    f"{v.run_id}: {v.state}: {v.reason}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
+    if any(v.state in fail_states for v in views):
+        raise typer.Exit(1)
 
 
 def cancel_command(

@@ -34,10 +34,17 @@ from typing import Any
 
 import submitit
 
+from olmoablate.contract.faults import classify
 from olmoablate.contract.layout import ResultsDir, RunDir
 from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.launch import slurm as sl
-from olmoablate.launch.runstate import DEFAULT_TARGET, FIT_STARTED_ENV, JobTarget, mark_status
+from olmoablate.launch.runstate import (
+    DEFAULT_TARGET,
+    FIT_STARTED_ENV,
+    JobTarget,
+    OwnStatus,
+    mark_status,
+)
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +211,16 @@ class TrainRun(submitit.helpers.Checkpointable):
             # Errors before the training job could write its own status (bad plan entry, import
             # error, missing data) must still show up in `status` with their one-line reason.
             if rank0:
-                lines = [ln for ln in str(err).splitlines() if ln.strip()]
-                why = f"{type(err).__name__}: {lines[0] if lines else ''}"[:500]
-                if not os.environ.get(FIT_STARTED_ENV):
-                    why = f"failed before training started: {why}"
-                mark_status(self.run_dir.status, state="failed", reason=why)
+                own = OwnStatus.read(self.run_dir)
+                if own.state != "failed" or not own.reason:  # the job's own line wins
+                    why = classify(
+                        err,
+                        resume=f"olmoablate submit {self.results_dir} --retry-failed",
+                        where=str(self.run_dir.path),
+                    )
+                    if not os.environ.get(FIT_STARTED_ENV):
+                        why = f"failed before training started: {why}"
+                    mark_status(self.run_dir.status, state="failed", reason=why)
             raise
         if not isinstance(result, dict):
             result = {"state": "failed", "reason": f"job returned {type(result).__name__}"}

@@ -5,9 +5,9 @@ Layout::
     {"schema": 1, "spec_name": ..., "spec_sha256": ..., "updated": ISO,
      "runs": {run_id: {"executor": "slurm|local", "state": ..., "attempts": n,
                        "job_ids": [..], "jobs": [{"job_id", "executor", "submitted", "attempt",
-                                                  "host" (local jobs)}],
+                                                  "host", "identity" (local jobs)}],
                        "updated": ISO, "reason": str|None,
-                       "owner_pid", "host" (runs queued by a local `submit`)}}}
+                       "owner_pid", "owner_identity", "host" (runs queued by a local `submit`)}}}
 
 Every read-decide-write happens under ``file_lock(results/<spec>/.ledger.lock)`` (see
 ``Ledger.locked``) and every write is atomic, so two concurrent `submit` calls serialize and a
@@ -41,6 +41,9 @@ class JobRecord:
     executor: str  # "slurm" | "local"
     #: Local jobs: the machine that started them (their pid means nothing on another one).
     host: str | None
+    #: Local jobs: the process's start time, boot id and command line (launch/procid.py); a
+    #: pid whose identity differs is another process, never signalled.
+    identity: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +57,8 @@ class RunRecord:
     #: Runs queued by a local `submit`: that process (the queue dies with it).
     owner_pid: int | None
     last_job: JobRecord | None
+    #: The queueing `submit` process's identity (launch/procid.py), when recorded.
+    owner_identity: dict[str, Any] | None = None
 
 
 def now_iso() -> str:
@@ -124,10 +129,15 @@ class Ledger:
             owner_pid=int(owner) if owner else None,
             last_job=None
             if last is None
-            else JobRecord(str(last["job_id"]), str(last["executor"]), last.get("host")),
+            else JobRecord(
+                str(last["job_id"]), str(last["executor"]), last.get("host"), last.get("identity")
+            ),
+            owner_identity=entry.get("owner_identity"),
         )
 
-    def mark_queued(self, run_id: str, owner_pid: int, host: str) -> None:
+    def mark_queued(
+        self, run_id: str, owner_pid: int, host: str, owner_identity: dict[str, Any] | None = None
+    ) -> None:
         """A local `submit` (process ``owner_pid`` on ``host``) holds the run in its queue."""
         entry = self.runs.setdefault(
             run_id, {"executor": "local", "attempts": 0, "job_ids": [], "jobs": []}
@@ -136,15 +146,23 @@ class Ledger:
             executor="local",
             state="queued",
             owner_pid=owner_pid,
+            owner_identity=owner_identity,
             reason=None,
             updated=now_iso(),
             host=host,
         )
 
     def record_submission(
-        self, run_id: str, job_id: str, executor: str, state: str, host: str | None = None
+        self,
+        run_id: str,
+        job_id: str,
+        executor: str,
+        state: str,
+        host: str | None = None,
+        identity: dict[str, Any] | None = None,
     ) -> None:
-        """A job was started for the run (``host``: the machine, for local jobs)."""
+        """A job was started for the run (``host``, ``identity``: the machine and the process's
+        identity, launch/procid.py, for local jobs)."""
         entry = self.runs.setdefault(
             run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
         )
@@ -161,6 +179,8 @@ class Ledger:
         }
         if host is not None:
             job["host"] = host
+        if identity is not None:
+            job["identity"] = identity
         entry.setdefault("jobs", []).append(job)
         entry["updated"] = now_iso()
 

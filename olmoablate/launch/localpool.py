@@ -23,6 +23,7 @@ from olmoablate.contract.plan import RunEntry
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import DONE_STATES, RunView, reconcile
 from olmoablate.launch.runstate import JobTarget, OwnStatus, mark_status
 from olmoablate.launch.view import status_table
@@ -137,7 +138,14 @@ class LocalPool:
                 self.target,
             )
             job = ex.submit(fn)
-            ledger.record_submission(rid, job.job_id, "local", "running", host=socket.gethostname())
+            ledger.record_submission(
+                rid,
+                job.job_id,
+                "local",
+                "running",
+                host=socket.gethostname(),
+                identity=identity(int(job.job_id)),
+            )
         self.active[rid] = job
         self.slots[rid] = slot
         self.submitted.append((rid, job.job_id))

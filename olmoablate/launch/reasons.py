@@ -41,16 +41,17 @@ def exit_text(record: dict[str, str]) -> str:
     return "exit code 0"
 
 
-def resume_hint(results: ResultsDir, run_id: str, state: str) -> str:
-    """Where the run resumes and the command that does it."""
+def resume_hint(results: ResultsDir, run_id: str, state: str, command: bool = True) -> str:
+    """Where the run resumes and (unless ``command`` is False: the reason names it already)
+    the command that does it."""
     step = latest_checkpoint_step(results.run(run_id).checkpoints)
     flag = " --retry-failed" if state == "failed" else ""
-    cmd = f"olmoablate submit {results.root}{flag}"
+    cmd = f": olmoablate submit {results.root}{flag}" if command else ""
     if state == "diverged":
         return ""  # final: never retried (use --redo to start over)
     if step is None:
-        return f"; no checkpoint, restarts from step 0: {cmd}"
-    return f"; resumable from checkpoint step {step}: {cmd}"
+        return f"; no checkpoint, restarts from step 0{cmd}"
+    return f"; resumable from checkpoint step {step}{cmd}"
 
 
 def reason_for(
@@ -81,4 +82,20 @@ def reason_for(
         cause = own.reason or ledger_reason
     if cause is None:
         cause = f"job ended{at} without a final state"
-    return f"{cause}{resume_hint(results, run_id, state)}"
+    if "--redo" in cause:
+        return cause  # the job's own way out: only starting over helps
+    # the job's own line (contract/faults.py) may name the command already: then only where
+    return f"{cause}{resume_hint(results, run_id, state, 'olmoablate submit' not in cause)}"
+
+
+def requeued_reason(results: ResultsDir, run_id: str, own: OwnStatus) -> str | None:
+    """The reason of a run pending again after its job failed and Slurm requeued it (a node
+    failure: ``NODE_FAIL`` with ``JobRequeue``): the job's own cause, without its way out (the
+    requeue is the way out), and where it resumes. None when the run's last word is no failure.
+    """
+    if own.state != "failed" or not own.reason:
+        return None
+    cause = own.reason.split("; ")[0]
+    step = latest_checkpoint_step(results.run(run_id).checkpoints)
+    where = f"checkpoint step {step}" if step is not None else "step 0"
+    return f"requeued by Slurm after: {cause}; resumes from {where} once its nodes are up"

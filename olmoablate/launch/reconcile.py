@@ -17,7 +17,8 @@ from olmoablate.contract.layout import ResultsDir
 from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import JobRecord, Ledger
-from olmoablate.launch.reasons import reason_for
+from olmoablate.launch.procid import is_same_process
+from olmoablate.launch.reasons import reason_for, requeued_reason
 from olmoablate.launch.runstate import OwnStatus
 from olmoablate.store.owner import owner_problem
 
@@ -61,11 +62,13 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _local_job_alive(job: JobRecord) -> bool:
+def local_job_alive(job: JobRecord) -> bool:
+    """Whether the local job still runs: same host, and its pid is still the process the
+    launcher started (start time, boot and command line, launch/procid.py), not a reused pid."""
     if job.host and job.host != socket.gethostname():
         return False  # another machine's job: we cannot see it; treat as ended
     try:
-        return pid_alive(int(job.job_id))
+        return is_same_process(int(job.job_id), job.identity)
     except ValueError:
         return False
 
@@ -143,11 +146,16 @@ def reconcile(
                 sched = "ended"  # the controller no longer has it and accounting forgot it
             # else: nobody to ask; fall back to status.json below
         elif job is not None and job.executor == "local":
-            sched = "running" if _local_job_alive(job) else "ended"
+            sched = "running" if local_job_alive(job) else "ended"
             view.scheduler_state = "alive" if sched == "running" else "exited"
         elif rec is not None and ledger_state == "queued":
             owner = rec.owner_pid
-            sched = "queued" if owner and pid_alive(owner) else "ended"
+            alive = owner and (
+                is_same_process(owner, rec.owner_identity)
+                if rec.owner_identity
+                else pid_alive(owner)
+            )
+            sched = "queued" if alive else "ended"
 
         live_now = sched in ("pending", "running", "queued")
         if own == "completed" or (
@@ -175,6 +183,10 @@ def reconcile(
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
         reason = rec.reason if rec is not None else None
         view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+        if view.reason is None and view.state == "pending":
+            view.reason = requeued_reason(results, rid, status)
+        if view.reason is None and status.recovery:
+            view.reason = status.recovery  # e.g. a completed run that skipped a broken checkpoint
     if follow_reuse:
         _reused_views(results, views, sacct_max_age_s)
     return views

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.checkpoints import select_checkpoint
 from olmoablate.contract.layout import RunDir
 from olmoablate.io import read_json, write_json_atomic
 
@@ -51,6 +52,8 @@ class OwnStatus:
     last_loss: float | None = None
     tokens_per_s: float | None = None
     reason: str | None = None
+    #: A resume that had to skip incomplete checkpoints (olmoablate.train.resume), one line.
+    recovery: str | None = None
 
     @classmethod
     def of(cls, data: dict[str, Any] | None) -> OwnStatus:
@@ -68,6 +71,7 @@ class OwnStatus:
             last_loss=_num(data.get("last_loss")),
             tokens_per_s=_num(data.get("tokens_per_s")),
             reason=_str(data.get("reason")),
+            recovery=_str(data.get("recovery")),
         )
 
     @classmethod
@@ -91,24 +95,7 @@ def mark_status(status_path: Path, **fields: Any) -> None:
 
 
 def latest_checkpoint_step(checkpoint_dir: Path) -> int | None:
-    """Step of the newest *complete* OLMo-core checkpoint in ``checkpoint_dir`` (None if none).
-
-    Same completeness rule as ``olmo_core.train.checkpoint.Checkpointer.dir_is_checkpoint``
-    (train state, model/optimizer metadata, checkpoint metadata), without importing torch, so
-    `status` can say where a failed run would resume.
-    """
-    try:
-        entries = list(Path(checkpoint_dir).iterdir())
-    except OSError:
-        return None
-    steps = []
-    for path in entries:
-        name = path.name
-        if not (name.startswith("step") and name[4:].isdigit()):
-            continue
-        if all(
-            (path / part).exists()
-            for part in ("train/rank0.pt", "model_and_optim/.metadata", ".metadata.json")
-        ):
-            steps.append(int(name[4:]))
-    return max(steps) if steps else None
+    """Step of the newest *complete* checkpoint in ``checkpoint_dir`` (None if none): the
+    rule the training job resumes by (:mod:`olmoablate.contract.checkpoints`), so `status`
+    says where a run really resumes."""
+    return select_checkpoint(Path(checkpoint_dir)).step

@@ -24,6 +24,7 @@ from olmoablate.launch.devices import check_local_capacity, check_local_topology
 from olmoablate.launch.lease import apply_leases, store_locked, write_identity
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.localpool import LocalPool
+from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, RunView, reconcile
 from olmoablate.launch.runstate import DEFAULT_TARGET, JobTarget, mark_status
 
@@ -143,8 +144,19 @@ def submit(
         raise UserError(f"--executor {executor}: allowed values are {', '.join(EXECUTORS)}")
     redo = list(redo or [])
     if dry_run or test_only:
+        # Exactly what the real command would decide, refuse and send (ledger read, not locked
+        # and never written): the spec-change check, the runs, the local capacity check.
         ledger = Ledger.read(results)
-        rendered = render_all(results, list(results.plan.runs_by_id))
+        check_spec(ledger, results.plan, redo)
+        views = reconcile(results, ledger)
+        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        if executor == "local":
+            if parallel < 1:
+                raise UserError(f"--parallel {parallel}: must be at least 1")
+            gpus = visible_gpus()
+            for rid in send:
+                check_local_capacity(gpus, results.plan.run(rid).topology.gpus_per_node, parallel)
+        rendered = render_all(results, send) if send else []
         tests: list[tuple[str, bool, str]] = []
         if test_only:
             if not sl.have_slurm():
@@ -152,8 +164,6 @@ def submit(
             for path in rendered:
                 ok, msg = sl.test_only(path)
                 tests.append((path.stem, ok, msg))
-        views = reconcile(results, ledger)
-        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
         return SubmitResult([(r, "(dry-run)") for r in send], skip, rendered, tests)
     if executor == "slurm":
         if not sl.have_slurm():
@@ -230,10 +240,13 @@ def _submit_local(
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
             check_local_topology(rid, plan.run(rid).topology.nodes)
             check_local_capacity(gpus, plan.run(rid).topology.gpus_per_node, parallel)
+        me = identity(os.getpid())
         for rid in send:
             if rid in redo:
                 ledger.forget(rid)
-            ledger.mark_queued(rid, owner_pid=os.getpid(), host=socket.gethostname())
+            ledger.mark_queued(
+                rid, owner_pid=os.getpid(), host=socket.gethostname(), owner_identity=me
+            )
             prepare_run_dir(results, rid, fresh=rid in redo)
     if not send:
         return SubmitResult([], skip, [], [])

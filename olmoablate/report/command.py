@@ -2,21 +2,24 @@
 
 Imported by cli.py at start-up, so numpy/pandas/matplotlib are imported inside the function.
 Exit code 0 whenever a report was produced, whatever the verdict (the verdict is data, in
-gate.json, not an error); bad input is a one-line UserError (exit 2).
+gate.json, not an error) unless the caller opts in with ``--fail-on`` (exit 1); bad input is a
+one-line UserError (exit 2).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from olmoablate.contract.complete import complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
-from olmoablate.errors import UserError
+from olmoablate.errors import UserError, parse_choices
 
 FORMATS = ("md", "html", "csv", "json")
+#: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.gate).
+FAIL_ON = ("failed", "stop", "inconclusive")
 
 
 def report_command(
@@ -56,6 +59,14 @@ def report_command(
             help="Re-parse every metrics.jsonl (ignore .report-cache/ and the jobs' metrics.parquet).",
         ),
     ] = False,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 after writing the report when: failed (a run failed), stop or "
+            "inconclusive (a gate's verdict). Comma-separated or repeated; for scripts and CI.",
+        ),
+    ] = None,
 ) -> None:
     """Compare every pair at matched tokens and print the gate verdict at the stage size."""
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
@@ -64,6 +75,9 @@ def report_command(
         raise UserError(
             f"--format: unknown value {', '.join(bad) or '(empty)'!r}; allowed: {', '.join(FORMATS)}"
         )
+    conditions = parse_choices(fail_on, FAIL_ON, "--fail-on")
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out}: is a file; give a folder (created if missing)")
     from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.gates import build_all, write_next_plans
     from olmoablate.report.writers import print_terminal, write_all
@@ -75,3 +89,24 @@ def report_command(
     write_next_plans(report, out_dir)
     written = write_all(report, out_dir, formats)
     print_terminal(report, written)
+    hit = _failing(report, conditions)
+    if hit:
+        typer.echo(f"--fail-on: {', '.join(hit)}", err=True)
+        raise typer.Exit(1)
+
+
+def _failing(report: Any, conditions: set[str]) -> list[str]:
+    """Which ``--fail-on`` conditions hold: a run failed, or a gate's verdict is stop or
+    inconclusive (every pre-registered gate counts, not only the first)."""
+    hit: list[str] = []
+    if "failed" in conditions:
+        failed = sorted(r for r, run in report.results.runs.items() if run.state == "failed")
+        if failed:
+            hit.append(f"failed runs {', '.join(failed)}")
+    verdicts = {g.gate_name: g.verdict for g in (report.gates or [report])}
+    for verdict in ("stop", "inconclusive"):
+        if verdict in conditions:
+            names = sorted(n for n, v in verdicts.items() if v == verdict)
+            if names:
+                hit.append(f"verdict {verdict} ({', '.join(names)})")
+    return hit

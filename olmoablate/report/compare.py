@@ -31,7 +31,7 @@ from olmoablate.report.cost import cost_rows
 from olmoablate.report.execution import execution_mismatch, execution_of, parity_note
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.pairing import certificate_problems, token_shortfall
 from olmoablate.report.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
@@ -171,6 +171,11 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     invalid.extend(pair_identity_problems(results.plan, pair, budget))
     for run in (base, var):
         invalid.extend(results.reuse_problems.get(run.run_id, []))
+    short = [w for w in (token_shortfall("baseline", base), token_shortfall("variant", var)) if w]
+    if short and getattr(results.gate, "allow_partial_pairs", False):
+        notes.extend(f"partial pair allowed (gate.allow_partial_pairs): {w}" for w in short)
+    else:
+        invalid.extend(short)
     fp_bad, fp_note = results.fingerprint_check(base, var)
     invalid.extend(fp_bad)
     if fp_note:

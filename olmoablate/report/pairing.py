@@ -8,6 +8,8 @@ wrote) and marks such a pair INVALID, kept out of the gate, instead of silently 
 
 from __future__ import annotations
 
+from typing import Any
+
 from olmoablate.contract.certificate import differences, shared_settings
 from olmoablate.contract.plan import RunEntry
 
@@ -42,3 +44,23 @@ def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntr
     if variant.architecture.layers is not None or baseline.architecture.layers is not None:
         return [d for d in diff if d != "size_dims.n_layers"]
     return diff
+
+
+def token_shortfall(arm: str, run: Any) -> str | None:
+    """Why a *completed* arm cannot be matched at its planned tokens (None when it can).
+
+    ``run`` is the report's RunData. A run whose status says completed but whose metrics end
+    before its planned token count (a truncated or partly copied metrics.jsonl) would make the
+    gate compare the arms at different points of their schedules; the pair is INVALID (out of
+    the gate) unless the gate sets ``allow_partial_pairs``. Runs still training are not judged
+    here: they are incomplete, not inconsistent.
+    """
+    planned = int(run.entry.tokens)
+    logged = float(run.max_tokens)
+    if run.state != "completed" or logged >= planned:
+        return None
+    return (
+        f"{arm} {run.run_id} is completed but its metrics end at {logged:,.0f} of "
+        f"{planned:,} planned tokens (metrics.jsonl truncated?); out of the gate unless "
+        "gate.allow_partial_pairs"
+    )

@@ -16,7 +16,12 @@ from typing import Any
 from olmoablate.contract.overrides import spec_sha256
 from olmoablate.contract.plan import Plan
 from olmoablate.contract.schema import Gate
-from olmoablate.io import sha256_of
+from olmoablate.io import (
+    MAX_YAML_BYTES,
+    check_size,
+    compose_yaml_bounded,
+    sha256_of,
+)
 
 
 @dataclass
@@ -62,14 +67,14 @@ def _validated(raw: Any) -> Gate | None:
 
 
 def _spec_doc(path: Path, plan: Plan) -> Any:
-    """The spec file as plan read it: parsed, with the plan's ``--set`` overrides applied."""
+    """The spec file as plan read it: parsed within the limits every spec is parsed with
+    (olmoablate.io: the file may have changed since planning, and the gate hash walks the
+    expanded tree), with the plan's ``--set`` overrides applied."""
     from olmoablate.contract.overrides import apply, loader_class
 
-    loader = loader_class()(path.read_text(encoding="utf-8"))
-    try:
-        doc = loader.get_single_data()
-    finally:
-        loader.dispose()
+    data = path.read_bytes()
+    check_size(data, MAX_YAML_BYTES, "the spec")
+    doc = compose_yaml_bounded(data.decode("utf-8"), loader_class())[1]
     if plan.overrides and isinstance(doc, dict):
         from olmoablate.contract.sizes import PRESET_NAMES
 

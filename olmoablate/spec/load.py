@@ -24,6 +24,7 @@ from olmoablate.contract.schema import (
     Spec,
 )
 from olmoablate.errors import UserError
+from olmoablate.io import MAX_YAML_BYTES, InputLimitError, check_size, compose_yaml_bounded
 from olmoablate.spec import datacheck
 from olmoablate.spec import paths as spec_paths
 from olmoablate.spec.checks import (
@@ -283,21 +284,26 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     p = Path(path)
     fname = str(path)
     try:
-        data_bytes = p.read_bytes()
+        with p.open("rb") as fh:
+            data_bytes = fh.read(MAX_YAML_BYTES + 1)
     except OSError as err:
         raise SpecError([Problem(fname, 1, "<file>", f"cannot read: {err.strerror}")]) from None
+    try:
+        check_size(data_bytes, MAX_YAML_BYTES, "the spec")
+    except InputLimitError as err:
+        raise SpecError([Problem(fname, 1, "<file>", f"refused: {err}")]) from None
     try:
         text = data_bytes.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError([Problem(fname, 1, "<file>", "not UTF-8 text")]) from None
 
     lines = _LineMap()
-    # One parse with libyaml's safe loader when available (pure-Python PyYAML otherwise): the node
-    # tree gives line numbers, and the same tree is constructed into plain data (safe tags only).
-    loader = loader_class()(text)
+    # One bounded parse (olmoablate.io: size, nesting and alias expansion limits) with the safe
+    # loader: the node tree gives line numbers, the same tree is constructed into plain data.
     try:
-        node = loader.get_single_node()
-        raw = loader.construct_document(node) if node is not None else None
+        node, raw = compose_yaml_bounded(text, loader_class())
+    except InputLimitError as err:
+        raise SpecError([Problem(fname, err.line, "<yaml>", f"refused: {err}")]) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -305,8 +311,6 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         context = getattr(err, "context", None)
         detail = f"{context}: {problem}" if context else problem
         raise SpecError([Problem(fname, line, "<yaml>", f"YAML syntax error: {detail}")]) from None
-    finally:
-        loader.dispose()
     if node is not None:
         lines.walk(node)
     if not isinstance(raw, dict):

@@ -131,6 +131,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     from olmoablate.train import callbacks as cbs
     from olmoablate.train import config as cfgs
     from olmoablate.train import wandb_log
+    from olmoablate.train.resume import CheckpointManifestCallback
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps, gbs = tr.steps, tr.global_batch_size
@@ -157,6 +158,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             stop_on_nonfinite=stab.stop_on_nonfinite,
         ),
         "interrupt": cbs.InterruptCallback(),
+        "checkpoint_manifest": CheckpointManifestCallback(),
         "compute_dtype": cbs.ComputeDtypeCallback(),
         "status": cbs.StatusCallback(
             path=str(rd.status),
@@ -290,6 +292,8 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     from olmo_core.distributed.utils import get_rank
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
+    from olmoablate.train.resume import failure_reason, resume_point
+
     env = _environment(ctx)
     if env.device_type == "cpu":
         torch.set_num_threads(ctx.training.threads)
@@ -337,7 +341,10 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     try:
         ctx.run_dir.path.mkdir(parents=True, exist_ok=True)
         write_status("running", int(previous.get("step") or 0))
+        fallback = resume_point(ctx, base, previous)
         trainer, own = _build_trainer(ctx, env, base)
+        if fallback is not None:
+            own["metrics"].attempt_note = fallback.metrics
         error: BaseException | None = None
         try:
             trainer.fit()
@@ -356,7 +363,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             state = "diverged"
             extra.update(diverged_at_step=stability.diverged_at_step, reason=stability.reason)
         elif error is not None:
-            write_status("failed", step, reason=f"{type(error).__name__}: {error}"[:500], **extra)
+            write_status("failed", step, reason=failure_reason(ctx, error, step), **extra)
             raise error
         elif step >= steps:
             state = "completed"
@@ -373,6 +380,12 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         return write_status(state, step, **extra)
     except UserError as err:
         write_status("failed", int(previous.get("step") or 0), reason=f"bad run entry: {err}"[:500])
+        raise
+    except Exception as err:  # before or around fit (a checkpoint, the data): one line, then up
+        if trainer is None:
+            step = int(previous.get("step") or 0)
+            why = failure_reason(ctx, err, None)
+            write_status("failed", step, reason=f"failed before training started: {why}")
         raise
     finally:
         teardown_training_environment()

@@ -134,6 +134,9 @@ class MetricsJSONLCallback(Callback):
     global_batch_size: int = 0
     #: Set by the job: the step the trainer resumed from (None = fresh start).
     resume_step: int | None = None
+    #: Set by the job: extra fields of this attempt's first row (a checkpoint fallback's steps,
+    #: :mod:`olmoablate.train.resume`), so metrics.jsonl itself says where the attempt resumed.
+    attempt_note: dict[str, float] = field(default_factory=dict)
 
     _pending: dict[str, Any] | None = None
     _step_start: float = 0.0
@@ -235,6 +238,9 @@ class MetricsJSONLCallback(Callback):
         if self._pending is None or self._pending["step"] != step:
             self._flush()
             self._pending = {"step": step, "tokens": step * self.global_batch_size}
+            if self.attempt_note:
+                self._pending.update(self.attempt_note)
+                self.attempt_note = {}
         self._pending.update(row)
         with _TIMING_LOCK:
             timed = step in self._step_times

@@ -1,0 +1,156 @@
+"""Exit codes scripts can trust, and no traceback from any CLI path.
+
+Every command is driven with bad paths and bad arguments (a file where a folder belongs, a
+folder where a file belongs, a missing spec, a garbage or hostile plan.json, unknown option
+values): each exits non-zero with no Python traceback, and our own errors are one line. The
+opt-in ``--fail-on`` of `status` turns a failed run into exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PAIR, make_pair_plan
+
+CLI = [sys.executable, "-m", "olmoablate"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200", "OLMOABLATE_TRACEBACK": ""},
+    )
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("cli")
+    results = make_pair_plan(root)
+    afile = root / "afile.txt"
+    afile.write_text("not a folder\n")
+    garbage = root / "garbage" / "results" / "g"
+    garbage.mkdir(parents=True)
+    (garbage / "plan.json").write_text("{not json")
+    notplan = root / "notplan"
+    notplan.mkdir()
+    (notplan / "plan.json").write_text(json.dumps([1, 2, 3]))
+    binary = root / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    return {
+        "root": root,
+        "results": results,
+        "afile": afile,
+        "garbage": garbage,
+        "notplan": notplan,
+        "binary": binary,
+    }
+
+
+CASES = [
+    # (id, argv with {placeholders}, our own one-line error expected)
+    ("validate-missing", ["validate", "{root}/nope.yaml"], True),
+    ("validate-binary", ["validate", "{binary}"], True),
+    ("validate-empty-dir", ["validate", "{notplan}"], True),
+    ("plan-missing", ["plan", "{root}/nope.yaml"], True),
+    ("plan-results-root-is-file", ["plan", "{spec}", "--results-root", "{afile}"], True),
+    ("plan-spec-is-dir", ["plan", "{root}"], True),
+    ("submit-nosuch", ["submit", "nosuch"], True),
+    ("submit-garbage-plan", ["submit", "{garbage}"], True),
+    ("submit-not-a-plan", ["submit", "{notplan}"], True),
+    ("submit-plan-is-file", ["submit", "{afile}"], True),
+    ("submit-bad-executor", ["submit", "{results}", "--executor", "pbs"], True),
+    ("submit-parallel-0", ["submit", "{results}", "--parallel", "0"], True),
+    ("submit-bad-run", ["submit", "{results}", "--run", "nope"], True),
+    ("submit-bad-size", ["submit", "{results}", "--size", "70B", "--dry-run"], True),
+    ("submit-parallel-nan", ["submit", "{results}", "--parallel", "x"], False),
+    ("status-nosuch", ["status", "{root}/nosuch/"], True),
+    ("status-garbage", ["status", "{garbage}"], True),
+    ("status-bad-fail-on", ["status", "{results}", "--fail-on", "broken"], True),
+    ("status-bad-max-age", ["status", "{results}", "--max-age", "soon"], False),
+    ("cancel-nosuch", ["cancel", "nosuch"], True),
+    ("cancel-bad-run", ["cancel", "{results}", "--run", "nope"], True),
+    ("report-nosuch", ["report", "nosuch"], True),
+    ("report-out-is-file", ["report", "{results}", "--out", "{afile}"], True),
+    ("report-bad-format", ["report", "{results}", "--format", "pdf"], True),
+    ("report-bad-fail-on", ["report", "{results}", "--fail-on", "maybe"], True),
+    ("report-garbage", ["report", "{garbage}"], True),
+    ("data-check-missing", ["data", "check", "--dir", "{root}/nodata"], True),
+    ("data-check-file", ["data", "check", "--dir", "{afile}"], True),
+    ("data-prepare-out-is-file", ["data", "prepare", "--out", "{afile}", "--source", "x"], True),
+    ("unknown-command", ["frobnicate"], False),
+]
+
+
+def _main(args: list[str], cwd: Path, capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The console script's own entry point (``olmoablate.cli.main``), in this process: the
+    same code path as ``python -m olmoablate`` without a second of interpreter start-up per case
+    (``test_the_real_entry_point`` runs a few through a subprocess)."""
+    from olmoablate.cli import main
+
+    old_argv, old_cwd = sys.argv, os.getcwd()
+    sys.argv, code = ["olmoablate", *args], 0
+    os.chdir(cwd)
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+    out, err = capfd.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("argv", "ours"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_never_shows_a_traceback(
+    world: dict[str, Path], argv: list[str], ours: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
+    names = {k: str(v) for k, v in world.items()} | {"spec": str(REPO / "specs" / "demo.yaml")}
+    args = [a.format(**names) for a in argv]
+    code, out, err = _main(args, world["root"], capfd)
+    assert code != 0, (args, out, err)
+    assert "Traceback" not in out + err, err
+    assert "internal error" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if ours:
+        assert code == 2 and lines, (args, err)
+        if argv[0] != "validate":  # validate prints one line per problem, each file:line
+            assert len(lines) == 1, lines
+    if argv[0] == "plan" and "--results-root" in argv:
+        assert world["afile"].read_text() == "not a folder\n"  # nothing half-written
+
+
+@pytest.mark.parametrize("case", ["plan-results-root-is-file", "report-out-is-file"])
+def test_the_real_entry_point(world: dict[str, Path], case: str) -> None:
+    (argv,) = [c[1] for c in CASES if c[0] == case]
+    names = {k: str(v) for k, v in world.items()} | {"spec": str(REPO / "specs" / "demo.yaml")}
+    proc = _run(*[a.format(**names) for a in argv], cwd=world["root"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1, proc.stderr
+
+
+def test_status_fail_on_failed(world: dict[str, Path]) -> None:
+    results = world["results"]
+    assert _run("status", str(results), "--fail-on", "failed", cwd=world["root"]).returncode == 0
+    run = results / "runs" / PAIR[0]
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "status.json").write_text(
+        json.dumps({"state": "failed", "step": 3, "reason": "disk full (x); free space"})
+    )
+    try:
+        plain = _run("status", str(results), cwd=world["root"])
+        assert plain.returncode == 0  # opt-in only
+        proc = _run("status", str(results), "--json", "--fail-on", "failed", cwd=world["root"])
+        assert proc.returncode == 1 and json.loads(proc.stdout)[0]["state"] == "failed"
+    finally:
+        (run / "status.json").unlink()
