@@ -117,8 +117,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     from olmoablate.train import callbacks as cbs
     from olmoablate.train import config as cfgs
-    from olmoablate.train import proof
-    from olmoablate.train import wandb_log
+    from olmoablate.train import proof, wandb_log
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps, gbs = tr.steps, tr.global_batch_size
