@@ -15,6 +15,7 @@ from olmoablate.data.command import data_app
 from olmoablate.errors import UserError
 from olmoablate.launch.command import cancel_command, status_command, submit_command
 from olmoablate.report.command import report_command
+from olmoablate.spec.blocks_command import blocks_command
 from olmoablate.spec.command import plan_command, validate_command
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ app.command("submit")(submit_command)
 app.command("status")(status_command)
 app.command("cancel")(cancel_command)
 app.command("report")(report_command)
+app.command("blocks")(blocks_command)
 app.add_typer(data_app, name="data")
 
 

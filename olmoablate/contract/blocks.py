@@ -32,6 +32,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,7 @@ class Block:
         rows = []
         for name, info in self.Options.model_fields.items():
             ann = getattr(info.annotation, "__name__", None) or str(info.annotation)
+            ann = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])", "", ann)  # bare class names
             default = (
                 "required"
                 if info.is_required()
@@ -239,8 +241,10 @@ def get_block(key: str, where: str = "architecture") -> Block:
         return hit
     if key in BUNDLED:
         block = _as_block(load_ref(BUNDLED[key], where), BUNDLED[key], where)
+        _origins[key] = ("olmoablate", _olmoablate_version())
     elif ":" in key:
         block = _as_block(load_ref(key, where), key, where)
+        _origins[key] = (None, None)  # the user's own code: identified by module and hash
     else:
         ep = installed_entry_points().get(key)
         if ep is None:
@@ -250,6 +254,8 @@ def get_block(key: str, where: str = "architecture") -> Block:
                 "entry point)"
             )
         block = _as_block(load_ref(ep.value, where), ep.value, where)
+        dist = getattr(ep, "dist", None)
+        _origins[key] = (dist.name, dist.version) if dist is not None else (None, None)
     if ":" not in key and block.name != key:
         raise UserError(f"{where}: block {key!r} loads a block named {block.name!r}")
     _loaded[key] = block
@@ -302,21 +308,21 @@ def _common_parts(dirs: list[Path]) -> tuple[str, ...]:
     return parts
 
 
-@functools.lru_cache(maxsize=1)
-def _packages() -> Mapping[str, list[str]]:
-    from importlib.metadata import packages_distributions
-
-    return packages_distributions()
+#: key -> (distribution, version) of the package a block was loaded from (None for a module
+#: reference); bundled blocks are olmoablate's own.
+_origins: dict[str, tuple[str | None, str | None]] = {}
 
 
-def _distribution(module: str) -> tuple[str | None, str | None]:
-    from importlib.metadata import version
+def _olmoablate_version() -> str:
+    from olmoablate import __version__
 
-    top = module.split(".")[0]
-    names = _packages().get(top) or []
-    if not names:
-        return None, None
-    return names[0], version(names[0])
+    return __version__
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, mtime_ns: int, size: int) -> bytes:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).digest()
 
 
 def code_identity(key: str) -> dict[str, Any]:
@@ -327,9 +333,10 @@ def code_identity(key: str) -> dict[str, Any]:
     h = hashlib.sha256()
     for f in files:
         h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        st = f.stat()
+        h.update(_file_digest(str(f), st.st_mtime_ns, st.st_size))
     module = type(block).__module__
-    dist, ver = _distribution(module)
+    dist, ver = _origins.get(key, (None, None))
     return {
         "name": block.name,
         "module": f"{module}:{type(block).__name__}",
