@@ -129,6 +129,13 @@ def test_example_package_spec_to_report(tmp_path: Path) -> None:
         st = json.loads((res / "runs" / rid / "status.json").read_text())
         assert st["state"] == "completed" and st["step"] == 8, st
 
+        proved = json.loads((res / "runs" / rid / "proof.json").read_text())
+        assert proved["unique_params"] == runs[rid]["unique_params"]
+        assert proved["counted_flops_per_token"] == proved["formula_flops_per_token"]
+    assert json.loads((res / "runs" / "micro-s0-layerscale" / "proof.json").read_text())[
+        "code"
+    ] == {"layerscale": code["sha256"]}
+
     rep = _cli("report", "ls.yaml", cwd=tmp_path)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     rows = list(csv.DictReader((res / "comparison.csv").open()))

@@ -152,3 +152,29 @@ def test_requeued_job_refuses_to_resume_with_changed_block_code(
     assert "refusing to resume" in msg and "changed since plan" in msg and "--replan" in msg
     assert _status(plan, "tiny-s0-mine")["state"] == "failed"
     sys.modules.pop("blk_requeue", None)
+
+
+def test_report_refuses_a_pair_whose_arm_trained_other_code() -> None:
+    from olmoablate.contract.proof import ProofRecord
+    from olmoablate.report.pairing import proof_problems
+
+    run = run_entry("tiny-s0-da", "da", {"depth_attention": {"stride": 2}}, steps=2)
+    run["code"] = code_of(run["architecture"])
+    entry = proof.RunEntry.model_validate(certify(run))
+    good = ProofRecord(
+        run_id=entry.run_id,
+        code={"depth_attention": run["code"]["depth_attention"]["sha256"]},
+        unique_params=entry.unique_params,
+        counted_flops_per_token=1.0,
+        formula_flops_per_token=1,
+        flops_tolerance=proof.FLOPS_TOLERANCE,
+        seq_len=16,
+        attempt=1,
+        checked="2026-01-01T00:00:00+00:00",
+    )
+    assert proof_problems(entry, good) == ([], [])
+    other = good.model_copy(update={"code": {"depth_attention": "0" * 64}})
+    assert proof_problems(entry, other)[0] == [
+        "tiny-s0-da: trained block code other than the plan recorded"
+    ]
+    assert "not verified" in proof_problems(entry, None)[1][0]

@@ -16,6 +16,7 @@ import numpy as np
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import Pair
+from olmoablate.contract.proof import ProofRecord
 from olmoablate.report.align import (
     Aligned,
     Curve,
@@ -30,7 +31,7 @@ from olmoablate.report.collect import Results, RunData
 from olmoablate.report.cost import cost_rows
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.pairing import certificate_problems, proof_problems
 
 LOSS = names.CE_LOSS
 
@@ -163,6 +164,11 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     if "tokens" in pair.differs:
         budget = "flops"
     invalid = certificate_problems(base.entry, var.entry, budget)
+    for arm in (base, var) if var.entry.code is not None else ():  # a plan with code identities
+        if arm.metrics is not None:  # what the job proved before its first step
+            bad, unverified = proof_problems(arm.entry, ProofRecord.read(arm.dir.proof))
+            invalid.extend(bad)
+            notes.extend(unverified)
     fp_bad, fp_note = results.fingerprint_check(base, var)
     invalid.extend(fp_bad)
     if fp_note:

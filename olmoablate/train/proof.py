@@ -22,11 +22,13 @@ Both checks fail the run with one line naming the block(s) and the two numbers.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.blocks import code_changes
 from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.proof import ProofRecord
 from olmoablate.errors import UserError
 from olmoablate.train.plan import RunContext
 
@@ -100,11 +102,28 @@ def check_flops(run: RunEntry, model_config: Any) -> tuple[float, int]:
     return got, want
 
 
-def at_start(ctx: RunContext, model: Any, model_config: Any) -> dict[str, Any]:
-    """Every check, before the first step of every (re)start; returns what was proved."""
+def at_start(ctx: RunContext, model: Any, model_config: Any, attempt: int = 1) -> ProofRecord:
+    """Every check, before the first step of every (re)start; records them in proof.json."""
+    from olmo_core.distributed.utils import get_rank
+
+    run = ctx.run
     ckpts = ctx.run_dir.checkpoints
-    check_code(ctx.run, resuming=ckpts.is_dir() and any(ckpts.glob("step*")))
-    return prove(ctx.run, model, model_config)
+    check_code(run, resuming=ckpts.is_dir() and any(ckpts.glob("step*")))
+    proved = prove(run, model, model_config)
+    record = ProofRecord(
+        run_id=run.run_id,
+        code={k: v.sha256 for k, v in (run.code or {}).items()},
+        unique_params=proved["unique_params"],
+        counted_flops_per_token=float(proved["counted_flops_per_token"]),
+        formula_flops_per_token=proved["formula_flops_per_token"],
+        flops_tolerance=FLOPS_TOLERANCE,
+        seq_len=min(PROOF_SEQ_LEN, run.training.sequence_length),
+        attempt=attempt,
+        checked=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    if get_rank() == 0:
+        record.write(ctx.run_dir.proof)
+    return record
 
 
 def prove(run: RunEntry, model: Any, model_config: Any) -> dict[str, Any]:
