@@ -22,6 +22,7 @@ layer ``12 * n_heads * head_dim * causal_pairs(seq, window) // seq`` where causa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,15 @@ def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
     return 3 * depth_extra_forward_flops(len(da.sources(layer)), d)
 
 
+@functools.lru_cache(maxsize=64)
+def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int]]:
+    """Per physical layer: OLMo 3's training FLOPs per token, and the part of it a FLOP counter
+    sees as matrix products (without attention scores and QK-norm weights)."""
+    base = [_layer_flops(d, j, L, seq_len) for j in range(L)]
+    norms = 6 * (d.n_heads * d.head_dim + d.n_kv_heads * d.head_dim)  # QK-norm weights
+    return base, [base[j] - _attention_scores(d, j, L, seq_len) - norms for j in range(L)]
+
+
 def phase_at(arch: ArchLike, step: int) -> int | None:
     """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
     the loop count b), or None."""
@@ -150,17 +160,20 @@ def flops_breakdown(
     a = _arch(arch)
     blocks = _blocks(a)
     L = a.n_physical_layers(d.n_layers)
-    base = [_layer_flops(d, j, L, seq_len) for j in range(L)]
-    norms = 6 * (d.n_heads * d.head_dim + d.n_kv_heads * d.head_dim)  # QK-norm weights
-    seen_base = [base[j] - _attention_scores(d, j, L, seq_len) - norms for j in range(L)]
+    base, seen_base = _layer_table(d, L, seq_len)
     u = unrolled(a, L, phase, training)
+    # only the blocks that add layer FLOPs are asked, per application (a looped model has b*K)
+    adding = [(b, o) for b, o in blocks if type(b).layer_flops is not Block.layer_flops]
     thirds = unseen_thirds = 0
     for app in u.apps:
-        extra = sum(b.layer_flops(o, d, app, L, seq_len) for b, o in blocks)
-        hidden = sum(b.unseen_layer_flops(o, d, app, L, seq_len) for b, o in blocks)
         mult = 3 if app.grad else 1
-        thirds += mult * (base[app.layer] + extra)
-        unseen_thirds += mult * (base[app.layer] - seen_base[app.layer] + hidden)
+        thirds += mult * base[app.layer]
+        unseen_thirds += mult * (base[app.layer] - seen_base[app.layer])
+        for b, o in adding:
+            extra = mult * b.layer_flops(o, d, app, L, seq_len)
+            thirds += extra
+            if not b.layer_flops_counted:
+                unseen_thirds += extra
     head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in blocks)
     readouts = u.readouts if training else 0
     total = thirds // 3 + readouts * head + (0 if training else head // 3)
@@ -314,6 +327,7 @@ def run_cost(
     gpu_peak_tflops: float,
     assumed_mfu: float,
 ) -> RunCost:
+    arch = _arch(arch)  # validated once, not once per figure
     total = total_train_flops(d, arch, seq_len, tokens_per_step, steps)
     tokens = tokens_per_step * steps
     peak, optim = memory_estimate_gb(

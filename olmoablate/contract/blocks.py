@@ -32,6 +32,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -106,6 +107,10 @@ class Block:
     order: ClassVar[int] = 100
     #: Whether the block supports incremental decoding with a KV cache (decode == forward).
     decode_supported: ClassVar[bool] = True
+    #: Whether a FLOP counter sees :meth:`layer_flops` as matrix products (False: elementwise
+    #: work the convention counts, e.g. a softmax over a few sources; the job's FLOP check then
+    #: leaves it out of the match).
+    layer_flops_counted: ClassVar[bool] = True
     #: Modules whose source files make up the block's code identity. Empty: every ``.py`` file
     #: of the top-level package of the block's module and of its torch half.
     source_modules: ClassVar[tuple[str, ...]] = ()
@@ -154,13 +159,6 @@ class Block:
 
     def head_flops(self, opts: Any, dims: SizeDims) -> int:
         """Training FLOPs per token this block adds to one LM-head read-out."""
-        return 0
-
-    def unseen_layer_flops(
-        self, opts: Any, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
-    ) -> int:
-        """The part of :meth:`layer_flops` a FLOP counter does not see as matrix products
-        (elementwise work the convention counts); the job's check leaves it out of the match."""
         return 0
 
     def activation_bytes(self, opts: Any, dims: SizeDims, act_unit: int) -> int:
@@ -319,6 +317,9 @@ def _olmoablate_version() -> str:
     return __version__
 
 
+_files: dict[str, list[tuple[str, bytes]]] = {}
+
+
 @functools.lru_cache(maxsize=256)
 def _file_digest(path: str, mtime_ns: int, size: int) -> bytes:
     with open(path, "rb") as fh:
@@ -329,12 +330,15 @@ def code_identity(key: str) -> dict[str, Any]:
     """Where block ``key``'s code comes from and a sha256 over its source files (path + bytes),
     as the plan records it in ``runs[].code``."""
     block = get_block(key)
-    files, root = _source_files(block)
+    if key not in _files:  # which files: fixed per process (the content is re-read on change)
+        found, root = _source_files(block)
+        _files[key] = [(str(f), f.relative_to(root).as_posix().encode()) for f in found]
+    files = _files[key]
     h = hashlib.sha256()
-    for f in files:
-        h.update(f.relative_to(root).as_posix().encode() + b"\0")
-        st = f.stat()
-        h.update(_file_digest(str(f), st.st_mtime_ns, st.st_size))
+    for path, name in files:
+        st = os.stat(path)
+        h.update(name + b"\0")
+        h.update(_file_digest(path, st.st_mtime_ns, st.st_size))
     module = type(block).__module__
     dist, ver = _origins.get(key, (None, None))
     return {

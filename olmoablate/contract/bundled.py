@@ -75,18 +75,14 @@ class DepthAttentionBlock(Block):
     summary = "per-token softmax over the (key, mixed value) of earlier layers"
     model = "olmoablate.models.bundled:DEPTH_ATTENTION"
     order = 20
+    # einsum over a handful of sources: broadcast multiply + sum, not a matrix product
+    layer_flops_counted = False
     source_modules = (*_CONTRACT, *_MODELS, "olmoablate.models.depth_attention")
 
     def layer_flops(
         self, opts: DepthAttention, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
     ) -> int:
         return 3 * depth_extra_forward_flops(len(opts.sources(app.depth)), dims)
-
-    def unseen_layer_flops(
-        self, opts: DepthAttention, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
-    ) -> int:
-        # einsum over a handful of sources: broadcast multiply + sum, not a matrix product
-        return self.layer_flops(opts, dims, app, n_layers, seq_len)
 
     def activation_bytes(self, opts: Any, dims: SizeDims, act_unit: int) -> int:
         return dims.n_kv_heads * dims.head_dim * act_unit

@@ -13,8 +13,6 @@ from typing import Annotated
 
 import typer
 
-from olmoablate.contract.blocks import code_identity, get_block, known_names
-
 
 def blocks_command(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -24,6 +22,8 @@ def blocks_command(
     A variant combines blocks by name: `variants: {x: {<block>: {<option>: value}}}`; a block in
     your own code is named `module:attr` instead. How to add one: docs/blocks.md.
     """
+    from olmoablate.contract.blocks import code_identity, get_block, known_names
+
     rows = []
     for name in known_names():
         block = get_block(name, where="blocks")
