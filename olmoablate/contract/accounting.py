@@ -174,6 +174,8 @@ def flops_breakdown(
             thirds += extra
             if not b.layer_flops_counted:
                 unseen_thirds += extra
+            elif type(b).uncounted_layer_flops is not Block.uncounted_layer_flops:
+                unseen_thirds += mult * b.uncounted_layer_flops(o, d, app, L, seq_len)
     head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in blocks)
     readouts = u.readouts if training else 0
     total = thirds // 3 + readouts * head + (0 if training else head // 3)

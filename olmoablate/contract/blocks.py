@@ -55,6 +55,7 @@ BUNDLED: dict[str, str] = {
     "depth_attention": "olmoablate.contract.bundled:DEPTH_ATTENTION",
     "looped": "olmoablate.contract.bundled:LOOPED",
     "layers": "olmoablate.contract.bundled:LAYERS",
+    "olmo_core": "olmoablate.contract.bundled:OLMO_CORE",
 }
 
 
@@ -155,6 +156,14 @@ class Block:
     ) -> int:
         """Training FLOPs per token this block adds to one differentiated layer application
         (forward + backward = 3x forward; a forward-only application is charged a third)."""
+        return 0
+
+    def uncounted_layer_flops(
+        self, opts: Any, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
+    ) -> int:
+        """The part of :meth:`layer_flops` a FLOP counter does not see as matrix products, when
+        only part of it is (e.g. norm weights the convention counts); with
+        ``layer_flops_counted = False`` all of it is, and this is not asked."""
         return 0
 
     def head_flops(self, opts: Any, dims: SizeDims) -> int:

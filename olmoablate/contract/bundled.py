@@ -18,9 +18,12 @@ OLMo-core and the built models in tests/test_accounting.py):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import model_validator
 
 from olmoablate.contract.arch import DepthAttention, Layers, Looped, SiameseNorm
+from olmoablate.contract.base import PosInt, Strict
 from olmoablate.contract.blocks import Block, LayerApp, Unrolled
 from olmoablate.contract.sizes import SizeDims
 
@@ -144,3 +147,89 @@ SIAMESE_NORM = SiameseNormBlock()
 DEPTH_ATTENTION = DepthAttentionBlock()
 LOOPED = LoopedBlock()
 LAYERS = LayersBlock()
+
+
+# ---------------------------------------------------------------------------------- olmo_core
+#: OLMo-core 3.0 values (checked against the library in tests/test_olmo_core_block.py; kept as
+#: text so `validate` never imports olmo_core/torch).
+OLMO_CORE_ACTIVATIONS = ("silu", "gelu_tanh")
+OLMO_CORE_BLOCK_NAMES = ("reordered_norm", "default", "peri_norm")
+OLMO_CORE_GATES = ("headwise", "elementwise")
+
+
+class OlmoCoreFields(Strict):
+    """OLMo-core's own ``TransformerConfig`` fields as a variant (each field names where it
+    lands in OLMo-core's config; unset = OLMo 3's value)."""
+
+    #: block.sequence_mixer.qk_norm: false drops OLMo 3's QK-norm
+    qk_norm: bool | None = None
+    #: block.sequence_mixer.rope.theta (OLMo 3: 500,000)
+    rope_theta: PosInt | None = None
+    #: block.feed_forward.hidden_size (OLMo 3: the size's mlp_hidden_size)
+    mlp_hidden_size: PosInt | None = None
+    #: block.feed_forward.activation (OLMo 3: silu, i.e. SwiGLU)
+    activation: Literal["silu", "gelu_tanh"] | None = None
+    #: block.name: norm placement (OLMo 3: reordered_norm = norm on the sublayer output;
+    #: default = pre-norm; peri_norm = both)
+    block_name: Literal["reordered_norm", "default", "peri_norm"] | None = None
+    #: block.sequence_mixer.gate: OLMo-core's sigmoid attention output gate (Qiu et al. 2025)
+    attention_gate: Literal["headwise", "elementwise"] | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> OlmoCoreFields:
+        if not self.model_dump(exclude_none=True):
+            raise ValueError(
+                f"set at least one OLMo-core field (allowed: {', '.join(type(self).model_fields)})"
+            )
+        return self
+
+
+def _qk_norm_params(dims: SizeDims) -> int:
+    return dims.n_heads * dims.head_dim + dims.n_kv_heads * dims.head_dim
+
+
+def _gate_params(opts: OlmoCoreFields, dims: SizeDims) -> int:
+    if opts.attention_gate == "headwise":
+        return dims.d_model * dims.n_heads
+    if opts.attention_gate == "elementwise":
+        return dims.d_model * dims.n_heads * dims.head_dim
+    return 0
+
+
+class OlmoCoreBlock(Block):
+    name = "olmo_core"
+    Options = OlmoCoreFields
+    summary = "OLMo-core's own fields: qk_norm, RoPE theta, MLP width/activation, norm placement, attention gate"
+    model = "olmoablate.models.bundled:OLMO_CORE"
+    excludes = {"siamese_norm": "SiameseNorm defines its own norms on OLMo 3's block"}
+    order = 5  # first: the other blocks wrap the edited OLMo 3 config
+    source_modules = (*_CONTRACT, *_MODELS)
+
+    def extra_params(self, opts: OlmoCoreFields, dims: SizeDims, n_layers: int) -> int:
+        per_layer = _gate_params(opts, dims)
+        if opts.qk_norm is False:
+            per_layer -= _qk_norm_params(dims)
+        if opts.mlp_hidden_size is not None:
+            per_layer += 3 * dims.d_model * (opts.mlp_hidden_size - dims.mlp_hidden_size)
+        if opts.block_name == "peri_norm":
+            per_layer += 2 * dims.d_model  # post-sublayer norms on top of the input norms
+        return per_layer * n_layers
+
+    def layer_flops(
+        self, opts: OlmoCoreFields, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
+    ) -> int:
+        # OLMo-core's convention: 6 x the attention/MLP parameters, the QK-norm weights included
+        flops = 6 * _gate_params(opts, dims) + self.uncounted_layer_flops(
+            opts, dims, app, n_layers, seq_len
+        )
+        if opts.mlp_hidden_size is not None:
+            flops += 6 * 3 * dims.d_model * (opts.mlp_hidden_size - dims.mlp_hidden_size)
+        return flops
+
+    def uncounted_layer_flops(
+        self, opts: OlmoCoreFields, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
+    ) -> int:
+        return -6 * _qk_norm_params(dims) if opts.qk_norm is False else 0
+
+
+OLMO_CORE = OlmoCoreBlock()

@@ -95,3 +95,41 @@ SIAMESE_NORM = SiameseNormModel()
 DEPTH_ATTENTION = DepthAttentionModel()
 LOOPED = LoopedModel()
 LAYERS = LayersModel()
+
+
+class OlmoCoreModel(BlockModel):
+    """OLMo-core's own fields, set on the OLMo 3 config before the other blocks wrap it."""
+
+    def configure(
+        self, config: TransformerConfig, opts: Any, dims: SizeDims, arch: dict[str, Any]
+    ) -> TransformerConfig:
+        from olmo_core.nn.attention import GateConfig, GateGranularity
+        from olmo_core.nn.feed_forward import ActivationFunction
+        from olmo_core.nn.transformer import TransformerBlockType
+
+        block = config.block
+        assert not isinstance(block, dict)
+        mixer = block.sequence_mixer
+        changes: dict[str, Any] = {}
+        if opts.qk_norm is False:
+            mixer = dataclasses.replace(mixer, qk_norm=None)
+        if opts.rope_theta is not None:
+            mixer = dataclasses.replace(
+                mixer, rope=dataclasses.replace(mixer.rope, theta=opts.rope_theta)
+            )
+        if opts.attention_gate is not None:
+            mixer = dataclasses.replace(
+                mixer, gate=GateConfig(granularity=GateGranularity(opts.attention_gate))
+            )
+        ff = block.feed_forward
+        if opts.mlp_hidden_size is not None:
+            ff = dataclasses.replace(ff, hidden_size=opts.mlp_hidden_size)
+        if opts.activation is not None:
+            ff = dataclasses.replace(ff, activation=ActivationFunction(opts.activation))
+        if opts.block_name is not None:
+            changes["name"] = TransformerBlockType(opts.block_name)
+        config.block = dataclasses.replace(block, sequence_mixer=mixer, feed_forward=ff, **changes)
+        return config
+
+
+OLMO_CORE = OlmoCoreModel()
