@@ -22,6 +22,8 @@ Both checks fail the run with one line naming the block(s) and the two numbers.
 
 from __future__ import annotations
 
+import logging
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,6 +33,8 @@ from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.proof import ProofRecord
 from olmoablate.errors import UserError
 from olmoablate.train.plan import RunContext
+
+log = logging.getLogger(__name__)
 
 #: Relative tolerance of the FLOP match (counted matrix-product FLOPs vs the formula's).
 FLOPS_TOLERANCE = 0.01
@@ -107,9 +111,15 @@ def at_start(ctx: RunContext, model: Any, model_config: Any, attempt: int = 1) -
     from olmo_core.distributed.utils import get_rank
 
     run = ctx.run
+    t0 = time.process_time()
     ckpts = ctx.run_dir.checkpoints
     check_code(run, resuming=ckpts.is_dir() and any(ckpts.glob("step*")))
     proved = prove(run, model, model_config)
+    log.info(
+        f"{run.run_id}: proved {blocks_label(run)}: {proved['unique_params']:,} unique params, "
+        f"{proved['counted_flops_per_token']:,.0f} counted FLOPs/token = formula "
+        f"({time.process_time() - t0:.2f} s CPU)"
+    )
     record = ProofRecord(
         run_id=run.run_id,
         code={k: v.sha256 for k, v in (run.code or {}).items()},
