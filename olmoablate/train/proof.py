@@ -117,8 +117,8 @@ def at_start(ctx: RunContext, model: Any, model_config: Any, attempt: int = 1) -
     proved = prove(run, model, model_config)
     log.info(
         f"{run.run_id}: proved {blocks_label(run)}: {proved['unique_params']:,} unique params, "
-        f"{proved['counted_flops_per_token']:,.0f} counted FLOPs/token = formula "
-        f"({time.process_time() - t0:.2f} s CPU)"
+        f"{proved['counted_flops_per_token']:,.0f} counted matrix-product FLOPs/token (formula "
+        f"{proved['formula_flops_per_token']:,}; {time.process_time() - t0:.2f} s CPU)"
     )
     record = ProofRecord(
         run_id=run.run_id,
