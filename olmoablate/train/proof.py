@@ -22,6 +22,7 @@ Both checks fail the run with one line naming the block(s) and the two numbers.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from datetime import datetime, timezone
@@ -77,11 +78,16 @@ def check_params(run: RunEntry, model: Any) -> int:
 def measured_flops_per_token(model_config: Any, seq_len: int = PROOF_SEQ_LEN) -> float:
     """Matrix-product training FLOPs per token of one step, counted on a fake-tensor replica."""
     import torch
+    from olmo_core.nn.attention import AttentionBackendName
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
+    config = copy.deepcopy(model_config)
+    mixer = getattr(config.block, "sequence_mixer", None)
+    if getattr(mixer, "backend", None) is not None:  # flash kernels need real CUDA tensors; the
+        mixer.backend = AttentionBackendName.torch  # backend changes no counted matrix product
     with FakeTensorMode(allow_non_fake_inputs=True):
-        replica = model_config.build(init_device="cpu")
+        replica = config.build(init_device="cpu")
         replica.train()
         ids = torch.zeros(1, seq_len, dtype=torch.long)
         with FlopCounterMode(display=False) as counter:
