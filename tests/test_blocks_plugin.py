@@ -65,6 +65,11 @@ def test_example_is_installed_through_the_entry_point_group() -> None:
     )
 
 
+def test_the_shipped_example_spec_validates() -> None:
+    out = _cli("validate", "examples/olmoablate-layerscale/spec.yaml", cwd=REPO)
+    assert out.returncode == 0 and "(2 runs, 1 pairs" in out.stdout, out.stdout + out.stderr
+
+
 def test_no_line_of_olmoablate_names_the_example() -> None:
     hits = subprocess.run(
         ["grep", "-ril", "layerscale", str(REPO / "olmoablate")], capture_output=True, text=True
