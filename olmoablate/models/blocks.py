@@ -16,14 +16,13 @@ A block's torch-free half (:class:`olmoablate.contract.blocks.Block`) names this
   (OLMo-core's ``num_params`` counts the rest).
 * compile and FSDP units: OLMo-core's TrainModule compiles and shards each ``TransformerBlock``
   (plus embeddings and LM head); modules a block puts *inside* a ``TransformerBlock`` are compiled
-  and sharded with it. ``apply_compile`` compiles the block's model-level glue; ``fsdp_units``
-  names model-level modules (attribute names on the model) that are their own FSDP unit — the
-  rest stay in the root unit.
+  and sharded with it. ``apply_compile`` compiles the block's model-level glue; model-level
+  modules stay in OLMo-core's root FSDP unit (there is no per-block FSDP hook yet).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -34,9 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 class BlockModel:
     """The torch half of a block: override what the block changes; export one instance."""
-
-    #: Model-level modules (attribute names) that are their own FSDP unit.
-    fsdp_units: ClassVar[tuple[str, ...]] = ()
 
     def configure(
         self, config: TransformerConfig, opts: Any, dims: SizeDims, arch: dict[str, Any]
