@@ -18,6 +18,7 @@ from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
 from olmoablate.launch.command import cancel_command, status_command, submit_command
 from olmoablate.report.board_render import board_command
 from olmoablate.report.command import report_command
+from olmoablate.spec.blocks_command import blocks_command
 from olmoablate.spec.command import plan_command, validate_command
 from olmoablate.spec.explain import explain_command
 from olmoablate.watch import watch_command
@@ -67,6 +68,7 @@ app.command("report")(report_command)
 app.command("explain")(explain_command)
 app.command("board")(board_command)
 app.command("watch")(watch_command)
+app.command("blocks")(blocks_command)
 app.add_typer(data_app, name="data")
 
 

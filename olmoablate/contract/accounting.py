@@ -22,11 +22,13 @@ layer ``12 * n_heads * head_dim * causal_pairs(seq, window) // seq`` where causa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from olmoablate.contract.arch import Architecture, parse_architecture
+from olmoablate.contract.blocks import Block, LayerApp, Unrolled, get_block
 from olmoablate.contract.sizes import SizeDims
 
 #: An architecture as the plan records it (a mapping of blocks) or as a model.
@@ -67,25 +69,22 @@ def _arch(arch: ArchLike) -> Architecture:
     return parse_architecture(arch)
 
 
+def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
+    return [(get_block(key), opts) for key, opts in a.blocks.items()]
+
+
 def n_physical_layers(d: SizeDims, arch: ArchLike) -> int:
     return _arch(arch).n_physical_layers(d.n_layers)
 
 
 def param_count(d: SizeDims, arch: ArchLike = None) -> int:
-    """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds."""
+    """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds: OLMo 3's
+    at the blocks' physical depth plus each block's ``extra_params``."""
     a = _arch(arch)
     L = a.n_physical_layers(d.n_layers)
     per_layer = attention_params(d) + mlp_params(d) + 2 * d.d_model  # + the two output norms
     total = embedding_params(d) + L * per_layer + head_params(d)
-    if a.siamese_norm is not None:
-        if not a.siamese_norm.output_norms:
-            total -= 2 * d.d_model * L  # OLMo 3's output norms are replaced, not kept
-        # per layer: γ, RMSNorm(Y) at attention, X post-norm, RMSNorm(Y) at MLP, MLP input norm
-        total += 5 * d.d_model * L
-        total += 2 * d.d_model  # final RMSNorm(X) and RMSNorm(Y); the outer norm is the head's
-    if a.looped is not None and a.looped.state_norm:
-        total += d.d_model
-    return total
+    return total + sum(b.extra_params(o, d, L) for b, o in _blocks(a))
 
 
 def non_embedding_param_count(d: SizeDims, arch: ArchLike = None) -> int:
@@ -93,50 +92,141 @@ def non_embedding_param_count(d: SizeDims, arch: ArchLike = None) -> int:
     return param_count(d, arch) - embedding_params(d)
 
 
-def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
+def _attention_scores(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
+    """Training FLOPs per token of one layer's attention scores and weighted sum (OLMo-core)."""
     window = d.window_of(layer, n_layers)
-    attn = (
-        6 * attention_params(d)
-        + 12 * d.n_heads * d.head_dim * causal_pairs(seq_len, window) // seq_len
-    )
+    return 12 * d.n_heads * d.head_dim * causal_pairs(seq_len, window) // seq_len
+
+
+def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
+    attn = 6 * attention_params(d) + _attention_scores(d, layer, n_layers, seq_len)
     return attn + 6 * mlp_params(d)
 
 
 def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
-    n = len(da.sources(layer))
-    if n == 0:
-        return 0
-    extra = 3 * 4 * d.n_kv_heads * d.head_dim * (n + 1)
-    if d.n_kv_heads < d.n_heads:
-        extra += 3 * d.n_heads * d.head_dim
-    return extra
+    from olmoablate.contract.bundled import depth_extra_forward_flops
+
+    return 3 * depth_extra_forward_flops(len(da.sources(layer)), d)
 
 
-def train_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None) -> int:
-    """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
+@functools.lru_cache(maxsize=64)
+def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int]]:
+    """Per physical layer: OLMo 3's training FLOPs per token, and the part of it a FLOP counter
+    sees as matrix products (without attention scores and QK-norm weights)."""
+    base = [_layer_flops(d, j, L, seq_len) for j in range(L)]
+    norms = 6 * (d.n_heads * d.head_dim + d.n_kv_heads * d.head_dim)  # QK-norm weights
+    return base, [base[j] - _attention_scores(d, j, L, seq_len) - norms for j in range(L)]
 
-    For looped models ``loops`` is the loop count b in force (default: the final b).
+
+def phase_at(arch: ArchLike, step: int) -> int | None:
+    """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
+    the loop count b), or None."""
+    for b, o in _blocks(_arch(arch)):
+        p = b.phase_at(o, step)
+        if p is not None:
+            return p
+    return None
+
+
+def unrolled(a: Architecture, L: int, phase: int | None, training: bool = True) -> Unrolled:
+    """How one forward applies the ``L`` physical layers (the one block that unrolls, if any)."""
+    for b, o in _blocks(a):
+        u = b.unroll(o, L, phase, training)
+        if u is not None:
+            return u
+    return Unrolled(tuple(LayerApp(j, j) for j in range(L)), readouts=1)
+
+
+@dataclass(frozen=True)
+class FlopsBreakdown:
+    """Training FLOPs per token (``total``) and the part of it a FLOP counter does not see as
+    matrix products (``unseen``: attention scores, QK-norm/final-norm weights that OLMo-core's
+    6 x params convention counts, a block's elementwise terms); the job proves ``total - unseen``
+    against torch's FLOP counter (:mod:`olmoablate.train.proof`)."""
+
+    total: int
+    unseen: int
+
+
+def flops_breakdown(
+    d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None, training: bool = True
+) -> FlopsBreakdown:
+    """Training (or, ``training=False``, inference x 3) FLOPs per token through the blocks' hooks.
+
+    Every layer application costs the OLMo 3 layer plus each block's ``layer_flops``; a
+    forward-only application a third of it (summed in thirds, so the result is exact);
+    ``readouts`` LM heads. ``phase``: the step-dependent setting (default: its final value).
     """
     a = _arch(arch)
-    head = 6 * head_params(d)
+    blocks = _blocks(a)
     L = a.n_physical_layers(d.n_layers)
-    da = a.depth_attention
-    if a.looped is not None:
-        b = loops if loops is not None else a.looped.loops
-        T = min(a.looped.tail, b)
-        body = sum(_layer_flops(d, j, L, seq_len) for j in range(L))
-        if da is not None:
-            body_da = [_depth_flops(d, t * L + j, da) for t in range(b) for j in range(L)]
-            # depth-mixing cost differs per unrolled layer; forward-only loops cost a third
-            fwd_only = sum(body_da[: (b - T) * L]) // 3
-            with_grad = sum(body_da[(b - T) * L :])
-        else:
-            fwd_only = with_grad = 0
-        return (body * (b + 2 * T)) // 3 + fwd_only + with_grad + T * head
-    total = sum(_layer_flops(d, layer, L, seq_len) for layer in range(L)) + head
-    if da is not None:
-        total += sum(_depth_flops(d, layer, da) for layer in range(L))
-    return total
+    base, seen_base = _layer_table(d, L, seq_len)
+    u = unrolled(a, L, phase, training)
+    # only the blocks that add layer FLOPs are asked, per application (a looped model has b*K)
+    adding = [(b, o) for b, o in blocks if type(b).layer_flops is not Block.layer_flops]
+    thirds = unseen_thirds = 0
+    for app in u.apps:
+        mult = 3 if app.grad else 1
+        thirds += mult * base[app.layer]
+        unseen_thirds += mult * (base[app.layer] - seen_base[app.layer])
+        for b, o in adding:
+            extra = mult * b.layer_flops(o, d, app, L, seq_len)
+            thirds += extra
+            if not b.layer_flops_counted:
+                unseen_thirds += extra
+            elif type(b).uncounted_layer_flops is not Block.uncounted_layer_flops:
+                unseen_thirds += mult * b.uncounted_layer_flops(o, d, app, L, seq_len)
+    head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in blocks)
+    readouts = u.readouts if training else 0
+    total = thirds // 3 + readouts * head + (0 if training else head // 3)
+    unseen = unseen_thirds // 3 + (readouts if training else 1) * 6 * d.d_model // (1 if training else 3)
+    return FlopsBreakdown(total=total, unseen=unseen)
+
+
+def train_flops_per_token(
+    d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
+) -> int:
+    """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
+
+    ``loops``: the step-dependent phase in force (Looped: the loop count b; default: the final).
+    """
+    return flops_breakdown(d, arch, seq_len, loops).total
+
+
+def inference_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int) -> int:
+    """Forward FLOPs per token of one inference pass (every layer application forward only,
+    one read-out): a third of the training convention's terms."""
+    return flops_breakdown(d, arch, seq_len, training=False).total
+
+
+def kv_cache_bytes_per_token(d: SizeDims, arch: ArchLike, dtype_bytes: int = 2) -> int:
+    """KV-cache bytes per decoded token: a key and a value per layer application (a looped
+    model caches every unrolled layer) plus each block's ``kv_cache_bytes``."""
+    a = _arch(arch)
+    blocks = _blocks(a)
+    L = a.n_physical_layers(d.n_layers)
+    apps = len(unrolled(a, L, None, training=False).apps)
+    per = 2 * d.n_kv_heads * d.head_dim * dtype_bytes + sum(
+        b.kv_cache_bytes(o, d, dtype_bytes) for b, o in blocks
+    )
+    return apps * per
+
+
+def decode_supported(arch: ArchLike) -> bool:
+    """Whether every block of the architecture supports incremental decoding."""
+    return all(b.decode_supported for b, _ in _blocks(_arch(arch)))
+
+
+def _phases(a: Architecture, steps: int) -> list[tuple[int | None, int]]:
+    for b, o in _blocks(a):
+        p = b.phases(o, steps)
+        if p is not None:
+            return list(p)
+    return [(None, steps)]
+
+
+def _has_phases(a: Architecture) -> bool:
+    return any(b.phase_at(o, 1) is not None for b, o in _blocks(a))
 
 
 @dataclass(frozen=True)
@@ -155,14 +245,13 @@ class RunCost:
 def total_train_flops(
     d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, steps: int
 ) -> int:
-    """Training FLOPs of the whole run; with a loop curriculum, summed over each step's b."""
+    """Training FLOPs of the whole run, summed over the architecture's phases (a loop
+    curriculum's b per step)."""
     a = _arch(arch)
-    if a.looped is not None:
-        return sum(
-            train_flops_per_token(d, a, seq_len, b) * tokens_per_step * n
-            for b, n in a.looped.loop_schedule(steps)
-        )
-    return train_flops_per_token(d, a, seq_len) * tokens_per_step * steps
+    return sum(
+        train_flops_per_token(d, a, seq_len, phase) * tokens_per_step * n
+        for phase, n in _phases(a, steps)
+    )
 
 
 def steps_for_flops(
@@ -174,15 +263,14 @@ def steps_for_flops(
 ) -> int:
     """The step count whose training FLOPs come closest to ``target_flops`` (>= 1)."""
     a = _arch(arch)
-    lp = a.looped
     final = train_flops_per_token(d, a, seq_len) * tokens_per_step
-    if lp is None or lp.curriculum is None:
-        return max(1, round(target_flops / final))
-    # Walk the curriculum's segments, then finish with the final b.
+    first = max(1, round(target_flops / final))
+    if not _has_phases(a):
+        return first
+    # Walk the phases' segments, then finish with the final phase.
     total, steps = 0, 0
-    probe = max(1, round(target_flops / final)) * 4  # enough steps to exceed the target
-    for b, n in lp.loop_schedule(probe):
-        per = train_flops_per_token(d, a, seq_len, b) * tokens_per_step
+    for phase, n in _phases(a, first * 4):  # enough steps to exceed the target
+        per = train_flops_per_token(d, a, seq_len, phase) * tokens_per_step
         if total + per * n >= target_flops:
             extra = max(0, round((target_flops - total) / per))
             return max(1, steps + extra)
@@ -206,35 +294,29 @@ def memory_estimate_gb(
 
     States: fp32 params + grads (4 + 4 bytes) and AdamW moments (8 bytes) per parameter, divided
     by the data-parallel size under FSDP. Activations per layer and token: 34·d bytes at 16-bit
-    (Korthikanti et al., flash attention so no S² term) doubled for fp32; SiameseNorm adds ~10·d
-    (second stream and its norms), Depth-Attention the mixed value; Looped keeps activations for
-    its T differentiable loops only (no_grad loops free theirs) and T sets of logits. Logits:
-    fp32 logits + their gradient per token. Full activation checkpointing keeps each layer's
-    input (d values per token) and one layer's activations at a time (recomputed in backward).
+    (Korthikanti et al., flash attention so no S² term) doubled for fp32, plus each block's
+    ``activation_bytes`` (SiameseNorm ~10·d: second stream and its norms; Depth-Attention the
+    mixed value), for the differentiated layer applications only (Looped: its T last loops; no_grad
+    loops free theirs) and one set of logits per read-out. Logits: fp32 logits + their gradient.
+    Full activation checkpointing keeps each differentiated layer application's input (d values
+    per token) and one layer's activations at a time (recomputed in backward).
     """
     a = _arch(arch)
+    blocks = _blocks(a)
     P = param_count(d, a)
     shard = world_size if sharded else 1
     optim_bytes = 8 * P / shard
     state_bytes = (4 + 4) * P / shard + optim_bytes
     act_unit = 2 if bf16 else 4
     per_layer_token = 17 * d.d_model * act_unit  # 34·d bytes at 16-bit
-    if a.siamese_norm is not None:
-        per_layer_token += 5 * d.d_model * act_unit
-    if a.depth_attention is not None:
-        per_layer_token += d.n_kv_heads * d.head_dim * act_unit
-    L = a.n_physical_layers(d.n_layers)
-    layers_with_acts = L
-    readouts = 1
-    if a.looped is not None:
-        T = a.looped.tail
-        layers_with_acts = L * T
-        readouts = T
+    per_layer_token += sum(b.activation_bytes(o, d, act_unit) for b, o in blocks)
+    u = unrolled(a, a.n_physical_layers(d.n_layers), None, training=True)
+    layers_with_acts = sum(1 for app in u.apps if app.grad)
     if activation_checkpointing:
         acts = microbatch_tokens * (d.d_model * act_unit * layers_with_acts + per_layer_token)
     else:
         acts = microbatch_tokens * per_layer_token * layers_with_acts
-    logits = microbatch_tokens * d.vocab_size * 4 * 2 * readouts
+    logits = microbatch_tokens * d.vocab_size * 4 * 2 * u.readouts
     peak = state_bytes + acts + logits
     return peak / 1e9, optim_bytes / 1e9
 
@@ -254,6 +336,7 @@ def run_cost(
     assumed_mfu: float,
     activation_checkpointing: bool = False,
 ) -> RunCost:
+    arch = _arch(arch)  # validated once, not once per figure
     total = total_train_flops(d, arch, seq_len, tokens_per_step, steps)
     tokens = tokens_per_step * steps
     peak, optim = memory_estimate_gb(

@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from olmoablate.contract.base import Strict, first_error
 from olmoablate.contract.sizes import ATTENTION_CYCLE
 from olmoablate.errors import UserError
 
-#: The blocks a variant may combine (the keys of ``architecture`` in the plan).
+#: The bundled blocks (the keys of ``architecture`` in the plan; installed packages add more,
+#: see :mod:`olmoablate.contract.blocks`).
 BLOCKS = ("siamese_norm", "depth_attention", "looped", "layers")
 
 
@@ -118,49 +120,130 @@ class Layers(Strict):
 
 
 class Architecture(Strict):
-    """A variant: a combination of architecture blocks; no block at all is plain OLMo 3."""
+    """A variant: a combination of architecture blocks; no block at all is plain OLMo 3.
 
-    siamese_norm: SiameseNorm | None = None
-    depth_attention: DepthAttention | None = None
-    looped: Looped | None = None
-    layers: Layers | None = None
+    Blocks are found through the registry (:func:`olmoablate.contract.blocks.get_block`: bundled,
+    installed through the ``olmoablate.blocks`` entry points, or a ``module:attr`` key), so this
+    model has no field per block: ``blocks`` maps each key to its validated options, in the
+    blocks' ``order``. ``arch.<name>`` reads a block's options (None when absent) for any
+    registered name, e.g. ``arch.looped``.
+    """
+
+    blocks: dict[str, Any] = {}
     #: Restrict this variant to some of the spec's sizes (e.g. single-component ablations at 1B
     #: only). Not part of the architecture itself: never recorded in a run entry.
     sizes: list[str] | None = None
 
-    @model_validator(mode="after")
-    def _combinations(self) -> Architecture:
-        if self.looped is not None and self.siamese_norm is not None:
-            raise ValueError(
-                "looped cannot be combined with siamese_norm (neither design document defines "
-                "a two-stream loop state; allowed with looped: depth_attention)"
-            )
-        if self.looped is not None and self.layers is not None:
-            raise ValueError(
-                "looped cannot be combined with layers (the loop body size is looped.body_layers)"
-            )
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _blocks(cls, data: Any, handler: Any) -> Architecture:
+        if isinstance(data, Architecture) or not isinstance(data, Mapping):
+            return handler(data)
+        inner = data.get("blocks")
+        if isinstance(inner, Mapping) and all(isinstance(v, BaseModel) for v in inner.values()):
+            return handler(data)  # an Architecture's own fields (model_copy, a dump)
+        from olmoablate.contract.blocks import get_block
+
+        errors: list[InitErrorDetails] = []
+        found: dict[str, tuple[int, Any]] = {}
+        for pos, (key, value) in enumerate(data.items()):
+            if key == "sizes" or value is None:  # `block: null` = not set, as before
+                continue
+            try:
+                block = get_block(str(key))
+            except UserError as err:
+                msg = str(err).split(": ", 1)[-1]
+                errors.append(_value_error((key,), value, msg))
+                continue
+            try:
+                found[str(key)] = (block.order * 10_000 + pos, block.parse(value))
+            except ValidationError as err:
+                errors.extend(_nested(key, err))
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        blocks = {k: v for k, (_, v) in sorted(found.items(), key=lambda kv: kv[1][0])}
+        problem = _combination_problem(list(blocks))
+        if problem:
+            raise ValueError(problem)
+        return handler({"blocks": blocks, **({"sizes": data["sizes"]} if "sizes" in data else {})})
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("_"):
+            from olmoablate.contract.blocks import is_block_key
+
+            blocks = self.__dict__.get("blocks")
+            if blocks is not None and (name in blocks or is_block_key(name)):
+                return blocks.get(name)
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    @classmethod
+    def field_model(cls, key: str) -> type | None:
+        """The options model of block ``key`` (spec errors name its allowed fields)."""
+        from olmoablate.contract.blocks import get_block
+
+        try:
+            return get_block(key).Options
+        except UserError:
+            return None
 
     def as_mapping(self) -> dict[str, Any]:
         """Only the blocks that are set, with defaults filled in (what the plan records)."""
-        return self.model_dump(exclude_none=True, exclude={"sizes"})
+        return {k: v.model_dump() for k, v in self.blocks.items()}
 
     @property
     def is_baseline(self) -> bool:
-        return not self.as_mapping()
+        return not self.blocks
 
     @property
     def n_layers(self) -> int | None:
         """``layers.n_layers`` when the variant changes the depth, else None."""
-        return self.layers.n_layers if self.layers is not None else None
+        layers = self.blocks.get("layers")
+        return layers.n_layers if layers is not None else None
 
     def n_physical_layers(self, size_layers: int) -> int:
         """Blocks with their own weights: the loop body, the ``layers`` depth or the size's."""
-        if self.looped is not None:
-            return self.looped.body_layers
-        if self.layers is not None:
-            return self.layers.n_layers
-        return size_layers
+        from olmoablate.contract.blocks import get_block
+
+        n = size_layers
+        for key, opts in self.blocks.items():
+            n = get_block(key).physical_layers(opts, n)
+        return n
+
+
+def _combination_problem(keys: list[str]) -> str | None:
+    """The first pair of blocks one of which excludes the other (its reason), or None."""
+    from olmoablate.contract.blocks import get_block
+
+    for key in keys:
+        for other, why in get_block(key).excludes.items():
+            if other in keys:
+                return f"{other} cannot be combined with {key} ({why})"
+    unrolling = [k for k in keys if type(get_block(k)).unroll is not _base_unroll()]
+    if len(unrolling) > 1:
+        return f"{unrolling[0]} cannot be combined with {unrolling[1]} (both change how layers are applied)"
+    return None
+
+
+def _base_unroll() -> Any:
+    from olmoablate.contract.blocks import Block
+
+    return Block.unroll
+
+
+def _value_error(loc: tuple[Any, ...], value: Any, msg: str) -> InitErrorDetails:
+    return InitErrorDetails(type="value_error", loc=loc, input=value, ctx={"error": msg})
+
+
+def _nested(key: Any, err: ValidationError) -> list[InitErrorDetails]:
+    """A block's option errors, located under the block's key."""
+    out: list[InitErrorDetails] = []
+    for e in err.errors():
+        ctx = e.get("ctx") or {}
+        if e["type"] == "value_error":
+            out.append(_value_error((key, *e["loc"]), e["input"], str(ctx.get("error", e["msg"]))))
+        else:
+            out.append(InitErrorDetails(type=e["type"], loc=(key, *e["loc"]), input=e["input"], ctx=ctx))
+    return out
 
 
 def parse_architecture(

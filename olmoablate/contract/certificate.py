@@ -35,6 +35,7 @@ ARM_KEYS: frozenset[str] = frozenset(
         "peak_memory_gb",
         "optimizer_state_gb",
         "loop_counts",
+        "code",  # the blocks' code identity: the intervention itself (both arms share the rest)
     }
 )
 

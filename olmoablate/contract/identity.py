@@ -75,6 +75,7 @@ SUBSTITUTED: dict[str, str] = {
 #: counts derived from it); the budget keys too when the pair is FLOPs-matched.
 ARCH_KEYS = (
     "architecture",
+    "code",  # the blocks' code identity: part of the intervention, absent on a baseline
     "params",
     "non_embedding_params",
     "unique_params",

@@ -80,6 +80,11 @@ class RunDir:
         return self.path / "summary.json"
 
     @property
+    def proof(self) -> Path:
+        """proof.json: what the job proved before its first step (contract/proof.py)."""
+        return self.path / "proof.json"
+
+    @property
     def wandb(self) -> Path:
         """wandb.json: the run's W&B id, project and URL."""
         return self.path / "wandb.json"

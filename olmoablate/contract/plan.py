@@ -149,6 +149,18 @@ def _size_dims(value: Any) -> Any:
     return SizeDims(**value)
 
 
+class BlockCode(PlanModel):
+    """One block's code identity (:func:`olmoablate.contract.blocks.code_identity`): checked by
+    ``submit``, by the job at every (re)start and by the report."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    files: int
+    sha256: str
+
+
 class RunEntry(PlanModel):
     """One training run: an arm of one or more pairs (a baseline serves every variant of its
     size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
@@ -181,6 +193,8 @@ class RunEntry(PlanModel):
     #: Looped variants: the loop counts every eval point scores (always including the trained b).
     loop_counts: list[int] | None = None
     role: Literal["aa"] | None = None
+    #: Each block's code identity at plan time (absent for a baseline and in older plans).
+    code: dict[str, BlockCode] | None = None
     certificate: str
 
     @field_serializer("architecture")
@@ -197,7 +211,7 @@ class RunEntry(PlanModel):
 
     def as_json(self) -> dict[str, Any]:
         """The entry exactly as plan.json holds it (what the certificate hashes)."""
-        return _drop_absent(self.model_dump(mode="json"), ("loop_counts", "role"))
+        return _drop_absent(self.model_dump(mode="json"), ("loop_counts", "role", "code"))
 
     def certificate_now(self, budget_match: str | None = None) -> str:
         """The certificate recomputed from this entry (the job and the report compare it with

@@ -338,7 +338,7 @@ class Spec(Strict):
         if not v:
             raise ValueError(
                 "a spec needs at least one variant to compare with the OLMo 3 baseline "
-                "(allowed blocks: siamese_norm, depth_attention, looped, layers)"
+                f"(allowed blocks: {_block_names()})"
             )
         for name, arch in v.items():
             if name == "baseline":
@@ -348,7 +348,7 @@ class Spec(Strict):
             if not arch.as_mapping():
                 raise ValueError(
                     f"variant {name!r} is empty, i.e. identical to the baseline "
-                    "(allowed blocks: siamese_norm, depth_attention, looped, layers)"
+                    f"(allowed blocks: {_block_names()})"
                 )
         return v
 
@@ -382,6 +382,12 @@ class Spec(Strict):
         if self.gate is not None:
             return [(self.gate.variant or "gate", self.gate, ("gate",))]
         return []
+
+
+def _block_names() -> str:
+    from olmoablate.contract.blocks import known_names
+
+    return ", ".join(known_names())
 
 
 @dataclass

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.blocks import code_changes
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.errors import UserError
@@ -111,6 +112,22 @@ def render_all(results: ResultsDir, run_ids: list[str]) -> list[Path]:
     return paths
 
 
+def check_code(plan: Plan, run_ids: list[str]) -> None:
+    """Refuse to send a run whose blocks' code changed since ``plan`` (the certificate covers
+    the code too: the pair would compare code nobody planned)."""
+    for rid in run_ids:
+        run = plan.run(rid)
+        if run.code is None:  # a plan from before code identities: nothing recorded
+            continue
+        recorded = {k: v.model_dump() for k, v in run.code.items()}
+        changes = code_changes(recorded, run.architecture.as_mapping())
+        if changes:
+            raise UserError(
+                f"run {rid}: {changes[0]}; rerun `olmoablate plan --replan {plan.spec_path}` to "
+                f"record the new code (and `olmoablate submit --redo {rid}` if it already ran)"
+            )
+
+
 def check_spec(ledger: Ledger, plan: Plan, redo: list[str]) -> None:
     """Refuse to mix runs of two versions of a spec in one ledger unless they are redone."""
     sha = plan.spec_sha256
@@ -191,6 +208,7 @@ def _submit_slurm(
         check_spec(ledger, results.plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=True)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        check_code(results.plan, send)
         send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
         for rid in redo:
             ledger.forget(rid)
@@ -235,6 +253,7 @@ def _submit_local(
         check_spec(ledger, plan, redo)
         views = reconcile(results, ledger, sacct_max_age_s=0)
         send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+        check_code(plan, send)
         send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs

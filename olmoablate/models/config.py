@@ -11,7 +11,6 @@ baseline model *is* OLMo-core's ``Transformer``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -25,8 +24,7 @@ from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, Tr
 from olmoablate.contract.arch import Architecture, parse_architecture
 from olmoablate.contract.sizes import SizeDims, resolve
 from olmoablate.errors import UserError
-from olmoablate.models.depth_attention import DepthAttentionConfig
-from olmoablate.models.siamese import SiameseNormBlockConfig
+from olmoablate.models.blocks import model_part
 from olmoablate.models.transformer import AblationTransformer
 
 OLMO3_ROPE_THETA = 500_000
@@ -69,14 +67,10 @@ class AblationTransformerConfig(TransformerConfig):
 
     @property
     def num_params(self) -> int:
+        from olmoablate.models.blocks import model_part
+
         settings = parse_architecture(self.arch)
-        assert self.lm_head.layer_norm is not None
-        norm = self.lm_head.layer_norm.num_params(self.d_model)
-        extra = 0
-        if settings.siamese_norm is not None:
-            extra += 2 * norm  # final X and Y norms
-        if settings.looped is not None and settings.looped.state_norm:
-            extra += norm
+        extra = sum(model_part(k).extra_model_params(o, self) for k, o in settings.blocks.items())
         return super().num_params + extra
 
 
@@ -138,34 +132,14 @@ def build_model_config(
     except KeyError:
         raise UserError(f"size: unknown preset {size!r}") from None
     settings = parse_architecture(arch)
-    if settings.looped is not None:
-        n_layers = settings.looped.body_layers
-    else:
-        n_layers = settings.n_layers or dims.n_layers
-    base = olmo3_config(
+    config = olmo3_config(
         dims,
-        n_layers=n_layers,
+        n_layers=settings.n_physical_layers(dims.n_layers),
         attn_backend=resolve_attn_backend(attn_backend),
         init_seed=init_seed,
     )
-    if settings.siamese_norm is None and settings.depth_attention is None and not settings.looped:
-        return base
-
-    block = base.block
-    assert not isinstance(block, dict)
-    if settings.depth_attention is not None:
-        mixer = block.sequence_mixer
-        block = dataclasses.replace(
-            block,
-            sequence_mixer=DepthAttentionConfig(
-                **{f.name: getattr(mixer, f.name) for f in dataclasses.fields(mixer)}
-            ),
-        )
-    if settings.siamese_norm is not None:
-        block = SiameseNormBlockConfig(
-            **{f.name: getattr(block, f.name) for f in dataclasses.fields(block)},
-            output_norms=settings.siamese_norm.output_norms,
-        )
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    fields["block"] = block
-    return AblationTransformerConfig(**fields, arch=settings.as_mapping())
+    # Each block's torch half edits the config in the blocks' order (plan.json's order).
+    mapping = settings.as_mapping()
+    for key, opts in settings.blocks.items():
+        config = model_part(key).configure(config, opts, dims, mapping)
+    return config

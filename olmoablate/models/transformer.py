@@ -249,11 +249,11 @@ class AblationTransformer(Transformer):
         the remaining layers eagerly)."""
         import torch._dynamo
 
+        from olmoablate.models.blocks import model_part
+
         super().apply_compile()
-        if self.arch.siamese_norm is not None:
-            self._merge_streams = torch.compile(self._merge_streams)  # type: ignore[method-assign]
-        if self.state_norm is not None:
-            self.state_norm.compile()
+        for key, opts in self.arch.blocks.items():
+            model_part(key).apply_compile(self, opts)
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(int(limit), compile_graph_bound(self))
 

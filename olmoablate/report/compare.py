@@ -16,6 +16,7 @@ import numpy as np
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import Pair
+from olmoablate.contract.proof import ProofRecord
 from olmoablate.report.align import (
     Aligned,
     Curve,
@@ -31,7 +32,7 @@ from olmoablate.report.cost import cost_rows
 from olmoablate.report.execution import execution_mismatch, execution_of, parity_note
 from olmoablate.report.gate import ArmHealth
 from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems, token_shortfall
+from olmoablate.report.pairing import certificate_problems, proof_problems, token_shortfall
 from olmoablate.report.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
@@ -176,6 +177,11 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
         notes.extend(f"partial pair allowed (gate.allow_partial_pairs): {w}" for w in short)
     else:
         invalid.extend(short)
+    for arm in (base, var) if var.entry.code is not None else ():  # a plan with code identities
+        if arm.metrics is not None:  # what the job proved before its first step
+            bad, unverified = proof_problems(arm.entry, ProofRecord.read(arm.dir.proof))
+            invalid.extend(bad)
+            notes.extend(unverified)
     fp_bad, fp_note = results.fingerprint_check(base, var)
     invalid.extend(fp_bad)
     if fp_note:

@@ -12,6 +12,7 @@ from typing import Any
 
 from olmoablate.contract.certificate import differences, shared_settings
 from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.proof import ProofRecord
 
 
 def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
@@ -37,6 +38,28 @@ def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: st
                 "certificate (plan.json edited after planning?)"
             )
     return problems
+
+
+def proof_problems(entry: RunEntry, record: ProofRecord | None) -> tuple[list[str], list[str]]:
+    """(problems, notes) from what the job proved at its last (re)start (proof.json).
+
+    A run that trained block code other than the plan recorded, or another parameter count than
+    planned, is no longer the planned arm: the pair is invalid. A run without a record (trained
+    by a job from before proofs) is compared, with a note that its costs are unverified. Only
+    for plans that record code identities (older plans predate both).
+    """
+    if record is None:
+        return [], [f"{entry.run_id}: costs not verified at job start (no proof.json)"]
+    problems = []
+    planned = {k: v.sha256 for k, v in (entry.code or {}).items()}
+    if entry.code is not None and record.code != planned:
+        problems.append(f"{entry.run_id}: trained block code other than the plan recorded")
+    if record.unique_params != entry.unique_params:
+        problems.append(
+            f"{entry.run_id}: built {record.unique_params:,} unique parameters, the plan says "
+            f"{entry.unique_params:,}"
+        )
+    return problems, []
 
 
 def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntry) -> list[str]:

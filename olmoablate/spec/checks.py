@@ -81,15 +81,19 @@ def check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]
 
 
 def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
+    """Each block's own check at this size (``Block.check_size``), e.g. a loop body deeper
+    than the size."""
+    from olmoablate.contract.blocks import get_block
+
     for name, arch in spec.variants.items():
         if arch.sizes is not None and dims.name not in arch.sizes:
             continue
-        if arch.looped is not None and arch.looped.body_layers > dims.n_layers:
-            add(
-                ("variants", name, "looped", "body_layers"),
-                f"body_layers={arch.looped.body_layers} is larger than the depth of size "
-                f"{dims.name} ({dims.n_layers} layers; allowed: multiples of 4 up to {dims.n_layers})",
-            )
+        for key, opts in arch.blocks.items():
+            problem = get_block(key).check_size(opts, dims)
+            if isinstance(problem, tuple):  # (option, message): located at the option
+                add(("variants", name, key, problem[0]), problem[1])
+            elif problem:
+                add(("variants", name, key), problem)
 
 
 def check_budget(spec: Spec, add: Any) -> None:

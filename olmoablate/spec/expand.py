@@ -16,6 +16,7 @@ from typing import Any
 
 from olmoablate import __version__
 from olmoablate.contract import accounting as acc
+from olmoablate.contract.blocks import code_of
 from olmoablate.contract.certificate import certificate_of, differences, shared_settings
 from olmoablate.contract.gatespec import design_record
 from olmoablate.contract.layout import ResultsDir
@@ -134,6 +135,8 @@ def _run_entry(
         "topology": topo.model_dump(),
         "slurm": slurm,
     }
+    if arch:
+        run["code"] = code_of(arch)
     if "looped" in arch:
         run["loop_counts"] = resolve_loop_counts(evaluation["loop_counts"], arch["looped"]["loops"])
     return run

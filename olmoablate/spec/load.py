@@ -181,6 +181,10 @@ def _allowed_fields(model: type | None, loc: tuple[Any, ...]) -> list[str]:
             return []
         info = current.model_fields.get(str(part))
         if info is None:
+            sub = getattr(current, "field_model", None)  # a mapping of typed entries (blocks)
+            found = sub(str(part)) if callable(sub) else None
+            if found is not None:
+                current = found
             continue  # a dict key or list index: `_model_in` already stepped into the values
         current = _model_in(info.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):

@@ -1,0 +1,99 @@
+"""contract/blocks.py: the block registry finds blocks lazily and names what is allowed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures.cli import run_cli
+
+from olmoablate.contract import accounting as acc
+from olmoablate.contract.arch import parse_architecture
+from olmoablate.contract.blocks import code_identity, get_block
+from olmoablate.contract.sizes import resolve
+from olmoablate.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_validate_of_bundled_blocks_neither_scans_entry_points_nor_imports_torch() -> None:
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from olmoablate.spec.command import validate_command\n"
+        "validate_command([Path('specs')])\n"
+        "import olmoablate.contract.blocks as b\n"
+        "print(b._entry_points is None, 'torch' in sys.modules, 'olmo_core' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split()[-3:] == ["True", "False", "False"], out.stdout + out.stderr
+
+
+def test_unknown_block_lists_bundled_and_installed_blocks() -> None:
+    with pytest.raises(UserError) as err:
+        parse_architecture({"value_residual": {}})
+    msg = str(err.value)
+    assert "unknown block 'value_residual'" in msg
+    for name in ("siamese_norm", "depth_attention", "looped", "layers", "layerscale"):
+        assert name in msg
+    assert "module:attr" in msg and "olmoablate.blocks" in msg
+
+
+def test_module_attr_key_and_located_option_errors(tmp_path: Path) -> None:
+    a = parse_architecture({"fixtures.blocks_for_tests:OFF_BY_ONE": {}})
+    assert list(a.as_mapping()) == ["fixtures.blocks_for_tests:OFF_BY_ONE"]
+    d = resolve({"d_model": 32, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 64,
+                 "sliding_window": 16, "vocab_size": 512})
+    assert acc.param_count(d, a) == acc.param_count(d, {}) + 1
+    with pytest.raises(UserError, match=r"fixtures\.blocks_for_tests:OFF_BY_ONE\.x: unknown key"):
+        parse_architecture({"fixtures.blocks_for_tests:OFF_BY_ONE": {"x": 1}})
+    with pytest.raises(UserError, match="cannot load block 'nosuchmod:B'"):
+        parse_architecture({"nosuchmod:B": {}})
+    with pytest.raises(UserError, match=r"layerscale\.init: .*greater than 0"):
+        parse_architecture({"layerscale": {"init": 0}})
+
+
+def test_an_installed_block_declares_its_combinations() -> None:
+    with pytest.raises(UserError, match=r"siamese_norm cannot be combined with layerscale \(both"):
+        parse_architecture({"siamese_norm": {}, "layerscale": {}})
+    ok = parse_architecture({"layerscale": {}, "depth_attention": {"stride": 2}})
+    assert list(ok.blocks) == ["depth_attention", "layerscale"]  # bundled order first
+
+
+def test_spec_errors_name_a_block_option_and_its_line(tmp_path: Path) -> None:
+    spec = (REPO / "specs" / "demo.yaml").read_text()
+    bad = spec.replace("depth_attention: {stride: 2, recent_window: 0}", "depth_attention: {strid: 2}")
+    (tmp_path / "bad.yaml").write_text(bad)
+    line = bad.splitlines().index("    depth_attention: {strid: 2}") + 1
+    out = run_cli("validate", str(tmp_path / "bad.yaml"), cwd=REPO)
+    assert out.returncode == 2
+    assert (
+        f"bad.yaml:{line}: variants.siamese_depth.depth_attention.strid: unknown field "
+        "(did you mean 'stride'? allowed: stride, recent_window)" in out.stderr
+    )
+
+
+def test_code_identity_of_bundled_and_installed_blocks() -> None:
+    da = code_identity("depth_attention")
+    assert (da["distribution"], da["module"]) == (
+        "olmoablate",
+        "olmoablate.contract.bundled:DepthAttentionBlock",
+    )
+    assert da["files"] >= 5 and len(da["sha256"]) == 64
+    ls = code_identity("layerscale")
+    assert (ls["distribution"], ls["version"], ls["files"]) == ("olmoablate-layerscale", "0.1.0", 2)
+    assert get_block("layerscale").name == "layerscale"
+
+
+def test_blocks_command_lists_installed_blocks_with_options() -> None:
+    out = run_cli("blocks", "--json", cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    assert list(rows)[:4] == ["siamese_norm", "depth_attention", "looped", "layers"]
+    assert rows["layerscale"]["options"] == [{"option": "init", "type": "float", "default": "0.1"}]
+    assert rows["looped"]["excludes"].keys() == {"siamese_norm", "layers"}
+    assert rows["layerscale"]["from"] == "olmoablate-layerscale 0.1.0"
