@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from olmoablate.contract.futility import STATUS_KEY, WATCH_FILE, FutilityStop
-from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.io import read_json, write_json_atomic
+
+if TYPE_CHECKING:  # the contract's pydantic models load only when a command runs (fast --help)
+    from olmoablate.contract.layout import ResultsDir
 
 
 def _read_state(results: ResultsDir) -> dict[str, Any]:
+    from olmoablate.contract.futility import WATCH_FILE
+
     try:
         obj = read_json(results.root / WATCH_FILE)
     except (OSError, ValueError):
@@ -35,6 +39,7 @@ def _read_state(results: ResultsDir) -> dict[str, Any]:
 def watch_once(results: ResultsDir) -> list[str]:
     """One round: evaluate every gate's design, cancel variants stopped for futility (once).
     Returns one line per action."""
+    from olmoablate.contract.futility import STATUS_KEY, WATCH_FILE, FutilityStop
     from olmoablate.launch.cancel import cancel
     from olmoablate.launch.runstate import mark_status
     from olmoablate.report.collect import collect
@@ -83,6 +88,7 @@ def watch_once(results: ResultsDir) -> list[str]:
 def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
     """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
     reason is the futility stop (unless the user has resumed it since)."""
+    from olmoablate.contract.futility import STATUS_KEY
     from olmoablate.launch.runstate import mark_status
 
     for rec in stops.values():
@@ -127,16 +133,29 @@ def watch(
 
 
 def watch_command(
-    spec: Annotated[Path, typer.Argument(help="Spec file, results folder or plan.json.")],
+    spec: Annotated[
+        Path,
+        typer.Argument(metavar="SPEC", help="Spec file, spec name, results folder or plan.json."),
+    ],
     interval: Annotated[
         float, typer.Option("--interval", help="Seconds between rounds (each reads the runs).")
     ] = 60.0,
     once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
+    results_root: Annotated[
+        Path,
+        typer.Option(
+            "--results-root",
+            "--store",
+            metavar="DIR",
+            envvar=RESULTS_ROOT_ENV,
+            help="Folder that holds one results folder per spec (for a SPEC given by name).",
+        ),
+    ] = RESULTS_ROOT,
 ) -> None:
     """Evaluate the gate's pre-registered looks as runs reach them; cancel (resumably) the arms
     of a variant its design stops for futility, recording why in their status. Resuming a
     stopped arm (`olmoablate submit SPEC --run <id>`) is allowed: futility is non-binding."""
     from olmoablate.contract.layout import resolve_results
 
-    results = resolve_results(str(spec))
+    results = resolve_results(str(spec), results_root)
     watch(results, interval, 1 if once else None, echo=typer.echo)

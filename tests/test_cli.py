@@ -43,8 +43,21 @@ def test_help_lists_commands() -> None:
         [sys.executable, "-m", "olmoablate", "--help"], capture_output=True, text=True, cwd=REPO
     )
     assert proc.returncode == 0
-    for cmd in ("validate", "plan", "submit", "status", "cancel", "report", "data"):
+    for cmd in ("validate", "plan", "submit", "status", "cancel", "report", "data", "explain",
+                "board", "watch", "blocks"):  # fmt: skip
         assert cmd in proc.stdout
+
+
+def test_help_imports_no_pydantic_model() -> None:
+    """`--help` loads the command modules only: a command module that imports the contract's
+    pydantic models (plans, identities, the board) at import time costs every start ~0.2-0.5 s."""
+    out = _importtime("--help")
+    modules = {
+        line.rsplit("|", 1)[-1].strip() for line in out.splitlines() if line.startswith("import time:")
+    }
+    assert "olmoablate.cli" in modules
+    heavy = {m for m in modules if m.split(".")[0] in {"pydantic", "torch", "pandas", "numpy"}}
+    assert not heavy, sorted(heavy)[:10]
 
 
 def test_validate_shipped_specs_exit_0() -> None:

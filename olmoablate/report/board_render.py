@@ -6,12 +6,14 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError
-from olmoablate.report.board import Board, ProposalRow, SpecRow, build_board
+
+if TYPE_CHECKING:  # the board reads plans (pydantic models): loaded when the command runs
+    from olmoablate.report.board import Board, ProposalRow, SpecRow
 
 FORMATS = ("table", "md", "html", "json")
 COLUMNS = (
@@ -130,7 +132,9 @@ def print_table(board: Board) -> None:
 def board_command(
     root: Annotated[
         Path | None,
-        typer.Argument(help="The store (default: $OLMOABLATE_RESULTS_ROOT or results)."),
+        typer.Argument(
+            metavar="ROOT", help="The store (default: $OLMOABLATE_RESULTS_ROOT or results)."
+        ),
     ] = None,
     fmt: Annotated[
         str,
@@ -150,6 +154,8 @@ def board_command(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UserError(f"--format {fmt!r}: allowed values are {', '.join(FORMATS)}")
+    from olmoablate.report.board import build_board
+
     board = build_board(root if root is not None else Path(default_store()))
     text: dict[str, Any] = {
         "md": to_markdown,

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from olmoablate.contract.layout import resolve_results
-from olmoablate.contract.plan import Plan
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError
-from olmoablate.store.explain import Comparison, RunRef, compare, compare_plans
+
+if TYPE_CHECKING:  # pydantic models and the store load when the command runs (fast --help)
+    from olmoablate.contract.plan import Plan
+    from olmoablate.store.explain import Comparison
 
 
 def _fresh(spec: Path) -> Plan:
@@ -31,6 +32,9 @@ def _fresh(spec: Path) -> Plan:
 
 
 def _recorded(arg: str, results_root: Path) -> Plan:
+    from olmoablate.contract.layout import resolve_results
+    from olmoablate.contract.plan import Plan
+
     layout = resolve_results(arg, results_root)
     plan = Plan.load(layout.plan_path)
     if plan.identity is None:
@@ -59,10 +63,13 @@ def explain_command(
     a: Annotated[
         str,
         typer.Argument(
-            help="A run (results/<spec>/runs/<id>, SPEC:RUN_ID), a results folder, plan.json or spec file."
+            metavar="A",
+            help="A run (results/<spec>/runs/<id>, SPEC:RUN_ID), a results folder, plan.json or spec file.",
         ),
     ],
-    b: Annotated[str, typer.Argument(help="The other side, in any of the same forms.")],
+    b: Annotated[
+        str, typer.Argument(metavar="B", help="The other side, in any of the same forms.")
+    ],
     results_root: Annotated[
         Path,
         typer.Option(
@@ -78,6 +85,8 @@ def explain_command(
     """Field-by-field difference of run identities: why a run is not reused, what differs.
 
     Exit 0 when every compared pair of runs has the same identity, 1 when some differ."""
+    from olmoablate.store.explain import RunRef, compare, compare_plans
+
     la, pa, ra = resolve(a, results_root)
     lb, pb, rb = resolve(b, results_root)
     if (ra is None) != (rb is None):
