@@ -127,3 +127,36 @@ def test_ar1_phi_09_interval_holds_or_says_inconclusive() -> None:
     chk = step_time_check([("p0", a, c)], 0.10, 0.95)
     assert chk is not None and chk.outcome == "inconclusive"
     assert "autocorrelation" in chk.reason and "too short" in chk.reason
+
+
+@pytest.mark.parametrize("pairs", [2, 3])
+def test_short_autocorrelated_runs_fall_back_to_the_spread_across_seeds(pairs: int) -> None:
+    """Runs too short for within-run batch means (AR(1) phi = 0.9, 300 steps: tau ~ 19) but
+    several seeds: each pair's ratio of run means is one independent replicate, and the t interval
+    of their spread holds its level per side (truth: 10% overhead)."""
+    rng = np.random.default_rng(11 + pairs)
+    reps, n, truth = 1500, 300, 0.10
+    lo = hi = fallback = 0
+    for _ in range(reps):
+        b = 1.0 + 0.05 * _ar1(rng, 0.9, n, pairs)
+        v = (1.0 + truth) * (1.0 + 0.05 * _ar1(rng, 0.9, n, pairs))
+        chk = step_time_check(
+            [(f"p{i}", ArmTiming("b", b[i], "step_time_s"), ArmTiming("v", v[i], "step_time_s"))
+             for i in range(pairs)],  # fmt: skip
+            truth,
+            0.95,
+        )
+        assert chk is not None and chk.lower is not None and chk.upper is not None
+        fallback += "run-mean ratios" in chk.reason
+        lo += chk.lower > truth
+        hi += chk.upper < truth
+    assert fallback > 0.8 * reps  # mostly the fallback; the rest had within-run intervals
+    se = math.sqrt(0.05 * 0.95 / reps)
+    assert lo / reps < 0.05 + 3 * se and hi / reps < 0.05 + 3 * se, (lo / reps, hi / reps)
+    # one pair alone has no replicate spread: still inconclusive
+    one = step_time_check(
+        [("p0", ArmTiming("b", 1.0 + 0.05 * _ar1(rng, 0.9, n, 1)[0], "step_time_s"),
+          ArmTiming("v", 1.1 + 0.05 * _ar1(rng, 0.9, n, 1)[0], "step_time_s"))],
+        0.10, 0.95,
+    )  # fmt: skip
+    assert one is not None and one.outcome == "inconclusive"

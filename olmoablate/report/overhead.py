@@ -3,11 +3,13 @@
 Why not a point ratio: a ratio near the limit flips on noise (local runs share cores with their
 neighbours, GPU clocks drift). Per-step times are strongly autocorrelated (thermal state, page
 cache, a neighbour's job), so steps are *not* iid replicates: each arm's steady-state steps are cut
-into contiguous batches of 5 integrated autocorrelation times (estimated from the series,
+into contiguous batches of ``BATCH_TAU`` integrated autocorrelation times (estimated from the series,
 Geyer's initial positive sequence), and only the batch means are treated as (approximately)
 independent -- the batch-means method with the batch length chosen from the data; fewer than
-``MIN_BLOCKS`` batches give no interval (``inconclusive``, with the reason). The log of the ratio of means gets a
+``MIN_BLOCKS`` batches give no within-run interval. The log of the ratio of means gets a
 delta-method standard error from each arm's batch means, Welch-Satterthwaite dof, and a t bound.
+Runs too short for that (several pairs): the pairs' ratios of run means are the replicates
+(independent runs), a t interval of their spread; one such pair alone is ``inconclusive``.
 
 Steady state: warm-up steps of the LR schedule, the first steps of every attempt (start or
 resume: compilation, allocator growth), eval and checkpoint steps and the step right after each
@@ -270,14 +272,28 @@ def conditions(base: ArmTiming, var: ArmTiming) -> list[str]:
     return out
 
 
+def _pair_mean_logs(timings: Sequence[tuple[str, ArmTiming, ArmTiming]]) -> list[float]:
+    """log(variant mean / baseline mean) of each pair whose arms both have steady-state steps."""
+    out = []
+    for _pid, b, v in timings:
+        if b.times.size >= MIN_BLOCK_LEN and v.times.size >= MIN_BLOCK_LEN:
+            mb, mv = float(b.times.mean()), float(v.times.mean())
+            if mb > 0 and mv > 0:
+                out.append(math.log(mv / mb))
+    return out
+
+
 def step_time_check(
     timings: Sequence[tuple[str, ArmTiming, ArmTiming]], limit: float | None, confidence: float
 ) -> OverheadCheck | None:
     """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``.
 
     Several pairs: mean of per-pair log-ratios; its SE is the larger of the pooled within-pair SE
-    and the between-pair SE (so node-to-node heterogeneity is never hidden). None when no pair
-    has per-step times or no limit is set.
+    and the between-pair SE (so node-to-node heterogeneity is never hidden). When no pair's runs
+    are long enough for within-run batch means (their autocorrelation), but at least two pairs
+    have steady-state steps, each pair's ratio of run means is one replicate and the interval
+    is the t interval of their spread (k - 1 dof): independent runs, no autocorrelation
+    assumption, wide with few seeds. None when no pair has per-step times or no limit is set.
     """
     if limit is None:
         return None
@@ -292,32 +308,44 @@ def step_time_check(
         else:
             why = "; ".join(f"{t.run_id}: {w}" for t in (b, v) if (w := too_short(t.times)))
             short.append(f"pair {pid}: {why or 'no usable batch means'}")
-    if not per:
+    col = timings[0][1].column if timings else WALL
+    # Some runs too short for a within-run interval, several pairs: each pair's ratio of run
+    # means is one replicate (independent runs), and the spread across seeds gives the interval
+    # (no pair is dropped for being short).
+    means = _pair_mean_logs(timings) if short else []
+    if len(means) >= 2:
+        logs = np.array(means)
+        se, dof = float(logs.std(ddof=1)) / math.sqrt(logs.size), float(logs.size - 1)
+        how = (
+            f"spread of {logs.size} pairs' run-mean ratios, t with {logs.size - 1} dof (runs too "
+            "short for within-run batch means)"
+        )
+    elif not per:
         if not short:
             return None
         return OverheadCheck(
             "inconclusive",
             "step time overhead: no interval that holds under the steps' autocorrelation ("
             + "; ".join(short)
-            + "); longer runs give one",
+            + "); longer runs or more seeds give one",
             notes=notes,
         )
-    logs = np.array([math.log(r.ratio) for _, r in per])
-    within = math.sqrt(sum(r.log_se**2 for _, r in per)) / len(per)
-    dof = min(r.dof for _, r in per)
-    se = within
-    if len(per) >= 2:
-        between = float(logs.std(ddof=1)) / math.sqrt(len(per))
-        if between > within:
-            se, dof = between, float(len(per) - 1)
+    else:
+        logs = np.array([math.log(r.ratio) for _, r in per])
+        within = math.sqrt(sum(r.log_se**2 for _, r in per)) / len(per)
+        dof = min(r.dof for _, r in per)
+        se = within
+        if len(per) >= 2:
+            between = float(logs.std(ddof=1)) / math.sqrt(len(per))
+            if between > within:
+                se, dof = between, float(len(per) - 1)
+        how = f"batch means over {len(per)} pair(s)"
     q = t_ppf(confidence, dof) if se > 0 else 0.0
     mean = float(logs.mean())
     lo, hi = math.exp(mean - q * se) - 1.0, math.exp(mean + q * se) - 1.0
-    col = timings[0][1].column
     desc = (
         f"step time overhead {math.exp(mean) - 1:+.1%} (one-sided {confidence:.0%} bounds "
-        f"[{lo:+.1%}, {hi:+.1%}], {col} of steady-state steps, batch means over "
-        f"{len(per)} pair(s))"
+        f"[{lo:+.1%}, {hi:+.1%}], {col} of steady-state steps, {how})"
     )
     if lo > limit:
         outcome, reason = "stop", f"{desc} > limit {limit:.0%} (whole interval above it)"
