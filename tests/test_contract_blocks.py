@@ -97,3 +97,25 @@ def test_blocks_command_lists_installed_blocks_with_options() -> None:
     assert rows["layerscale"]["options"] == [{"option": "init", "type": "float", "default": "0.1"}]
     assert rows["looped"]["excludes"].keys() == {"siamese_norm", "layers"}
     assert rows["layerscale"]["from"] == "olmoablate-layerscale 0.1.0"
+
+
+def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A research repository's folder without __init__.py is a namespace package: its spec has
+    # no origin. Its identity used to hash zero files, so an edit after plan went unnoticed.
+    pkg = tmp_path / "ns_blocks_r1"
+    pkg.mkdir()
+    src = pkg / "mine.py"
+    src.write_text(
+        "from olmoablate.contract.base import Strict\n"
+        "from olmoablate.contract.blocks import Block\n"
+        "class Mine(Block):\n"
+        "    name = 'mine'\n    Options = Strict\n    model = 'ns_blocks_r1.mine:MODEL'\n"
+        "BLOCK = Mine()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_identity("ns_blocks_r1.mine:BLOCK")
+    assert before["files"] == 1
+    src.write_text(src.read_text() + "# an edit after plan\n")
+    assert code_identity("ns_blocks_r1.mine:BLOCK")["sha256"] != before["sha256"]

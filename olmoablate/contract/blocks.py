@@ -281,12 +281,18 @@ def order_key(key: str) -> int:
 # ------------------------------------------------------------------------------------ identity
 def _module_files(module: str) -> list[Path]:
     spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
+    if spec is None:
         return []
-    origin = Path(spec.origin)
     if spec.submodule_search_locations:  # a package: all its .py files
-        return sorted(p for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts)
-    return [origin]
+        # A namespace package (no __init__.py, common in research repositories) has no
+        # origin, only its search locations: hash every .py file under each of them.
+        roots = [Path(p) for p in spec.submodule_search_locations]
+        if spec.origin is not None and not roots:
+            roots = [Path(spec.origin).parent]
+        return sorted(
+            {p for r in roots for p in r.rglob("*.py") if "__pycache__" not in p.parts}
+        )
+    return [Path(spec.origin)] if spec.origin is not None else []
 
 
 def _source_files(block: Block) -> tuple[list[Path], Path]:
@@ -300,7 +306,10 @@ def _source_files(block: Block) -> tuple[list[Path], Path]:
     for m in modules:
         files.extend(f for f in _module_files(m) if f not in files)
     if not files:
-        return [], Path(".")
+        raise UserError(
+            f"block {block.name!r}: no source files found for {', '.join(modules)}, so its "
+            "code identity could not be recorded (set the block's source_modules)"
+        )
     root = Path(*_common_parts([f.parent for f in files]))
     return sorted(files), root
 
