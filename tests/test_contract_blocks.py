@@ -96,6 +96,9 @@ def test_blocks_command_lists_installed_blocks_with_options() -> None:
     assert list(rows)[:4] == ["siamese_norm", "depth_attention", "looped", "layers"]
     assert rows["layerscale"]["options"] == [{"option": "init", "type": "float", "default": "0.1"}]
     assert rows["looped"]["excludes"].keys() == {"siamese_norm", "layers"}
+    types = {o["option"]: o["type"] for o in rows["olmo_core"]["options"]}  # was "Optional"
+    assert types["rope_theta"] == "int | None"
+    assert types["activation"] == "'silu' | 'gelu_tanh' | None"
     assert rows["layerscale"]["from"] == "olmoablate-layerscale 0.1.0"
 
 

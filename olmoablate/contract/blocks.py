@@ -34,6 +34,8 @@ import importlib
 import importlib.util
 import os
 import re
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,15 +189,34 @@ class Block:
         """(option, type, default) rows for ``olmoablate blocks``."""
         rows = []
         for name, info in self.Options.model_fields.items():
-            ann = getattr(info.annotation, "__name__", None) or str(info.annotation)
-            ann = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])", "", ann)  # bare class names
+            ann = _type_name(info.annotation)
             default = (
                 "required"
                 if info.is_required()
                 else repr(info.get_default(call_default_factory=True))
             )
-            rows.append((name, ann.replace("typing.", ""), default))
+            rows.append((name, ann, default))
         return rows
+
+
+def _type_name(ann: Any) -> str:
+    """``ann`` as a reader writes it: ``int | None``, ``'silu' | 'gelu_tanh'``, ``list[int]``
+    (``typing.Optional[...]`` used to print as a bare ``Optional``)."""
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if ann is type(None):
+        return "None"
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_name(a) for a in args)}]" if args else name
+    if isinstance(ann, type):
+        return ann.__name__
+    return re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])", "", str(ann))  # bare names
 
 
 # ------------------------------------------------------------------------------------ registry
