@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,16 @@ def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
     assert before["files"] == 1
     src.write_text(src.read_text() + "# an edit after plan\n")
     assert code_identity("ns_blocks_r1.mine:BLOCK")["sha256"] != before["sha256"]
+
+
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [
+        ("NO_MODEL", "does not set model ('module:attr' of its olmoablate.models.blocks"),
+        ("MODEL_TYPO", "its torch half 'fixtures.blocks_for_test:UNCHANGED' cannot be found"),
+    ],
+)
+def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -> None:
+    # was an internal AttributeError (no `model`), or passed validate and plan (a typo)
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_architecture({f"fixtures.blocks_for_tests:{attr}": {}})

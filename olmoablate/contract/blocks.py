@@ -244,7 +244,38 @@ def _as_block(obj: Any, ref: str, where: str) -> Block:
         obj = obj()
     if not isinstance(obj, Block):
         raise UserError(f"{where}: {ref!r} is not an olmoablate.contract.blocks.Block")
+    _check_block(obj, ref, where)
     return obj
+
+
+def _check_block(block: Block, ref: str, where: str) -> None:
+    """The class attributes every block sets, checked when it is loaded, so that a block that
+    lacks one (or names a torch half that does not exist) is a one-line error in ``validate``
+    rather than an internal error there or a failure of the training job."""
+    name, options, model = (getattr(block, a, None) for a in ("name", "Options", "model"))
+    missing = [
+        f"{attr} ({what})"
+        for attr, ok, what in (
+            ("name", isinstance(name, str) and name, "the key in a variant"),
+            ("Options", isinstance(options, type) and issubclass(options, BaseModel),
+             "a pydantic model of its options"),
+            ("model", isinstance(model, str) and ":" in model,
+             "'module:attr' of its olmoablate.models.blocks.BlockModel"),
+        )
+        if not ok
+    ]
+    if missing:
+        raise UserError(f"{where}: block {ref!r} does not set {', '.join(missing)}")
+    module = str(model).partition(":")[0]
+    try:  # found without importing it (the torch half is imported by the job only)
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UserError(
+            f"{where}: block {ref!r}: its torch half {model!r} cannot be found "
+            f"(no module {module!r} where this runs)"
+        )
 
 
 def installed_entry_points() -> dict[str, Any]:
