@@ -136,3 +136,13 @@ def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -
     # was an internal AttributeError (no `model`), or passed validate and plan (a typo)
     with pytest.raises(UserError, match=re.escape(message)):
         parse_architecture({f"fixtures.blocks_for_tests:{attr}": {}})
+
+
+def test_code_change_names_the_file_the_block_was_loaded_from() -> None:
+    # a job whose cwd shadows the planned module loads other code: say which file it loaded
+    from olmoablate.contract.blocks import code_changes
+
+    key = "fixtures.blocks_for_tests:OFF_BY_ONE"
+    (msg,) = code_changes({key: {"sha256": "0" * 64, "version": None}}, {key: {}})
+    assert "changed since plan" in msg
+    assert msg.endswith(f"loaded here from {REPO / 'tests' / 'fixtures' / 'blocks_for_tests.py'}")

@@ -33,6 +33,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -391,5 +392,14 @@ def code_changes(recorded: Mapping[str, Any] | None, architecture: Mapping[str, 
                     if was.get("version") != now["version"]
                     else ""
                 )
+                + f", loaded here from {_loaded_from(key)}"
             )
     return out
+
+
+def _loaded_from(key: str) -> str:
+    """The file block ``key`` was imported from in this process: a job whose working directory
+    (first on ``sys.path`` under ``python -m``) holds a module of the same name loads other code
+    than ``plan`` did, and the refusal should say so rather than only "changed"."""
+    module = sys.modules.get(type(get_block(key)).__module__)
+    return str(getattr(module, "__file__", None) or "an unknown file")
