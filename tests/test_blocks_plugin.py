@@ -65,9 +65,12 @@ def test_example_is_installed_through_the_entry_point_group() -> None:
     )
 
 
-def test_the_shipped_example_spec_validates() -> None:
-    out = _cli("validate", "examples/olmoablate-layerscale/spec.yaml", cwd=REPO)
+def test_the_shipped_example_spec_validates_from_anywhere(tmp_path: Path) -> None:
+    # its paths resolve against its own folder (it used the old cwd rule: an error elsewhere)
+    spec = REPO / "examples/olmoablate-layerscale/spec.yaml"
+    out = _cli("validate", "--skip-paths", str(spec), cwd=tmp_path)
     assert out.returncode == 0 and "(2 runs, 1 pairs" in out.stdout, out.stdout + out.stderr
+    assert "old rule" not in out.stdout + out.stderr
 
 
 def test_no_line_of_olmoablate_names_the_example() -> None:

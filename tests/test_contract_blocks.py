@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,4 +97,52 @@ def test_blocks_command_lists_installed_blocks_with_options() -> None:
     assert list(rows)[:4] == ["siamese_norm", "depth_attention", "looped", "layers"]
     assert rows["layerscale"]["options"] == [{"option": "init", "type": "float", "default": "0.1"}]
     assert rows["looped"]["excludes"].keys() == {"siamese_norm", "layers"}
+    types = {o["option"]: o["type"] for o in rows["olmo_core"]["options"]}  # was "Optional"
+    assert types["rope_theta"] == "int | None"
+    assert types["activation"] == "'silu' | 'gelu_tanh' | None"
     assert rows["layerscale"]["from"] == "olmoablate-layerscale 0.1.0"
+
+
+def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A research repository's folder without __init__.py is a namespace package: its spec has
+    # no origin. Its identity used to hash zero files, so an edit after plan went unnoticed.
+    pkg = tmp_path / "ns_blocks_r1"
+    pkg.mkdir()
+    src = pkg / "mine.py"
+    src.write_text(
+        "from olmoablate.contract.base import Strict\n"
+        "from olmoablate.contract.blocks import Block\n"
+        "class Mine(Block):\n"
+        "    name = 'mine'\n    Options = Strict\n    model = 'ns_blocks_r1.mine:MODEL'\n"
+        "BLOCK = Mine()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = code_identity("ns_blocks_r1.mine:BLOCK")
+    assert before["files"] == 1
+    src.write_text(src.read_text() + "# an edit after plan\n")
+    assert code_identity("ns_blocks_r1.mine:BLOCK")["sha256"] != before["sha256"]
+
+
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [
+        ("NO_MODEL", "does not set model ('module:attr' of its olmoablate.models.blocks"),
+        ("MODEL_TYPO", "its torch half 'fixtures.blocks_for_test:UNCHANGED' cannot be found"),
+    ],
+)
+def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -> None:
+    # was an internal AttributeError (no `model`), or passed validate and plan (a typo)
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_architecture({f"fixtures.blocks_for_tests:{attr}": {}})
+
+
+def test_code_change_names_the_file_the_block_was_loaded_from() -> None:
+    # a job whose cwd shadows the planned module loads other code: say which file it loaded
+    from olmoablate.contract.blocks import code_changes
+
+    key = "fixtures.blocks_for_tests:OFF_BY_ONE"
+    (msg,) = code_changes({key: {"sha256": "0" * 64, "version": None}}, {key: {}})
+    assert "changed since plan" in msg
+    assert msg.endswith(f"loaded here from {REPO / 'tests' / 'fixtures' / 'blocks_for_tests.py'}")

@@ -33,7 +33,7 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
+from olmoablate.contract.blockcheck import check_block, type_name
 from olmoablate.errors import UserError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -187,14 +188,13 @@ class Block:
         """(option, type, default) rows for ``olmoablate blocks``."""
         rows = []
         for name, info in self.Options.model_fields.items():
-            ann = getattr(info.annotation, "__name__", None) or str(info.annotation)
-            ann = re.sub(r"\b(?:[a-z_][a-z0-9_]*\.)+(?=[A-Za-z_])", "", ann)  # bare class names
+            ann = type_name(info.annotation)
             default = (
                 "required"
                 if info.is_required()
                 else repr(info.get_default(call_default_factory=True))
             )
-            rows.append((name, ann.replace("typing.", ""), default))
+            rows.append((name, ann, default))
         return rows
 
 
@@ -223,6 +223,7 @@ def _as_block(obj: Any, ref: str, where: str) -> Block:
         obj = obj()
     if not isinstance(obj, Block):
         raise UserError(f"{where}: {ref!r} is not an olmoablate.contract.blocks.Block")
+    check_block(obj, ref, where)
     return obj
 
 
@@ -281,12 +282,18 @@ def order_key(key: str) -> int:
 # ------------------------------------------------------------------------------------ identity
 def _module_files(module: str) -> list[Path]:
     spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
+    if spec is None:
         return []
-    origin = Path(spec.origin)
     if spec.submodule_search_locations:  # a package: all its .py files
-        return sorted(p for p in origin.parent.rglob("*.py") if "__pycache__" not in p.parts)
-    return [origin]
+        # A namespace package (no __init__.py, common in research repositories) has no
+        # origin, only its search locations: hash every .py file under each of them.
+        roots = [Path(p) for p in spec.submodule_search_locations]
+        if spec.origin is not None and not roots:
+            roots = [Path(spec.origin).parent]
+        return sorted(
+            {p for r in roots for p in r.rglob("*.py") if "__pycache__" not in p.parts}
+        )
+    return [Path(spec.origin)] if spec.origin is not None else []
 
 
 def _source_files(block: Block) -> tuple[list[Path], Path]:
@@ -300,7 +307,10 @@ def _source_files(block: Block) -> tuple[list[Path], Path]:
     for m in modules:
         files.extend(f for f in _module_files(m) if f not in files)
     if not files:
-        return [], Path(".")
+        raise UserError(
+            f"block {block.name!r}: no source files found for {', '.join(modules)}, so its "
+            "code identity could not be recorded (set the block's source_modules)"
+        )
     root = Path(*_common_parts([f.parent for f in files]))
     return sorted(files), root
 
@@ -382,5 +392,14 @@ def code_changes(recorded: Mapping[str, Any] | None, architecture: Mapping[str, 
                     if was.get("version") != now["version"]
                     else ""
                 )
+                + f", loaded here from {_loaded_from(key)}"
             )
     return out
+
+
+def _loaded_from(key: str) -> str:
+    """The file block ``key`` was imported from in this process: a job whose working directory
+    (first on ``sys.path`` under ``python -m``) holds a module of the same name loads other code
+    than ``plan`` did, and the refusal should say so rather than only "changed"."""
+    module = sys.modules.get(type(get_block(key)).__module__)
+    return str(getattr(module, "__file__", None) or "an unknown file")

@@ -293,6 +293,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     from olmo_core.distributed.utils import get_rank
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
+    from olmoablate.train.proof import check_code
     from olmoablate.train.resume import failure_reason, resume_point
 
     env = _environment(ctx)
@@ -342,6 +343,8 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     try:
         ctx.run_dir.path.mkdir(parents=True, exist_ok=True)
         write_status("running", int(previous.get("step") or 0))
+        # changed block code is refused before any checkpoint is read, judged or moved
+        check_code(ctx.run, resuming=any(ctx.run_dir.checkpoints.glob("step*")))
         fallback = resume_point(ctx, base, previous)
         trainer, own = _build_trainer(ctx, env, base)
         if fallback is not None:
