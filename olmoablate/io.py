@@ -200,10 +200,35 @@ def compose_yaml_bounded(text: str, loader_cls: type | None = None) -> tuple[Any
                 _check_expanded_size(node)
             except RecursionError:
                 raise InputLimitError("nested too deeply once YAML aliases are expanded") from None
-        data = loader.construct_document(node) if node is not None else None
+        try:
+            data = loader.construct_document(node) if node is not None else None
+        except ValueError as err:  # int past Python's digit limit, 2024-02-30, `!!int abc`
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unreadable value ({err})", _bad_scalar_mark(loader, node)
+            ) from None
     finally:
         loader.dispose()
     return node, data
+
+
+def _bad_scalar_mark(loader: Any, root: Any) -> Any:
+    """Where the first scalar that cannot be constructed starts (its line for the message)."""
+    import yaml
+
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            loader.constructed_objects, loader.recursive_objects = {}, {}  # after the failure
+            try:
+                loader.construct_object(node, deep=True)
+            except ValueError:
+                return node.start_mark
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for kv in reversed(node.value) for n in reversed(kv))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+    return root.start_mark
 
 
 def _check_expanded_size(root: Any) -> None:

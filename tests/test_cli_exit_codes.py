@@ -46,6 +46,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (notplan / "plan.json").write_text(json.dumps([1, 2, 3]))
     binary = root / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")
+    minimal = (REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text()
+    # YAML that parses but whose values cannot be built: an impossible date, a 5000-digit int
+    (root / "date.yaml").write_text(minimal + "description: 2024-02-30\n")
+    (root / "bigint.yaml").write_text(minimal.replace("tokens: 4096", "tokens: " + "9" * 5000))
     return {
         "root": root,
         "results": results,
@@ -53,6 +57,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "garbage": garbage,
         "notplan": notplan,
         "binary": binary,
+        "minimal": REPO / "tests" / "specs" / "good" / "minimal.yaml",
     }
 
 
@@ -61,7 +66,16 @@ CASES = [
     ("validate-missing", ["validate", "{root}/nope.yaml"], True),
     ("validate-binary", ["validate", "{binary}"], True),
     ("validate-empty-dir", ["validate", "{notplan}"], True),
+    ("validate-impossible-date", ["validate", "{root}/date.yaml"], True),
+    ("validate-huge-int", ["validate", "{root}/bigint.yaml"], True),
+    ("validate-set-missing-value", ["validate", "{minimal}", "--set"], False),
+    ("validate-set-empty", ["validate", "{minimal}", "--set", "="], True),
+    ("validate-set-empty-part", ["validate", "{minimal}", "--set", "a..b=1"], True),
+    ("validate-set-not-yaml", ["validate", "{minimal}", "--set", "sizes=["], True),
+    ("validate-set-impossible-date", ["validate", "{minimal}", "--set", "description=2024-02-30"], True),
     ("plan-missing", ["plan", "{root}/nope.yaml"], True),
+    ("plan-impossible-date", ["plan", "{root}/date.yaml", "--results-root", "{root}/r"], True),
+    ("plan-set-not-yaml", ["plan", "{minimal}", "--set", "sizes=[", "--results-root", "{root}/r"], True),
     ("plan-results-root-is-file", ["plan", "{spec}", "--results-root", "{afile}"], True),
     ("plan-spec-is-dir", ["plan", "{root}"], True),
     ("submit-nosuch", ["submit", "nosuch"], True),
@@ -75,6 +89,7 @@ CASES = [
     ("submit-parallel-nan", ["submit", "{results}", "--parallel", "x"], False),
     ("status-nosuch", ["status", "{root}/nosuch/"], True),
     ("status-garbage", ["status", "{garbage}"], True),
+    ("status-impossible-date", ["status", "{root}/date.yaml"], True),
     ("status-bad-fail-on", ["status", "{results}", "--fail-on", "broken"], True),
     ("status-bad-max-age", ["status", "{results}", "--max-age", "soon"], False),
     ("cancel-nosuch", ["cancel", "nosuch"], True),
@@ -128,6 +143,7 @@ def test_bad_input_never_shows_a_traceback(
             assert len(lines) == 1, lines
     if argv[0] == "plan" and "--results-root" in argv:
         assert world["afile"].read_text() == "not a folder\n"  # nothing half-written
+        assert not (world["root"] / "r").exists()
 
 
 @pytest.mark.parametrize("case", ["plan-results-root-is-file", "report-out-is-file"])

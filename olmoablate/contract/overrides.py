@@ -62,7 +62,7 @@ def split(text: str) -> tuple[Path_, Any]:
         raise OverrideError("expected FIELD.PATH=VALUE, e.g. training.optimizer.lr.1B=3e-4")
     try:
         parsed = parse_value(value)
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: 2024-02-30, a 5000-digit int
         raise OverrideError(f"value {value!r} is not YAML ({str(err).splitlines()[0]})") from None
     return tuple(int(p) if p.isdigit() else p for p in parts), parsed
 
