@@ -170,3 +170,46 @@ def test_status_fail_on_failed(world: dict[str, Path]) -> None:
         assert proc.returncode == 1 and json.loads(proc.stdout)[0]["state"] == "failed"
     finally:
         (run / "status.json").unlink()
+
+
+#: A variant's ``module:attr`` block reference that cannot give a block: (id, module source,
+#: attr). The module is the user's own code, so its import may raise anything.
+BAD_BLOCKS = [
+    ("no-module", None, "X"),
+    ("no-attr", "X = 1\n", "Nope"),
+    ("not-a-block", "def X():\n    pass\n", "X"),
+    ("import-raises", "raise RuntimeError('boom at import')\n", "X"),
+    ("import-exits", "import sys\nsys.exit(3)\n", "X"),
+    ("syntax-error", "x = (\n", "X"),
+    (
+        "block-without-options",
+        "from olmoablate.contract.blocks import Block\nclass X(Block):\n    pass\n",
+        "X",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "attr"), [c[1:] for c in BAD_BLOCKS], ids=[c[0] for c in BAD_BLOCKS]
+)
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_a_block_reference_that_does_not_load_is_one_line(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    source: str | None,
+    attr: str,
+    command: str,
+) -> None:
+    module = f"userblock_{abs(hash((source, attr, command)))}"
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = tmp_path / "spec.yaml"
+    minimal = (REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text()
+    spec.write_text(minimal.replace("depth_attention: {stride: 2}", f'"{module}:{attr}": {{}}'))
+    code, out, err = _main([command, str(spec), "--skip-paths"], tmp_path, capfd)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, (code, out, err)
+    assert f"variants.v.{module}:{attr}" in lines[0] and "internal error" not in err, lines
+    assert not (tmp_path / "results").exists()

@@ -211,7 +211,7 @@ def load_ref(ref: str, where: str) -> Any:
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as err:
+    except (Exception, SystemExit) as err:  # the user's module may raise anything at import
         raise UserError(
             f"{where}: cannot load block {ref!r} ({type(err).__name__}: {err})"
         ) from None
@@ -223,6 +223,15 @@ def _as_block(obj: Any, ref: str, where: str) -> Block:
         obj = obj()
     if not isinstance(obj, Block):
         raise UserError(f"{where}: {ref!r} is not an olmoablate.contract.blocks.Block")
+    options = getattr(obj, "Options", None)
+    missing = [a for a in ("name", "model") if not isinstance(getattr(obj, a, None), str)]
+    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+        missing.append("Options")
+    if missing:
+        raise UserError(
+            f"{where}: block {ref!r} does not set {', '.join(missing)} (a Block sets name: str, "
+            "Options: a pydantic model, model: 'module:attr'; docs/blocks.md)"
+        )
     return obj
 
 
