@@ -99,6 +99,12 @@ CASES = [
     ("report-bad-format", ["report", "{results}", "--format", "pdf"], True),
     ("report-bad-fail-on", ["report", "{results}", "--fail-on", "maybe"], True),
     ("report-garbage", ["report", "{garbage}"], True),
+    ("watch-nosuch", ["watch", "{root}/nosuch/", "--once"], True),
+    ("watch-garbage", ["watch", "{garbage}", "--once"], True),
+    ("watch-no-sequential-design", ["watch", "{results}", "--once"], True),
+    ("watch-interval-nan", ["watch", "{results}", "--interval", "nan"], True),
+    ("watch-interval-negative", ["watch", "{results}", "--interval", "-1"], True),
+    ("watch-interval-zero", ["watch", "{results}", "--interval", "0"], True),
     ("data-check-missing", ["data", "check", "--dir", "{root}/nodata"], True),
     ("data-check-file", ["data", "check", "--dir", "{afile}"], True),
     ("data-prepare-out-is-file", ["data", "prepare", "--out", "{afile}", "--source", "x"], True),
@@ -213,3 +219,23 @@ def test_a_block_reference_that_does_not_load_is_one_line(
     assert code == 2 and len(lines) == 1, (code, out, err)
     assert f"variants.v.{module}:{attr}" in lines[0] and "internal error" not in err, lines
     assert not (tmp_path / "results").exists()
+
+
+def test_watch_accepts_a_plan_with_a_sequential_design(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The check that refuses a plan without a design lets a designed one through (one round)."""
+    from olmoablate.contract.plan import Plan
+    from olmoablate.report import synthetic_plan as sp
+
+    results = make_pair_plan(tmp_path)
+    plan = Plan.load(results)
+    gate = {"stage": "tiny", "noise": {"floor": {"sd": 0.01, "known": True}}}
+    sp.build_plan(
+        [r.as_json() for r in plan.runs],
+        spec_name=plan.spec_name,
+        workdir=str(tmp_path),
+        gate={**gate, "sequential": {"interim": [0.5]}},
+    ).write(results / "plan.json")
+    code, out, err = _main(["watch", str(results), "--once"], tmp_path, capfd)
+    assert code == 0, (out, err)
