@@ -239,3 +239,30 @@ def test_watch_accepts_a_plan_with_a_sequential_design(
     ).write(results / "plan.json")
     code, out, err = _main(["watch", str(results), "--once"], tmp_path, capfd)
     assert code == 0, (out, err)
+
+
+#: Values of a field that is a union (noise.floor: a table or, in old plans, a number;
+#: max_gpu_hours: a number or one per size) that fit no member: (field, value, what is said).
+BAD_UNION_VALUES = [
+    ("gate.noise.floor", "{sd: 0.01}", "gate.noise.floor: noise.floor needs `pairs`"),
+    ("gate.noise.floor", "{sd: 0.01, pairs: 1}", "gate.noise.floor.pairs: Input should be greater"),
+    ("gate.noise.floor", "{sd: .nan, known: true}", "gate.noise.floor.sd: Input should be a finite"),
+    ("gate.noise.floor", "abc", "gate.noise.floor: Input should be a valid dictionary"),
+    ("gate.noise.floor", "0.01", "gate.noise.floor: a bare number (0.01) is no longer accepted"),
+    ("budget.max_gpu_hours", "0", "budget.max_gpu_hours: Input should be greater than 0"),
+    ("budget.max_gpu_hours", "abc", "budget.max_gpu_hours: Input should be a valid number"),
+    ("budget.max_gpu_hours", "{tiny: 0}", "budget.max_gpu_hours.tiny: Input should be greater"),
+    ("budget.max_gpu_hours", "{huge: 5}", "budget.max_gpu_hours.huge: unknown size key huge"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "said"), BAD_UNION_VALUES)
+def test_a_value_that_fits_no_member_of_a_union_is_one_problem(
+    world: dict[str, Path], field: str, value: str, said: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    gate = ["--set", "gate={stage: tiny, variant: v}"] if field.startswith("gate.") else []
+    argv = ["validate", str(world["minimal"]), "--skip-paths", *gate, "--set", f"{field}={value}"]
+    code, out, err = _main(argv, world["root"], capfd)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, lines
+    assert said in lines[0], lines[0]

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.base import one_union_member
 from olmoablate.contract.overrides import OverrideError, covering, loader_class, spec_sha256
 from olmoablate.contract.overrides import apply as apply_overrides
 from olmoablate.contract.schema import (
@@ -358,7 +359,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as err:
-        for e in err.errors():
+        for e in one_union_member(err.errors()):
             loc = tuple(e["loc"])
             add(loc, _pydantic_message(e, Spec))
         raise SpecError(_dedupe(problems)) from None
