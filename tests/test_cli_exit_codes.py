@@ -265,4 +265,4 @@ def test_a_value_that_fits_no_member_of_a_union_is_one_problem(
     code, out, err = _main(argv, world["root"], capfd)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1, lines
-    assert said in lines[0], lines[0]
+    assert said in lines[0] and f"(from --set {field}={value})" in lines[0], lines[0]

@@ -116,13 +116,15 @@ def _dotted(path: Path_) -> str:
 
 
 def covering(path: Path_, where: dict[Path_, str]) -> str | None:
-    """The override that set ``path`` or a field above or below it (for error messages)."""
+    """The override that set ``path`` or a field above or below it (for error messages): of
+    ``--set gate={...} --set gate.noise.floor=x``, the second for a problem of the floor."""
     p = tuple(map(str, path))
+    hits = []
     for opath, text in where.items():
         o = tuple(map(str, opath))
         if p[: len(o)] == o or (len(p) >= len(o) - 1 and o[: len(p)] == p):
-            return text
-    return None
+            hits.append((len(o) if p[: len(o)] == o else -len(o), text))
+    return max(hits, key=lambda h: h[0])[1] if hits else None
 
 
 def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:
