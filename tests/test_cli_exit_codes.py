@@ -74,8 +74,8 @@ CASES = [
     ("validate-set-not-yaml", ["validate", "{minimal}", "--set", "sizes=["], True),
     ("validate-set-impossible-date", ["validate", "{minimal}", "--set", "description=2024-02-30"], True),
     ("plan-missing", ["plan", "{root}/nope.yaml"], True),
-    ("plan-impossible-date", ["plan", "{root}/date.yaml", "--results-root", "{root}/r"], True),
-    ("plan-set-not-yaml", ["plan", "{minimal}", "--set", "sizes=[", "--results-root", "{root}/r"], True),
+    ("plan-impossible-date", ["plan", "--results-root", "{root}/r", "{root}/date.yaml"], True),
+    ("plan-set-not-yaml", ["plan", "--results-root", "{root}/r", "{minimal}", "--set", "sizes=["], True),
     ("plan-results-root-is-file", ["plan", "{spec}", "--results-root", "{afile}"], True),
     ("plan-spec-is-dir", ["plan", "{root}"], True),
     ("submit-nosuch", ["submit", "nosuch"], True),
@@ -105,6 +105,13 @@ CASES = [
     ("watch-interval-nan", ["watch", "{results}", "--interval", "nan"], True),
     ("watch-interval-negative", ["watch", "{results}", "--interval", "-1"], True),
     ("watch-interval-zero", ["watch", "{results}", "--interval", "0"], True),
+    ("board-nosuch", ["board", "{root}/nosuch"], True),
+    ("board-on-a-file", ["board", "{afile}"], True),
+    ("board-on-one-spec-folder", ["board", "{results}"], True),
+    ("board-no-specs", ["board", "{notplan}"], True),
+    ("board-bad-format", ["board", "{root}", "--format", "pdf"], True),
+    ("board-empty-format", ["board", "{root}", "--format", ","], True),
+    ("board-out-is-file", ["board", "{root}", "--format", "md", "--out", "{afile}"], True),
     ("data-check-missing", ["data", "check", "--dir", "{root}/nodata"], True),
     ("data-check-file", ["data", "check", "--dir", "{afile}"], True),
     ("data-prepare-out-is-file", ["data", "prepare", "--out", "{afile}", "--source", "x"], True),
@@ -147,8 +154,10 @@ def test_bad_input_never_shows_a_traceback(
         assert code == 2 and lines, (args, err)
         if argv[0] != "validate":  # validate prints one line per problem, each file:line
             assert len(lines) == 1, lines
+    assert world["afile"].read_text() == "not a folder\n"  # nothing half-written
+    if ours and argv[-2] in ("--out", "--interval", "--results-root"):
+        assert argv[-2] in err, err  # the message names the option that was wrong (the last)
     if argv[0] == "plan" and "--results-root" in argv:
-        assert world["afile"].read_text() == "not a folder\n"  # nothing half-written
         assert not (world["root"] / "r").exists()
 
 

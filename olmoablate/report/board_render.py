@@ -150,6 +150,8 @@ def board_command(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UserError(f"--format {fmt!r}: allowed values are {', '.join(FORMATS)}")
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file; give a folder (created if missing)")
     board = build_board(root if root is not None else Path(default_store()))
     text: dict[str, Any] = {
         "md": to_markdown,
