@@ -275,3 +275,12 @@ def test_a_value_that_fits_no_member_of_a_union_is_one_problem(
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1, lines
     assert said in lines[0] and f"(from --set {field}={value})" in lines[0], lines[0]
+
+
+def test_report_before_any_metrics_prints_no_warnings(tmp_path: Path) -> None:
+    """A report of a plan whose runs have not logged yet is clean on stderr (matplotlib said
+    "No artists with labels found to put in legend", two lines each, naming our source)."""
+    results = make_pair_plan(tmp_path)
+    proc = _run("report", str(results), "--out", str(tmp_path / "rep"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr
