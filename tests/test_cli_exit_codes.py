@@ -78,6 +78,7 @@ CASES = [
     ("plan-set-not-yaml", ["plan", "--results-root", "{root}/r", "{minimal}", "--set", "sizes=["], True),
     ("plan-results-root-is-file", ["plan", "{spec}", "--results-root", "{afile}"], True),
     ("plan-spec-is-dir", ["plan", "{root}"], True),
+    ("plan-results-root-under-file", ["plan", "{spec}", "--results-root", "{afile}/sub"], True),
     ("submit-nosuch", ["submit", "nosuch"], True),
     ("submit-garbage-plan", ["submit", "{garbage}"], True),
     ("submit-not-a-plan", ["submit", "{notplan}"], True),

@@ -236,8 +236,10 @@ def plan_command(
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
-    if results_root.exists() and not results_root.is_dir():
-        raise UserError(f"--results-root {results_root}: is a file; give a folder")
+    blocker = next((p for p in (results_root, *results_root.parents) if p.exists()), results_root)
+    if blocker.exists() and not blocker.is_dir():
+        what = "is a file" if blocker == results_root else f"is under a file ({blocker})"
+        raise UserError(f"--results-root {results_root}: {what}; give a folder")
     spec_path, earlier = spec_file_of(spec, results_root)
     ls = load_spec(spec_path, [*earlier, *(set_ or [])])
     plan = build_plan(ls, spec_path=str(spec_path))
