@@ -285,3 +285,34 @@ def test_report_before_any_metrics_prints_no_warnings(tmp_path: Path) -> None:
     proc = _run("report", str(results), "--out", str(tmp_path / "rep"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+#: A corrupt ledger.json (launch's record of jobs): (content, what the one line says).
+BAD_LEDGERS = [
+    ("", "unreadable ledger"),
+    ('{"runs": {', "unreadable ledger"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"schema": 1}', "field `runs` is missing"),
+    ('{"runs": 5}', "field `runs` is not an object"),
+]
+
+
+@pytest.mark.parametrize(("content", "said"), BAD_LEDGERS)
+@pytest.mark.parametrize("argv", [["status"], ["cancel"], ["submit", "--dry-run"]])
+def test_a_corrupt_ledger_is_one_line_and_left_alone(
+    world: dict[str, Path],
+    tmp_path: Path,
+    content: str,
+    said: str,
+    argv: list[str],
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    results = tmp_path / "results" / "fixture"
+    results.mkdir(parents=True)
+    (results / "plan.json").write_bytes((world["results"] / "plan.json").read_bytes())
+    (results / "ledger.json").write_text(content)
+    code, out, err = _main([argv[0], str(results), *argv[1:]], tmp_path, capfd)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, (out, err)
+    assert f"{results / 'ledger.json'}: {said}" in lines[0], lines[0]
+    assert (results / "ledger.json").read_text() == content
