@@ -72,10 +72,18 @@ CASES = [
     ("validate-set-empty", ["validate", "{minimal}", "--set", "="], True),
     ("validate-set-empty-part", ["validate", "{minimal}", "--set", "a..b=1"], True),
     ("validate-set-not-yaml", ["validate", "{minimal}", "--set", "sizes=["], True),
-    ("validate-set-impossible-date", ["validate", "{minimal}", "--set", "description=2024-02-30"], True),
+    (
+        "validate-set-impossible-date",
+        ["validate", "{minimal}", "--set", "description=2024-02-30"],
+        True,
+    ),
     ("plan-missing", ["plan", "{root}/nope.yaml"], True),
     ("plan-impossible-date", ["plan", "--results-root", "{root}/r", "{root}/date.yaml"], True),
-    ("plan-set-not-yaml", ["plan", "--results-root", "{root}/r", "{minimal}", "--set", "sizes=["], True),
+    (
+        "plan-set-not-yaml",
+        ["plan", "--results-root", "{root}/r", "{minimal}", "--set", "sizes=["],
+        True,
+    ),
     ("plan-results-root-is-file", ["plan", "{spec}", "--results-root", "{afile}"], True),
     ("plan-spec-is-dir", ["plan", "{root}"], True),
     ("plan-results-root-under-file", ["plan", "{spec}", "--results-root", "{afile}/sub"], True),
@@ -256,7 +264,11 @@ def test_watch_accepts_a_plan_with_a_sequential_design(
 BAD_UNION_VALUES = [
     ("gate.noise.floor", "{sd: 0.01}", "gate.noise.floor: noise.floor needs `pairs`"),
     ("gate.noise.floor", "{sd: 0.01, pairs: 1}", "gate.noise.floor.pairs: Input should be greater"),
-    ("gate.noise.floor", "{sd: .nan, known: true}", "gate.noise.floor.sd: Input should be a finite"),
+    (
+        "gate.noise.floor",
+        "{sd: .nan, known: true}",
+        "gate.noise.floor.sd: Input should be a finite",
+    ),
     ("gate.noise.floor", "abc", "gate.noise.floor: Input should be a valid dictionary"),
     ("gate.noise.floor", "0.01", "gate.noise.floor: a bare number (0.01) is no longer accepted"),
     ("budget.max_gpu_hours", "0", "budget.max_gpu_hours: Input should be greater than 0"),

@@ -89,7 +89,9 @@ def one_union_member(errors: list[Any]) -> list[Any]:
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for e in errors:
         loc = tuple(e["loc"])
-        at = next((i for i, p in enumerate(loc) if isinstance(p, str) and _UNION_TAG.fullmatch(p)), None)
+        at = next(
+            (i for i, p in enumerate(loc) if isinstance(p, str) and _UNION_TAG.fullmatch(p)), None
+        )
         if at is None:
             out.append(e)
         else:

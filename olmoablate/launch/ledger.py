@@ -89,8 +89,14 @@ class Ledger:
                 f"{path}: unreadable ledger ({err}); move it aside to start over"
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
-            what = "not a JSON object" if not isinstance(data, dict) else (
-                "field `runs` is missing" if "runs" not in data else "field `runs` is not an object"
+            what = (
+                "not a JSON object"
+                if not isinstance(data, dict)
+                else (
+                    "field `runs` is missing"
+                    if "runs" not in data
+                    else "field `runs` is not an object"
+                )
             )
             raise UserError(f"{path}: {what}; move the file aside to start over")
         return cls(results, data)
