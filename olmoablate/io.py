@@ -40,6 +40,14 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def file_in_the_way(folder: str | os.PathLike[str]) -> Path | None:
+    """The file that stops ``folder`` from being a folder (itself or an ancestor), if any: an
+    output option's one-line error names it before anything is written."""
+    p = Path(folder)
+    hit = next((q for q in (p, *p.parents) if q.exists()), None)
+    return hit if hit is not None and not hit.is_dir() else None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 

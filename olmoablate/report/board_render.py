@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from olmoablate.errors import UserError
+from olmoablate.io import file_in_the_way
 from olmoablate.report.board import Board, ProposalRow, SpecRow, build_board
 
 FORMATS = ("table", "md", "html", "json")
@@ -150,8 +151,10 @@ def board_command(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UserError(f"--format {fmt!r}: allowed values are {', '.join(FORMATS)}")
-    if out is not None and out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file; give a folder (created if missing)")
+    blocker = file_in_the_way(out) if out is not None else None
+    if blocker is not None:
+        what = "is a file" if blocker == out else f"is under a file ({blocker})"
+        raise UserError(f"--out {out}: {what}; give a folder (created if missing)")
     board = build_board(root if root is not None else Path(default_store()))
     text: dict[str, Any] = {
         "md": to_markdown,

@@ -233,11 +233,12 @@ def plan_command(
     warnings as in `validate` (--strict: errors, nothing written). plan.json pre-registers
     the gate.
     """
+    from olmoablate.io import file_in_the_way
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
-    blocker = next((p for p in (results_root, *results_root.parents) if p.exists()), results_root)
-    if blocker.exists() and not blocker.is_dir():
+    blocker = file_in_the_way(results_root)
+    if blocker is not None:
         what = "is a file" if blocker == results_root else f"is under a file ({blocker})"
         raise UserError(f"--results-root {results_root}: {what}; give a folder")
     spec_path, earlier = spec_file_of(spec, results_root)
