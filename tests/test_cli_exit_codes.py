@@ -346,3 +346,27 @@ def test_a_corrupt_ledger_is_one_line_and_left_alone(
     assert code == 2 and len(lines) == 1, (out, err)
     assert f"{results / 'ledger.json'}: {said}" in lines[0], lines[0]
     assert (results / "ledger.json").read_text() == content
+
+
+_ALIAS_BOMB = (
+    "[&a [1,1,1,1,1,1,1,1,1,1], "
+    + ", ".join(f"&{b} [{', '.join([f'*{a}'] * 10)}]" for a, b in zip("abcd", "bcde", strict=True))
+    + f", [{', '.join(['*e'] * 10)}]]"
+)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [_ALIAS_BOMB, "[" * 3000 + "]" * 3000, "[" + "1," * 50_000 + "1]"],
+    ids=["alias-bomb", "deep", "long"],
+)
+def test_a_hostile_set_value_is_bounded_and_one_short_line(
+    world: dict[str, Path], value: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """--set values are parsed within the limits of a spec file (an alias bomb expanded to 10^5
+    values and was echoed back: a 3.5 MB error line) and messages cut what they quote."""
+    argv = ["validate", str(world["minimal"]), "--skip-paths", "--set", f"description={value}"]
+    code, out, err = _main(argv, world["root"], capfd)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, err[:2000]
+    assert len(lines[0]) < 600, lines[0][:2000]
