@@ -47,6 +47,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     binary = root / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     minimal = (REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text()
+    # A hostile plan.json whose run ids climb out of runs/ (consistent everywhere they occur)
+    escape = root / "escape" / "results" / "fixture"
+    escape.mkdir(parents=True)
+    text = (results / "plan.json").read_text()
+    for rid in PAIR:
+        text = text.replace(f'"{rid}', f'"../../{rid}')
+    (escape / "plan.json").write_text(text)
     # YAML that parses but whose values cannot be built: an impossible date, a 5000-digit int
     (root / "date.yaml").write_text(minimal + "description: 2024-02-30\n")
     (root / "bigint.yaml").write_text(minimal.replace("tokens: 4096", "tokens: " + "9" * 5000))
@@ -57,6 +64,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "garbage": garbage,
         "notplan": notplan,
         "binary": binary,
+        "escape": escape,
         "minimal": REPO / "tests" / "specs" / "good" / "minimal.yaml",
     }
 
@@ -96,6 +104,12 @@ CASES = [
     ("submit-bad-run", ["submit", "{results}", "--run", "nope"], True),
     ("submit-bad-size", ["submit", "{results}", "--size", "70B", "--dry-run"], True),
     ("submit-parallel-nan", ["submit", "{results}", "--parallel", "x"], False),
+    ("submit-run-id-escapes", ["submit", "{escape}", "--dry-run"], True),
+    ("status-run-id-escapes", ["status", "{escape}"], True),
+    ("cancel-run-id-escapes", ["cancel", "{escape}"], True),
+    ("report-run-id-escapes", ["report", "{escape}"], True),
+    ("explain-run-id-escapes", ["explain", "{escape}", "{escape}"], True),
+    ("watch-run-id-escapes", ["watch", "{escape}", "--once"], True),
     ("status-nosuch", ["status", "{root}/nosuch/"], True),
     ("status-garbage", ["status", "{garbage}"], True),
     ("status-impossible-date", ["status", "{root}/date.yaml"], True),
