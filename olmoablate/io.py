@@ -40,6 +40,14 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         raise
 
 
+def file_in_the_way(folder: str | os.PathLike[str]) -> Path | None:
+    """The file that stops ``folder`` from being a folder (itself or an ancestor), if any: an
+    output option's one-line error names it before anything is written."""
+    p = Path(folder)
+    hit = next((q for q in (p, *p.parents) if q.exists()), None)
+    return hit if hit is not None and not hit.is_dir() else None
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
@@ -200,10 +208,35 @@ def compose_yaml_bounded(text: str, loader_cls: type | None = None) -> tuple[Any
                 _check_expanded_size(node)
             except RecursionError:
                 raise InputLimitError("nested too deeply once YAML aliases are expanded") from None
-        data = loader.construct_document(node) if node is not None else None
+        try:
+            data = loader.construct_document(node) if node is not None else None
+        except ValueError as err:  # int past Python's digit limit, 2024-02-30, `!!int abc`
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unreadable value ({err})", _bad_scalar_mark(loader, node)
+            ) from None
     finally:
         loader.dispose()
     return node, data
+
+
+def _bad_scalar_mark(loader: Any, root: Any) -> Any:
+    """Where the first scalar that cannot be constructed starts (its line for the message)."""
+    import yaml
+
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            loader.constructed_objects, loader.recursive_objects = {}, {}  # after the failure
+            try:
+                loader.construct_object(node, deep=True)
+            except ValueError:
+                return node.start_mark
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for kv in reversed(node.value) for n in reversed(kv))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+    return root.start_mark
 
 
 def _check_expanded_size(root: Any) -> None:

@@ -155,7 +155,17 @@ def watch_command(
     """Evaluate the gate's pre-registered looks as runs reach them; cancel (resumably) the arms
     of a variant its design stops for futility, recording why in their status. Resuming a
     stopped arm (`olmoablate submit SPEC --run <id>`) is allowed: futility is non-binding."""
-    from olmoablate.contract.layout import resolve_results
+    import math
 
+    from olmoablate.contract.layout import resolve_results
+    from olmoablate.errors import UserError
+
+    if not (math.isfinite(interval) and interval > 0):
+        raise UserError(f"--interval {interval}: must be a positive number of seconds")
     results = resolve_results(str(spec), results_root)
+    if not any(e.gate.sequential for e in results.plan.gates):
+        raise UserError(
+            f"{results.plan_path}: gate.sequential: not set, nothing to watch (watch acts on a "
+            "pre-registered sequential design: add gate.sequential to the spec and re-plan)"
+        )
     watch(results, interval, 1 if once else None, echo=typer.echo)

@@ -74,8 +74,36 @@ def parse_minutes(value: Any) -> int:
 
 
 _UNION_TAG = re.compile(
-    r"(bool|int|float|str|none|list\[.*\]|dict\[.*\]|literal\[.*\]|function-.*)"
+    r"(bool|int|float|str|none|list\[.*\]|dict\[.*\]|literal\[.*\]|function-.*|constrained-.*)"
 )
+
+
+def one_union_member(errors: list[Any]) -> list[Any]:
+    """pydantic errors with each failed union reported once, without its member names in ``loc``.
+
+    A value that fits no member of a union (``floor: {sd: 0.01}`` against ``NoiseFloor | float``)
+    gets one error per member; only the member the value was meant for is said: the first whose
+    error is not a wrong type, else the first.
+    """
+    out: list[Any] = []
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for e in errors:
+        loc = tuple(e["loc"])
+        at = next(
+            (i for i, p in enumerate(loc) if isinstance(p, str) and _UNION_TAG.fullmatch(p)), None
+        )
+        if at is None:
+            out.append(e)
+        else:
+            groups.setdefault(loc[:at], []).append(e)
+    for prefix, errs in groups.items():
+        meant = [e for e in errs if not str(e["type"]).endswith("_type")] or errs
+        member = meant[0]["loc"][len(prefix)]
+        for e in errs:
+            if e["loc"][len(prefix)] == member:
+                loc = [p for p in e["loc"] if not (isinstance(p, str) and _UNION_TAG.fullmatch(p))]
+                out.append({**e, "loc": tuple(loc)})
+    return out
 
 
 def first_error(err: ValidationError, allowed: tuple[str, ...] = ()) -> str:

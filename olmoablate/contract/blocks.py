@@ -211,7 +211,7 @@ def load_ref(ref: str, where: str) -> Any:
         obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as err:
+    except (Exception, SystemExit) as err:  # the user's module may raise anything at import
         raise UserError(
             f"{where}: cannot load block {ref!r} ({type(err).__name__}: {err})"
         ) from None

@@ -42,12 +42,16 @@ def loader_class() -> type:
 
 
 def parse_value(text: str) -> Any:
-    """One override's value as YAML (an empty value is null)."""
-    loader = loader_class()(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
+    """One override's value as YAML (an empty value is null), within the limits every spec is
+    parsed with (olmoablate.io: size, nesting, alias expansion; an InputLimitError)."""
+    from olmoablate.io import compose_yaml_bounded
+
+    return compose_yaml_bounded(text, loader_class())[1]
+
+
+def shorten(text: str, width: int = 80) -> str:
+    """``text`` cut to ``width`` characters for a one-line message (a value may be megabytes)."""
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class OverrideError(ValueError):
@@ -62,8 +66,9 @@ def split(text: str) -> tuple[Path_, Any]:
         raise OverrideError("expected FIELD.PATH=VALUE, e.g. training.optimizer.lr.1B=3e-4")
     try:
         parsed = parse_value(value)
-    except yaml.YAMLError as err:
-        raise OverrideError(f"value {value!r} is not YAML ({str(err).splitlines()[0]})") from None
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: an InputLimitError
+        first = shorten(str(err).splitlines()[0], 200)
+        raise OverrideError(f"value {shorten(value)!r} is not YAML ({first})") from None
     return tuple(int(p) if p.isdigit() else p for p in parts), parsed
 
 
@@ -116,13 +121,15 @@ def _dotted(path: Path_) -> str:
 
 
 def covering(path: Path_, where: dict[Path_, str]) -> str | None:
-    """The override that set ``path`` or a field above or below it (for error messages)."""
+    """The override that set ``path`` or a field above or below it (for error messages): of
+    ``--set gate={...} --set gate.noise.floor=x``, the second for a problem of the floor."""
     p = tuple(map(str, path))
+    hits = []
     for opath, text in where.items():
         o = tuple(map(str, opath))
         if p[: len(o)] == o or (len(p) >= len(o) - 1 and o[: len(p)] == p):
-            return text
-    return None
+            hits.append((len(o) if p[: len(o)] == o else -len(o), text))
+    return max(hits, key=lambda h: h[0])[1] if hits else None
 
 
 def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from olmoablate.contract.arch import Architecture
-from olmoablate.contract.base import first_error
+from olmoablate.contract.base import NAME_RE, first_error
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.contract.gatespec import LEGACY_FLOOR
 from olmoablate.contract.identity import PlanIdentity
@@ -165,7 +165,8 @@ class RunEntry(PlanModel):
     """One training run: an arm of one or more pairs (a baseline serves every variant of its
     size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
 
-    run_id: str
+    #: Part of a path (runs/<run_id>/): a name, never ``..`` or ``a/b`` (a hostile plan.json).
+    run_id: Annotated[str, Field(pattern=NAME_RE)]
     group_id: str
     pair_id: str
     pairs: list[str]

@@ -309,7 +309,8 @@ class Spec(Strict):
     name: Annotated[str, Field(pattern=NAME_RE)]
     description: str = ""
     sizes: list[str] = Field(min_length=1)
-    custom_sizes: dict[str, CustomSize] = {}
+    #: A size's name is part of every run id and so of a path: the same names as variants.
+    custom_sizes: dict[Annotated[str, Field(pattern=NAME_RE)], CustomSize] = {}
     seeds: list[NonNegInt] = [0]
     variants: dict[str, Architecture]
     budget: Budget = Budget()

@@ -89,7 +89,16 @@ class Ledger:
                 f"{path}: unreadable ledger ({err}); move it aside to start over"
             ) from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
-            raise UserError(f"{path}: field `runs` is missing; move the file aside to start over")
+            what = (
+                "not a JSON object"
+                if not isinstance(data, dict)
+                else (
+                    "field `runs` is missing"
+                    if "runs" not in data
+                    else "field `runs` is not an object"
+                )
+            )
+            raise UserError(f"{path}: {what}; move the file aside to start over")
         return cls(results, data)
 
     @classmethod

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from olmoablate.errors import UserError
+from olmoablate.io import file_in_the_way
 
 if TYPE_CHECKING:  # the board reads plans (pydantic models): loaded when the command runs
     from olmoablate.report.board import Board, ProposalRow, SpecRow
@@ -154,6 +155,10 @@ def board_command(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise UserError(f"--format {fmt!r}: allowed values are {', '.join(FORMATS)}")
+    blocker = file_in_the_way(out) if out is not None else None
+    if blocker is not None:
+        what = "is a file" if blocker == out else f"is under a file ({blocker})"
+        raise UserError(f"--out {out}: {what}; give a folder (created if missing)")
     from olmoablate.report.board import build_board
 
     board = build_board(root if root is not None else Path(default_store()))

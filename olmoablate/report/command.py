@@ -16,6 +16,7 @@ import typer
 from olmoablate.contract.complete import complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 from olmoablate.errors import UserError, parse_choices
+from olmoablate.io import file_in_the_way
 
 FORMATS = ("md", "html", "csv", "json")
 #: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.gate).
@@ -76,8 +77,10 @@ def report_command(
             f"--format: unknown value {', '.join(bad) or '(empty)'!r}; allowed: {', '.join(FORMATS)}"
         )
     conditions = parse_choices(fail_on, FAIL_ON, "--fail-on")
-    if out and Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"--out {out}: is a file; give a folder (created if missing)")
+    blocker = file_in_the_way(out) if out else None
+    if blocker is not None:
+        what = "is a file" if blocker == Path(out) else f"is under a file ({blocker})"
+        raise UserError(f"--out {out}: {what}; give a folder (created if missing)")
     from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.gates import build_all, write_next_plans
     from olmoablate.report.writers import print_terminal, write_all

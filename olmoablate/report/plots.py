@@ -123,8 +123,9 @@ def plot_group(
         ax.yaxis.set_major_locator(MaxNLocator(5))
         ax.grid(alpha=0.3)
     # a fixed corner: "best" searches every line's points for the emptiest spot
-    a_loss.legend(fontsize=7, loc="upper right")
-    a_deval.legend(fontsize=7, loc="upper right")
+    for ax in (a_loss, a_deval):
+        if ax.get_legend_handles_labels()[0]:  # no metrics yet: no lines, no legend (a warning)
+            ax.legend(fontsize=7, loc="upper right")
     invalid = any(not p.valid for p in pairs)
     fig.suptitle(
         f"{size}: {variant} vs baseline" + ("  —  CONTAINS INVALID PAIRS" if invalid else ""),

@@ -233,11 +233,14 @@ def plan_command(
     warnings as in `validate` (--strict: errors, nothing written). plan.json pre-registers
     the gate.
     """
+    from olmoablate.io import file_in_the_way
     from olmoablate.spec.expand import build_plan, results_dir
     from olmoablate.spec.load import load_spec
 
-    if results_root.exists() and not results_root.is_dir():
-        raise UserError(f"--results-root {results_root}: is a file; give a folder")
+    blocker = file_in_the_way(results_root)
+    if blocker is not None:
+        what = "is a file" if blocker == results_root else f"is under a file ({blocker})"
+        raise UserError(f"--results-root {results_root}: {what}; give a folder")
     spec_path, earlier = spec_file_of(spec, results_root)
     ls = load_spec(spec_path, [*earlier, *(set_ or [])])
     plan = build_plan(ls, spec_path=str(spec_path))

@@ -16,7 +16,14 @@ import yaml
 from pydantic import ValidationError
 
 from olmoablate.contract import sizes as sizes_mod
-from olmoablate.contract.overrides import OverrideError, covering, loader_class, spec_sha256
+from olmoablate.contract.base import one_union_member
+from olmoablate.contract.overrides import (
+    OverrideError,
+    covering,
+    loader_class,
+    shorten,
+    spec_sha256,
+)
 from olmoablate.contract.overrides import apply as apply_overrides
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
@@ -51,7 +58,7 @@ class Problem:
     override: str | None = None
 
     def __str__(self) -> str:
-        via = f" (from --set {self.override})" if self.override else ""
+        via = f" (from --set {shorten(self.override)})" if self.override else ""
         return f"{self.file}:{self.line}: {self.field}: {self.message}{via}"
 
 
@@ -159,15 +166,15 @@ def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
-        return f"invalid value {err.get('input')!r} (allowed: {ctx.get('expected', '')})"
+        return f"invalid value {shorten(repr(err.get('input')))} (allowed: {ctx.get('expected', '')})"
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-        return f"{msg} (got {err.get('input')!r})"
+        return f"{msg} (got {shorten(repr(err.get('input')))})"
     if kind.endswith("_type") or kind.endswith("_parsing"):
-        return f"{msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
+        return f"{msg} (got {type(err.get('input')).__name__} {shorten(repr(err.get('input')))})"
     if kind == "string_pattern_mismatch":
-        return f"invalid name {err.get('input')!r} (allowed: letters, digits, '_', '.', '-'; must start with a letter or digit)"
+        return f"invalid name {shorten(repr(err.get('input')))} (allowed: letters, digits, '_', '.', '-'; must start with a letter or digit)"
     return msg
 
 
@@ -349,7 +356,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
             try:
                 raw, got = apply_overrides(raw, [text], known)
             except OverrideError as err:
-                raise SpecError([Problem(fname, 1, f"--set {text}", str(err))]) from None
+                raise SpecError([Problem(fname, 1, f"--set {shorten(text)}", str(err))]) from None
             set_paths.update(got)
 
     for dup_path, _line in lines.duplicates:
@@ -358,7 +365,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as err:
-        for e in err.errors():
+        for e in one_union_member(err.errors()):
             loc = tuple(e["loc"])
             add(loc, _pydantic_message(e, Spec))
         raise SpecError(_dedupe(problems)) from None

@@ -51,7 +51,7 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         hours = wall_hours(r)
         table.add_row(
             size, arm, str(len(runs)), human(r.params), human(r.tokens), str(r.steps),
-            "0" if r.run_id in reused else f"{r.gpu_hours:,.4g}",
+            "0 (reused)" if r.run_id in reused else f"{r.gpu_hours:,.4g}",
             "-" if hours is None else f"{hours:,.3g}",
             f"{r.peak_memory_gb:.3g}",
         )  # fmt: skip
