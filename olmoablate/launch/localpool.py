@@ -167,8 +167,16 @@ class LocalPool:
             own = OwnStatus.read(self.results.run(rid))
             if own.state == "failed" and own.reason:
                 reason = own.reason  # the job's own one-line reason beats submitit's wrapper
-            if state == "failed" and reason:
-                mark_status(self.results.run(rid).status, state="failed", reason=reason)
+            elif state == "failed" and reason:
+                path = self.results.run(rid).status
+                try:
+                    mark_status(path, state="failed", reason=reason)
+                except OSError as err:  # e.g. the full disk that failed the run: the ledger has it
+                    print(
+                        f"warning: {path}: could not record the failure ({err.strerror}); "
+                        f"the ledger keeps it: {reason}",
+                        file=sys.stderr,
+                    )
 
     def _stop_all(self) -> None:
         """Ctrl-C: ask every active job to checkpoint and stop; leave every run resumable."""

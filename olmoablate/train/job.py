@@ -294,7 +294,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
     from olmoablate.train.proof import check_code
-    from olmoablate.train.resume import failure_reason, resume_point
+    from olmoablate.train.resume import failure_reason, record_failure, resume_point
 
     env = _environment(ctx)
     if env.device_type == "cpu":
@@ -367,7 +367,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             state = "diverged"
             extra.update(diverged_at_step=stability.diverged_at_step, reason=stability.reason)
         elif error is not None:
-            write_status("failed", step, reason=failure_reason(ctx, error, step), **extra)
+            record_failure(write_status, ctx, step, failure_reason(ctx, error, step), **extra)
             raise error
         elif step >= steps:
             state = "completed"

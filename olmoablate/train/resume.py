@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,3 +168,29 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
         where=str(ctx.run_dir.checkpoints),
         log=str(log_path) if kept else "the job's log",
     )
+
+
+def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra: Any) -> None:
+    """``write("failed", step, reason=...)``, and on a full disk make room first.
+
+    Why: a save that fails with ENOSPC leaves its partial ``stepN`` folder filling the disk, so
+    the status write that says so fails too and the run looks alive. Checkpoint folders newer
+    than the newest complete one are incomplete by definition (no completion marker): they are
+    deleted, once, and the write retried; complete checkpoints are never touched.
+    """
+    try:
+        write("failed", step, reason=reason, **extra)
+        return
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        full = err
+    freed = False
+    for _, path in ck.checkpoint_steps(ctx.run_dir.checkpoints):
+        if ck.problem(path) is None:
+            break  # the newest complete checkpoint: it and everything older stay
+        shutil.rmtree(path, ignore_errors=True)
+        freed = True
+    if not freed:
+        raise full
+    write("failed", step, reason=reason, **extra)
