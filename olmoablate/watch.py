@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.io import read_json, write_json_atomic
+from olmoablate.options import RootOpt
 
 if TYPE_CHECKING:  # the contract's pydantic models load only when a command runs (fast --help)
     from olmoablate.contract.layout import ResultsDir
@@ -141,16 +142,7 @@ def watch_command(
         float, typer.Option("--interval", help="Seconds between rounds (each reads the runs).")
     ] = 60.0,
     once: Annotated[bool, typer.Option("--once", help="One round, then exit.")] = False,
-    results_root: Annotated[
-        Path,
-        typer.Option(
-            "--results-root",
-            "--store",
-            metavar="DIR",
-            envvar=RESULTS_ROOT_ENV,
-            help="Folder that holds one results folder per spec (for a SPEC given by name).",
-        ),
-    ] = RESULTS_ROOT,
+    results_root: RootOpt = RESULTS_ROOT,
 ) -> None:
     """Evaluate the gate's pre-registered looks as runs reach them; cancel (resumably) the arms
     of a variant its design stops for futility, recording why in their status. Resuming a

@@ -7,14 +7,14 @@ submitit/rich lazily and never torch).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from olmoablate.contract.complete import complete_run_ids, complete_spec
-from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.errors import UserError, parse_choices
+from olmoablate.options import RootOpt
 
 #: `status --fail-on`: run states that make the exit code 1.
 STATUS_FAIL_ON = ("failed",)
@@ -25,16 +25,6 @@ SpecArg = Annotated[
         help="Spec file (YAML), spec name, or results directory (results/<spec>/).",
         metavar="SPEC",
         shell_complete=complete_spec,
-    ),
-]
-RootOpt = Annotated[
-    Path,
-    typer.Option(
-        "--results-root",
-        "--store",
-        metavar="DIR",
-        envvar=RESULTS_ROOT_ENV,
-        help="Folder that holds one results folder per spec (for a SPEC given by name or file).",
     ),
 ]
 

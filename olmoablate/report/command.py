@@ -14,9 +14,10 @@ from typing import Annotated, Any
 import typer
 
 from olmoablate.contract.complete import complete_spec
-from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.io import file_in_the_way
+from olmoablate.options import RootOpt
 
 FORMATS = ("md", "html", "csv", "json")
 #: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.gate).
@@ -32,16 +33,7 @@ def report_command(
             shell_complete=complete_spec,
         ),
     ],
-    results_root: Annotated[
-        str,
-        typer.Option(
-            "--results-root",
-            "--store",
-            metavar="DIR",
-            envvar=RESULTS_ROOT_ENV,
-            help="Folder that holds one results folder per spec.",
-        ),
-    ] = str(RESULTS_ROOT),
+    results_root: RootOpt = RESULTS_ROOT,
     out: Annotated[
         str | None,
         typer.Option("--out", metavar="DIR", help="Where to write the report (default: the results folder)."),

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from olmoablate.contract.complete import complete_spec
-from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.errors import UserError
+from olmoablate.options import RootOpt
 
 if TYPE_CHECKING:
     from olmoablate.contract.layout import ResultsDir
@@ -67,16 +68,6 @@ StrictOpt = Annotated[
     bool,
     typer.Option(
         "--strict", help="Treat every warning (feasibility, budget, paths) as an error (for CI)."
-    ),
-]
-RootOpt = Annotated[
-    Path,
-    typer.Option(
-        "--results-root",
-        "--store",
-        metavar="DIR",
-        envvar=RESULTS_ROOT_ENV,
-        help="Folder that holds one results folder per spec (for a SPEC given by name).",
     ),
 ]
 SkipPathsOpt = Annotated[

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
+from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.errors import UserError
+from olmoablate.options import RootOpt
 
 if TYPE_CHECKING:  # pydantic models and the store load when the command runs (fast --help)
     from olmoablate.contract.plan import Plan
@@ -70,16 +71,7 @@ def explain_command(
     b: Annotated[
         str, typer.Argument(metavar="B", help="The other side, in any of the same forms.")
     ],
-    results_root: Annotated[
-        Path,
-        typer.Option(
-            "--results-root",
-            "--store",
-            metavar="DIR",
-            envvar=RESULTS_ROOT_ENV,
-            help="The store: the folder holding one results folder per spec.",
-        ),
-    ] = RESULTS_ROOT,
+    results_root: RootOpt = RESULTS_ROOT,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Field-by-field difference of run identities: why a run is not reused, what differs.
