@@ -15,6 +15,12 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.contract.sizes import SizeDims
 
 
+def fields_of(config: Any) -> dict[str, Any]:
+    """A config dataclass's fields by name: how a block subclasses OLMo-core's config (build the
+    subclass from the same fields plus its own)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+
 def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> TransformerConfig:
     """``config`` as an :class:`~olmoablate.models.config.AblationTransformerConfig` carrying
     ``arch`` (its model runs SiameseNorm's streams, Looped's loops, Depth-Attention's state)."""
@@ -22,8 +28,7 @@ def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> Transfor
 
     if isinstance(config, AblationTransformerConfig):
         return config
-    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    return AblationTransformerConfig(**fields, arch=dict(arch))
+    return AblationTransformerConfig(**fields_of(config), arch=dict(arch))
 
 
 class SiameseNormModel(BlockModel):
@@ -36,7 +41,7 @@ class SiameseNormModel(BlockModel):
         assert not isinstance(block, dict)
         config = ablation_config(config, arch)
         config.block = SiameseNormBlockConfig(
-            **{f.name: getattr(block, f.name) for f in dataclasses.fields(block)},
+            **fields_of(block),
             output_norms=opts.output_norms,
         )
         return config
@@ -63,9 +68,7 @@ class DepthAttentionModel(BlockModel):
         config = ablation_config(config, arch)
         config.block = dataclasses.replace(
             block,
-            sequence_mixer=DepthAttentionConfig(
-                **{f.name: getattr(mixer, f.name) for f in dataclasses.fields(mixer)}
-            ),
+            sequence_mixer=DepthAttentionConfig(**fields_of(mixer)),
         )
         return config
 
