@@ -24,6 +24,7 @@ from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.submit import check_spec, decide, submit
+from olmoablate.train.debug import DEBUG_STEP_SECONDS_ENV
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -221,12 +222,16 @@ def test_changed_spec_is_refused_without_redo(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ local executor
 
 
-def _start_submit(results: Path, *extra: str) -> subprocess.Popen[str]:
+def _start_submit(results: Path, *extra: str, step_seconds: float = 0.0) -> subprocess.Popen[str]:
+    """`submit --executor local` in its own session; ``step_seconds`` slows each training step
+    (wall time only) so that a test interrupting the runs mid-way does not race a busy machine."""
+    env = {**os.environ, DEBUG_STEP_SECONDS_ENV: str(step_seconds)}
     return subprocess.Popen(
         [*CLI, "submit", str(results), "--executor", "local", "--parallel", "2", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
         start_new_session=True,  # like a terminal: SIGINT goes to this process only
         # A terminal's Ctrl-C reaches a process whose SIGINT is the default; a test run started in
         # the background (`cmd &` in a script, nohup) inherits SIGINT ignored, and Python then
@@ -240,7 +245,7 @@ def test_local_ctrl_c_leaves_runs_resumable_and_resume_is_exact(
     tmp_path: Path, local_reference: dict[str, Any]
 ) -> None:
     results = make_pair_plan(tmp_path)
-    proc = _start_submit(results)
+    proc = _start_submit(results, step_seconds=0.5)
     wait_for(
         lambda: all((read_status(results, r).get("step") or 0) >= 3 for r in PAIR),
         120,
@@ -276,7 +281,7 @@ def test_local_ctrl_c_leaves_runs_resumable_and_resume_is_exact(
 @pytest.mark.slow
 def test_local_cancel_one_run_from_another_process(tmp_path: Path) -> None:
     results = make_pair_plan(tmp_path)
-    proc = _start_submit(results, "--no-progress")
+    proc = _start_submit(results, "--no-progress", step_seconds=0.5)
     wait_for(
         lambda: (read_status(results, PAIR[1]).get("step") or 0) >= 2, 120, "step 2", interval=0.1
     )

@@ -54,7 +54,6 @@ from olmoablate.io import write_json_atomic
 from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.train.guards import (
     ComputeDtypeCallback,
-    DebugNaNCallback,
     StabilityCallback,
     nonfinite_flags,
 )
@@ -82,7 +81,6 @@ __all__ = [
     "CE_LOSS",
     "GRAD_NORM",
     "ComputeDtypeCallback",
-    "DebugNaNCallback",
     "FingerprintCallback",
     "MetricsJSONLCallback",
     "StabilityCallback",

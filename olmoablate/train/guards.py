@@ -219,22 +219,3 @@ class ComputeDtypeCallback(Callback):
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-
-
-@dataclass
-class DebugNaNCallback(Callback):
-    """Test hook (``OLMOABLATE_DEBUG_NAN_AT_STEP``): poisons the gradients of step ``at_step``.
-
-    It runs after backward and before the optimizer step, so the grad norm of that exact step is
-    NaN - a deterministic way to exercise the divergence path without relying on an LR blow-up.
-    """
-
-    at_step: int = -1
-
-    def pre_optim_step(self) -> None:
-        if self.step != self.at_step:
-            return
-        for p in _model_of(self.trainer).parameters():
-            if p.grad is not None:
-                p.grad.fill_(float("nan"))
-                break

@@ -40,6 +40,7 @@ from typing import Any
 from olmoablate.contract.metrics import CE_LOSS
 from olmoablate.errors import UserError
 from olmoablate.io import write_json_atomic
+from olmoablate.train.debug import debug_callbacks
 from olmoablate.train.decode import decode_figures
 from olmoablate.train.execution import execution_record
 from olmoablate.train.plan import RunContext, load_run
@@ -51,22 +52,6 @@ FINAL_STATES = ("completed", "diverged")
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-#: Test hook: poison the gradients of this step (a deterministic way into the divergence path).
-#: An environment variable, not a plan field: the plan holds only what an experiment means.
-DEBUG_NAN_ENV = "OLMOABLATE_DEBUG_NAN_AT_STEP"
-
-
-def debug_nan_step() -> int | None:
-    """The step :data:`DEBUG_NAN_ENV` asks to poison, or None."""
-    value = os.environ.get(DEBUG_NAN_ENV)
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise UserError(f"{DEBUG_NAN_ENV}={value!r}: expected a step number") from None
 
 
 def _environment(ctx: RunContext) -> Any:
@@ -184,9 +169,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             flops=wandb_log.FlopsAxis(run),
         ),
     }
-    nan_step = debug_nan_step()
-    if nan_step is not None:
-        own["debug_nan"] = cbs.DebugNaNCallback(at_step=nan_step)
+    own.update(debug_callbacks())
 
     trainer_cfg = TrainerConfig(
         save_folder=str(rd.checkpoints),
