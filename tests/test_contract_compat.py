@@ -1,9 +1,11 @@
 """Results folders written before the typed contract layer still `status` and `report` (issue 13).
 
-tests/fixtures/results_v1 is a real results folder made by the previous release (main e75ec36;
-how: its README.md). The current code must list every run and write a byte-identical gate.json:
-the verdicts, estimates and reasons a team already acted on do not move when the code under them
-is restructured. gate.json holds no timestamps or absolute paths, so nothing is normalised.
+tests/fixtures/results_v1 is a real results folder made by the release before the contract layer
+(main e75ec36), tests/fixtures/results_v2 one made by the release before the typed run files
+(main 5a8b340; how: their README.md). The current code must list every run and write a
+byte-identical gate.json (and, for v2, comparison.csv): the verdicts, estimates and reasons a team
+already acted on do not move when the code under them is restructured. Neither file holds
+timestamps or absolute paths, so nothing is normalised.
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ from fixtures.cli import run_cli as _cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v1"
 SPEC = "compat_v1"
+#: (fixture folder, spec name, the stored report outputs it must reproduce byte for byte)
+RELEASES = [
+    pytest.param("results_v1", "compat_v1", ("gate.json",), id="v1"),
+    pytest.param("results_v2", "compat_v2", ("gate.json", "comparison.csv"), id="v2"),
+]
 
 
 @pytest.fixture
@@ -55,15 +62,27 @@ def test_status_lists_every_run(old_results: Path) -> None:
         assert rid in table.stdout
 
 
-def test_report_writes_identical_gate_json(old_results: Path) -> None:
-    res = old_results / "results" / SPEC
+@pytest.mark.parametrize(("folder", "spec", "outputs"), RELEASES)
+def test_report_writes_identical_outputs(
+    tmp_path: Path, folder: str, spec: str, outputs: tuple[str, ...]
+) -> None:
+    fixture = Path(__file__).parent / "fixtures" / folder
+    work = tmp_path / "work"
+    shutil.copytree(fixture, work)
+    for name in outputs:  # the stored outputs stay in the repository, not in the copy
+        (work / name).unlink()
+    res = work / "results" / spec
     inputs = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
-    out = _cli("report", f"{SPEC}.yaml", cwd=old_results)
+    out = _cli("report", f"{spec}.yaml", cwd=work)
     assert out.returncode == 0, out.stdout + out.stderr
-    want = (FIXTURE / "gate.json").read_text()
-    got = (res / "gate.json").read_text()
-    assert json.loads(got) == json.loads(want)  # first the content, with a readable diff
-    assert got == want  # then the bytes: key order and number formatting too
+    for name in outputs:
+        want = (fixture / name).read_text()
+        got = (res / name).read_text()
+        if name.endswith(".json"):
+            assert json.loads(got) == json.loads(want)  # first the content, with a readable diff
+        else:
+            assert got.splitlines() == want.splitlines(), name
+        assert got == want, name  # then the bytes: key order and number formatting too
     assert "gate verdicts: sn_da: proceed; looped: inconclusive" in out.stdout
     for p, data in inputs.items():  # nothing the old release wrote is rewritten or lost
         assert p.read_bytes() == data, p
