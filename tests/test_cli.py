@@ -141,3 +141,17 @@ def test_version_short_help_and_completion(tmp_path: Path) -> None:
     assert comp.stdout.split() == ["tiny-s0-baseline"]
     comp = run([sys.executable, "-c", code, "olmoablate status de", "2"], env=env)
     assert "demo" in comp.stdout.split()
+
+
+def test_cli_start_imports_no_command_implementation() -> None:
+    """Every command pays for the CLI's start-up (`validate` in CI, `status` on a login node), so
+    importing the CLI loads only the command signatures: no spec loading, no plan model, no data
+    preparation, no numeric library."""
+    code = (
+        "import sys, olmoablate.cli; "
+        "heavy = ('torch', 'pandas', 'matplotlib', 'numpy', 'olmo_core', 'yaml', "
+        "'olmoablate.data.prepare', 'olmoablate.spec.expand', 'olmoablate.contract.plan'); "
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

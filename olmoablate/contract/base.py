@@ -17,10 +17,18 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 class Strict(BaseModel):
-    """Unknown keys, type coercions (``true`` as 1, ``"8"`` as 8) and inf/nan are errors."""
+    """Unknown keys, type coercions (``true`` as 1, ``"8"`` as 8) and inf/nan are errors.
+
+    ``defer_build``: a model's validator is built on its first use, not at import, so a command
+    pays only for the models it validates (`validate` starts in ~0.3 s on a login node).
+    """
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=False
+        extra="forbid",
+        strict=True,
+        allow_inf_nan=False,
+        populate_by_name=False,
+        defer_build=True,
     )
 
 

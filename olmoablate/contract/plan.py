@@ -61,9 +61,12 @@ BudgetMatch = Literal["tokens", "flops"]
 
 
 class PlanModel(BaseModel):
-    """Frozen (a stage cannot edit the plan in memory), unknown keys are errors."""
+    """Frozen (a stage cannot edit the plan in memory), unknown keys are errors; validators are
+    built on first use (``defer_build``, see :class:`olmoablate.contract.base.Strict`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
+    )
 
 
 class RunData(PlanModel):

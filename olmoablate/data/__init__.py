@@ -11,24 +11,16 @@ Public API (no torch/numpy/tokenizers imported at package import; the CLI loads 
   the shipped 4,096-entry byte-level BPE, uint16, for CPU-scale work).
 """
 
+import importlib
+from typing import Any
+
 from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
     DOLMA2_PADDED_VOCAB_SIZE,
     DOLMA2_VOCAB_SIZE,
 )
-from olmoablate.data.prepare import (
-    DEFAULT_DIR,
-    DEFAULT_HELDOUT_EVERY,
-    DEFAULT_SOURCE,
-    TOKEN_DTYPE,
-    Manifest,
-    PrepareResult,
-    ensure_demo_data,
-    fix_command,
-    prepare,
-    verify,
-)
+from olmoablate.data.corpus import DEFAULT_DIR, DEFAULT_HELDOUT_EVERY, DEFAULT_SOURCE
 from olmoablate.data.tokenizer import (
     TOKENIZER_SHA256,
     load_tokenizer,
@@ -62,3 +54,27 @@ __all__ = [
     "tokenizer_path",
     "verify",
 ]
+
+#: Names served from :mod:`olmoablate.data.prepare` on first use (PEP 562): the CLI imports this
+#: package at start-up for `olmoablate data`, and prepare's imports cost every other command.
+_FROM_PREPARE = frozenset(
+    {
+        "TOKEN_DTYPE",
+        "Manifest",
+        "PrepareResult",
+        "ensure_demo_data",
+        "fix_command",
+        "prepare",
+        "verify",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM_PREPARE:
+        raise AttributeError(f"module 'olmoablate.data' has no attribute {name!r}")
+    module = importlib.import_module("olmoablate.data.prepare")
+    # Bind them all at once: importing the submodule just set this package's `prepare` attribute
+    # to the module, which the function of that name must replace (as the eager import did).
+    globals().update({n: getattr(module, n) for n in _FROM_PREPARE})
+    return globals()[name]

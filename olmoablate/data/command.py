@@ -1,7 +1,7 @@
 """`olmoablate data prepare|check`: build and verify the offline demo token files.
 
-Imported by the CLI at start-up, so only light modules at top level; numpy and tokenizers are
-imported inside `prepare` when it actually tokenizes.
+Imported by the CLI at start-up, so only light modules at top level: the preparing and checking
+code (and through it numpy and tokenizers) is imported inside the commands.
 """
 
 from __future__ import annotations
@@ -11,16 +11,7 @@ from pathlib import Path
 
 import typer
 
-from olmoablate.contract.tokens import scan_token_file
-from olmoablate.data.corpus import SOURCES
-from olmoablate.data.prepare import (
-    DEFAULT_DIR,
-    DEFAULT_HELDOUT_EVERY,
-    DEFAULT_SOURCE,
-    describe,
-    prepare,
-    verify,
-)
+from olmoablate.data.corpus import DEFAULT_DIR, DEFAULT_HELDOUT_EVERY, DEFAULT_SOURCE, SOURCES
 from olmoablate.data.vocab import VOCABS
 from olmoablate.errors import UserError
 
@@ -62,6 +53,8 @@ def prepare_command(
     ),
 ) -> None:
     """Tokenize the corpus into OLMo-core token files: dolma2 and the demo's BPE (idempotent)."""
+    from olmoablate.data.prepare import describe, prepare
+
     allowed = ["all", *VOCABS]
     if tokenizer not in allowed:
         raise UserError(f"--tokenizer: unknown {tokenizer!r} (allowed: {', '.join(allowed)})")
@@ -94,6 +87,9 @@ def check_command(
 
     Checks DIR and, when present, DIR/bpe4096 (the demo's BPE token files).
     """
+    from olmoablate.contract.tokens import scan_token_file
+    from olmoablate.data.prepare import describe, verify
+
     dirs = [dir] + [dir / v.subdir for v in VOCABS.values() if v.subdir and (dir / v.subdir).is_dir()]
     for d in dirs:
         m = verify(d)

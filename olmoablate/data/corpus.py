@@ -20,6 +20,12 @@ from pathlib import Path
 
 from olmoablate.errors import UserError
 
+#: Where `olmoablate data prepare` writes, what it reads and how it splits, unless told otherwise
+#: (here, not in prepare.py, so that the CLI shows them without importing the tokenizing code).
+DEFAULT_DIR = Path("data/demo")
+DEFAULT_SOURCE = "python-docs"
+DEFAULT_HELDOUT_EVERY = 40
+
 
 @dataclass(frozen=True)
 class CorpusSource:

@@ -36,6 +36,9 @@ from olmoablate.contract.sizes import (
 )
 from olmoablate.contract.tokens import unigram_entropy
 from olmoablate.data.corpus import (
+    DEFAULT_DIR,
+    DEFAULT_HELDOUT_EVERY,
+    DEFAULT_SOURCE,
     CorpusSource,
     Document,
     batched,
@@ -49,9 +52,6 @@ from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, sha256_file, write_bytes_atomic, write_json_atomic
 
 MANIFEST_SCHEMA = 2
-DEFAULT_DIR = Path("data/demo")
-DEFAULT_SOURCE = "python-docs"
-DEFAULT_HELDOUT_EVERY = 40
 MANIFEST_NAME = "manifest.json"
 SPLITS: tuple[str, ...] = ("train", "heldout")
 #: numpy dtype string of dolma2 token files: little-endian uint32 (see module docstring); other
