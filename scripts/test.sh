@@ -36,7 +36,7 @@ ruff check olmoablate tests bench scripts || exit 1
 echo "== lint-imports (layers: cli -> stages -> contract -> base; no torch on light paths; no cycles)"
 lint-imports --no-cache || exit 1
 echo "== pytest"
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider --durations=30 "$@"
 rc=$?
 [ $rc -eq 5 ] && { echo "test: pytest collected no tests" >&2; exit 1; }
 exit $rc
