@@ -4,7 +4,8 @@ Public API (no torch/numpy/tokenizers imported at package import; the CLI loads 
 
 * :func:`ensure_demo_data` — verified :class:`Manifest` of a prepared folder, or a one-line
   UserError naming the command that fixes it (used by the training job).
-* :func:`prepare` / :func:`verify` — what `olmoablate data prepare|check` run.
+* :func:`prepare` / :func:`verify` — what `olmoablate data prepare|check` run (``prepare`` is
+  imported on first use: it brings the tokenizing code).
 * :func:`tokenizer_path`, :func:`tokenizer_available`, :func:`load_tokenizer` — the vendored
   dolma2 ``tokenizer.json``.
 * :data:`VOCABS`, :func:`bpe_path` — the tokenizers `data prepare` writes with (dolma2, uint32;
@@ -21,6 +22,7 @@ from olmoablate.contract.sizes import (
     DOLMA2_VOCAB_SIZE,
 )
 from olmoablate.data.corpus import DEFAULT_DIR, DEFAULT_HELDOUT_EVERY, DEFAULT_SOURCE
+from olmoablate.data.manifest import TOKEN_DTYPE, Manifest, ensure_demo_data, fix_command, verify
 from olmoablate.data.tokenizer import (
     TOKENIZER_SHA256,
     load_tokenizer,
@@ -57,17 +59,7 @@ __all__ = [
 
 #: Names served from :mod:`olmoablate.data.prepare` on first use (PEP 562): the CLI imports this
 #: package at start-up for `olmoablate data`, and prepare's imports cost every other command.
-_FROM_PREPARE = frozenset(
-    {
-        "TOKEN_DTYPE",
-        "Manifest",
-        "PrepareResult",
-        "ensure_demo_data",
-        "fix_command",
-        "prepare",
-        "verify",
-    }
-)
+_FROM_PREPARE = frozenset({"PrepareResult", "prepare"})
 
 
 def __getattr__(name: str) -> Any:

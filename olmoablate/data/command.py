@@ -88,7 +88,7 @@ def check_command(
     Checks DIR and, when present, DIR/bpe4096 (the demo's BPE token files).
     """
     from olmoablate.contract.tokens import scan_token_file
-    from olmoablate.data.prepare import describe, verify
+    from olmoablate.data.manifest import describe, verify
 
     dirs = [dir] + [dir / v.subdir for v in VOCABS.values() if v.subdir and (dir / v.subdir).is_dir()]
     for d in dirs:
