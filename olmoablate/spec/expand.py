@@ -100,7 +100,7 @@ def _run_entry(
         microbatch_tokens=ls.microbatch[size],
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
+        bf16=computes_in_bf16(t.precision, topo),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
         activation_checkpointing=topo.activation_checkpointing == "full",
@@ -183,7 +183,6 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         by_id[pair["baseline_run"]]["pairs"].append(pair["pair_id"])
         by_id[pair["variant_run"]]["pairs"].append(pair["pair_id"])
 
-    gate = spec.gate.model_dump() if spec.gate is not None else None
     raw_gate = ls.raw.get("gate")
     raw_gates = ls.raw.get("gates") if isinstance(ls.raw.get("gates"), dict) else {}
     gates = []
@@ -199,8 +198,6 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                 **design_record(block, list(spec.seeds)),
             }
         )
-    if raw_gate is None and gates:
-        raw_gate = raw_gates.get(gates[0]["name"])
     doc = {
         "schema": PLAN_SCHEMA,
         "spec_name": spec.name,
@@ -215,10 +212,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         "seeds": list(spec.seeds),
         "variants": {k: v.as_mapping() for k, v in spec.variants.items()},
         "budget": spec.budget.model_dump(),
-        "gate": gate,
-        "gate_sha256": sha256_of(gate) if gate is not None else None,
-        "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
-        # Per size: what each LM eval set holds (measured from its files at plan time), so the
+        # Every gate once, in `gates` (a `gate:` spec is the one-entry case). Per size: what each LM eval set holds (measured from its files at plan time), so the
         # report can check that every eval point scored the whole set.
         "eval_sets": ls.eval_sets,
         "gates": gates,
