@@ -71,24 +71,17 @@ def _run_entry(
     optimizer = t.optimizer.model_dump()
     optimizer["betas"] = list(optimizer["betas"])
     tokens = steps * t.global_batch_size
+    # The spec's section as validated, with what `plan` resolves for this arm (the field list is
+    # the model's: contract/resolved.py's RunTraining, derived from the spec's Training).
     training = {
-        "sequence_length": t.sequence_length,
+        **t.model_dump(),
         "tokens": tokens,
-        "global_batch_size": t.global_batch_size,
         "microbatch_size": ls.microbatch[size],
         "steps": steps,
         "optimizer": optimizer,
         "schedule": schedule,
-        "grad_clip": t.grad_clip,
-        "z_loss": t.z_loss,
-        "precision": t.precision,
-        "compile": t.compile,
         "init_seed": t.init_seed + seed,
-        "threads": t.threads,
         "data": data,
-        "checkpoint_interval": t.checkpoint_interval,
-        "stability": t.stability.model_dump(),
-        "wandb": t.wandb.model_dump(),
     }
     topo = st.topology
     cost = acc.run_cost(
