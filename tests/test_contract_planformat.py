@@ -290,3 +290,14 @@ def test_a_changed_plan_is_validated_again(
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError, match=r"runs\[0\]\.training\.steps: field required"):
         Plan.load(path)
+
+
+def test_prereg_of_a_gates_plan_reads_its_first_gate() -> None:
+    """Not only a view: the plan of a `gates:` spec is checked against its first gate's block."""
+    from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+
+    plan = build_plan(load_spec(SPECS / "demo.yaml"))
+    assert check_gate_unchanged(plan) == []
+    assert resolve_gate(plan).source == "plan.json" and resolve_gate(plan).gate == plan.gate
+    for _, view in plan.gate_views():
+        assert check_gate_unchanged(view) == [] and resolve_gate(view).gate == view.gate
