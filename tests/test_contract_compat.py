@@ -89,8 +89,9 @@ def test_report_writes_identical_outputs(
 
 
 def test_old_plan_loads_with_the_contract() -> None:
-    """The acceptance test of item 6: plan.json keeps schema 1 and the typed model reads it."""
-    from olmoablate.contract.plan import Plan
+    """The acceptance test of item 6: the typed model reads the old release's schema-1 plan.json,
+    and holds it in the current format (issue 22: its gate once, in `gates`)."""
+    from olmoablate.contract.plan import PLAN_SCHEMA, Plan
 
     path = FIXTURE / "results" / SPEC / "plan.json"
     raw = json.loads(path.read_text())
@@ -108,4 +109,15 @@ def test_old_plan_loads_with_the_contract() -> None:
     }
     assert sorted(set(trained.values())) == [1, 2, 3]
     assert {s: looped.architecture.looped.loops_at_step(s) for s in trained} == trained
-    assert plan.as_json() == raw
+    # Written again, it is the upgraded format: the top-level copy of the first gate is gone
+    # (it equalled gates[0], or the plan would not load) and everything else is as it was.
+    assert raw["schema"] == 1 and raw["gate"] == raw["gates"][0]["gate"]
+    upgraded = plan.as_json()
+    assert upgraded["schema"] == PLAN_SCHEMA == 2
+    dropped = ("schema", "gate", "gate_sha256", "gate_raw_sha256")
+    assert upgraded == {**{k: v for k, v in raw.items() if k not in dropped}, "schema": 2}
+    assert list(upgraded) == [k for k in raw if k not in dropped[1:]]  # same key order
+    assert plan.gate_sha256 == raw["gate_sha256"] == raw["gates"][0]["gate_sha256"]
+    assert plan.gate_raw_sha256 == raw["gate_raw_sha256"]
+    for run in plan.runs:  # the old certificates still verify
+        assert run.certificate_now() == run.certificate

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plan_formats import as_format_1
 
 from olmoablate.contract.plan import PLAN_SCHEMA, Plan, RunEntry
 from olmoablate.errors import UserError
@@ -108,13 +109,14 @@ def test_missing_and_unreadable_plan(tmp_path: Path) -> None:
 
 def test_older_format_1_plan_without_gates_list(plan_file: Path, tmp_path: Path) -> None:
     """A format-1 plan from before `gates`/`aa_runs`/`eval_sets` existed still loads."""
-    doc = json.loads(plan_file.read_text())
+    doc = as_format_1(json.loads(plan_file.read_text()))
     for k in ("gates", "aa_runs", "eval_sets"):
         doc.pop(k)
     (tmp_path / "plan.json").write_text(json.dumps(doc))
     plan = Plan.load(tmp_path)
     assert [g.name for g in plan.gates] == [doc["gate"].get("variant") or "gate"]
     assert plan.gates[0].gate == plan.gate and plan.aa_runs == []
+    assert plan.gate_sha256 == doc["gate_sha256"] and plan.schema_version == PLAN_SCHEMA
 
 
 def test_gate_views_put_each_gate_in_place(plan_file: Path) -> None:

@@ -69,7 +69,7 @@ def test_slurm_task_with_local_rank_1_keeps_all_node_gpus(clean_env: Any) -> Non
         SLURMD_NODENAME="gpu02",
         CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7",
     )
-    exported = setup_distributed_env(gpus_per_node=8)
+    exported = setup_distributed_env(on_gpu=True)
     assert exported["RANK"] == "9" and os.environ["LOCAL_RANK"] == "1"
     visible = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
     assert len(visible) == 8, visible  # not narrowed to the local rank's single GPU

@@ -96,7 +96,7 @@ def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:
     raw_gate = {"stage": "1B", "min_effect": 0.01}
     spec.write_text(yaml.safe_dump({"name": "synth", "gate": raw_gate}))
     plan["spec_path"] = str(spec)
-    plan["gate_raw_sha256"] = plan["gates"][0]["gate_raw_sha256"] = sha256_of(raw_gate)
+    plan["gates"][0]["gate_raw_sha256"] = sha256_of(raw_gate)
     (root / "plan.json").write_text(json.dumps(plan))
 
     def check(plan: dict) -> list[str]:
@@ -108,12 +108,12 @@ def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "GATE CHANGED AFTER PLANNING" in warnings[0]
     assert collect(root).warnings == warnings
     # without gate_raw_sha256: compare with defaults applied on both sides
-    plan["gate_raw_sha256"] = None
+    plan["gates"][0]["gate_raw_sha256"] = None
     assert check(plan) != []
     spec.write_text(yaml.safe_dump({"name": "synth", "gate": {"stage": "1B", "min_effect": 0.01}}))
     assert check(plan) == []
     # plan.json edited by hand
-    plan["gate"]["min_effect"] = 0.5
+    plan["gates"][0]["gate"]["min_effect"] = 0.5
     assert any("plan.json was edited" in w for w in check(plan))
 
 
@@ -311,7 +311,7 @@ def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path
 
     root = tmp_path / "synth"
     plan = make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
-    plan.update(gate=None, gate_sha256=None, gate_raw_sha256=None, gates=[])
+    plan.update(gates=[])
     (root / "plan.json").write_text(json.dumps(plan))
     res = collect(root)
     assert res.gate is UNGATED and res.gate == Gate(stage="1B")

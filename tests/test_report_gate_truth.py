@@ -229,11 +229,10 @@ def _edited(tmp_path: Path, spec_gate_edit: dict[str, Any] | None) -> Report:
     gate = {**BASE, "noise": {"floor": {"sd": 0.005, "known": True}}}
     plan = make_results(root, SynthSpec(gate=gate), {"sn_da": ArmTruth(offset=-0.05)})
     spec_file = tmp_path / "synth.yaml"
-    spec_gate = {**plan["gate"], **(spec_gate_edit or {})}
+    spec_gate = {**plan["gates"][0]["gate"], **(spec_gate_edit or {})}
     spec_file.write_text(yaml.safe_dump({"name": "synth", "gate": spec_gate}))
     plan["spec_path"] = str(spec_file)
-    plan["gate"]["min_effect"] = 0.5  # edited by hand after planning: would make it stop
-    plan["gates"][0]["gate"]["min_effect"] = 0.5  # `plan` records a gate: block in gates too
+    plan["gates"][0]["gate"]["min_effect"] = 0.5  # edited by hand after planning: would make it stop
     (root / "plan.json").write_text(json.dumps(plan))
     return build(collect(root, use_cache=False, workers=1))
 

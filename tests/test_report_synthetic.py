@@ -13,7 +13,7 @@ def test_files_follow_design_md(tmp_path: Path) -> None:
     plan = make_results(
         tmp_path, SynthSpec(steps=40, eval_interval=10), {"sn_da": ArmTruth(duplicate_steps=(5,))}
     )
-    assert plan["gate_sha256"] == sha256_of(plan["gate"])
+    assert plan["gates"][0]["gate_sha256"] == sha256_of(plan["gates"][0]["gate"])
     assert {p["baseline_run"] for p in plan["pairs"]} == {"1B-s0-baseline"}
     rd = tmp_path / "runs" / "1B-s0-sn_da"
     rows = [json.loads(line) for line in (rd / "metrics.jsonl").read_text().splitlines()]

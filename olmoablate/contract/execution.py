@@ -21,13 +21,13 @@ GPU_DATA_WORKERS = 8
 GPU_METRICS_INTERVAL = 10
 
 
-def computes_in_bf16(precision: str, gpus_per_node: int) -> bool:
+def computes_in_bf16(precision: str, topology: Topology) -> bool:
     """The one precision rule: ``bf16`` always, ``auto`` = bf16 on GPU and fp32 on CPU.
 
     Used by the plan's cost accounting, `validate` and the training job alike, so what is
     costed, what is validated and what is trained can never disagree.
     """
-    return precision == "bf16" or (precision == "auto" and gpus_per_node > 0)
+    return precision == "bf16" or (precision == "auto" and topology.on_gpu)
 
 
 class Topology(Strict):
@@ -63,7 +63,7 @@ class Topology(Strict):
 
     @model_validator(mode="after")
     def _resolve(self) -> Topology:
-        gpu = self.gpus_per_node > 0
+        gpu = self.on_gpu
         if self.data_parallel is None:
             self.data_parallel = "hsdp" if gpu and self.nodes > 1 else "fsdp"
         if self.data_workers is None:
@@ -72,16 +72,30 @@ class Topology(Strict):
             self.metrics_interval = GPU_METRICS_INTERVAL if gpu else 1
         return self
 
+    # The derived facts every stage asks of a topology, decided here only (a grep test in
+    # tests/test_contract_plan.py keeps ``gpus_per_node > 0`` out of every other module).
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the run trains on CUDA GPUs (``gpus_per_node: 0`` = CPU processes)."""
+        return self.gpus_per_node > 0
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Processes per node: one per GPU, or ``cpu_processes`` on CPU (gloo DDP)."""
+        return self.gpus_per_node if self.on_gpu else self.cpu_processes
+
     @property
     def world_size(self) -> int:
-        return self.nodes * (self.gpus_per_node if self.gpus_per_node else self.cpu_processes)
+        """Ranks of the whole job (nodes x ranks per node)."""
+        return self.nodes * self.ranks_per_node
 
 
 class Slurm(Strict):
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time: int | str = 60
+    #: Minutes (``"D-HH:MM:SS"`` etc. parsed by ``_time``); the plan records it as ``time_min``.
+    time: int = Field(60, ge=1)
     constraint: str | None = None
     exclusive: bool = False
     cpus_per_task: PosInt | None = None

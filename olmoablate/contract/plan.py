@@ -5,27 +5,31 @@ Why typed: launch, train and report each used to re-read the plan's dicts by han
 spec's defaults with ``.get(key, default)``; the copies drifted (``max_num_timeout: 0`` became 3,
 a ``signal_delay_s`` fallback of 90 against the schema's 120). Here a plan is validated once, by
 :meth:`Plan.load`, and a stage reads attributes. The plan records *concrete* values (the spec's
-defaults already applied), so the plan-only models below have no defaults at all: a missing
-field is a one-line error naming the file and the field, never a silent fallback. Sections the
-plan copies verbatim from the spec reuse the spec's models (``Optimizer``, ``Evaluation``,
-``Topology``, ``Gate``, ...), whose defaults live in :mod:`olmoablate.contract.schema` only.
+defaults already applied), so the plan-only models have no defaults at all: a missing field is a
+one-line error naming the file and the field, never a silent fallback. Sections the plan copies
+verbatim from the spec reuse the spec's models (``Optimizer``, ``Evaluation``, ``Topology``,
+``Gate``, ...); the resolved ones (``training``, ``slurm``) are derived from them by
+:mod:`olmoablate.contract.resolved`; so every field's type and default lives in
+:mod:`olmoablate.contract.schema` only.
 
-The JSON form is exactly the one the previous release wrote (``PLAN_SCHEMA`` 1): field order,
-keys and values round-trip (:meth:`Plan.as_json`), so certificates and pre-registration hashes of
-existing results folders still match.
+One source of truth per fact: the gate is stored once, in ``gates`` (format 2); format 1, which
+also held the first gate at the top level, is read through :mod:`olmoablate.contract.planformat`.
+Apart from that, the JSON form is the one the previous release wrote: field order, keys and values
+round-trip (:meth:`Plan.as_json`), so certificates and pre-registration hashes of existing
+results folders still match.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
@@ -39,96 +43,22 @@ from olmoablate.contract.base import NAME_RE, first_error
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.contract.gatespec import LEGACY_FLOOR
 from olmoablate.contract.identity import PlanIdentity
-from olmoablate.contract.planformat import run_named, upgrade
-from olmoablate.contract.schema import (
-    Budget,
-    Evaluation,
-    Gate,
-    Optimizer,
-    Stability,
-    Topology,
-    Wandb,
+from olmoablate.contract.planformat import PLAN_SCHEMA, run_named, upgrade
+from olmoablate.contract.resolved import (  # noqa: F401  (RunData, RunSchedule re-exported)
+    PlanModel,
+    RunData,
+    RunSchedule,
+    RunSlurm,
+    RunTraining,
 )
+from olmoablate.contract.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
 from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
-from olmoablate.io import InputLimitError, read_json_bounded, write_json_atomic
+from olmoablate.io import MAX_JSON_BYTES, InputLimitError, check_size, write_json_atomic
 
-#: plan.json format version. 1 = the format since the first release (this module reads it as is).
-PLAN_SCHEMA = 1
 PLAN_FILE = "plan.json"
 
 BudgetMatch = Literal["tokens", "flops"]
-
-
-class PlanModel(BaseModel):
-    """Frozen (a stage cannot edit the plan in memory), unknown keys are errors; validators are
-    built on first use (``defer_build``, see :class:`olmoablate.contract.base.Strict`)."""
-
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
-    )
-
-
-class RunData(PlanModel):
-    """``training.data`` as planned: the spec's ``data`` with the seed offset applied and the
-    tokenizer's facts (vocab, EOS, PAD, file hash) and the token dtype resolved."""
-
-    paths: list[str] | None
-    mix: str | None
-    root: str | None
-    tokenizer: str
-    eos_token_id: int
-    pad_token_id: int
-    seed: int
-    vocab_size: int
-    tokenizer_sha256: str | None
-    dtype: str
-
-
-class RunSchedule(PlanModel):
-    """``training.schedule`` as planned: the warm-up resolved to steps."""
-
-    name: Literal["cosine", "linear", "constant", "wsd"]
-    warmup_steps: int = Field(ge=0)
-    alpha_f: float
-    decay_fraction: float
-
-
-class RunTraining(PlanModel):
-    sequence_length: int = Field(gt=0)
-    tokens: int = Field(gt=0)
-    global_batch_size: int = Field(gt=0)
-    microbatch_size: int = Field(gt=0)
-    steps: int = Field(gt=0)
-    optimizer: Optimizer
-    schedule: RunSchedule
-    grad_clip: float | None
-    z_loss: float | None
-    precision: Literal["auto", "fp32", "bf16"]
-    compile: bool | Literal["auto"]
-    init_seed: int
-    threads: int = Field(gt=0)
-    data: RunData
-    checkpoint_interval: int = Field(gt=0)
-    stability: Stability
-    wandb: Wandb
-
-
-class RunSlurm(PlanModel):
-    """``slurm`` as planned: the spec's block with the time limit in minutes (``time_min``)."""
-
-    partition: str | None
-    account: str | None
-    qos: str | None
-    constraint: str | None
-    exclusive: bool
-    cpus_per_task: int | None
-    mem_gb: int | None
-    max_num_timeout: int = Field(ge=0)
-    signal_delay_s: int = Field(gt=0)
-    extra: dict[str, str | int | bool]
-    setup: list[str]
-    time_min: int = Field(ge=1)
 
 
 def _size_dims(value: Any) -> Any:
@@ -204,6 +134,11 @@ class RunEntry(PlanModel):
     @field_serializer("architecture")
     def _arch(self, arch: Architecture) -> dict[str, Any]:
         return arch.as_mapping()
+
+    @property
+    def bf16(self) -> bool:
+        """Whether this run computes in bf16 (the one rule, :func:`computes_in_bf16`)."""
+        return computes_in_bf16(self.training.precision, self.topology)
 
     @property
     def is_baseline(self) -> bool:
@@ -303,9 +238,6 @@ class Plan(PlanModel):
     seeds: list[int]
     variants: dict[str, Architecture]
     budget: Budget
-    gate: Gate | None
-    gate_sha256: str | None
-    gate_raw_sha256: str | None
     eval_sets: dict[str, dict[str, EvalSetInfo]]
     gates: list[GateEntry]
     aa_runs: list[str]
@@ -315,8 +247,8 @@ class Plan(PlanModel):
     #: Run identities and reuse across specs of the store (`olmoablate.contract.identity`);
     #: None in plans from before identities (the key is then not written).
     identity: PlanIdentity | None = None
-    #: In a view of one gate (:meth:`gate_views`) of a ``gates:`` spec: that gate's name (its
-    #: block in the spec is ``gates.<name>``). Never written.
+    #: In a view of one gate (:meth:`gate_views`): that gate's name (its block in a ``gates:``
+    #: spec is ``gates.<name>``); None: the plan itself, whose gate is the first. Never written.
     gate_name: str | None = Field(None, exclude=True)
 
     _path: Path | None = PrivateAttr(None)
@@ -343,19 +275,28 @@ class Plan(PlanModel):
         """Read and validate ``path`` (a plan.json or the results folder holding one).
 
         Every problem is a one-line :class:`UserError` naming the file and the field.
+
+        Loaded once per content: a job start reads the plan in the launcher's wrapper and again
+        in the training job (the same process); the second load of unchanged bytes at the same
+        path returns the same validated, frozen plan (the last one loaded is kept).
         """
         p = Path(path)
         plan_path = p / PLAN_FILE if p.is_dir() else p
         if not plan_path.is_file():
             raise UserError(f"{plan_path} not found: run `olmoablate plan SPEC` first")
         try:
-            doc = read_json_bounded(plan_path)
+            data = read_bytes_bounded(plan_path, MAX_JSON_BYTES)
+            key = (str(plan_path.resolve()), hashlib.sha256(data).hexdigest())
+            if _LAST_LOADED and _LAST_LOADED[0] == key:
+                return _at(_LAST_LOADED[1], plan_path)
+            doc = parse_json_bounded(data)
         except InputLimitError as err:
             raise UserError(f"{plan_path}: refused: {err}") from None
         except (OSError, ValueError) as err:
             raise UserError(f"{plan_path}: unreadable plan ({err})") from None
         plan = cls.from_json(doc, where=str(plan_path))
         plan._path = plan_path
+        _LAST_LOADED[:] = [key, plan]
         return plan
 
     @classmethod
@@ -370,7 +311,7 @@ class Plan(PlanModel):
                 f"(this one reads format {PLAN_SCHEMA}); upgrade olmoablate"
             )
         try:
-            return cls.model_validate(upgrade(doc), context={LEGACY_FLOOR: True})
+            return cls.model_validate(upgrade(doc, where), context={LEGACY_FLOOR: True})
         except ValidationError as err:
             raise UserError(
                 f"{where}: {first_error(err)}{run_named(err, doc)}; rerun `olmoablate plan SPEC`"
@@ -433,8 +374,28 @@ class Plan(PlanModel):
         return list(run_ids or [])
 
     # ------------------------------------------------------------------ gates
+    # The gate is stored once, in ``gates`` (a ``gate:`` spec is its one-entry case); ``gate``,
+    # ``gate_sha256`` and ``gate_raw_sha256`` read this plan's (or this view's) entry of it.
+    @property
+    def gate(self) -> Gate | None:
+        """The gate block of :meth:`gate_entry` (None: the spec has no gate)."""
+        e = self.gate_entry()
+        return e.gate if e is not None else None
+
+    @property
+    def gate_sha256(self) -> str | None:
+        """sha256 of that block as `plan` pre-registered it (the report and W&B show it)."""
+        e = self.gate_entry()
+        return e.gate_sha256 if e is not None else None
+
+    @property
+    def gate_raw_sha256(self) -> str | None:
+        """sha256 of that gate's block as written in the spec (before defaults)."""
+        e = self.gate_entry()
+        return e.gate_raw_sha256 if e is not None else None
+
     def gate_views(self) -> list[tuple[str, Plan]]:
-        """(name, this plan with that gate in ``gate``/``gate_sha256``) for every gate.
+        """(name, this plan viewed as that gate's: ``gate``/``gate_sha256`` are its) per gate.
 
         Why views: every piece of the gate (pre-registration check, noise source, MDE lines, the
         report's statistics) reads one gate from ``plan.gate``; a view puts each of several
@@ -442,14 +403,7 @@ class Plan(PlanModel):
         """
         out = []
         for e in self.gates:
-            view = self.model_copy(
-                update={
-                    "gate": e.gate,
-                    "gate_sha256": e.gate_sha256,
-                    "gate_raw_sha256": e.gate_raw_sha256,
-                    "gate_name": e.name,
-                }
-            )
+            view = self.model_copy(update={"gate_name": e.name})
             view._path = self._path
             out.append((e.name, view))
         return out
@@ -463,6 +417,35 @@ class Plan(PlanModel):
 
     def _where(self) -> str:
         return str(self._path) if self._path is not None else PLAN_FILE
+
+
+#: (path and sha256 of the bytes, plan) of the last :meth:`Plan.load` (see there).
+_LAST_LOADED: list[Any] = []
+
+
+def _at(plan: Plan, path: Path) -> Plan:
+    """``plan`` as loaded from ``path`` (the same file named another way: a shallow copy)."""
+    if plan.path == path:
+        return plan
+    other = plan.model_copy()
+    other._path = path
+    return other
+
+
+def read_bytes_bounded(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path`` (InputLimitError beyond)."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    check_size(data, limit, "the JSON file")
+    return data
+
+
+def parse_json_bounded(data: bytes) -> Any:
+    """JSON text within Python's recursion limit (as :func:`olmoablate.io.read_json_bounded`)."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise InputLimitError("nested too deeply") from None
 
 
 def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

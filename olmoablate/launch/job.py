@@ -63,7 +63,7 @@ def resolve_target(target: JobTarget) -> Any:
     return getattr(importlib.import_module(module_name), attr or "run_job")
 
 
-def setup_distributed_env(gpus_per_node: int) -> dict[str, str]:
+def setup_distributed_env(on_gpu: bool) -> dict[str, str]:
     """Export torch.distributed env:// variables for one task per GPU (or per CPU process).
 
     submitit's TorchDistributedEnvironment gives RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*; OLMo-core's
@@ -84,7 +84,7 @@ def setup_distributed_env(gpus_per_node: int) -> dict[str, str]:
     dist = submitit.helpers.TorchDistributedEnvironment().export(
         set_cuda_visible_devices=False, overwrite=True
     )
-    if gpus_per_node > 0:
+    if on_gpu:
         task_device(dist.local_rank, dist.local_world_size, os.environ)
     extra = {
         "LOCAL_WORLD_SIZE": str(dist.local_world_size),
@@ -205,7 +205,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         signal.signal(signal.SIGTERM, self._outside_training)
         submitit_usr2 = signal.getsignal(signal.SIGUSR2)
         try:
-            setup_distributed_env(self.entry().topology.gpus_per_node)
+            setup_distributed_env(self.entry().topology.on_gpu)
             result = resolve_target(self.target)(self.plan_path, self.run_id)
         except Exception as err:
             # Errors before the training job could write its own status (bad plan entry, import

@@ -32,7 +32,7 @@ CMD_TIMEOUT_S = 30
 
 def tasks_per_node(topology: Topology) -> int:
     """One task per GPU; on CPU-only topologies one task per CPU process (gloo DDP)."""
-    return topology.gpus_per_node if topology.gpus_per_node > 0 else topology.cpu_processes
+    return topology.ranks_per_node
 
 
 def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
         "ntasks_per_node": tasks_per_node(topo),
         "signal_delay_s": slurm.signal_delay_s,
     }
-    if topo.gpus_per_node > 0:
+    if topo.on_gpu:
         params["gpus_per_node"] = topo.gpus_per_node
     if slurm.cpus_per_task:
         params["cpus_per_task"] = slurm.cpus_per_task
@@ -88,7 +88,7 @@ def job_env(run: RunEntry) -> dict[str, str]:
     settings above. GPU runs keep the defaults.
     """
     env = {"OMP_NUM_THREADS": str(run.training.threads)}
-    if run.topology.gpus_per_node == 0:
+    if not run.topology.on_gpu:
         env.update(CPU_MALLOC_ENV)
     return env
 

@@ -120,9 +120,8 @@ def _compute_timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming |
 
 def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
     """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
-    gpus = res.baseline.entry.topology.gpus_per_node
     both_cpu = all(r.column(CPU) is not None for r in (res.baseline, res.variant))
-    use_cpu = gpus == 0 and both_cpu
+    use_cpu = not res.baseline.entry.topology.on_gpu and both_cpu
     b = _timing(results, res.baseline, use_cpu)
     v = _timing(results, res.variant, use_cpu)
     if b is None or v is None or not (b.times.size and v.times.size):

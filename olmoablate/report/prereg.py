@@ -1,7 +1,8 @@
 """Pre-registration: the report decides with the gate whose hash ``plan`` recorded.
 
 Why: a gate chosen after seeing the results can be tuned into any verdict. ``plan`` writes the
-validated gate block and its sha256 into plan.json. Here, if plan.json's block still matches that
+validated gate block and its sha256 into plan.json, once per gate (``gates``; ``plan.gate`` and
+``plan.gate_sha256`` read the entry of the gate being decided). Here, if plan.json's block still matches that
 hash, it is the gate. If it was edited, the pre-registered gate is recovered from the spec when
 the spec still matches the recorded hash (its gate block, or the whole file); otherwise there is
 no trustworthy gate and the report gives no verdict ("pre-registration broken").
@@ -55,6 +56,12 @@ def _raw_gate(doc: Any, name: str | None) -> Any:
     return doc.get("gate")
 
 
+def _gate_name(plan: Plan) -> str | None:
+    """The name of the gate ``plan`` decides with (its view's, else the first of ``gates``)."""
+    entry = plan.gate_entry()
+    return entry.name if entry is not None else plan.gate_name
+
+
 def _validated(raw: Any) -> Gate | None:
     if not isinstance(raw, dict):
         return None
@@ -84,7 +91,7 @@ def _spec_doc(path: Path, plan: Plan) -> Any:
 
 def _spec_gate(path: Path, plan: Plan) -> tuple[Any, Gate | None]:
     """(raw gate block, validated gate or None) of the spec file (overrides applied)."""
-    raw = _raw_gate(_spec_doc(path, plan), plan.gate_name)
+    raw = _raw_gate(_spec_doc(path, plan), _gate_name(plan))
     return raw, _validated(raw)
 
 
@@ -147,7 +154,7 @@ def check_gate_unchanged(plan: Plan) -> list[str]:
     except Exception as err:  # noqa: BLE001 - reported, never fatal
         out.append(f"spec {path}: could not re-read to check the gate ({err.__class__.__name__})")
         return out
-    raw = _raw_gate(doc, plan.gate_name)
+    raw = _raw_gate(doc, _gate_name(plan))
     if plan.gate_raw_sha256:
         changed = sha256_of(raw) != plan.gate_raw_sha256
     elif plan.gate_sha256 and sha256_of(raw) == plan.gate_sha256:

@@ -291,7 +291,6 @@ def build_plan(
         gate_entry(n, b, None if legacy_gates else seeds, (history or {}).get(n, ()))
         for n, b in blocks.items()
     ]
-    first = recorded[0] if recorded else None
     variants = {r.arm: r.architecture for r in entries if not r.is_baseline}
     doc = {
         "schema": PLAN_SCHEMA,
@@ -313,9 +312,6 @@ def build_plan(
                 if not r.is_baseline and r.budget_match != budget_match
             },
         },
-        "gate": first.gate.model_dump() if first else None,
-        "gate_sha256": first.gate_sha256 if first else None,
-        "gate_raw_sha256": first.gate_raw_sha256 if first else None,
         "eval_sets": dict(eval_sets or {}),
         "gates": [_entry_doc(g, legacy_gates) for g in recorded],
         "aa_runs": [r.run_id for r in entries if r.is_aa],

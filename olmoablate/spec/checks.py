@@ -42,7 +42,7 @@ def check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) ->
         return None
     rank_batch = t.global_batch_size // dp
     if t.microbatch_size is None:
-        mb = rank_batch if topo.gpus_per_node == 0 else min(rank_batch, 2 * t.sequence_length)
+        mb = rank_batch if not topo.on_gpu else min(rank_batch, 2 * t.sequence_length)
     else:
         mb = t.microbatch_size
     if rank_batch % mb:
@@ -59,8 +59,8 @@ def check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]
     """Precision x backend x parallelism combinations that could never start (or would train in
     another precision than the spec says) are rejected here, not hours later at job start."""
     t, topo = settings.training, settings.topology
-    gpu = topo.gpus_per_node > 0
-    half = computes_in_bf16(t.precision, topo.gpus_per_node)
+    gpu = topo.on_gpu
+    half = computes_in_bf16(t.precision, topo)
     backend = topo.attention_backend
     if backend.startswith("flash"):
         where = origin_of(("topology", "attention_backend"), origin)
@@ -183,7 +183,7 @@ def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) 
     OLMo-core's train module compiles only on CUDA ("Skipping model compilation since CUDA is not
     available") and the plan, its certificate and the cost would say ``compile: true`` for a run
     that trained eagerly."""
-    if settings.training.compile is True and settings.topology.gpus_per_node == 0:
+    if settings.training.compile is True and not settings.topology.on_gpu:
         add(
             origin_of(("training", "compile"), origin),
             "compile=true needs CUDA GPUs: OLMo-core's train module compiles only on CUDA "

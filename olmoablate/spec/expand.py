@@ -71,24 +71,17 @@ def _run_entry(
     optimizer = t.optimizer.model_dump()
     optimizer["betas"] = list(optimizer["betas"])
     tokens = steps * t.global_batch_size
+    # The spec's section as validated, with what `plan` resolves for this arm (the field list is
+    # the model's: contract/resolved.py's RunTraining, derived from the spec's Training).
     training = {
-        "sequence_length": t.sequence_length,
+        **t.model_dump(),
         "tokens": tokens,
-        "global_batch_size": t.global_batch_size,
         "microbatch_size": ls.microbatch[size],
         "steps": steps,
         "optimizer": optimizer,
         "schedule": schedule,
-        "grad_clip": t.grad_clip,
-        "z_loss": t.z_loss,
-        "precision": t.precision,
-        "compile": t.compile,
         "init_seed": t.init_seed + seed,
-        "threads": t.threads,
         "data": data,
-        "checkpoint_interval": t.checkpoint_interval,
-        "stability": t.stability.model_dump(),
-        "wandb": t.wandb.model_dump(),
     }
     topo = st.topology
     cost = acc.run_cost(
@@ -100,7 +93,7 @@ def _run_entry(
         microbatch_tokens=ls.microbatch[size],
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
+        bf16=computes_in_bf16(t.precision, topo),
         gpu_peak_tflops=topo.gpu_peak_tflops,
         assumed_mfu=topo.assumed_mfu,
         activation_checkpointing=topo.activation_checkpointing == "full",
@@ -183,7 +176,6 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         by_id[pair["baseline_run"]]["pairs"].append(pair["pair_id"])
         by_id[pair["variant_run"]]["pairs"].append(pair["pair_id"])
 
-    gate = spec.gate.model_dump() if spec.gate is not None else None
     raw_gate = ls.raw.get("gate")
     raw_gates = ls.raw.get("gates") if isinstance(ls.raw.get("gates"), dict) else {}
     gates = []
@@ -199,8 +191,6 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                 **design_record(block, list(spec.seeds)),
             }
         )
-    if raw_gate is None and gates:
-        raw_gate = raw_gates.get(gates[0]["name"])
     doc = {
         "schema": PLAN_SCHEMA,
         "spec_name": spec.name,
@@ -215,10 +205,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         "seeds": list(spec.seeds),
         "variants": {k: v.as_mapping() for k, v in spec.variants.items()},
         "budget": spec.budget.model_dump(),
-        "gate": gate,
-        "gate_sha256": sha256_of(gate) if gate is not None else None,
-        "gate_raw_sha256": sha256_of(raw_gate) if raw_gate is not None else None,
-        # Per size: what each LM eval set holds (measured from its files at plan time), so the
+        # Every gate once, in `gates` (a `gate:` spec is the one-entry case). Per size: what each LM eval set holds (measured from its files at plan time), so the
         # report can check that every eval point scored the whole set.
         "eval_sets": ls.eval_sets,
         "gates": gates,

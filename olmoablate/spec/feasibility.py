@@ -58,7 +58,7 @@ def _warn(out: Findings, ls: LoadedSpec, path: tuple[str | int, ...], size: str 
 
 def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
     topo = run.topology
-    if topo.gpus_per_node == 0:
+    if not topo.on_gpu:
         return
     settings = ls.per_size[run.size]
     gb, source = gpu_memory_gb(
@@ -78,7 +78,7 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
         microbatch_tokens=t.microbatch_size,
         world_size=topo.world_size,
         sharded=topo.data_parallel != "ddp",
-        bf16=computes_in_bf16(t.precision, topo.gpus_per_node),
+        bf16=computes_in_bf16(t.precision, topo),
         activation_checkpointing=topo.activation_checkpointing == "full",
     )
 
@@ -146,7 +146,7 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
 def wall_hours(run: RunEntry) -> float | None:
     """Training wall time at the spec's peak and MFU (None on CPU: no throughput model)."""
     topo = run.topology
-    if topo.gpus_per_node == 0:
+    if not topo.on_gpu:
         return None
     return run.total_train_flops / (topo.world_size * topo.gpu_peak_tflops * 1e12 * topo.assumed_mfu) / 3600
 

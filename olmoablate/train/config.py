@@ -36,7 +36,7 @@ class Environment:
 
 def computes_in_bf16(run: RunEntry) -> bool:
     """The plan's precision rule (:func:`olmoablate.contract.schema.computes_in_bf16`)."""
-    return precision_rule(run.training.precision, run.topology.gpus_per_node)
+    return precision_rule(run.training.precision, run.topology)
 
 
 def attention_backend(run: RunEntry, env: Environment) -> str:

@@ -67,12 +67,12 @@ def _environment(ctx: RunContext) -> Any:
     from olmoablate.train.config import Environment
 
     gpus = ctx.run.topology.gpus_per_node
-    if gpus > 0 and not torch.cuda.is_available():
+    if ctx.run.topology.on_gpu and not torch.cuda.is_available():
         raise UserError(
             f"runs[{ctx.run_id}].topology.gpus_per_node = {gpus} but CUDA is not available on "
             "this node (set gpus_per_node: 0 to train on CPU)"
         )
-    use_cuda = gpus > 0
+    use_cuda = ctx.run.topology.on_gpu
     world = int(os.environ.get("WORLD_SIZE", "1"))
     topo = ctx.run.topology
     if world != topo.world_size:

@@ -129,6 +129,8 @@ def load_run(plan_path: str | Path, run_id: str) -> RunContext:
 
     Raises :class:`UserError` for a missing or malformed plan, an unknown run id, an entry that
     breaks :func:`check_run` or a certificate that does not match the run's shared settings.
+    The launcher's wrapper has read the same plan.json in this process just before (for the
+    device setup): :meth:`Plan.load` hands back that validated plan instead of a second one.
     """
     plan = Plan.load(Path(plan_path).expanduser().resolve())
     path = plan.path
