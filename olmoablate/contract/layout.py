@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.plan import PLAN_FILE, Plan
@@ -37,6 +37,9 @@ from olmoablate.io import (
     compose_yaml_bounded,
     read_json,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmoablate.contract.runfiles import RunStatus, RunSummary
 
 REUSED_FILE = "reused.json"
 
@@ -118,13 +121,18 @@ class RunDir:
         """reused.json: this run is trained by another spec of the store (``{"from": ...}``)."""
         return self.path / REUSED_FILE
 
-    def read_status(self) -> dict[str, Any] | None:
-        """status.json, or None when the job never wrote one (or it is unreadable)."""
-        return _read_object(self.status)
+    def read_status(self) -> RunStatus | None:
+        """status.json, typed; None when the job never wrote one (or it is not JSON). A field
+        of the wrong type or an unknown state is a one-line UserError naming file and field."""
+        from olmoablate.contract.runfiles import RunStatus
 
-    def read_summary(self) -> dict[str, Any] | None:
-        """summary.json, or None when the run has not finished (or it is unreadable)."""
-        return _read_object(self.summary)
+        return RunStatus.load(self.status)
+
+    def read_summary(self) -> RunSummary | None:
+        """summary.json, typed; None when the run has not finished an attempt (or not JSON)."""
+        from olmoablate.contract.runfiles import RunSummary
+
+        return RunSummary.load(self.summary)
 
 
 class ResultsDir:

@@ -13,11 +13,12 @@ import typer
 
 from olmoablate.contract.complete import complete_run_ids, complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT
+from olmoablate.contract.runfiles import RunState
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.options import RootOpt
 
 #: `status --fail-on`: run states that make the exit code 1.
-STATUS_FAIL_ON = ("failed",)
+STATUS_FAIL_ON = (RunState.FAILED,)
 
 SpecArg = Annotated[
     str,
@@ -203,7 +204,7 @@ def _exit_if_failed(results: Any, run_ids: list[str]) -> None:
     from olmoablate.launch.reconcile import reconcile
 
     views = reconcile(results, Ledger.read(results))
-    failed = [views[r] for r in run_ids if r in views and views[r].state == "failed"]
+    failed = [views[r] for r in run_ids if r in views and views[r].state == RunState.FAILED]
     for v in failed:
         typer.echo(f"{v.run_id}: failed: {v.reason}", err=True)
     if failed:

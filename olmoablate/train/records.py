@@ -28,16 +28,13 @@ from olmo_core.train.common import ReduceType
 
 from olmoablate.contract import columnar
 from olmoablate.contract.metrics import PEAK_MEMORY
+from olmoablate.contract.runfiles import now_iso  # noqa: F401 - re-exported (callbacks)
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
 
 log = logging.getLogger(__name__)
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def peak_memory_gb() -> float:
