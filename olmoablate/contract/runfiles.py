@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime
 import enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import (
     BaseModel,
@@ -43,7 +43,6 @@ from olmoablate.io import read_json, write_json_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.contract.futility import FutilityStop
-    from olmoablate.contract.layout import RunDir
 
 
 class RunState(enum.StrEnum):
@@ -127,6 +126,17 @@ def parse_time(value: Any) -> datetime.datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
 
 
+class RunDir(Protocol):
+    """What the readers need of :class:`olmoablate.contract.layout.RunDir` (no import: the
+    layout reads these models)."""
+
+    @property
+    def status(self) -> Path: ...
+
+    @property
+    def summary(self) -> Path: ...
+
+
 # ---------------------------------------------------------------------------------- base
 class RunFile(BaseModel):
     """A run file: unknown keys are kept, ``None`` stands for an absent field."""
@@ -205,7 +215,7 @@ class RunStatus(RunFile):
     @classmethod
     def read(cls, run: RunDir) -> RunStatus | None:
         """The run's status.json (None: the job never wrote one, or it is unreadable)."""
-        return run.read_status()
+        return cls.load(run.status)
 
     @property
     def present(self) -> bool:
@@ -298,7 +308,7 @@ class RunSummary(RunFile):
     @classmethod
     def read(cls, run: RunDir) -> RunSummary | None:
         """The run's summary.json (None: the run has not finished an attempt, or unreadable)."""
-        return run.read_summary()
+        return cls.load(run.summary)
 
     def write(self, path: Path) -> None:
         """The one writer of summary.json (atomic)."""
