@@ -169,7 +169,7 @@ def _want_spec(
     s = summary or RunSummary()
     keys.extend(STEP_TIME_KEYS)  # per-step times: the gate's step-time overhead interval
     if s.peak_memory_gb is None:
-        keys.append("peak_memory_gb")
+        keys.append(names.PEAK_MEMORY_GB)
     if s.tokens_per_s is None:
         keys.append(names.DEVICE_TPS)
     return tuple(sorted(set(keys))), PREFIXES

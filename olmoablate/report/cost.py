@@ -33,7 +33,7 @@ def _measured(run: RunData) -> dict[str, float | None]:
         step_time = col_stat(WALL, lambda a: np.median(a[1:] if a.size > 1 else a))
     peak = s.peak_memory_gb
     if peak is None:
-        peak = col_stat("peak_memory_gb", np.max)
+        peak = col_stat(names.PEAK_MEMORY_GB, np.max)
     tps = s.tokens_per_s
     if tps is None:
         tps = col_stat(names.DEVICE_TPS, np.median)

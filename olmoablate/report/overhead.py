@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.contract.schema import Gate
@@ -34,11 +35,10 @@ from olmoablate.contract.stats import t_ppf
 
 #: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
 #: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = "step_time_s", "step_cpu_time_s"
-ATTEMPT = "step_in_attempt"
-#: Steps of every attempt (start or resume) that are warm-up; the training job's
-#: ``MetricsJSONLCallback.WARMUP_STEPS`` (a test keeps the two equal; the report has no torch).
-ATTEMPT_WARMUP_STEPS = 5
+WALL, CPU = names.STEP_TIME, names.STEP_CPU_TIME
+ATTEMPT = names.STEP_IN_ATTEMPT
+#: Steps of every attempt (start or resume) that are warm-up (defined once, in the contract).
+ATTEMPT_WARMUP_STEPS = names.ATTEMPT_WARMUP_STEPS
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 
 
