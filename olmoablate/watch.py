@@ -90,7 +90,8 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
     """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
     reason is the futility stop (unless the user has resumed it since)."""
     from olmoablate.contract.futility import STATUS_KEY, FutilityStop
-    from olmoablate.contract.runfiles import RunState, RunStatus
+    from olmoablate.contract.runfiles import RunStatus
+    from olmoablate.contract.runstates import RunState
     from olmoablate.launch.runstate import mark_status
 
     for raw in stops.values():
@@ -105,7 +106,7 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
 
 
 def live_runs(results: ResultsDir) -> list[str]:
-    from olmoablate.contract.runfiles import LIVE_STATES
+    from olmoablate.contract.runstates import LIVE_STATES
     from olmoablate.launch.ledger import Ledger
     from olmoablate.launch.reconcile import reconcile
 

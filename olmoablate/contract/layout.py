@@ -235,8 +235,10 @@ class ResultsDir:
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
     """The one resolver from what a user typed as SPEC to its results folder.
 
-    SPEC is a results folder (holding plan.json), a plan.json, a spec file (its ``name:`` picks
-    ``<results_root>/<name>``; the YAML is only read for that field) or a spec name. Every
+    SPEC is a results folder (holding plan.json), a plan.json, another plan file of the spec
+    (``next_plan.json``: its ``spec_name`` picks ``<results_root>/<spec_name>``), a spec file
+    (its ``name:`` picks ``<results_root>/<name>``; the YAML is only read for that field) or a
+    spec name. Every
     problem is a one-line :class:`UserError`.
     """
     text = str(arg)
@@ -250,6 +252,8 @@ def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) ->
     if path.is_file():
         if path.name == PLAN_FILE:
             return ResultsDir(path.parent)
+        if path.suffix == ".json":  # another plan of the spec (the report's next_plan.json)
+            return ResultsDir.for_spec(Plan.load(path).spec_name, results_root)
         return ResultsDir.for_spec(_spec_name(path), results_root)
     if "/" in text or text.endswith((".yaml", ".yml")):
         raise UserError(f"{text}: no such spec file or results directory")

@@ -12,7 +12,7 @@ import os
 import signal
 
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import LIVE_STATES, RunState
+from olmoablate.contract.runstates import LIVE_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.reconcile import local_job_alive, reconcile

@@ -37,7 +37,8 @@ import submitit
 from olmoablate.contract.faults import classify
 from olmoablate.contract.layout import ResultsDir, RunDir
 from olmoablate.contract.plan import Plan, RunEntry
-from olmoablate.contract.runfiles import TERMINAL_STATES, RunState, RunStatus
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import TERMINAL_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.runstate import (
     DEFAULT_TARGET,

@@ -25,7 +25,7 @@ from typing import Any
 
 from olmoablate.contract.identity import is_run_place, short
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import DONE_STATES, LIVE_STATES
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import LedgerFile, LedgerJob, LedgerRun, RunState, now_iso
+from olmoablate.contract.runfiles import LedgerFile, LedgerJob, LedgerRun
+from olmoablate.contract.runstates import RunState, now_iso
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import RunEntry
-from olmoablate.contract.runfiles import DONE_STATES, RunState
+from olmoablate.contract.runstates import DONE_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger

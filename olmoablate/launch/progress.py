@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from olmoablate.console import is_terminal, make_console, print_whole
-from olmoablate.contract.runfiles import ACTIVE_STATES, STOPPED_STATES
+from olmoablate.contract.runstates import ACTIVE_STATES, STOPPED_STATES
 from olmoablate.launch.view import fmt_eta, fmt_tokens
 
 #: Seconds between two plain progress lines of the same run while only its step moves.

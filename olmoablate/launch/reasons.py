@@ -11,7 +11,8 @@ command that resumes it, because that is what the user wants to do next. No torc
 from __future__ import annotations
 
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import ENDED_STATES, EXPLAINED_STATES, RunState, RunStatus
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import ENDED_STATES, EXPLAINED_STATES, RunState
 from olmoablate.launch.runstate import latest_checkpoint_step
 
 #: Run states the training job writes only from inside the job: anything else means the job

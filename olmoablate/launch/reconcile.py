@@ -14,7 +14,8 @@ import socket
 from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import RunState, RunStatus
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState
 from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import JobRecord, Ledger

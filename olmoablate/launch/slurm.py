@@ -19,7 +19,7 @@ from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import RunEntry
-from olmoablate.contract.runfiles import RunState
+from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Topology
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, write_json_atomic

@@ -18,7 +18,7 @@ from typing import Any
 from olmoablate.contract.blocks import code_changes
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan, RunEntry
-from olmoablate.contract.runfiles import DONE_STATES, LIVE_STATES, RunState
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES, RunState
 from olmoablate.errors import UserError
 from olmoablate.io import canonical_json, write_text_atomic
 from olmoablate.launch import slurm as sl

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from olmoablate.contract.runfiles import ACTIVE_STATES, RunState
+from olmoablate.contract.runstates import ACTIVE_STATES, RunState
 from olmoablate.launch.reconcile import RunView
 
 #: Colour of each state in the table (states not listed stay plain).

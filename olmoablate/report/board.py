@@ -24,7 +24,8 @@ from typing import Any
 
 from olmoablate.contract.layout import PLAN_FILE, ResultsDir
 from olmoablate.contract.plan import Plan
-from olmoablate.contract.runfiles import DONE_STATES, LIVE_STATES, RunStatus
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
 from olmoablate.report import track

@@ -21,7 +21,8 @@ from olmoablate.contract import metrics as names
 from olmoablate.contract.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.contract.metricsfile import Metrics
 from olmoablate.contract.plan import Pair, Plan, RunEntry
-from olmoablate.contract.runfiles import RunFile, RunState, RunStatus, RunSummary
+from olmoablate.contract.runfiles import RunFile, RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Gate
 from olmoablate.errors import UserError
 from olmoablate.io import read_json

@@ -15,7 +15,7 @@ import typer
 
 from olmoablate.contract.complete import complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT
-from olmoablate.contract.runfiles import RunState
+from olmoablate.contract.runstates import RunState
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.io import file_in_the_way
 from olmoablate.options import RootOpt

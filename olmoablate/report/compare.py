@@ -17,7 +17,8 @@ import numpy as np
 from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import Pair
 from olmoablate.contract.proof import ProofRecord
-from olmoablate.contract.runfiles import RunState, RunStatus, RunSummary
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
 from olmoablate.report.align import (
     Aligned,
     Curve,

@@ -13,7 +13,7 @@ from typing import Any
 from olmoablate.contract.certificate import differences, shared_settings
 from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.proof import ProofRecord
-from olmoablate.contract.runfiles import RunState
+from olmoablate.contract.runstates import RunState
 
 
 def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:

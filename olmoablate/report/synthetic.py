@@ -23,7 +23,8 @@ import numpy as np
 from olmoablate.contract import sizes
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import PLAN_FILE, Plan, RunEntry
-from olmoablate.contract.runfiles import RunState, RunStatus, RunSummary
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
 from olmoablate.io import write_text_atomic
 from olmoablate.report import synthetic_plan as sp
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.layout import PLAN_FILE, ResultsDir, RunDir
 from olmoablate.contract.plan import Plan
-from olmoablate.contract.runfiles import REUSABLE_STATES, RunState
+from olmoablate.contract.runstates import REUSABLE_STATES, RunState
 from olmoablate.errors import UserError
 from olmoablate.store.owner import recorded_identity
 

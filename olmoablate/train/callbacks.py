@@ -51,7 +51,8 @@ from olmo_core.train.callbacks import (
 
 from olmoablate.contract import metrics as metric_names
 from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
-from olmoablate.contract.runfiles import RunState, RunStatus
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState
 from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.train.guards import (
     ComputeDtypeCallback,

@@ -37,7 +37,8 @@ import time
 from typing import Any
 
 from olmoablate.contract.metrics import CE_LOSS
-from olmoablate.contract.runfiles import DONE_STATES, RunState, RunStatus, RunSummary
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import DONE_STATES, RunState
 from olmoablate.errors import UserError
 from olmoablate.train.debug import debug_callbacks
 from olmoablate.train.decode import decode_figures

@@ -29,7 +29,7 @@ from olmo_core.train.common import ReduceType
 from olmoablate.contract import columnar
 from olmoablate.contract import metrics as metric_names
 from olmoablate.contract.metrics import PEAK_MEMORY
-from olmoablate.contract.runfiles import now_iso  # noqa: F401 - re-exported (callbacks)
+from olmoablate.contract.runstates import now_iso  # noqa: F401 - re-exported (callbacks)
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

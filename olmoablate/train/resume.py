@@ -28,7 +28,8 @@ from olmo_core.train.callbacks import Callback
 
 from olmoablate.contract import checkpoints as ck
 from olmoablate.contract import faults
-from olmoablate.contract.runfiles import RunState, RunStatus, now_iso
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState, now_iso
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.train.plan import RunContext
