@@ -43,7 +43,7 @@ class ArmTruth:
     step_time_s: float = 0.5
     peak_memory_gb: float = 40.0
     decode_latency_s: float | None = None
-    state: str = "completed"
+    state: str = RunState.COMPLETED
     stop_at: int | None = None  # last step written (partial run)
     nonfinite_at: int | None = None
     data_salt: str = ""  # changes the data fingerprints (a broken pair)

@@ -120,7 +120,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     model_cfg = cfgs.model_config(run, env)
     model = model_cfg.build(init_device="meta")
-    proof.at_start(ctx, model, model_cfg, int(base_status.get("attempt") or 1))  # before step 1
+    proof.at_start(ctx, model, model_cfg, int(base_status["attempt"]))  # before step 1
     train_module = cfgs.train_module_config(run, env).build(model)
     dataset = cfgs.dataset_config(ctx).build()
     data_loader = cfgs.data_loader_config(ctx).build(
