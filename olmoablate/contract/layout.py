@@ -18,6 +18,10 @@ is free and works on a copy of a cluster's results anywhere.
         reused.json              submit    (trained by another spec of the store: where)
       runs/.superseded/          replan    (runs moved aside when their entry changed)
       .report-cache/             report    (parse cache; safe to delete)
+
+status.json, summary.json and ledger.json are typed by :mod:`olmoablate.contract.runfiles`
+(:meth:`RunDir.read_status` / :meth:`RunDir.read_summary`); next_plan.json, which `report` writes
+next to its gate.json, is a :class:`~olmoablate.contract.plan.Plan` (``submit next_plan.json``).
 """
 
 from __future__ import annotations

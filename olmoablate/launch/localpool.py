@@ -20,7 +20,7 @@ from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import RunEntry
-from olmoablate.contract.runstates import DONE_STATES, RunState
+from olmoablate.contract.runstates import DONE_STATES, TERMINAL_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger
@@ -208,13 +208,11 @@ class LocalPool:
                 if job._process is not None and job._process.poll() is None:
                     os.killpg(job._process.pid, signal.SIGKILL)
         for rid in self.all:
-            if own_status(self.results.run(rid)).state not in (
-                RunState.COMPLETED,
-                RunState.DIVERGED,
-                RunState.FAILED,
-            ):
+            if own_status(self.results.run(rid)).state not in TERMINAL_STATES:
                 mark_status(
-                    self.results.run(rid).status, state=RunState.CANCELLED, reason="interrupted by Ctrl-C"
+                    self.results.run(rid).status,
+                    state=RunState.CANCELLED,
+                    reason="interrupted by Ctrl-C",
                 )
 
     def run(self, progress: bool = True) -> list[tuple[str, str]]:
