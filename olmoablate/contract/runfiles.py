@@ -6,8 +6,8 @@ marks the status (pending, cancelled, the one-line reason of a failure) and keep
 campaign board read them. Read by hand with ``.get("state")`` in each stage, the set of run
 states had been spelled out in six places and two timestamp formats were written. Here:
 
-* :class:`~olmoablate.contract.runstates.RunState` is the one vocabulary of run states (every stage compares against its
-  members, never against a string it typed itself);
+* :class:`~olmoablate.contract.runstates.RunState` is the one vocabulary of run states (every
+  stage compares against its members, never against a string it typed itself);
 * every timestamp is written by :func:`now_iso` (ISO-8601, seconds, with the ``+00:00`` offset);
   :func:`parse_time` also reads the ``+0000`` form older training jobs wrote;
 * :class:`RunStatus` / :class:`RunSummary` / :class:`LedgerRun` read the files (missing or
@@ -110,7 +110,8 @@ class RunStatus(RunFile):
     """``runs/<id>/status.json``: state, step, attempt and the one-line reason of a stop.
 
     Written by the training job (:meth:`write`, every few steps and at the end), marked by launch
-    and watch (:meth:`update`). ``executor`` and ``host``: where `submit` started it.
+    and watch (:meth:`update`). ``executor`` and ``host``: who started the attempt (submitit's
+    ``local``/``slurm``) and the node its rank 0 runs on.
     """
 
     run_id: str | None = None
