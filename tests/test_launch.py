@@ -425,8 +425,8 @@ def test_spec_without_signal_delay_renders_usr2_at_120(tmp_path: Path) -> None:
 def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     """The reason line: Slurm's state and signal when the job died outside the training loop,
     the job's own reason otherwise, each with the checkpoint it resumes from and the command."""
-    from olmoablate.launch.reasons import exit_text, reason_for
     from olmoablate.contract.runfiles import RunStatus
+    from olmoablate.launch.reasons import exit_text, reason_for
 
     ck = tmp_path / "runs" / "r" / "checkpoints"
     for step in (5, 10):
