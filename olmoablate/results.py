@@ -40,6 +40,7 @@ import pandas as pd
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.metricsfile import read_metrics
+from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
 from olmoablate.report.collect import Results, collect, resolve_results_dir
@@ -163,7 +164,7 @@ class ResultSet:
         links = wandb_links(self.results)
         rows = []
         for rid, run in self.results.runs.items():
-            e, s, st = run.entry, run.summary or {}, run.status or {}
+            e, s, st = run.entry, run.summary or RunSummary(), run.status or RunStatus()
             link = links.get(rid, {})
             rows.append(
                 {
@@ -172,26 +173,26 @@ class ResultSet:
                     "size": e.size,
                     "seed": e.seed,
                     "arm": e.arm,
-                    "state": run.state,
-                    "step": st.get("step"),
+                    "state": str(run.state),
+                    "step": st.step,
                     "planned_steps": e.steps,
                     "planned_tokens": e.tokens,
                     "tokens": run.max_tokens,
                     "params": e.params,
                     "non_embedding_params": e.non_embedding_params,
                     # measured by the job when it finished, else the plan's count
-                    "unique_params": s["unique_params"]
-                    if "unique_params" in s
+                    "unique_params": s.unique_params
+                    if s.has("unique_params")
                     else e.unique_params,
                     "train_flops_per_token": e.train_flops_per_token,
                     "total_train_flops": e.total_train_flops,
                     "planned_gpu_hours": e.gpu_hours,
-                    "mean_step_time_s": s.get("mean_step_time_s"),
-                    "tokens_per_s": s.get("tokens_per_s"),
-                    "peak_memory_gb": s.get("peak_memory_gb"),
-                    "decode_latency_s": s.get("decode_latency_s"),
-                    "wall_time_s": s.get("wall_time_s"),
-                    "loss_spikes": s.get("loss_spikes"),
+                    "mean_step_time_s": s.mean_step_time_s,
+                    "tokens_per_s": s.tokens_per_s,
+                    "peak_memory_gb": s.peak_memory_gb,
+                    "decode_latency_s": s.decode_latency_s,
+                    "wall_time_s": s.wall_time_s,
+                    "loss_spikes": s.loss_spikes,
                     "certificate": e.certificate,
                     "wandb_id": link.get("id"),
                     "wandb_url": link.get("url"),

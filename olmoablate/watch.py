@@ -89,27 +89,26 @@ def watch_once(results: ResultsDir) -> list[str]:
 def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
     """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
     reason is the futility stop (unless the user has resumed it since)."""
-    from olmoablate.contract.futility import STATUS_KEY
+    from olmoablate.contract.futility import STATUS_KEY, FutilityStop
+    from olmoablate.contract.runfiles import RunStatus
+    from olmoablate.contract.runstates import RunState
     from olmoablate.launch.runstate import mark_status
 
-    for rec in stops.values():
-        for rid in rec.get("runs", []):
-            path = results.run(rid).status
-            try:
-                st = read_json(path)
-            except (OSError, ValueError):
-                continue
-            if (
-                isinstance(st, dict)
-                and st.get("state") == "cancelled"
-                and st.get("reason") != rec["reason"]
-            ):
-                mark_status(path, reason=rec["reason"], **{STATUS_KEY: rec})
+    for raw in stops.values():
+        rec = FutilityStop.of_record(raw)
+        if rec is None:
+            continue
+        for rid in rec.runs:
+            run = results.run(rid)
+            st = RunStatus.read(run)
+            if st is not None and st.state == RunState.CANCELLED and st.reason != rec.reason:
+                mark_status(run.status, reason=rec.reason, **{STATUS_KEY: raw})
 
 
 def live_runs(results: ResultsDir) -> list[str]:
+    from olmoablate.contract.runstates import LIVE_STATES
     from olmoablate.launch.ledger import Ledger
-    from olmoablate.launch.reconcile import LIVE_STATES, reconcile
+    from olmoablate.launch.reconcile import reconcile
 
     views = reconcile(results, Ledger.read(results), sacct_max_age_s=10.0)
     return [rid for rid, v in views.items() if v.state in LIVE_STATES]

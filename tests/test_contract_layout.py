@@ -58,4 +58,5 @@ def test_status_reads_tolerate_absent_and_torn_files(tmp_path: Path) -> None:
     run.status.write_text('{"state": "running"')  # torn write
     assert run.read_status() is None
     run.status.write_text('{"state": "running"}')
-    assert run.read_status() == {"state": "running"}
+    status = run.read_status()
+    assert status is not None and status.as_json() == {"state": "running"}

@@ -425,8 +425,8 @@ def test_spec_without_signal_delay_renders_usr2_at_120(tmp_path: Path) -> None:
 def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     """The reason line: Slurm's state and signal when the job died outside the training loop,
     the job's own reason otherwise, each with the checkpoint it resumes from and the command."""
+    from olmoablate.contract.runfiles import RunStatus
     from olmoablate.launch.reasons import exit_text, reason_for
-    from olmoablate.launch.runstate import OwnStatus
 
     ck = tmp_path / "runs" / "r" / "checkpoints"
     for step in (5, 10):
@@ -449,12 +449,12 @@ def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     assert exit_text(records["17_1"]) == "exit code 1"
     assert exit_text({"ExitCode": "1:0", "DerivedExitCode": "0:0"}) == "exit code 1"
     results = ResultsDir(tmp_path)
-    running = OwnStatus.of({"state": "running", "step": 12, "reason": None})
+    running = RunStatus.model_validate({"state": "running", "step": 12, "reason": None})
     assert reason_for(results, "r", "failed", running, killed, None) == (
         f"FAILED, signal 9 at step 12; resumable from checkpoint step 10: "
         f"olmoablate submit {tmp_path} --retry-failed"
     )
-    own = OwnStatus.of(
+    own = RunStatus.model_validate(
         {"state": "cancelled", "step": 11, "reason": "cancelled by scancel (Slurm job X)"}
     )
     cancelled = {"State": "CANCELLED by 0", "ExitCode": "0:15"}
@@ -462,7 +462,7 @@ def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
         f"cancelled by scancel (Slurm job X); resumable from checkpoint step 10: "
         f"olmoablate submit {tmp_path}"
     )
-    early = OwnStatus.of(
+    early = RunStatus.model_validate(
         {"state": "failed", "step": 0, "reason": "failed before training started: OSError: x"}
     )
     assert reason_for(results, "q", "failed", early, {"State": "FAILED"}, None) == (
@@ -470,5 +470,5 @@ def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
         f"olmoablate submit {tmp_path} --retry-failed"
     )
     assert reason_for(results, "r", "running", running, None, None) is None
-    done = OwnStatus.of({"state": "completed"})
+    done = RunStatus.model_validate({"state": "completed"})
     assert reason_for(results, "r", "completed", done, None, None) is None

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from olmoablate.contract.plan import Plan
 from olmoablate.io import read_json
 from olmoablate.report.build import Report, build, write_next_plan
 from olmoablate.report.collect import collect
@@ -38,7 +39,9 @@ def test_clear_improvement_proceeds_and_plans_next_sizes(tmp_path: Path) -> None
     assert est is not None and est.mean == pytest.approx(0.05, abs=0.005)
     nxt = read_json(tmp_path / "synth" / "next_plan.json")
     assert {r["size"] for r in nxt["runs"]} == {"3B"}
-    assert nxt["missing_sizes"] == ["7B"]
+    # a real plan: what `submit next_plan.json` reads (the missing 7B is in the next steps)
+    promoted = Plan.load(tmp_path / "synth" / "next_plan.json")
+    assert {r.size for r in promoted.runs} == {"3B"} and "promoted at" in promoted.description
     assert "olmoablate submit specs/synth.yaml --size 3B" in rep.next_steps
     assert any("7B" in s and "not in the plan" in s for s in rep.next_steps)
     # certificates carried over unchanged

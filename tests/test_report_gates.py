@@ -115,9 +115,9 @@ def test_report_opens_with_one_verdict_per_gate(tmp_path: Path) -> None:
     # each proceeding gate promotes only its own proposal
     for name, arm in (("siamese", "sn_da"), ("looped", "looped")):
         nxt = read_json(root / "gates" / name / "next_plan.json")
-        assert nxt["promoted_from"]["variants"] == sorted(
-            {arm} | ({"ref4"} if name == "looped" else set())
-        )
+        promoted = ", ".join(sorted({arm} | ({"ref4"} if name == "looped" else set())))
+        assert f"gate {name} ({promoted}: proceed)" in nxt["description"]
+        assert {r["arm"] for r in nxt["runs"]} <= {"baseline", *promoted.split(", ")}
     rs = check_against_report(root)  # the notebook frames hold both gates
     assert set(rs.gate["gate"]) == {"siamese", "looped"}
 

@@ -32,9 +32,15 @@ class FutilityStop(Strict):
     @classmethod
     def of_status(cls, status: Any) -> FutilityStop | None:
         """The record in a parsed status.json, or None (absent or unreadable)."""
-        if not isinstance(status, dict) or not isinstance(status.get(STATUS_KEY), dict):
+        return cls.of_record(status.get(STATUS_KEY) if isinstance(status, dict) else None)
+
+    @classmethod
+    def of_record(cls, record: Any) -> FutilityStop | None:
+        """From status.json's ``futility_stop`` value, or None (absent or unreadable); read it
+        as :attr:`olmoablate.contract.runfiles.RunStatus.futility`."""
+        if not isinstance(record, dict):
             return None
         try:
-            return cls.model_validate(status[STATUS_KEY])
+            return cls.model_validate(record)
         except ValidationError:
             return None

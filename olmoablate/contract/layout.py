@@ -18,13 +18,17 @@ is free and works on a copy of a cluster's results anywhere.
         reused.json              submit    (trained by another spec of the store: where)
       runs/.superseded/          replan    (runs moved aside when their entry changed)
       .report-cache/             report    (parse cache; safe to delete)
+
+status.json, summary.json and ledger.json are typed by :mod:`olmoablate.contract.runfiles`
+(:meth:`RunDir.read_status` / :meth:`RunDir.read_summary`); next_plan.json, which `report` writes
+next to its gate.json, is a :class:`~olmoablate.contract.plan.Plan` (``submit next_plan.json``).
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from olmoablate.contract.identity import is_run_place
 from olmoablate.contract.plan import PLAN_FILE, Plan
@@ -37,6 +41,9 @@ from olmoablate.io import (
     compose_yaml_bounded,
     read_json,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmoablate.contract.runfiles import RunStatus, RunSummary
 
 REUSED_FILE = "reused.json"
 
@@ -118,13 +125,18 @@ class RunDir:
         """reused.json: this run is trained by another spec of the store (``{"from": ...}``)."""
         return self.path / REUSED_FILE
 
-    def read_status(self) -> dict[str, Any] | None:
-        """status.json, or None when the job never wrote one (or it is unreadable)."""
-        return _read_object(self.status)
+    def read_status(self) -> RunStatus | None:
+        """status.json, typed; None when the job never wrote one (or it is not JSON). A field
+        of the wrong type or an unknown state is a one-line UserError naming file and field."""
+        from olmoablate.contract.runfiles import RunStatus
 
-    def read_summary(self) -> dict[str, Any] | None:
-        """summary.json, or None when the run has not finished (or it is unreadable)."""
-        return _read_object(self.summary)
+        return RunStatus.load(self.status)
+
+    def read_summary(self) -> RunSummary | None:
+        """summary.json, typed; None when the run has not finished an attempt (or not JSON)."""
+        from olmoablate.contract.runfiles import RunSummary
+
+        return RunSummary.load(self.summary)
 
 
 class ResultsDir:
@@ -227,8 +239,10 @@ class ResultsDir:
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
     """The one resolver from what a user typed as SPEC to its results folder.
 
-    SPEC is a results folder (holding plan.json), a plan.json, a spec file (its ``name:`` picks
-    ``<results_root>/<name>``; the YAML is only read for that field) or a spec name. Every
+    SPEC is a results folder (holding plan.json), a plan.json, another plan file of the spec
+    (``next_plan.json``: its ``spec_name`` picks ``<results_root>/<spec_name>``), a spec file
+    (its ``name:`` picks ``<results_root>/<name>``; the YAML is only read for that field) or a
+    spec name. Every
     problem is a one-line :class:`UserError`.
     """
     text = str(arg)
@@ -242,6 +256,8 @@ def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) ->
     if path.is_file():
         if path.name == PLAN_FILE:
             return ResultsDir(path.parent)
+        if path.suffix == ".json":  # another plan of the spec (the report's next_plan.json)
+            return ResultsDir.for_spec(Plan.load(path).spec_name, results_root)
         return ResultsDir.for_spec(_spec_name(path), results_root)
     if "/" in text or text.endswith((".yaml", ".yml")):
         raise UserError(f"{text}: no such spec file or results directory")

@@ -28,6 +28,17 @@ LOOPS = "train/loops"
 #: reduction; metrics.jsonl and summary.json carry it as ``peak_memory_gb``).
 PEAK_MEMORY = "system/peak memory (GB, max over ranks)"
 H_NORM_PREFIX = "train/H norm"
+#: Ours (olmoablate.train.records, one key of each metrics.jsonl row): the step's wall time
+#: (training work only, synchronised on the device), its process CPU time, the step's index in
+#: its attempt (1 = first step after a start or resume) and the step's peak memory in GB.
+STEP_TIME = "step_time_s"
+STEP_CPU_TIME = "step_cpu_time_s"
+STEP_IN_ATTEMPT = "step_in_attempt"
+PEAK_MEMORY_GB = "peak_memory_gb"
+#: Steps of every attempt that are warm-up (compilation, cold caches, the first checkpoint
+#: load), never steady state: left out of summary.json's mean step time by the training job and
+#: out of the step-time overhead by the report (``step_in_attempt <= ATTEMPT_WARMUP_STEPS``).
+ATTEMPT_WARMUP_STEPS = 5
 #: Every evaluation metric starts with this (OLMo-core's evaluator callbacks' prefix).
 EVAL_PREFIX = "eval/"
 LM_EVAL_PREFIX = "eval/lm/"

@@ -48,6 +48,11 @@ from olmoablate.contract.gatespec import (  # noqa: F401  (re-exported: the spec
     NoiseFloor,
     SequentialDesign,
 )
+from olmoablate.contract.stability import (
+    DEFAULT_FACTOR,
+    DEFAULT_MIN_RELATIVE_JUMP,
+    DEFAULT_WINDOW,
+)
 
 #: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
@@ -184,9 +189,9 @@ class Data(Strict):
 class Stability(Strict):
     """Loss-spike rule (`olmoablate.contract.stability`) and when the job stops as `diverged`."""
 
-    spike_window: int = Field(50, ge=5)
-    spike_factor: float = Field(3.0, gt=0)
-    min_relative_jump: float = Field(0.05, ge=0)
+    spike_window: int = Field(DEFAULT_WINDOW, ge=5)
+    spike_factor: float = Field(DEFAULT_FACTOR, gt=0)
+    min_relative_jump: float = Field(DEFAULT_MIN_RELATIVE_JUMP, ge=0)
     #: Stop (diverged) after more than this many spikes; null = count only, never stop for spikes.
     max_spikes: NonNegInt | None = None
     stop_on_nonfinite: bool = True

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+#: The rule's defaults, defined only here: the spec's ``training.stability`` (contract/schema.py),
+#: the training job's StabilityCallback and the report's loss_spikes all import them.
 DEFAULT_WINDOW = 50
 DEFAULT_FACTOR = 3.0
 DEFAULT_MIN_RELATIVE_JUMP = 0.05

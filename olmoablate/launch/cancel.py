@@ -12,9 +12,10 @@ import os
 import signal
 
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.runstates import LIVE_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.reconcile import LIVE_STATES, local_job_alive, reconcile
+from olmoablate.launch.reconcile import local_job_alive, reconcile
 from olmoablate.launch.runstate import mark_status
 
 
@@ -33,7 +34,7 @@ def cancel(
         for rid, view in views.items():
             if run_ids and rid not in run_ids:
                 continue
-            if view.state not in LIVE_STATES or view.state == "cancelling" and not force:
+            if view.state not in LIVE_STATES or view.state == RunState.CANCELLING and not force:
                 if run_ids:
                     actions.append((rid, f"nothing to cancel ({view.state})"))
                 continue
@@ -46,18 +47,18 @@ def cancel(
             rdir.cancel_marker.touch()
             rec = ledger.record(rid)
             job = rec.last_job if rec is not None else None
-            if view.state == "queued" or job is None:
+            if view.state == RunState.QUEUED or job is None:
                 actions.append((rid, "removed from the local queue"))
-                mark_status(rdir.status, state="cancelled", reason=reason)
+                mark_status(rdir.status, state=RunState.CANCELLED, reason=reason)
             elif job.executor == "slurm":
-                started = view.state in ("running", "cancelling")
+                started = view.state in (RunState.RUNNING, RunState.CANCELLING)
                 sl.scancel(job.job_id, graceful=started and not force)
                 if started and not force:
                     actions.append((rid, f"SIGTERM to job {job.job_id} (checkpoint, then exit)"))
                 else:
                     actions.append((rid, f"scancel {job.job_id}"))
                     if not started:
-                        mark_status(rdir.status, state="cancelled", reason=reason)
+                        mark_status(rdir.status, state=RunState.CANCELLED, reason=reason)
             else:
                 pid = int(job.job_id)
                 try:
@@ -68,6 +69,6 @@ def cancel(
                     actions.append((rid, f"SIGTERM to local job {pid} (checkpoint, then exit)"))
                 except ProcessLookupError:
                     actions.append((rid, f"local job {pid} already gone"))
-            ledger.set_state(rid, "cancelled", reason)
+            ledger.set_state(rid, RunState.CANCELLED, reason)
         sl.invalidate_sacct_cache(results)
     return actions

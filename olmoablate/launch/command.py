@@ -13,11 +13,12 @@ import typer
 
 from olmoablate.contract.complete import complete_run_ids, complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT
+from olmoablate.contract.runstates import RunState
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.options import RootOpt
 
 #: `status --fail-on`: run states that make the exit code 1.
-STATUS_FAIL_ON = ("failed",)
+STATUS_FAIL_ON = (RunState.FAILED,)
 
 SpecArg = Annotated[
     str,
@@ -27,6 +28,27 @@ SpecArg = Annotated[
         shell_complete=complete_spec,
     ),
 ]
+
+
+def plan_part(spec: str, results: Any) -> list[str] | None:
+    """The runs of SPEC when it is a plan file other than the results folder's plan.json (the
+    report's ``next_plan.json``: the promoted sizes), each checked to be that plan's run (same
+    certificate); None for any other SPEC."""
+    from pathlib import Path
+
+    from olmoablate.contract.plan import PLAN_FILE, Plan
+
+    path = Path(spec)
+    if not (path.is_file() and path.suffix == ".json" and path.name != PLAN_FILE):
+        return None
+    part, plan = Plan.load(path), results.plan
+    for r in part.runs:
+        if plan.run(r.run_id).certificate != r.certificate:
+            raise UserError(
+                f"{path}: runs[{r.run_id}] differs from {results.plan_path} (certificate); "
+                "the spec was re-planned since the report: submit the spec itself"
+            )
+    return [r.run_id for r in part.runs]
 
 
 def submit_command(
@@ -131,6 +153,11 @@ def submit_command(
     check_overrides(spec, results, set_ or [])
     redo_ids = plan.check_run_ids(redo, "--redo")
     only = plan.check_run_ids(run, "--run") or None
+    part = plan_part(spec, results)
+    if part is not None:  # a next_plan.json: its runs only
+        only = [r for r in (only or part) if r in part] or None
+        if only is None:
+            raise UserError(f"{spec}: --run selects none of this plan's runs")
     if size:
         sizes = sorted({r.size for r in plan.runs})
         unknown = [s for s in size if s not in sizes]
@@ -203,7 +230,7 @@ def _exit_if_failed(results: Any, run_ids: list[str]) -> None:
     from olmoablate.launch.reconcile import reconcile
 
     views = reconcile(results, Ledger.read(results))
-    failed = [views[r] for r in run_ids if r in views and views[r].state == "failed"]
+    failed = [views[r] for r in run_ids if r in views and views[r].state == RunState.FAILED]
     for v in failed:
         typer.echo(f"{v.run_id}: failed: {v.reason}", err=True)
     if failed:

@@ -37,18 +37,19 @@ import submitit
 from olmoablate.contract.faults import classify
 from olmoablate.contract.layout import ResultsDir, RunDir
 from olmoablate.contract.plan import Plan, RunEntry
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import TERMINAL_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.runstate import (
     DEFAULT_TARGET,
     FIT_STARTED_ENV,
     JobTarget,
-    OwnStatus,
     mark_status,
+    own_status,
 )
 
 log = logging.getLogger(__name__)
 
-TERMINAL_STATES = frozenset({"completed", "diverged", "failed"})
 MAX_REQUEUES_WITHOUT_PROGRESS = 3
 #: After a SIGTERM while Slurm still says RUNNING, how long to wait for the SIGUSR2 that would make
 #: it a preemption (submitit and Slurm's send_user_signal send it right after the SIGTERM).
@@ -198,7 +199,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
         if self.cancel_requested():
             return self._cancelled(
-                {"state": "cancelled", "run_id": self.run_id}, rank0, "cancelled by user"
+                {"state": RunState.CANCELLED, "run_id": self.run_id}, rank0, "cancelled by user"
             )
         # Until the training job installs its own handlers (imports take seconds) and after it
         # restored ours, a SIGTERM lands here (submitit's own handler would only log it).
@@ -211,8 +212,8 @@ class TrainRun(submitit.helpers.Checkpointable):
             # Errors before the training job could write its own status (bad plan entry, import
             # error, missing data) must still show up in `status` with their one-line reason.
             if rank0:
-                own = OwnStatus.read(self.run_dir)
-                if own.state != "failed" or not own.reason:  # the job's own line wins
+                own = own_status(self.run_dir)
+                if own.state != RunState.FAILED or not own.reason:  # the job's own line wins
                     why = classify(
                         err,
                         resume=f"olmoablate submit {self.results_dir} --retry-failed",
@@ -220,19 +221,18 @@ class TrainRun(submitit.helpers.Checkpointable):
                     )
                     if not os.environ.get(FIT_STARTED_ENV):
                         why = f"failed before training started: {why}"
-                    mark_status(self.run_dir.status, state="failed", reason=why)
+                    mark_status(self.run_dir.status, state=RunState.FAILED, reason=why)
             raise
         if not isinstance(result, dict):
-            result = {"state": "failed", "reason": f"job returned {type(result).__name__}"}
-        state = str(result.get("state"))
-        if state in TERMINAL_STATES:
+            result = {"state": RunState.FAILED, "reason": f"job returned {type(result).__name__}"}
+        if _said(result).state in TERMINAL_STATES:
             return result
         return self._interrupted(result, submitit_usr2)
 
     def _interrupted(self, result: dict[str, Any], submitit_usr2: Any) -> dict[str, Any]:
         """Decide what the stop meant (module docstring) and act on it; the decision is final."""
         rank = int(os.environ.get("RANK", "0"))
-        signals = [*(result.get("signals") or []), *self._signals]
+        signals = [*(_said(result).signals or []), *self._signals]
         record = self._record
         signal.signal(signal.SIGTERM, record)
         signal.signal(signal.SIGUSR2, record)
@@ -244,7 +244,7 @@ class TrainRun(submitit.helpers.Checkpointable):
                 if "SIGUSR2" in self._signals:  # a preemption: SIGTERM, then USR2
                     break
                 time.sleep(0.1)
-            signals = [*(result.get("signals") or []), *self._signals]
+            signals = [*(_said(result).signals or []), *self._signals]
             decision = decide_stop(
                 signals, self.cancel_requested(), slurm_job, self.restarts_at_start
             )
@@ -255,9 +255,9 @@ class TrainRun(submitit.helpers.Checkpointable):
             return self._cancelled(result, rank == 0, decision.reason)
         if decision.action in ("slurm", "stop"):
             if rank == 0:
-                mark_status(self.run_dir.status, state="interrupted", reason=decision.reason)
+                mark_status(self.run_dir.status, state=RunState.INTERRUPTED, reason=decision.reason)
             return result
-        step = int(result.get("step") or 0)
+        step = _said(result).step or 0
         if step <= self.last_step:
             self.stalled_requeues += 1
         else:
@@ -267,10 +267,10 @@ class TrainRun(submitit.helpers.Checkpointable):
             if rank == 0:
                 mark_status(
                     self.run_dir.status,
-                    state="failed",
+                    state=RunState.FAILED,
                     reason=f"interrupted {self.stalled_requeues} times without progress",
                 )
-            return {**result, "state": "failed"}
+            return {**result, "state": RunState.FAILED}
         if callable(submitit_usr2) and rank == 0:
             self.requeues += 1
             # submitit's own handler: checkpoint() -> dump -> requeue -> sys.exit. It raises
@@ -280,7 +280,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             except submitit.core.utils.UncompletedJobError as err:
                 mark_status(
                     self.run_dir.status,
-                    state="failed",
+                    state=RunState.FAILED,
                     reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
                 )
                 raise
@@ -292,8 +292,8 @@ class TrainRun(submitit.helpers.Checkpointable):
 
     def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
         if rank0:
-            mark_status(self.run_dir.status, state="cancelled", reason=reason)
-        return {**result, "state": "cancelled"}
+            mark_status(self.run_dir.status, state=RunState.CANCELLED, reason=reason)
+        return {**result, "state": RunState.CANCELLED}
 
     def _outside_training(self, signum: int, frame: Any) -> None:
         """SIGTERM while the training job's handlers are not installed.
@@ -313,13 +313,18 @@ class TrainRun(submitit.helpers.Checkpointable):
             self._signals, self.cancel_requested(), slurm_job, self.restarts_at_start
         )
         if os.environ.get("RANK", "0") == "0":
-            state = "cancelled" if decision.action == "cancel" else "interrupted"
+            state = RunState.CANCELLED if decision.action == "cancel" else RunState.INTERRUPTED
             mark_status(self.run_dir.status, state=state, reason=decision.reason)
         raise SystemExit(0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Requeue this same callable; the training job resumes from its own checkpoint."""
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _said(result: dict[str, Any]) -> RunStatus:
+    """What the training job returned (its final status.json), typed."""
+    return RunStatus.of(result, "the training job's result") or RunStatus()
 
 
 def _on_slurm() -> bool:

@@ -25,10 +25,11 @@ from typing import Any
 
 from olmoablate.contract.identity import is_run_place, short
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 from olmoablate.launch.ledger import Ledger, now_iso
-from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, reconcile
+from olmoablate.launch.reconcile import reconcile
 from olmoablate.store.owner import owner_problem, recorded_identity
 
 STORE_DIR = ".store"

@@ -11,20 +11,22 @@ Layout::
 
 Every read-decide-write happens under ``file_lock(results/<spec>/.ledger.lock)`` (see
 ``Ledger.locked``) and every write is atomic, so two concurrent `submit` calls serialize and a
-reader never sees half a file. The ledger is launch's own record (no other stage reads it): the
-rest of launch reads it through :meth:`Ledger.record` (typed), the dict keys live only here.
+reader never sees half a file. The ledger is launch's own record (no other stage reads it; the
+report learns where a run executed from the run's own summary.json): the rest of launch reads it
+through :meth:`Ledger.record`, typed by the contract
+(:class:`olmoablate.contract.runfiles.LedgerRun`); :meth:`Ledger.save` is its one writer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.runfiles import LedgerFile, LedgerJob, LedgerRun
+from olmoablate.contract.runstates import RunState, now_iso
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
 
@@ -33,36 +35,8 @@ LOCK_FILE = ".ledger.lock"
 SCHEMA = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class JobRecord:
-    """One job the ledger recorded for a run."""
-
-    job_id: str
-    executor: str  # "slurm" | "local"
-    #: Local jobs: the machine that started them (their pid means nothing on another one).
-    host: str | None
-    #: Local jobs: the process's start time, boot id and command line (launch/procid.py); a
-    #: pid whose identity differs is another process, never signalled.
-    identity: dict[str, Any] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class RunRecord:
-    """What the ledger knows of one run: the launcher's side of its state."""
-
-    executor: str | None
-    state: str | None
-    attempts: int
-    reason: str | None
-    #: Runs queued by a local `submit`: that process (the queue dies with it).
-    owner_pid: int | None
-    last_job: JobRecord | None
-    #: The queueing `submit` process's identity (launch/procid.py), when recorded.
-    owner_identity: dict[str, Any] | None = None
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+#: What the ledger knows of one run and of one of its jobs (the contract's typed entries).
+RunRecord, JobRecord = LedgerRun, LedgerJob
 
 
 class Ledger:
@@ -88,17 +62,7 @@ class Ledger:
             raise UserError(
                 f"{path}: unreadable ledger ({err}); move it aside to start over"
             ) from None
-        if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
-            what = (
-                "not a JSON object"
-                if not isinstance(data, dict)
-                else (
-                    "field `runs` is missing"
-                    if "runs" not in data
-                    else "field `runs` is not an object"
-                )
-            )
-            raise UserError(f"{path}: {what}; move the file aside to start over")
+        LedgerFile.check(data, str(path))  # a one-line error naming the field
         return cls(results, data)
 
     @classmethod
@@ -119,30 +83,18 @@ class Ledger:
     def runs(self) -> dict[str, dict[str, Any]]:
         return self.data["runs"]
 
+    @property
+    def spec_sha256(self) -> str | None:
+        """The spec hash the ledger's jobs were submitted for."""
+        return LedgerFile.check(self.data, str(self.path)).spec_sha256
+
     def entry(self, run_id: str) -> dict[str, Any] | None:
         return self.runs.get(run_id)
 
     def record(self, run_id: str) -> RunRecord | None:
         """The run's entry, typed (None: never submitted, or forgotten by --redo)."""
         entry = self.entry(run_id)
-        if entry is None:
-            return None
-        jobs = entry.get("jobs") or []
-        last = jobs[-1] if jobs else None
-        owner = entry.get("owner_pid")
-        return RunRecord(
-            executor=entry.get("executor"),
-            state=entry.get("state"),
-            attempts=int(entry.get("attempts", 0)),
-            reason=entry.get("reason"),
-            owner_pid=int(owner) if owner else None,
-            last_job=None
-            if last is None
-            else JobRecord(
-                str(last["job_id"]), str(last["executor"]), last.get("host"), last.get("identity")
-            ),
-            owner_identity=entry.get("owner_identity"),
-        )
+        return None if entry is None else LedgerRun.of(entry, f"{self.path}: runs.{run_id}")
 
     def mark_queued(
         self, run_id: str, owner_pid: int, host: str, owner_identity: dict[str, Any] | None = None
@@ -153,7 +105,7 @@ class Ledger:
         )
         entry.update(
             executor="local",
-            state="queued",
+            state=RunState.QUEUED,
             owner_pid=owner_pid,
             owner_identity=owner_identity,
             reason=None,
@@ -175,7 +127,7 @@ class Ledger:
         entry = self.runs.setdefault(
             run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
         )
-        entry["attempts"] = int(entry.get("attempts", 0)) + 1
+        entry["attempts"] = LedgerRun.of(entry, str(self.path)).attempts + 1
         entry["executor"] = executor
         entry["state"] = state
         entry["reason"] = None

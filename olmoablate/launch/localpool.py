@@ -20,12 +20,13 @@ from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.runstates import DONE_STATES, TERMINAL_STATES, RunState
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.devices import local_slot_devices, visible_gpus
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.procid import identity
-from olmoablate.launch.reconcile import DONE_STATES, RunView, reconcile
-from olmoablate.launch.runstate import JobTarget, OwnStatus, mark_status
+from olmoablate.launch.reconcile import RunView, reconcile
+from olmoablate.launch.runstate import JobTarget, mark_status, own_status
 from olmoablate.launch.view import status_table
 
 #: Wall-clock limit of a local job: none in practice (submitit's own default is 2 min).
@@ -122,7 +123,7 @@ class LocalPool:
         run = self.runs[rid]
         with Ledger.locked(self.results) as ledger:
             rec = ledger.record(rid)
-            if rec is None or rec.state != "queued":
+            if rec is None or rec.state != RunState.QUEUED:
                 return  # cancelled while waiting in our queue
             ex = local_executor(self.results.submitit.resolve(), run)
             gpus = run.topology.gpus_per_node
@@ -142,7 +143,7 @@ class LocalPool:
                 rid,
                 job.job_id,
                 "local",
-                "running",
+                RunState.RUNNING,
                 host=socket.gethostname(),
                 identity=identity(int(job.job_id)),
             )
@@ -159,18 +160,18 @@ class LocalPool:
         with Ledger.locked(self.results) as ledger:
             view = reconcile(self.results, ledger)[rid]
             state = view.state
-            if reason and state not in DONE_STATES and state != "cancelled":
-                state = "failed"
+            if reason and state not in DONE_STATES and state != RunState.CANCELLED:
+                state = RunState.FAILED
             rec = ledger.record(rid)
-            if rec is None or rec.state != "cancelled" or state in DONE_STATES:
+            if rec is None or rec.state != RunState.CANCELLED or state in DONE_STATES:
                 ledger.set_state(rid, state, reason)
-            own = OwnStatus.read(self.results.run(rid))
-            if own.state == "failed" and own.reason:
+            own = own_status(self.results.run(rid))
+            if own.state == RunState.FAILED and own.reason:
                 reason = own.reason  # the job's own one-line reason beats submitit's wrapper
-            elif state == "failed" and reason:
+            elif state == RunState.FAILED and reason:
                 path = self.results.run(rid).status
                 try:
-                    mark_status(path, state="failed", reason=reason)
+                    mark_status(path, state=RunState.FAILED, reason=reason)
                 except OSError as err:  # e.g. the full disk that failed the run: the ledger has it
                     print(
                         f"warning: {path}: could not record the failure ({err.strerror}); "
@@ -186,9 +187,9 @@ class LocalPool:
         with Ledger.locked(self.results) as ledger:
             for rid in self.all:
                 rec = ledger.record(rid)
-                if rid in self.active or (rec is not None and rec.state == "queued"):
+                if rid in self.active or (rec is not None and rec.state == RunState.QUEUED):
                     self.results.run(rid).cancel_marker.touch()
-                    ledger.set_state(rid, "cancelled", "interrupted by Ctrl-C")
+                    ledger.set_state(rid, RunState.CANCELLED, "interrupted by Ctrl-C")
         for job in self.active.values():
             if job._process is not None:
                 job._process.send_signal(signal.SIGTERM)  # controller forwards it to the tasks
@@ -207,13 +208,11 @@ class LocalPool:
                 if job._process is not None and job._process.poll() is None:
                     os.killpg(job._process.pid, signal.SIGKILL)
         for rid in self.all:
-            if OwnStatus.read(self.results.run(rid)).state not in (
-                "completed",
-                "diverged",
-                "failed",
-            ):
+            if own_status(self.results.run(rid)).state not in TERMINAL_STATES:
                 mark_status(
-                    self.results.run(rid).status, state="cancelled", reason="interrupted by Ctrl-C"
+                    self.results.run(rid).status,
+                    state=RunState.CANCELLED,
+                    reason="interrupted by Ctrl-C",
                 )
 
     def run(self, progress: bool = True) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from olmoablate.console import is_terminal, make_console, print_whole
+from olmoablate.contract.runstates import ACTIVE_STATES, STOPPED_STATES
 from olmoablate.launch.view import fmt_eta, fmt_tokens
 
 #: Seconds between two plain progress lines of the same run while only its step moves.
@@ -28,7 +29,7 @@ def _num(v: Any, fmt: str) -> str:
 def plain_line(view: Any) -> str:
     """One run as a single ``key=value`` line: whole values, no colour, no padding."""
     step = f"{view.step if view.step is not None else '-'}/{view.total_steps or '-'}"
-    eta = fmt_eta(view.eta_s) if view.state in ("running", "pending") else "-"
+    eta = fmt_eta(view.eta_s) if view.state in ACTIVE_STATES else "-"
     fields = [
         ("run", view.run_id),
         ("state", view.state),
@@ -41,7 +42,7 @@ def plain_line(view: Any) -> str:
         ("executor", view.executor or "-"),
     ]
     reason = getattr(view, "reason", None)
-    if reason and view.state in ("failed", "diverged", "cancelled", "interrupted"):
+    if reason and view.state in STOPPED_STATES:
         fields.append(("reason", " ".join(str(reason).split())))
     return time.strftime("%Y-%m-%dT%H:%M:%S") + " " + " ".join(f"{k}={v}" for k, v in fields)
 

@@ -11,13 +11,13 @@ command that resumes it, because that is what the user wants to do next. No torc
 from __future__ import annotations
 
 from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.runstate import OwnStatus, latest_checkpoint_step
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import ENDED_STATES, EXPLAINED_STATES, RunState
+from olmoablate.launch.runstate import latest_checkpoint_step
 
-#: States that carry a reason line (live and finished-good runs speak for themselves).
-EXPLAINED_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", "unknown"})
 #: Run states the training job writes only from inside the job: anything else means the job
 #: ended without writing its final word.
-OWN_FINAL_STATES = frozenset({"failed", "cancelled", "interrupted", "diverged", "completed"})
+OWN_FINAL_STATES = ENDED_STATES
 
 
 def exit_text(record: dict[str, str]) -> str:
@@ -45,9 +45,9 @@ def resume_hint(results: ResultsDir, run_id: str, state: str, command: bool = Tr
     """Where the run resumes and (unless ``command`` is False: the reason names it already)
     the command that does it."""
     step = latest_checkpoint_step(results.run(run_id).checkpoints)
-    flag = " --retry-failed" if state == "failed" else ""
+    flag = " --retry-failed" if state == RunState.FAILED else ""
     cmd = f": olmoablate submit {results.root}{flag}" if command else ""
-    if state == "diverged":
+    if state == RunState.DIVERGED:
         return ""  # final: never retried (use --redo to start over)
     if step is None:
         return f"; no checkpoint, restarts from step 0{cmd}"
@@ -58,7 +58,7 @@ def reason_for(
     results: ResultsDir,
     run_id: str,
     state: str,
-    own: OwnStatus,
+    own: RunStatus,
     sacct: dict[str, str] | None,
     ledger_reason: str | None,
 ) -> str | None:
@@ -88,12 +88,12 @@ def reason_for(
     return f"{cause}{resume_hint(results, run_id, state, 'olmoablate submit' not in cause)}"
 
 
-def requeued_reason(results: ResultsDir, run_id: str, own: OwnStatus) -> str | None:
+def requeued_reason(results: ResultsDir, run_id: str, own: RunStatus) -> str | None:
     """The reason of a run pending again after its job failed and Slurm requeued it (a node
     failure: ``NODE_FAIL`` with ``JobRequeue``): the job's own cause, without its way out (the
     requeue is the way out), and where it resumes. None when the run's last word is no failure.
     """
-    if own.state != "failed" or not own.reason:
+    if own.state != RunState.FAILED or not own.reason:
         return None
     cause = own.reason.split("; ")[0]
     step = latest_checkpoint_step(results.run(run_id).checkpoints)

@@ -14,18 +14,15 @@ import socket
 from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState
 from olmoablate.errors import UserError
 from olmoablate.launch import slurm as sl
 from olmoablate.launch.ledger import JobRecord, Ledger
 from olmoablate.launch.procid import is_same_process
 from olmoablate.launch.reasons import reason_for, requeued_reason
-from olmoablate.launch.runstate import OwnStatus
+from olmoablate.launch.runstate import own_status
 from olmoablate.store.owner import owner_problem
-
-#: A job for the run is queued (local queue), pending or running, or a cancel is under way.
-LIVE_STATES = frozenset({"queued", "pending", "running", "cancelling"})
-#: Final good-or-bad-but-final states: never resubmitted without --redo.
-DONE_STATES = frozenset({"completed", "diverged"})
 
 
 @dataclasses.dataclass
@@ -73,7 +70,7 @@ def local_job_alive(job: JobRecord) -> bool:
         return False
 
 
-def _eta(own: OwnStatus, total_tokens: int) -> float | None:
+def _eta(own: RunStatus, total_tokens: int) -> float | None:
     if not own.tokens_per_s or own.tokens is None or not total_tokens:
         return None
     return max(0.0, (total_tokens - own.tokens) / own.tokens_per_s)
@@ -107,13 +104,13 @@ def reconcile(
     acct = sl.sacct_states(results, slurm_ids, max_age_s=sacct_max_age_s) if slurm_ids else {}
     views: dict[str, RunView] = {}
     for rid, run in runs.items():
-        status = OwnStatus.read(results.run(rid))
+        status = own_status(results.run(rid))
         rec = records[rid]
         job = rec.last_job if rec is not None else None
         view = RunView(
             run_id=rid,
             group_id=run.group_id,
-            state="missing",
+            state=RunState.MISSING,
             executor=rec.executor if rec is not None else None,
             job_id=job.job_id if job is not None else None,
             attempts=rec.attempts if rec is not None else 0,
@@ -130,7 +127,7 @@ def reconcile(
         step, total = status.step, view.total_steps
         reached_end = step is not None and isinstance(total, int) and total > 0 and step >= total
         ledger_state = rec.state if rec is not None else None
-        cancelled = ledger_state == "cancelled"
+        cancelled = ledger_state == RunState.CANCELLED
 
         # Is a job for this run alive right now?
         sched: str | None = None
@@ -146,44 +143,44 @@ def reconcile(
                 sched = "ended"  # the controller no longer has it and accounting forgot it
             # else: nobody to ask; fall back to status.json below
         elif job is not None and job.executor == "local":
-            sched = "running" if local_job_alive(job) else "ended"
-            view.scheduler_state = "alive" if sched == "running" else "exited"
-        elif rec is not None and ledger_state == "queued":
+            sched = RunState.RUNNING if local_job_alive(job) else "ended"
+            view.scheduler_state = "alive" if sched == RunState.RUNNING else "exited"
+        elif rec is not None and ledger_state == RunState.QUEUED:
             owner = rec.owner_pid
             alive = owner and (
                 is_same_process(owner, rec.owner_identity)
                 if rec.owner_identity
                 else pid_alive(owner)
             )
-            sched = "queued" if alive else "ended"
+            sched = RunState.QUEUED if alive else "ended"
 
-        live_now = sched in ("pending", "running", "queued")
-        if own == "completed" or (
-            reached_end and not live_now and own not in ("diverged", "failed")
+        live_now = sched in (RunState.PENDING, RunState.RUNNING, RunState.QUEUED)
+        if own == RunState.COMPLETED or (
+            reached_end and not live_now and own not in (RunState.DIVERGED, RunState.FAILED)
         ):
             # The step count decides completion, but only once the job has let go of the run:
             # the last step is logged before metrics are flushed and the final status written.
-            view.state = "completed"
-        elif own == "diverged":
-            view.state = "diverged"
+            view.state = RunState.COMPLETED
+        elif own == RunState.DIVERGED:
+            view.state = RunState.DIVERGED
         elif live_now:
-            view.state = "cancelling" if cancelled else sched
-            if sched == "running" and own == "pending":
-                view.state = "running"
-        elif cancelled or own == "cancelled" or sched == "cancelled":
-            view.state = "cancelled"
-        elif own == "failed" or sched == "failed" or ledger_state == "failed":
-            view.state = "failed"
+            view.state = RunState.CANCELLING if cancelled else sched
+            if sched == RunState.RUNNING and own == RunState.PENDING:
+                view.state = RunState.RUNNING
+        elif cancelled or own == RunState.CANCELLED or sched == RunState.CANCELLED:
+            view.state = RunState.CANCELLED
+        elif own == RunState.FAILED or sched == RunState.FAILED or ledger_state == RunState.FAILED:
+            view.state = RunState.FAILED
         elif rec is not None:
             # The job ended (or nobody can tell us about it) before the run reached its last step:
             # it was interrupted and can resume from its checkpoint.
-            view.state = "interrupted" if sched is not None or own else "unknown"
+            view.state = RunState.INTERRUPTED if sched is not None or own else RunState.UNKNOWN
         elif status.present:
-            view.state = "interrupted"  # trained before, without a ledger (e.g. ledger moved)
+            view.state = RunState.INTERRUPTED  # trained before, without a ledger (e.g. ledger moved)
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
         reason = rec.reason if rec is not None else None
         view.reason = reason_for(results, rid, view.state, status, sacct, reason)
-        if view.reason is None and view.state == "pending":
+        if view.reason is None and view.state == RunState.PENDING:
             view.reason = requeued_reason(results, rid, status)
         if view.reason is None and status.recovery:
             view.reason = status.recovery  # e.g. a completed run that skipped a broken checkpoint
@@ -211,7 +208,7 @@ def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_
         got = owners[spec].get(owner_rid)
         note = f"reused from {results.store / where}"
         if got is None:
-            view.state, view.reason = "missing", f"{note}: that run is not in its plan"
+            view.state, view.reason = RunState.MISSING, f"{note}: that run is not in its plan"
             continue
         mine = results.plan.identity.runs.get(rid) if results.plan.identity is not None else None
         moved = owner_problem(results.store, where, mine, plans) if mine is not None else None
@@ -219,7 +216,7 @@ def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_
             views[rid] = RunView(
                 run_id=rid,
                 group_id=view.group_id,
-                state="missing",
+                state=RunState.MISSING,
                 total_steps=results.plan.run(rid).steps,
                 total_tokens=view.total_tokens,
                 reason=f"{note}, but {moved}",

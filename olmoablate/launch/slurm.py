@@ -19,6 +19,7 @@ from typing import Any
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Topology
 from olmoablate.errors import UserError
 from olmoablate.io import read_json, write_json_atomic
@@ -280,30 +281,30 @@ def scancel(job_id: str, graceful: bool) -> None:
 
 # Slurm job state -> olmoablate state (before reconciling with the run's own status.json).
 SLURM_STATE_MAP = {
-    "PENDING": "pending",
-    "REQUEUED": "pending",
-    "REQUEUE_HOLD": "pending",
-    "REQUEUE_FED": "pending",
-    "CONFIGURING": "running",
-    "RUNNING": "running",
-    "COMPLETING": "running",
-    "RESIZING": "running",
-    "SUSPENDED": "running",
-    "STAGE_OUT": "running",
-    "SIGNALING": "running",
+    "PENDING": RunState.PENDING,
+    "REQUEUED": RunState.PENDING,
+    "REQUEUE_HOLD": RunState.PENDING,
+    "REQUEUE_FED": RunState.PENDING,
+    "CONFIGURING": RunState.RUNNING,
+    "RUNNING": RunState.RUNNING,
+    "COMPLETING": RunState.RUNNING,
+    "RESIZING": RunState.RUNNING,
+    "SUSPENDED": RunState.RUNNING,
+    "STAGE_OUT": RunState.RUNNING,
+    "SIGNALING": RunState.RUNNING,
     "COMPLETED": "ended",
-    "CANCELLED": "cancelled",
-    "FAILED": "failed",
-    "TIMEOUT": "failed",
-    "OUT_OF_MEMORY": "failed",
-    "NODE_FAIL": "failed",
-    "BOOT_FAIL": "failed",
-    "DEADLINE": "failed",
-    "PREEMPTED": "failed",
+    "CANCELLED": RunState.CANCELLED,
+    "FAILED": RunState.FAILED,
+    "TIMEOUT": RunState.FAILED,
+    "OUT_OF_MEMORY": RunState.FAILED,
+    "NODE_FAIL": RunState.FAILED,
+    "BOOT_FAIL": RunState.FAILED,
+    "DEADLINE": RunState.FAILED,
+    "PREEMPTED": RunState.FAILED,
 }
 
 
 def map_slurm_state(state: str | None) -> str | None:
     if not state:
         return None
-    return SLURM_STATE_MAP.get(state.split()[0].rstrip("+"), "unknown")
+    return SLURM_STATE_MAP.get(state.split()[0].rstrip("+"), RunState.UNKNOWN)

@@ -18,6 +18,7 @@ from typing import Any
 from olmoablate.contract.blocks import code_changes
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan, RunEntry
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES, RunState
 from olmoablate.errors import UserError
 from olmoablate.io import canonical_json, write_text_atomic
 from olmoablate.launch import slurm as sl
@@ -26,7 +27,7 @@ from olmoablate.launch.lease import apply_leases, store_locked, write_identity
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.localpool import LocalPool
 from olmoablate.launch.procid import identity
-from olmoablate.launch.reconcile import DONE_STATES, LIVE_STATES, RunView, reconcile
+from olmoablate.launch.reconcile import RunView, reconcile
 from olmoablate.launch.runstate import DEFAULT_TARGET, JobTarget, mark_status
 
 EXECUTORS = ("local", "slurm")
@@ -57,7 +58,7 @@ def decide(
             send.append(rid)
         elif view.state in DONE_STATES or view.state in LIVE_STATES:
             skip.append((rid, view.state))
-        elif view.state == "failed" and not retry_failed:
+        elif view.state == RunState.FAILED and not retry_failed:
             skip.append((rid, "failed (use --retry-failed)"))
         else:
             send.append(rid)
@@ -73,7 +74,7 @@ def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
         rdir.path.rename(dest)
     rdir.path.mkdir(parents=True, exist_ok=True)
     rdir.cancel_marker.unlink(missing_ok=True)
-    mark_status(rdir.status, run_id=run_id, state="pending", reason=None)
+    mark_status(rdir.status, run_id=run_id, state=RunState.PENDING, reason=None)
     write_identity(results, run_id)
 
 
@@ -131,7 +132,7 @@ def check_code(plan: Plan, run_ids: list[str]) -> None:
 def check_spec(ledger: Ledger, plan: Plan, redo: list[str]) -> None:
     """Refuse to mix runs of two versions of a spec in one ledger unless they are redone."""
     sha = plan.spec_sha256
-    old = ledger.data.get("spec_sha256")
+    old = ledger.spec_sha256
     if old and sha and old != sha and ledger.runs:
         if not redo:
             raise UserError(
@@ -229,7 +230,7 @@ def _submit_slurm(
                     f"sbatch rejected group {gid}: {first[-1] if first else err}"
                 ) from None
             for run, job in zip(runs, jobs, strict=True):
-                ledger.record_submission(run.run_id, job.job_id, "slurm", "pending")
+                ledger.record_submission(run.run_id, job.job_id, "slurm", RunState.PENDING)
                 submitted.append((run.run_id, job.job_id))
             # Persist after each array: a failure in the next group must not forget this one.
             ledger.save()

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from olmoablate.contract.runstates import ACTIVE_STATES, RunState
 from olmoablate.launch.reconcile import RunView
 
 #: Colour of each state in the table (states not listed stay plain).
 STATE_STYLE = {
-    "completed": "green",
-    "running": "cyan",
-    "pending": "blue",
-    "queued": "blue",
-    "failed": "red",
-    "diverged": "magenta",
-    "cancelled": "yellow",
-    "cancelling": "yellow",
-    "interrupted": "yellow",
+    RunState.COMPLETED: "green",
+    RunState.RUNNING: "cyan",
+    RunState.PENDING: "blue",
+    RunState.QUEUED: "blue",
+    RunState.FAILED: "red",
+    RunState.DIVERGED: "magenta",
+    RunState.CANCELLED: "yellow",
+    RunState.CANCELLING: "yellow",
+    RunState.INTERRUPTED: "yellow",
 }
 
 
@@ -63,7 +64,7 @@ def status_table(views: list[RunView], title: str | None = None) -> Any:
             fmt_tokens(v.tokens),
             f"{v.last_loss:.4f}" if isinstance(v.last_loss, (int, float)) else "-",
             f"{v.tokens_per_s:,.0f}" if isinstance(v.tokens_per_s, (int, float)) else "-",
-            fmt_eta(v.eta_s) if v.state in ("running", "pending") else "-",
+            fmt_eta(v.eta_s) if v.state in ACTIVE_STATES else "-",
             v.job_id or "-",
             v.executor or "-",
         )

@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmoablate.contract.stability import (
+    DEFAULT_FACTOR,
+    DEFAULT_MIN_RELATIVE_JUMP,
+    DEFAULT_WINDOW,
+)
+
 
 @dataclass
 class Curve:
@@ -145,9 +151,9 @@ def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
 
 def loss_spikes(
     loss: np.ndarray,
-    window: int = 50,
-    factor: float = 3.0,
-    min_relative_jump: float = 0.05,
+    window: int = DEFAULT_WINDOW,
+    factor: float = DEFAULT_FACTOR,
+    min_relative_jump: float = DEFAULT_MIN_RELATIVE_JUMP,
 ) -> np.ndarray:
     """Indices of loss spikes under the project's one rule (`olmoablate.contract.stability`), the same
     rule the training job's StabilityCallback counts with, so report and job agree."""

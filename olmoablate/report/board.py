@@ -24,14 +24,15 @@ from typing import Any
 
 from olmoablate.contract.layout import PLAN_FILE, ResultsDir
 from olmoablate.contract.plan import Plan
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
 from olmoablate.report import track
 from olmoablate.store.index import spec_dirs
 
 GATE_FILE = "gate.json"
-LIVE = ("queued", "pending", "running", "cancelling")
-FINAL = ("completed", "diverged")
+LIVE, FINAL = LIVE_STATES, DONE_STATES
 
 
 @dataclasses.dataclass
@@ -107,15 +108,15 @@ def _spec_costs(rd: ResultsDir, plan: Plan, futility: float) -> tuple[SpecRow, s
     reused: list[str] = []
     for run in plan.runs:
         rdir = rd.run(run.run_id)
-        status = rdir.read_status() or {}
-        state = status.get("state")
+        status = _status(rdir)
+        state = status.state
         states.append(state)
         if rdir.reused_from is not None:
             saved += run.gpu_hours
             reused.append(run.run_id)
             continue
         planned += run.gpu_hours
-        step = status.get("step")
+        step = status.step
         done = 1.0 if state in FINAL else (min(1.0, step / run.steps) if step else 0.0)
         spent += run.gpu_hours * done
     n_done = sum(s in FINAL for s in states)
@@ -192,21 +193,25 @@ def _newer_than(rd: ResultsDir, plan: Plan, path: Path) -> list[str]:
     out = []
     for run in plan.runs:
         rdir = rd.run(run.run_id)
-        doc = rdir.read_status() or {}
-        if doc.get("state") in FINAL and _written(doc, rdir.status) > written:
+        doc = _status(rdir)
+        if doc.state in FINAL and _written(doc, rdir.status) > written:
             out.append(run.run_id)
     return out
 
 
-def _written(status: dict[str, Any], path: Path) -> float:
+def _status(rdir: Any) -> RunStatus:
+    """A run's status.json (empty when absent or broken: the board never fails on one run)."""
+    try:
+        return rdir.read_status() or RunStatus()
+    except UserError:
+        return RunStatus()
+
+
+def _written(status: RunStatus, path: Path) -> float:
     """When status.json was last written: its own ``updated`` time (kept by a copy of the store,
     which resets files' mtimes), else the file's mtime."""
-    import datetime
-
-    try:
-        return datetime.datetime.fromisoformat(str(status["updated"])).timestamp()
-    except (KeyError, ValueError):
-        pass
+    if status.updated is not None:
+        return status.updated.timestamp()
     try:
         return path.stat().st_mtime
     except OSError:

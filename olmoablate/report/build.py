@@ -266,6 +266,41 @@ def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any
     return notes
 
 
+def promoted_plan(
+    plan: Any, runs: list[Any], pairs: list[Any], report: Report, keep: set[str], where: str
+) -> dict[str, Any]:
+    """next_plan.json: a real plan (``Plan.from_json`` reads it; `olmoablate submit` of it
+    submits its runs), the plan restricted to the promoted runs; what promoted them is said in
+    its ``description`` (sizes not in the plan are in the report's next steps)."""
+    from olmoablate.contract.plan import Plan
+
+    ids = {r.run_id for r in runs}
+    ident = plan.identity
+    if ident is not None:
+        ident = ident.model_copy(
+            update={
+                "runs": {k: v for k, v in ident.runs.items() if k in ids},
+                "reused": {k: v for k, v in ident.reused.items() if k in ids},
+            }
+        )
+    name = report.gate_name or plan.gate_name
+    gate = f"gate {name}" if name else "gate"
+    variants = ", ".join(sorted(keep - {"baseline"})) or "none"
+    why = f"promoted at {report.stage} by its {gate} ({variants}: {report.verdict})"
+    part = plan.model_copy(
+        update={
+            "runs": runs,
+            "pairs": pairs,
+            "identity": ident,
+            "aa_runs": [r for r in plan.aa_runs if r in ids],
+            "description": f"{plan.description} [{why}]" if plan.description else why,
+        }
+    )
+    doc = part.as_json()
+    Plan.from_json(doc, where=where)  # what submit reads: never a file it would refuse
+    return doc
+
+
 def write_next_plan(report: Report, out_dir: Path) -> None:
     """On ``proceed``: the plan restricted to the promoted sizes, and the submit commands."""
     if report.verdict != PROCEED:
@@ -289,23 +324,8 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
     pairs = [p for p in plan.pairs if p.size in promote and p.variant in keep_arms]
     present = _ordered_unique([r.size for r in runs])
     missing = [s for s in promote if s not in present]
-    head = plan.as_json()
-    if plan.gate_name is not None:  # a view of one gate of several: name its spec block
-        head["gate_name"] = plan.gate_name
-    next_plan = {
-        **head,
-        "runs": [r.as_json() for r in runs],
-        "pairs": [p.model_dump(mode="json") for p in pairs],
-        "promoted_from": {
-            "stage": report.stage,
-            "verdict": report.verdict,
-            "variants": sorted(keep_arms - {"baseline"}),
-            "gate_sha256": plan.gate_sha256,
-        },
-        "missing_sizes": missing,
-    }
     path = out_dir / "next_plan.json"
-    write_json_atomic(path, next_plan)
+    write_json_atomic(path, promoted_plan(plan, runs, pairs, report, keep_arms, str(path)))
     report.next_plan_path = path
     spec = plan.spec_path or results.spec_name
     for s in present:

@@ -21,6 +21,8 @@ from olmoablate.contract import metrics as names
 from olmoablate.contract.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.contract.metricsfile import Metrics
 from olmoablate.contract.plan import Pair, Plan, RunEntry
+from olmoablate.contract.runfiles import RunFile, RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Gate
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
@@ -52,8 +54,8 @@ class RunData:
     entry: RunEntry
     dir: RunDir
     metrics: Metrics | None = None
-    status: dict[str, Any] | None = None
-    summary: dict[str, Any] | None = None
+    status: RunStatus | None = None
+    summary: RunSummary | None = None
     issues: list[str] = field(default_factory=list)
     #: per-run results computed once even when the run serves several pairs (a baseline)
     memo: dict[str, Any] = field(default_factory=dict)
@@ -68,9 +70,9 @@ class RunData:
 
     @property
     def state(self) -> str:
-        if self.status and self.status.get("state"):
-            return str(self.status["state"])
-        return "missing" if self.metrics is None else "unknown"
+        if self.status and self.status.state:
+            return self.status.state
+        return RunState.MISSING if self.metrics is None else RunState.UNKNOWN
 
     def column(self, key: str) -> np.ndarray | None:
         return None if self.metrics is None else self.metrics.get(key)
@@ -158,18 +160,18 @@ def resolve_results_dir(spec: str, results_root: str | Path = "results") -> Resu
 
 def _want_spec(
     entry: RunEntry,
-    summary: dict[str, Any] | None,
+    summary: RunSummary | None,
     gate_metric: str,
     budget_match: str = "tokens",
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     keys = [k for k in BASE_KEYS if k != names.TOTAL_PFLOPS] + [gate_metric]
     if budget_match == "flops" or entry.architecture.looped is not None:
         keys.append(names.TOTAL_PFLOPS)  # FLOPs axis: only where it is used
-    s = summary or {}
+    s = summary or RunSummary()
     keys.extend(STEP_TIME_KEYS)  # per-step times: the gate's step-time overhead interval
-    if s.get("peak_memory_gb") is None:
-        keys.append("peak_memory_gb")
-    if s.get("tokens_per_s") is None:
+    if s.peak_memory_gb is None:
+        keys.append(names.PEAK_MEMORY_GB)
+    if s.tokens_per_s is None:
         keys.append(names.DEVICE_TPS)
     return tuple(sorted(set(keys))), PREFIXES
 
@@ -186,6 +188,15 @@ def _read_optional_json(path: Path, issues: list[str]) -> dict[str, Any] | None:
         issues.append(f"{path}: not a JSON object; ignored")
         return None
     return obj
+
+
+def _read_typed(model: type[RunFile], path: Path, issues: list[str]) -> Any:
+    """A run file typed by the contract; a bad one is a data issue, never an exception."""
+    try:
+        return model.of(_read_optional_json(path, issues), str(path))
+    except UserError as err:
+        issues.append(f"{err}; ignored")
+        return None
 
 
 #: The gate of a plan without one (a spec may leave `gate:` out): the schema's defaults at
@@ -210,8 +221,8 @@ def collect(
     for entry in plan.runs:
         rid = entry.run_id
         rd = RunData(entry, layout.run(rid))
-        rd.status = _read_optional_json(rd.dir.status, rd.issues)
-        rd.summary = _read_optional_json(rd.dir.summary, rd.issues)
+        rd.status = _read_typed(RunStatus, rd.dir.status, rd.issues)
+        rd.summary = _read_typed(RunSummary, rd.dir.summary, rd.issues)
         if rd.dir.metrics.is_file():
             keys, prefixes = _want_spec(entry, rd.summary, gate.metric, plan.budget.match)
             keys = tuple(sorted(set(keys) | other_metrics))  # the metrics of further gates

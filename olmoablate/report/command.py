@@ -15,6 +15,7 @@ import typer
 
 from olmoablate.contract.complete import complete_spec
 from olmoablate.contract.roots import RESULTS_ROOT
+from olmoablate.contract.runstates import RunState
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.io import file_in_the_way
 from olmoablate.options import RootOpt
@@ -95,7 +96,7 @@ def _failing(report: Any, conditions: set[str]) -> list[str]:
     inconclusive (every pre-registered gate counts, not only the first)."""
     hit: list[str] = []
     if "failed" in conditions:
-        failed = sorted(r for r, run in report.results.runs.items() if run.state == "failed")
+        failed = sorted(r for r, run in report.results.runs.items() if run.state == RunState.FAILED)
         if failed:
             hit.append(f"failed runs {', '.join(failed)}")
     verdicts = {g.gate_name: g.verdict for g in (report.gates or [report])}

@@ -17,6 +17,8 @@ import numpy as np
 from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import Pair
 from olmoablate.contract.proof import ProofRecord
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
 from olmoablate.report.align import (
     Aligned,
     Curve,
@@ -142,9 +144,9 @@ def _compute_arm_stats(run: RunData) -> ArmStats:
         sk = run.column(names.STEP_SKIPPED)
         if sk is not None:
             skipped = int(np.nansum(sk > 0))
-    status = run.status or {}
-    diverged = run.state == "diverged" or status.get("diverged_at_step") is not None
-    job_spikes = (run.summary or {}).get("loss_spikes")
+    status = run.status or RunStatus()
+    diverged = run.state == RunState.DIVERGED or status.diverged_at_step is not None
+    job_spikes = (run.summary or RunSummary()).loss_spikes
     return ArmStats(
         ArmHealth(int(spikes.size), bool(nonfinite), bool(diverged), gmax, run.state),
         skipped,
@@ -270,7 +272,7 @@ def _completeness(base: RunData, var: RunData) -> tuple[bool, str]:
     parts = []
     for who, run in (("baseline", base), ("variant", var)):
         planned = float(run.entry.tokens)
-        if run.state == "completed":
+        if run.state == RunState.COMPLETED:
             continue
         if planned and run.max_tokens >= planned:
             continue

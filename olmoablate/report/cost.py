@@ -13,13 +13,14 @@ from typing import Any
 import numpy as np
 
 from olmoablate.contract import metrics as names
+from olmoablate.contract.runfiles import RunSummary
 from olmoablate.report.collect import RunData
 from olmoablate.report.overhead import WALL
 
 
 def _measured(run: RunData) -> dict[str, float | None]:
     """Measured cost of one arm: summary.json first, metrics as the fallback."""
-    s = run.summary or {}
+    s = run.summary or RunSummary()
 
     def col_stat(key: str, fn: Any) -> float | None:
         c = run.column(key)
@@ -27,28 +28,28 @@ def _measured(run: RunData) -> dict[str, float | None]:
             return None
         return float(fn(c[np.isfinite(c)]))
 
-    step_time = s.get("mean_step_time_s")
+    step_time = s.mean_step_time_s
     if step_time is None:
         step_time = col_stat(WALL, lambda a: np.median(a[1:] if a.size > 1 else a))
-    peak = s.get("peak_memory_gb")
+    peak = s.peak_memory_gb
     if peak is None:
-        peak = col_stat("peak_memory_gb", np.max)
-    tps = s.get("tokens_per_s")
+        peak = col_stat(names.PEAK_MEMORY_GB, np.max)
+    tps = s.tokens_per_s
     if tps is None:
         tps = col_stat(names.DEVICE_TPS, np.median)
-    opt = s.get("optimizer_state_bytes")
+    opt = s.optimizer_state_bytes
     gpus, nodes = run.entry.topology.gpus_per_node, run.entry.topology.nodes
-    wall = s.get("wall_time_s")
+    wall = s.wall_time_s
     return {
         "step_time_s": num(step_time),
         "peak_memory_gb": num(peak),
         "tokens_per_s": num(tps),
         "optimizer_state_gb": num(opt / 1e9) if isinstance(opt, int | float) else None,
         "gpu_hours": num(wall * gpus * nodes / 3600.0) if wall and gpus else None,
-        "decode_latency_s": num(s.get("decode_latency_s")),
-        "kv_cache_bytes": num(s.get("kv_cache_bytes")),
-        "params": num(s.get("params")),
-        "unique_params": num(s.get("unique_params")),
+        "decode_latency_s": num(s.decode_latency_s),
+        "kv_cache_bytes": num(s.kv_cache_bytes),
+        "params": num(s.params),
+        "unique_params": num(s.unique_params),
     }
 
 

@@ -13,7 +13,10 @@ records differ is flagged in the report and its measured cost is kept out of the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmoablate.contract.runfiles import RunSummary
 
 #: The fields of ``summary.json``'s ``execution`` block that must be equal in both arms of a
 #: pair for their measured cost (step time, tokens/s, memory, decode) to be compared.
@@ -30,10 +33,11 @@ PARITY_KEYS = (
 )
 
 
-def execution_of(summary: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The ``execution`` block of a run's summary.json (None when the run has none yet)."""
-    block = (summary or {}).get("execution")
-    return block if isinstance(block, Mapping) else None
+def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
+    """The ``execution`` block of a run's summary.json (None when the run has none yet), as
+    recorded: a field the job did not write stays absent (``not recorded``)."""
+    block = summary.execution if summary is not None else None
+    return block.as_json() if block is not None else None
 
 
 def execution_mismatch(

@@ -8,11 +8,9 @@ module reads runs (A/A baselines, ledger, summaries) and turns them into those n
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.schema import Gate
-from olmoablate.io import read_json
 from olmoablate.report.collect import Results, RunData
 from olmoablate.report.compare import PairResult
 from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
@@ -83,17 +81,6 @@ def way_out(results: Results, cfg: Gate, variants: list[str]) -> str:
     )
 
 
-def _ledger(results: Results) -> dict[str, Any]:
-    memo = results.__dict__.setdefault("_ledger_memo", {})
-    if "ledger" not in memo:
-        try:
-            obj = read_json(results.layout.ledger)
-        except (OSError, ValueError):
-            obj = {}
-        memo["ledger"] = obj.get("runs", {}) if isinstance(obj, dict) else {}
-    return memo["ledger"]
-
-
 def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
     """One arm's steady-state times, computed once per run: a baseline serves every variant
     of its (size, seed)."""
@@ -107,14 +94,13 @@ def _compute_timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming |
     if rd.metrics is None:
         return None
     cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}
-    led = _ledger(results).get(rd.run_id)
     return arm_timing(
         rd.run_id,
         rd.metrics.steps,
         cols,
         rd.entry,
         use_cpu,
-        (rd.summary, rd.status, led if isinstance(led, dict) else None),
+        (rd.summary, rd.status),
     )
 
 

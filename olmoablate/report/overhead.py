@@ -27,17 +27,18 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import RunEntry
+from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import t_ppf
 
 #: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
 #: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = "step_time_s", "step_cpu_time_s"
-ATTEMPT = "step_in_attempt"
-#: Steps of every attempt (start or resume) that are warm-up; the training job's
-#: ``MetricsJSONLCallback.WARMUP_STEPS`` (a test keeps the two equal; the report has no torch).
-ATTEMPT_WARMUP_STEPS = 5
+WALL, CPU = names.STEP_TIME, names.STEP_CPU_TIME
+ATTEMPT = names.STEP_IN_ATTEMPT
+#: Steps of every attempt (start or resume) that are warm-up (defined once, in the contract).
+ATTEMPT_WARMUP_STEPS = names.ATTEMPT_WARMUP_STEPS
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 
 
@@ -168,11 +169,12 @@ def arm_timing(
     columns: Mapping[str, np.ndarray | None],
     entry: RunEntry,
     use_cpu: bool,
-    info: Sequence[Mapping[str, Any] | None] = (),
+    info: tuple[RunSummary | None, RunStatus | None] = (None, None),
 ) -> ArmTiming | None:
     """One arm's steady-state times from its metrics columns (None without per-step times).
 
-    ``info``: summary.json, status.json and the ledger entry, searched for the node it ran on.
+    ``info``: the run's own summary.json and status.json, which say the node it ran on and who
+    started it (never launch's ledger).
     """
     col = CPU if use_cpu and columns.get(CPU) is not None else WALL
     times = columns.get(col)
@@ -185,15 +187,9 @@ def arm_timing(
         warmup_steps=entry.training.schedule.warmup_steps,
         intervals=(entry.evaluation.interval, entry.training.checkpoint_interval),
     )
-    host = executor = None
-    for d in info:
-        if not d:
-            continue
-        host = host or d.get("hostname") or d.get("host")
-        jobs = d.get("jobs")
-        if not host and isinstance(jobs, list) and jobs and isinstance(jobs[-1], dict):
-            host = jobs[-1].get("host")
-        executor = executor or d.get("executor")
+    summary, status = info
+    host = (summary.hostname if summary else None) or (status.host if status else None)
+    executor = (summary.executor if summary else None) or (status.executor if status else None)
     return ArmTiming(run_id, t, col, host, executor, dropped)
 
 

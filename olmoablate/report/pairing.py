@@ -13,6 +13,7 @@ from typing import Any
 from olmoablate.contract.certificate import differences, shared_settings
 from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.proof import ProofRecord
+from olmoablate.contract.runstates import RunState
 
 
 def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
@@ -80,7 +81,7 @@ def token_shortfall(arm: str, run: Any) -> str | None:
     """
     planned = int(run.entry.tokens)
     logged = float(run.max_tokens)
-    if run.state != "completed" or logged >= planned:
+    if run.state != RunState.COMPLETED or logged >= planned:
         return None
     return (
         f"{arm} {run.run_id} is completed but its metrics end at {logged:,.0f} of "

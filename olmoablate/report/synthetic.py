@@ -10,6 +10,7 @@ in the training job's format (one JSON object per line, ``json.dumps`` style), a
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -22,8 +23,13 @@ import numpy as np
 from olmoablate.contract import sizes
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import PLAN_FILE, Plan, RunEntry
-from olmoablate.io import write_json_atomic, write_text_atomic
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import RunState
+from olmoablate.io import write_text_atomic
 from olmoablate.report import synthetic_plan as sp
+
+#: The ``updated`` time of every synthetic status.json (fixed: synthetic folders are reproducible).
+SYNTHETIC_TIME = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 @dataclass
@@ -37,7 +43,7 @@ class ArmTruth:
     step_time_s: float = 0.5
     peak_memory_gb: float = 40.0
     decode_latency_s: float | None = None
-    state: str = "completed"
+    state: str = RunState.COMPLETED
     stop_at: int | None = None  # last step written (partial run)
     nonfinite_at: int | None = None
     data_salt: str = ""  # changes the data fingerprints (a broken pair)
@@ -236,12 +242,11 @@ def write_run(
         "last_loss": float(loss[-1]),
         "tokens_per_s": gbs / truth.step_time_s,
         "attempt": 1,
-        "diverged_at_step": last if truth.state == "diverged" else None,
+        "diverged_at_step": last if truth.state == RunState.DIVERGED else None,
         "reason": None,
-        "updated": "2026-01-01T00:00:00Z",
     }
-    write_json_atomic(rd.status, status)
-    if truth.state == "completed":
+    RunStatus.model_validate(status).write(rd.status, updated=SYNTHETIC_TIME)
+    if truth.state == RunState.COMPLETED:
         summary: dict[str, Any] = {
             "params": run.params,
             "unique_params": run.unique_params,
@@ -260,7 +265,7 @@ def write_run(
             summary["execution"] = dict(truth.execution)
         if truth.decode_latency_s is not None:
             summary["decode_latency_s"] = truth.decode_latency_s
-        write_json_atomic(rd.summary, summary)
+        RunSummary.model_validate(summary).write(rd.summary)
 
 
 def make_results(

@@ -17,11 +17,11 @@ from pathlib import Path
 from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.layout import PLAN_FILE, ResultsDir, RunDir
 from olmoablate.contract.plan import Plan
+from olmoablate.contract.runstates import REUSABLE_STATES, RunState
 from olmoablate.errors import UserError
 from olmoablate.store.owner import recorded_identity
 
 #: Own states (status.json) of a run another spec may reuse: it exists and is not abandoned.
-REUSABLE_STATES = ("completed", "running", "pending", "queued")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +69,11 @@ def stored_runs(store: str | Path, skip: str | None = None) -> dict[str, list[St
             recorded = recorded_identity(own.path)
             if recorded is not None and recorded != h:
                 continue  # trained as another identity (re-planned, or its data rewritten)
-            status = own.read_status()
-            state = status.get("state") if status else None
+            try:
+                status = own.read_status()
+            except UserError:
+                status = None  # another spec's broken file: not a run to reuse
+            state = status.state if status else None
             out.setdefault(h, []).append(StoredRun(rd.root.name, rid, h, state))
     return out
 
@@ -82,7 +85,7 @@ def find_reuse(store: str | Path, spec_name: str, identity: PlanIdentity) -> dic
     for rid, h in identity.runs.items():
         usable = [r for r in found.get(h, []) if r.state in REUSABLE_STATES]
         if usable:
-            usable.sort(key=lambda r: (r.state != "completed", r.spec, r.run_id))
+            usable.sort(key=lambda r: (r.state != RunState.COMPLETED, r.spec, r.run_id))
             out[rid] = usable[0]
     return out
 

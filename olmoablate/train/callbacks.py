@@ -38,6 +38,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -50,7 +51,8 @@ from olmo_core.train.callbacks import (
 
 from olmoablate.contract import metrics as metric_names
 from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
-from olmoablate.io import write_json_atomic
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState
 from olmoablate.train.eval_data import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.train.guards import (
     ComputeDtypeCallback,
@@ -217,19 +219,17 @@ class StatusCallback(Callback):
             return
         elapsed = time.perf_counter() - self._t0
         tps = (step - self._s0) * self.global_batch_size / elapsed if elapsed > 0 else None
-        write_json_atomic(
-            self.path,
+        RunStatus.model_validate(
             {
                 **self.base,
-                "state": "running",
+                "state": RunState.RUNNING,
                 "step": step,
                 "total_steps": self.total_steps,
                 "tokens": step * self.global_batch_size,
                 "last_loss": self._last_loss,
                 "tokens_per_s": tps if step > self._s0 else None,
-                "updated": now_iso(),
-            },
-        )
+            }
+        ).write(Path(self.path))
 
     def pre_train(self) -> None:
         self._t0 = time.perf_counter()

@@ -48,3 +48,34 @@ def compile_record(requested: Any, model: Any) -> dict[str, Any]:
         "compiled": compiled,
         "how": "torch.compile per block + LM head (inductor)" if compiled else None,
     }
+
+
+def where_record() -> dict[str, Any]:
+    """Where the run executed, for ``summary.json``: rank 0's node (``hostname``), every node of
+    the job (``nodes``: Slurm's node list, else this one) and who started it (``executor``:
+    submitit's ``SUBMITIT_EXECUTOR``, ``slurm`` or ``local``; None when started by hand). The
+    report reads these from the run's own summary, never from launch's ledger."""
+    import os
+    import socket
+
+    host = socket.gethostname()
+    nodes = expand_nodelist(os.environ.get("SLURM_JOB_NODELIST") or "") or [host]
+    return {"hostname": host, "nodes": nodes, "executor": os.environ.get("SUBMITIT_EXECUTOR")}
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Slurm's compressed node list (``gpu[01-03,07],login1``) -> ``[gpu01, gpu02, ...]``."""
+    import re
+
+    out: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
+        if plain:
+            out.append(plain.strip())
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not hi:
+                out.append(prefix + lo)
+            elif lo.isdigit() and hi.isdigit():
+                out.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
+    return [n for n in out if n]

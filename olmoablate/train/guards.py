@@ -14,7 +14,12 @@ from olmo_core.distributed.utils import is_distributed
 from olmo_core.train.callbacks import Callback
 
 from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
-from olmoablate.contract.stability import SpikeDetector
+from olmoablate.contract.stability import (
+    DEFAULT_FACTOR,
+    DEFAULT_MIN_RELATIVE_JUMP,
+    DEFAULT_WINDOW,
+    SpikeDetector,
+)
 from olmoablate.train.records import _model_of, collect_due
 
 log = logging.getLogger(__name__)
@@ -69,9 +74,9 @@ class StabilityCallback(Callback):
 
     priority: ClassVar[int] = 5
 
-    spike_window: int = 50
-    spike_factor: float = 3.0
-    min_relative_jump: float = 0.05
+    spike_window: int = DEFAULT_WINDOW
+    spike_factor: float = DEFAULT_FACTOR
+    min_relative_jump: float = DEFAULT_MIN_RELATIVE_JUMP
     max_spikes: int | None = None
     stop_on_nonfinite: bool = True
 

@@ -32,26 +32,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import sys
 import time
 from typing import Any
 
 from olmoablate.contract.metrics import CE_LOSS
+from olmoablate.contract.runfiles import RunStatus, RunSummary
+from olmoablate.contract.runstates import DONE_STATES, RunState
 from olmoablate.errors import UserError
-from olmoablate.io import write_json_atomic
 from olmoablate.train.debug import debug_callbacks
 from olmoablate.train.decode import decode_figures
-from olmoablate.train.execution import execution_record
+from olmoablate.train.execution import execution_record, where_record
 from olmoablate.train.plan import RunContext, load_run
 
 log = logging.getLogger(__name__)
 
-FINAL_STATES = ("completed", "diverged")
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+FINAL_STATES = DONE_STATES
 
 
 def _environment(ctx: RunContext) -> Any:
@@ -124,7 +120,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     model_cfg = cfgs.model_config(run, env)
     model = model_cfg.build(init_device="meta")
-    proof.at_start(ctx, model, model_cfg, int(base_status.get("attempt") or 1))  # before step 1
+    proof.at_start(ctx, model, model_cfg, int(base_status["attempt"]))  # before step 1
     train_module = cfgs.train_module_config(run, env).build(model)
     dataset = cfgs.dataset_config(ctx).build()
     data_loader = cfgs.data_loader_config(ctx).build(
@@ -252,8 +248,9 @@ def _summary(
         "optimizer_state_bytes": _optimizer_state_bytes(trainer.train_module.optim),
         "loss_spikes": own["stability"].spikes,
         "execution": execution_record(trainer, own["compute_dtype"].compute_dtype, env, ctx),
-        # the node the steps were timed on: the report says when two arms ran on different ones
-        "hostname": socket.gethostname(),
+        # the node the steps were timed on (the report says when two arms ran on different
+        # ones), the job's nodes and its executor
+        **where_record(),
     }
 
 
@@ -267,10 +264,10 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     ctx = load_run(plan_path, run_id)
     status_path = ctx.run_dir.status
     # status.json is the job's own record (not plan data): absent on a first start.
-    previous = ctx.run_dir.read_status() or {}
-    if previous.get("state") in FINAL_STATES:
-        log.info(f"{run_id} is already {previous['state']}; nothing to do")
-        return previous
+    previous = RunStatus.read(ctx.run_dir) or RunStatus()
+    if previous.state in FINAL_STATES:
+        log.info(f"{run_id} is already {previous.state}; nothing to do")
+        return previous.as_json()
 
     import torch
     from olmo_core.distributed.utils import get_rank
@@ -284,33 +281,38 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         torch.set_num_threads(ctx.training.threads)
 
     steps, gbs = ctx.training.steps, ctx.training.global_batch_size
+    where = where_record()
     base = {
         "run_id": run_id,
         "pair_id": ctx.run.pair_id,
         "arm": ctx.run.arm,
         # The launcher's attempt counter (submitit requeues) when set, else one per call.
         "attempt": int(
-            os.environ.get("OLMOABLATE_ATTEMPT") or int(previous.get("attempt") or 0) + 1
+            os.environ.get("OLMOABLATE_ATTEMPT") or (previous.attempt or 0) + 1
         ),
         "diverged_at_step": None,
         "reason": None,
+        # where this attempt runs (rank 0), as summary.json says at the end
+        "executor": where["executor"] or previous.executor,
+        "host": where["hostname"],
     }
 
-    def write_status(state: str, step: int, **extra: Any) -> dict[str, Any]:
-        status = {
-            **base,
-            "state": state,
-            "step": step,
-            "total_steps": steps,
-            "tokens": step * gbs,
-            "last_loss": None,
-            "tokens_per_s": None,
-            "updated": _now(),
-            **extra,
-        }
+    def write_status(state: RunState, step: int, **extra: Any) -> dict[str, Any]:
+        status = RunStatus.model_validate(
+            {
+                **base,
+                "state": state,
+                "step": step,
+                "total_steps": steps,
+                "tokens": step * gbs,
+                "last_loss": None,
+                "tokens_per_s": None,
+                **extra,
+            }
+        )
         if get_rank() == 0:
-            write_json_atomic(status_path, status)
-        return status
+            status = status.write(status_path)
+        return status.as_json()
 
     prepare_training_environment(
         seed=ctx.training.init_seed,
@@ -325,7 +327,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     trainer = None
     try:
         ctx.run_dir.path.mkdir(parents=True, exist_ok=True)
-        write_status("running", int(previous.get("step") or 0))
+        write_status(RunState.RUNNING, previous.step or 0)
         # changed block code is refused before any checkpoint is read, judged or moved
         check_code(ctx.run, resuming=any(ctx.run_dir.checkpoints.glob("step*")))
         fallback = resume_point(ctx, base, previous)
@@ -347,32 +349,32 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         summary = _summary(trainer, own, time.perf_counter() - t_start, step, ctx, env)
         extra["tokens_per_s"] = summary["tokens_per_s"]
         if stability.diverged_at_step is not None:
-            state = "diverged"
+            state = RunState.DIVERGED
             extra.update(diverged_at_step=stability.diverged_at_step, reason=stability.reason)
         elif error is not None:
             record_failure(write_status, ctx, step, failure_reason(ctx, error, step), **extra)
             raise error
         elif step >= steps:
-            state = "completed"
+            state = RunState.COMPLETED
         else:
             sig = own["interrupt"].signal_received
-            state = "interrupted"
+            state = RunState.INTERRUPTED
             extra["reason"] = f"{sig} received" if sig else "training stopped before the last step"
             # All of them, in order: the job wrapper decides cancel vs requeue from these.
             extra["signals"] = list(own["interrupt"].signals)
-        if state == "completed":
+        if state == RunState.COMPLETED:
             summary.update(decode_figures(trainer, ctx, env))
         if get_rank() == 0:
-            write_json_atomic(ctx.run_dir.summary, {**summary, "state": state})
+            RunSummary.model_validate({**summary, "state": state}).write(ctx.run_dir.summary)
         return write_status(state, step, **extra)
     except UserError as err:
-        write_status("failed", int(previous.get("step") or 0), reason=f"bad run entry: {err}"[:500])
+        write_status(RunState.FAILED, previous.step or 0, reason=f"bad run entry: {err}"[:500])
         raise
     except Exception as err:  # before or around fit (a checkpoint, the data): one line, then up
         if trainer is None:
-            step = int(previous.get("step") or 0)
+            step = previous.step or 0
             why = failure_reason(ctx, err, None)
-            write_status("failed", step, reason=f"failed before training started: {why}")
+            write_status(RunState.FAILED, step, reason=f"failed before training started: {why}")
         raise
     finally:
         teardown_training_environment()

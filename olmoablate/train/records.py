@@ -27,17 +27,15 @@ from olmo_core.train.callbacks import Callback
 from olmo_core.train.common import ReduceType
 
 from olmoablate.contract import columnar
+from olmoablate.contract import metrics as metric_names
 from olmoablate.contract.metrics import PEAK_MEMORY
+from olmoablate.contract.runstates import now_iso  # noqa: F401 - re-exported (callbacks)
 from olmoablate.io import write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
 
 log = logging.getLogger(__name__)
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def peak_memory_gb() -> float:
@@ -128,7 +126,7 @@ class MetricsJSONLCallback(Callback):
     #: Runs first, so a step's timing is taken before e.g. the checkpointer flushes metrics.
     priority: ClassVar[int] = 100
     #: Steps of each attempt that are warm-up, not steady state (summary.json's mean skips them).
-    WARMUP_STEPS: ClassVar[int] = 5
+    WARMUP_STEPS: ClassVar[int] = metric_names.ATTEMPT_WARMUP_STEPS
 
     path: str = "metrics.jsonl"
     global_batch_size: int = 0
@@ -245,13 +243,17 @@ class MetricsJSONLCallback(Callback):
         with _TIMING_LOCK:
             timed = step in self._step_times
             if timed:
-                self._pending["step_time_s"] = self._step_times.pop(step)
-                self._pending["step_cpu_time_s"] = self._cpu_times.pop(step)
+                self._pending[metric_names.STEP_TIME] = self._step_times.pop(step)
+                self._pending[metric_names.STEP_CPU_TIME] = self._cpu_times.pop(step)
         if timed:
-            self._pending["step_in_attempt"] = step - self._first_step + 1
-        if peak is not None or "peak_memory_gb" not in self._pending:
-            self._pending["peak_memory_gb"] = peak if peak is not None else peak_memory_gb()
-        self.max_peak_memory_gb = max(self.max_peak_memory_gb, self._pending["peak_memory_gb"])
+            self._pending[metric_names.STEP_IN_ATTEMPT] = step - self._first_step + 1
+        if peak is not None or metric_names.PEAK_MEMORY_GB not in self._pending:
+            self._pending[metric_names.PEAK_MEMORY_GB] = (
+                peak if peak is not None else peak_memory_gb()
+            )
+        self.max_peak_memory_gb = max(
+            self.max_peak_memory_gb, self._pending[metric_names.PEAK_MEMORY_GB]
+        )
 
     def _flush(self) -> None:
         if self._pending is None:

@@ -28,6 +28,8 @@ from olmo_core.train.callbacks import Callback
 
 from olmoablate.contract import checkpoints as ck
 from olmoablate.contract import faults
+from olmoablate.contract.runfiles import RunStatus
+from olmoablate.contract.runstates import RunState, now_iso
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.train.plan import RunContext
@@ -140,7 +142,7 @@ def choose_resume_point(checkpoints: Path, *, way_out: str) -> Fallback | None:
     return result
 
 
-def resume_point(ctx: RunContext, base: dict[str, Any], previous: dict[str, Any]) -> Any:
+def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
     """Make the newest *complete* checkpoint the one OLMo-core resumes from
     (:mod:`olmoablate.train.resume`); a fallback is recorded in ``base`` (every status.json
     of the run from now on) and returned for the attempt's first metrics row."""
@@ -148,7 +150,7 @@ def resume_point(ctx: RunContext, base: dict[str, Any], previous: dict[str, Any]
     fallback = choose_resume_point(
         ctx.run_dir.checkpoints, way_out=f"olmoablate submit {results} --redo {ctx.run_id}"
     )
-    base["recovery"] = fallback.line if fallback is not None else previous.get("recovery")
+    base["recovery"] = fallback.line if fallback is not None else previous.recovery
     return fallback
 
 
@@ -157,7 +159,7 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
     traceback goes to ``runs/<id>/error.log`` (or, on a full disk, stays in the job's log)."""
     results = ctx.run_dir.path.parent.parent
     log_path = ctx.run_dir.path / faults.ERROR_LOG
-    header = f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')} {ctx.run_id} step {step}"
+    header = f"{now_iso()} {ctx.run_id} step {step}"
     kept = faults.write_traceback(log_path, error, header)
     if not kept:
         log.error("traceback of the failure (not written to %s)", log_path, exc_info=error)
@@ -179,7 +181,7 @@ def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra:
     deleted, once, and the write retried; complete checkpoints are never touched.
     """
     try:
-        write("failed", step, reason=reason, **extra)
+        write(RunState.FAILED, step, reason=reason, **extra)
         return
     except OSError as err:
         if err.errno != errno.ENOSPC:
@@ -193,4 +195,4 @@ def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra:
         freed = True
     if not freed:
         raise full
-    write("failed", step, reason=reason, **extra)
+    write(RunState.FAILED, step, reason=reason, **extra)
