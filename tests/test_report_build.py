@@ -10,7 +10,7 @@ import pytest
 
 from olmoablate.io import read_json
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.collect import collect
+from olmoablate.report.read.collect import collect
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from olmoablate.report.build import build, write_next_plan
-from olmoablate.report.collect import collect
+from olmoablate.report.read.collect import collect
+from olmoablate.report.render.writers import write_all
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
-from olmoablate.report.writers import write_all
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "eval/lm/demo-heldout/CE loss"

@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import write_json_atomic
-from olmoablate.report.collect import Results
-from olmoablate.report.compare import PairResult, compare_pair
-from olmoablate.report.evalcover import coverage_lines
-from olmoablate.report.evidence import SizeRow, consistency, evidence_for
-from olmoablate.report.family import evaluate_gate
-from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
-from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
-from olmoablate.report.noise import NoiseSource
-from olmoablate.report.sequential import FUTILITY, SequentialResult
+from olmoablate.report.compare.evalcover import coverage_lines
+from olmoablate.report.compare.pair import PairResult, compare_pair
+from olmoablate.report.gate.evidence import SizeRow, consistency, evidence_for
+from olmoablate.report.gate.family import evaluate_gate
+from olmoablate.report.gate.inputs import noise_source, pair_timing, way_out
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.sequential import FUTILITY, SequentialResult
+from olmoablate.report.gate.verdict import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
+from olmoablate.report.read.collect import Results
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
-    #: eval coverage / unigram-entropy lines (`olmoablate.report.evalcover`)
+    #: eval coverage / unigram-entropy lines (`olmoablate.report.compare.evalcover`)
     eval_lines: list[str] = field(default_factory=list)
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from olmoablate.contract.plan import Plan
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.collect import UNGATED, Results
-from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.read.collect import UNGATED, Results
+from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
 
 
 def results_for_gate(results: Results, view: Plan) -> Results:

@@ -1,10 +1,10 @@
 """Per-pair comparisons at matched tokens: curves, final deltas, stability, cost, looped extras.
 
 Why one comparison object per pair (`PairResult`): every renderer, the gate evidence
-(:mod:`olmoablate.report.evidence`) and the notebook API read the same aligned curves, so a
+(:mod:`olmoablate.report.gate.evidence`) and the notebook API read the same aligned curves, so a
 plot, a table and the verdict can never disagree about what was compared. Validity comes from
-the pairing certificate (:mod:`olmoablate.report.pairing`) and the data fingerprints
-(:mod:`olmoablate.report.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
+the pairing certificate (:mod:`olmoablate.report.compare.pairing`) and the data fingerprints
+(:mod:`olmoablate.report.read.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import Pair
 from olmoablate.contract.proof import ProofRecord
-from olmoablate.report.align import (
+from olmoablate.report.compare.align import (
     Aligned,
     Curve,
     common_grid,
@@ -27,13 +27,12 @@ from olmoablate.report.align import (
     loss_spikes,
     match_points,
 )
-from olmoablate.report.collect import Results, RunData
-from olmoablate.report.cost import cost_rows
-from olmoablate.report.execution import execution_mismatch, execution_of, parity_note
-from olmoablate.report.gate import ArmHealth
-from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems, proof_problems, token_shortfall
-from olmoablate.report.reuse import pair_identity_problems
+from olmoablate.report.compare.cost import cost_rows
+from olmoablate.report.compare.execution import execution_mismatch, execution_of, parity_note
+from olmoablate.report.compare.looped import is_loop_eval, looped_summary
+from olmoablate.report.compare.pairing import certificate_problems, proof_problems, token_shortfall
+from olmoablate.report.read.collect import Results, RunData
+from olmoablate.report.read.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
 
@@ -51,6 +50,17 @@ def metric_direction(name: str) -> str | None:
 def improvement_sign(direction: str) -> float:
     """Multiply (variant - baseline) by this to get an improvement (positive = variant better)."""
     return -1.0 if direction == "lower" else 1.0
+
+
+@dataclass
+class ArmHealth:
+    """Stability facts about one arm at the stage (from metrics and status)."""
+
+    spikes: int = 0
+    nonfinite: bool = False
+    diverged: bool = False
+    max_grad_norm: float | None = None
+    state: str | None = None
 
 
 @dataclass

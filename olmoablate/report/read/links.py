@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from olmoablate.report.collect import Results
+from olmoablate.report.read.collect import Results
 
 
 def wandb_links(results: Results) -> dict[str, dict[str, Any]]:

@@ -11,14 +11,14 @@ import math
 from typing import Any
 
 from olmoablate.report.build import Report
-from olmoablate.report.gate_text import (
+from olmoablate.report.read.links import wandb_section
+from olmoablate.report.render.gate_text import (
     GATES_HEADER,
     GATES_TEXT,
     estimate_cells,
     gate_text,
     gates_rows,
 )
-from olmoablate.report.links import wandb_section
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]

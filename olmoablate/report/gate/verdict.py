@@ -9,7 +9,7 @@ once per block.
 Conventions: an *improvement* is sign-adjusted so that positive = the variant is better
 (``baseline - variant`` for ``direction: lower``). Per seed, the improvement is averaged over the
 last ``last_n`` matched eval points. Its noise is the run-to-run sd of that paired delta
-(`olmoablate.report.noise`): from several seeds, a declared floor or A/A baselines -- never from
+(`olmoablate.report.gate.noise`): from several seeds, a declared floor or A/A baselines -- never from
 the spread of one run's last points. Stability and overhead limits are hard stops: no quality
 gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the statistics.
 """
@@ -23,8 +23,9 @@ from typing import Any
 
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import p_above, resolve_power, seeds_for_power, seeds_needed
-from olmoablate.report.execution import parity_note
-from olmoablate.report.noise import (
+from olmoablate.report.compare.execution import parity_note
+from olmoablate.report.compare.pair import ArmHealth
+from olmoablate.report.gate.noise import (
     FLOOR,
     NONE,
     Estimate,
@@ -33,9 +34,9 @@ from olmoablate.report.noise import (
     floor_source,
     jitter,
 )
-from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
+from olmoablate.report.gate.overhead import ArmTiming, OverheadCheck, overhead_checks
 
-__all__ = ["Estimate", "estimate"]
+__all__ = ["ArmHealth", "Estimate", "estimate"]
 
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
@@ -189,17 +190,6 @@ def tolerance_check(
 
 
 @dataclass
-class ArmHealth:
-    """Stability facts about one arm at the stage (from metrics and status)."""
-
-    spikes: int = 0
-    nonfinite: bool = False
-    diverged: bool = False
-    max_grad_norm: float | None = None
-    state: str | None = None
-
-
-@dataclass
 class PairEvidence:
     """Everything the gate needs about one pair (one seed of one variant at the stage size)."""
 
@@ -299,7 +289,7 @@ def evaluate_variant(
     """Verdict for one variant at the stage size from all its pairs (one per seed).
 
     ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
-    baselines are measured by the caller, `olmoablate.report.gate_inputs`).
+    baselines are measured by the caller, `olmoablate.report.gate.inputs`).
     """
     cfg = as_gate(cfg)
     floor = cfg.noise.floor

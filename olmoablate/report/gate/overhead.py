@@ -30,14 +30,10 @@ import numpy as np
 from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import t_ppf
+from olmoablate.report.read.timing import ATTEMPT, ATTEMPT_WARMUP_STEPS, CPU, WALL
 
-#: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
-#: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = "step_time_s", "step_cpu_time_s"
-ATTEMPT = "step_in_attempt"
-#: Steps of every attempt (start or resume) that are warm-up; the training job's
-#: ``MetricsJSONLCallback.WARMUP_STEPS`` (a test keeps the two equal; the report has no torch).
-ATTEMPT_WARMUP_STEPS = 5
+__all__ = ["ATTEMPT", "ATTEMPT_WARMUP_STEPS", "CPU", "WALL"]
+
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 
 

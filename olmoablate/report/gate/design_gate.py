@@ -1,8 +1,8 @@
 """The gate's pre-registered design applied to its fixed-sample verdicts.
 
-Why apart from `olmoablate.report.family`: the fixed gate tests once at full alpha; a
+Why apart from `olmoablate.report.gate.family`: the fixed gate tests once at full alpha; a
 sequential design (``gate.sequential``) replaces that test by its looks
-(`olmoablate.report.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
+(`olmoablate.report.gate.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
 gate entry keeps the earlier registrations) are never tested at full alpha. This module takes the
 family's verdicts and rewrites their quality check accordingly, with the reason.
 """
@@ -13,14 +13,20 @@ from collections.abc import Mapping, Sequence
 
 from olmoablate.contract.plan import GateEntry
 from olmoablate.contract.schema import Gate
-from olmoablate.report.gate import INCONCLUSIVE, STOP, PairEvidence, VariantVerdict, quality_check
-from olmoablate.report.noise import NoiseSource, estimate
-from olmoablate.report.sequential import (
+from olmoablate.report.gate.noise import NoiseSource, estimate
+from olmoablate.report.gate.sequential import (
     FUTILITY,
     PROCEED,
     PairCurve,
     SequentialResult,
     evaluate_design,
+)
+from olmoablate.report.gate.verdict import (
+    INCONCLUSIVE,
+    STOP,
+    PairEvidence,
+    VariantVerdict,
+    quality_check,
 )
 
 

@@ -1,7 +1,7 @@
 """Gate evidence of a compared pair, and the consistency of the improvement across sizes.
 
 Why separate from the comparison: these turn a pair's curves into the numbers the gate
-(:mod:`olmoablate.report.gate`) decides on (the sign-adjusted improvement over the last eval
+(:mod:`olmoablate.report.gate.verdict`) decides on (the sign-adjusted improvement over the last eval
 intervals), so what the gate sees is defined in one place, apart from what the report shows.
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from olmoablate.contract import metrics as names
-from olmoablate.report.align import Aligned, match_points
-from olmoablate.report.collect import Results, RunData
-from olmoablate.report.compare import PairResult, improvement_sign
-from olmoablate.report.gate import Estimate, PairEvidence, estimate
-from olmoablate.report.noise import NoiseSource
+from olmoablate.report.compare.align import Aligned, match_points
+from olmoablate.report.compare.pair import PairResult, improvement_sign
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.verdict import Estimate, PairEvidence, estimate
+from olmoablate.report.read.collect import Results, RunData
 
 
 def gate_series(run_b: RunData, run_v: RunData, metric: str) -> Aligned:

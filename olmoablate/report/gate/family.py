@@ -15,8 +15,10 @@ from typing import Any
 from olmoablate.contract.plan import GateEntry
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import holm
-from olmoablate.report.design_gate import apply_design
-from olmoablate.report.gate import (
+from olmoablate.report.gate.design_gate import apply_design
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.sequential import SequentialResult
+from olmoablate.report.gate.verdict import (
     INCONCLUSIVE,
     PROCEED,
     STOP,
@@ -25,8 +27,6 @@ from olmoablate.report.gate import (
     as_gate,
     evaluate_variant,
 )
-from olmoablate.report.noise import NoiseSource
-from olmoablate.report.sequential import SequentialResult
 
 
 def apply_holm(verdicts: Sequence[VariantVerdict], confidence: float) -> str:
@@ -71,7 +71,7 @@ class GateOutcome:
     reasons: list[str]
     verdicts: list[VariantVerdict]
     family_note: str = ""
-    #: per gated variant: the sequential design's look history (`olmoablate.report.sequential`)
+    #: per gated variant: the sequential design's look history (`olmoablate.report.gate.sequential`)
     sequential: dict[str, SequentialResult] = field(default_factory=dict)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from olmoablate.contract import metrics as names
-from olmoablate.report.collect import RunData
-from olmoablate.report.overhead import WALL
+from olmoablate.report.read.collect import RunData
+from olmoablate.report.read.timing import WALL
 
 
 def _measured(run: RunData) -> dict[str, float | None]:

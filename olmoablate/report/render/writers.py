@@ -16,7 +16,7 @@ from typing import Any
 
 from olmoablate.io import write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
-from olmoablate.report.document import (
+from olmoablate.report.render.document import (
     VERDICT_HEADER,
     comparison_rows,
     data_issues,
@@ -25,8 +25,8 @@ from olmoablate.report.document import (
     sections,
     verdict_rows,
 )
-from olmoablate.report.gate_text import GATES_HEADER, gate_tag, gates_rows, statistics_lines
-from olmoablate.report.plots import make_plots
+from olmoablate.report.render.gate_text import GATES_HEADER, gate_tag, gates_rows, statistics_lines
+from olmoablate.report.render.plots import make_plots
 
 _VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from olmoablate.io import write_bytes_atomic, write_json_atomic
 from olmoablate.report.build import Report
-from olmoablate.report.compare import LOSS, PairResult
+from olmoablate.report.compare.pair import LOSS, PairResult
 
 
 def _safe(name: str) -> str:

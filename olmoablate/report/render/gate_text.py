@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from olmoablate.report.build import Report
-from olmoablate.report.sequential import SequentialResult
+from olmoablate.report.gate.sequential import SequentialResult
 
 
 def statistics_lines(report: Report) -> list[str]:
