@@ -13,7 +13,7 @@ from typing import Any
 
 from olmoablate.io import write_json_atomic
 from olmoablate.report.compare.evalcover import coverage_lines
-from olmoablate.report.compare.pair import PairResult, compare_pair
+from olmoablate.report.compare.pair import PairResult, for_gate, measure_all
 from olmoablate.report.gate.evidence import SizeRow, consistency, evidence_for
 from olmoablate.report.gate.family import evaluate_gate
 from olmoablate.report.gate.inputs import noise_source, pair_timing, way_out
@@ -138,17 +138,18 @@ def _ordered_unique(items: list[str]) -> list[str]:
     return list(seen)
 
 
-def build(results: Results) -> Report:
-    """Compare all pairs and evaluate the gate at ``gate.stage``."""
+def build(results: Results, measured: list[PairResult] | None = None) -> Report:
+    """Evaluate the gate at ``gate.stage`` on the pairs' comparisons: ``measured`` (every pair
+    measured once, :func:`~olmoablate.report.compare.pair.measure_all`, shared by all gates of
+    a spec) or, without it, measured here."""
     g = results.gate
     stage = g.stage
     reference = g.reference
     sizes = _ordered_unique([r.size for r in results.plan.runs])
-    pair_results: list[PairResult] = []
-    for p in results.pairs:
-        r = compare_pair(results, p)
-        if r is not None:
-            pair_results.append(r)
+    if measured is None:
+        measured = measure_all(results)
+    allow_partial = bool(getattr(g, "allow_partial_pairs", False))
+    pair_results = [for_gate(r, allow_partial) for r in measured]
     at_stage = [r for r in pair_results if r.size == stage]
     variants = _ordered_unique([r.variant_name for r in at_stage])
     non_ref = [v for v in variants if v != reference]
