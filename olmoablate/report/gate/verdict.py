@@ -16,6 +16,7 @@ gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,9 +49,10 @@ def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
     return gate if isinstance(gate, Gate) else Gate.model_validate(dict(gate))
 
 
-@dataclass
+@dataclass(frozen=True)
 class QualityCheck:
-    """One statistical comparison (vs baseline, or vs the reference) and its outcome."""
+    """One statistical comparison (vs baseline, or vs the reference) and its outcome (a value:
+    a correction makes a new one, ``dataclasses.replace``)."""
 
     name: str
     outcome: str  # pass | stop | inconclusive
@@ -218,8 +220,11 @@ class PairEvidence:
     execution_mismatch: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariantVerdict:
+    """One variant's verdict with every reason. A value: the family-wise correction and the
+    design make new verdicts (:meth:`revised`), never edit one that a caller holds."""
+
     variant: str
     verdict: str
     reasons: list[str]
@@ -235,15 +240,13 @@ class VariantVerdict:
     stops: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
 
-    def refresh(self) -> None:
-        """Recompute reasons and verdict after a check changed (e.g. by Holm's correction)."""
-        self.reasons = [
-            *self.preamble,
-            *self.stops,
-            *self.blockers,
-            *(c.reason for c in self.checks),
-        ]
-        self.verdict = combine(self.stops, self.blockers, self.checks)
+    def revised(self, **changes: Any) -> VariantVerdict:
+        """A new verdict with ``changes`` (e.g. ``checks`` after Holm's correction), its reasons
+        and verdict recomputed from its stops, blockers and checks."""
+        new = dataclasses.replace(self, **changes)
+        reasons = [*new.preamble, *new.stops, *new.blockers, *(c.reason for c in new.checks)]
+        verdict = combine(new.stops, new.blockers, new.checks)
+        return dataclasses.replace(new, reasons=reasons, verdict=verdict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
