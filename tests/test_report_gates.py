@@ -108,11 +108,15 @@ def test_report_opens_with_one_verdict_per_gate(tmp_path: Path) -> None:
 
     md = (root / "report.md").read_text().splitlines()
     assert md[2].startswith("**Gate verdicts: siamese PROCEED at 1B; looped PROCEED at 1B")
-    table = [ln for ln in md[3:10] if ln.startswith("| ")]
-    assert table[0].startswith("| gate (proposal) | variant | rule |")
-    assert table[1].startswith("| siamese | sn_da | quality |")
-    assert table[2].startswith("| looped | looped | quality_per_param |")
-    assert "PROCEED" in table[1] and "PROCEED" in table[2]
+    # one verdict card per proposal, first, before any details
+    cards = [i for i, ln in enumerate(md) if ln.startswith("### ")]
+    assert [md[i] for i in cards] == ["### siamese: PROCEED", "### looped: PROCEED"]
+    assert md[cards[0] + 2].startswith("sn_da vs baseline at 1B, rule quality, metric ")
+    assert md[cards[1] + 2].startswith("looped vs baseline at 1B, rule quality_per_param, ")
+    assert md[cards[0] + 3].startswith("Effect **+") and "one-sided 95% interval" in md[cards[0] + 3]
+    assert cards[1] < md.index("## Gate siamese") < md.index("## Gate looped")
+    assert "![gate__siamese](plots/gate__siamese.png)" in md
+    assert not any(ln.startswith("- [siamese] [") for ln in md)  # no repeated tags
     assert "gate verdicts: siamese: proceed; looped: proceed (" in res.stdout.splitlines()[-1]
     # each proceeding gate promotes only its own proposal
     for name, arm in (("siamese", "sn_da"), ("looped", "looped")):
