@@ -178,7 +178,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
                     None,
                 )
             e = evidence_for(r, results, ref_pair)
-            # arms that ran different executions (report.execution): cost kept out of the gate
+            # arms that ran different executions (report.compare.execution): cost kept out of the gate
             e.timing = None if r.execution_mismatch else pair_timing(results, r)
             e.execution_mismatch = list(r.execution_mismatch)
             if g.rule == "quality_per_param" and ref_pair is None:

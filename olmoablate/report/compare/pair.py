@@ -116,7 +116,7 @@ class PairResult:
     cost: list[dict[str, Any]] = field(default_factory=list)
     overhead: dict[str, float | None] = field(default_factory=dict)
     looped: dict[str, Any] | None = None
-    #: What differs between the arms' summary.json execution blocks (report.execution); when
+    #: What differs between the arms' summary.json execution blocks (report.compare.execution); when
     #: non-empty the measured cost is shown but not compared and stays out of the gate.
     execution_mismatch: list[str] = field(default_factory=list)
     complete: bool = False

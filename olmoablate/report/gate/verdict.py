@@ -216,7 +216,7 @@ class PairEvidence:
     curve: list[float] = field(default_factory=list)
     tokens: float = 0.0
     gpu_hours: float = 0.0
-    #: Differences between the arms' execution records (report.execution): cost not compared.
+    #: Differences between the arms' execution records (report.compare.execution): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
 
 

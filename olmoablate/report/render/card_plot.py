@@ -47,7 +47,7 @@ def plot_card(r: Report, out: Path) -> Path | None:
     ax.axhline(0.0, color="k", lw=0.8)
     ax.axhline(g.min_effect, color="#cf222e", ls="--", lw=1, label=f"min_effect {g.min_effect:g}")
     ax.set_title(
-        f"{r.gate_name}: {v.variant} − baseline, paired improvement in {g.metric}", fontsize=9
+        f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9
     )
     ax.set_xlabel("tokens (circled: the last_n points the gate averages)", fontsize=8)
     ax.set_ylabel("improvement (+ = better)", fontsize=8)
