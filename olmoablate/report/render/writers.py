@@ -9,6 +9,7 @@ Every plot is embedded as a base64 PNG and there is no script, font or styleshee
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,8 @@ def render_markdown(report: Report | Document, plots: Sequence[Path], out: Path)
     """report.md (plots linked relative to ``out``)."""
     doc = _doc(report, plots)
     text = render("report.md.j2", doc=doc, rel=lambda p: Path(p).relative_to(out).as_posix())
-    return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"
+    text = "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return re.sub(r"\n{3,}", "\n\n", text) + "\n"  # one blank line between blocks
 
 
 def render_html(report: Report | Document, plots: Sequence[Path]) -> str:
