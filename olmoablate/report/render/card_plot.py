@@ -8,12 +8,32 @@ seeds agree, whether the curve has settled and how far the interval is from the 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 
 from olmoablate.report.build import Report
 from olmoablate.report.render.cards import card_plot_name, headline_variant
 from olmoablate.report.render.figure import pyplot, save_png
+
+
+def card_key(r: Report) -> str:
+    """Hash of everything :func:`plot_card` draws for one gate, plus this module's source and
+    the matplotlib version: equal hashes mean byte-identical figures (the plot cache's key)."""
+    import matplotlib
+
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(matplotlib.__version__.encode())
+    v = headline_variant(r)
+    g = r.results.gate
+    est = v.checks[0].estimate if v is not None and v.checks else None
+    head = [r.gate_name, g.metric, g.min_effect, v.variant if v else None]
+    head.append([est.mean, est.lower, est.upper] if est is not None else None)
+    for e in r.evidence.get(v.variant, []) if v is not None else []:
+        head.append([e.seed, e.valid, e.series_x, e.series, len(e.improvement)])
+    h.update(json.dumps(head, default=repr).encode())
+    return h.hexdigest()
 
 
 def plot_card(r: Report, out: Path) -> Path | None:

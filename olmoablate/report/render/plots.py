@@ -22,7 +22,7 @@ import numpy as np
 from olmoablate.io import write_json_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare.pair import LOSS, PairResult
-from olmoablate.report.render.card_plot import plot_card
+from olmoablate.report.render.card_plot import card_key, plot_card
 from olmoablate.report.render.figure import pyplot, safe_name, save_png
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
@@ -316,6 +316,11 @@ def _group_key(report: Report, size: str, variant: str) -> str:
 _PLOT_CACHE = ".plot-cache.json"
 
 
+def _cache_name(job: tuple[str, str, str, str]) -> str:
+    """A job's entry in the plot cache: ``size\tvariant`` (as before cards), ``card\t<gate>``."""
+    return f"card\t{job[1]}" if job[0] == "card" else f"{job[1]}\t{job[2]}"
+
+
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
     """Every plot of the report; figures are drawn in parallel (fork) when there are many,
     because matplotlib spends ~0.2-0.5 s per figure and a ladder has dozens. A (size, variant)
@@ -339,9 +344,11 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
     except (OSError, ValueError):
         cache = {}
     keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
+    gates = {r.gate_name: r for r in report.gates or [report]}
+    keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
     done: dict[tuple[str, str, str, str], list[Path]] = {}
     for j, key in keys.items():
-        hit = cache.get(f"{j[1]}\t{j[2]}")
+        hit = cache.get(_cache_name(j))
         if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
             paths = [out / str(name) for name in hit[1]]
             if all(path.is_file() for path in paths):
@@ -366,7 +373,7 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
         _FORK_REPORT = None
     done.update(zip(todo, nested, strict=True))
     new_cache = {
-        f"{j[1]}\t{j[2]}": [key, [p.relative_to(out).as_posix() for p in done[j]]]
+        _cache_name(j): [key, [p.relative_to(out).as_posix() for p in done[j]]]
         for j, key in keys.items()
     }
     if new_cache != cache:
