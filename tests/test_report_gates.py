@@ -1,5 +1,6 @@
 """Several gates per spec: one pre-registered, hashed verdict per proposal, decided independently;
-the report opens with one row per gate and gate.json holds every gate."""
+the report opens with one verdict card per gate and gate.json holds every gate; the pairs are
+measured once and shared by every gate."""
 
 from __future__ import annotations
 
@@ -140,3 +141,26 @@ def test_gates_are_preregistered_independently(tmp_path: Path) -> None:
     assert gate["verdicts"]["looped"] == "inconclusive"
     broken = gate["gates"][1]
     assert broken["preregistration_broken"] and not gate["gates"][0]["preregistration_broken"]
+
+
+def test_pairs_are_measured_once_and_shared_by_every_gate(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from olmoablate.report import gates
+    from olmoablate.report.compare import pair
+    from olmoablate.report.read.collect import collect
+
+    root = _two_gate_results(tmp_path / "results" / "synth")
+    calls: list[str] = []
+    real = pair.measure_pair
+
+    def counting(results: Any, p: Any) -> Any:
+        calls.append(p.pair_id)
+        return real(results, p)
+
+    monkeypatch.setattr(pair, "measure_pair", counting)
+    report = gates.build_all(collect(root, use_cache=False))
+    assert len(report.gates) == 2
+    assert sorted(calls) == sorted({p.pair_id for p in report.pairs})  # once per pair, not per gate
+    a, b = (r.pairs for r in report.gates)
+    assert all(x.train is y.train and x.by_metric is y.by_metric for x, y in zip(a, b, strict=True))
