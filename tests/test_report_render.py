@@ -155,12 +155,12 @@ def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -
 def test_one_card_per_proposal_and_no_markup_leaks(rendered: Path) -> None:
     html = (rendered / "report.html").read_text()
     md = (rendered / "report.md").read_text()
-    assert html.count("class=\"card\"") == 1 and html.count("<h2>Gate ") == 1
+    assert html.count("class=\"card\"") == 1 and html.count("<h2>Gate</h2>") == 1
     assert html.count("<th>variant</th><th>role</th>") == 1  # the verdict table once
     assert "`" not in html and "**" not in html  # no markdown in the page
     assert "gate__" in html and (rendered / "plots" / "gate__gate.png").is_file()
     assert not re.search(r"\[(\w+)\] \[\1\]", html + md)  # no tag repeated
-    assert "### gate: PROCEED" in md and "Why: " in md
+    assert "### Gate: PROCEED" in md and "Why: " in md
 
 
 def test_terminal_block_fits_100_columns(rendered: Path) -> None:
@@ -175,7 +175,7 @@ def test_terminal_block_fits_100_columns(rendered: Path) -> None:
     Console(file=buf, width=300, soft_wrap=True, color_system=None).print(render_terminal(report))
     lines = buf.getvalue().splitlines()
     assert lines and max(len(ln) for ln in lines) <= 100, max(lines, key=len)
-    assert any(ln.split() == ["PROCEED", "gate"] for ln in lines)
+    assert any(ln.split() == ["PROCEED", "Gate"] for ln in lines)
     assert any(ln.strip().startswith("looped vs baseline at 1B") for ln in lines)
 
 

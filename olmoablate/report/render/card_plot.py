@@ -14,8 +14,14 @@ import math
 from pathlib import Path
 
 from olmoablate.report.build import Report
+from olmoablate.report.gate.verdict import Estimate, VariantVerdict
 from olmoablate.report.render.cards import card_plot_name, headline_variant
 from olmoablate.report.render.figure import pyplot, save_png
+
+
+def _vs_baseline(v: VariantVerdict) -> Estimate | None:
+    """The estimate of the check against the baseline (not the reference's)."""
+    return next((c.estimate for c in v.checks if "reference" not in c.name), None)
 
 
 def card_key(r: Report) -> str:
@@ -27,8 +33,8 @@ def card_key(r: Report) -> str:
     h.update(matplotlib.__version__.encode())
     v = headline_variant(r)
     g = r.results.gate
-    est = v.checks[0].estimate if v is not None and v.checks else None
-    head = [r.gate_name, g.metric, g.min_effect, v.variant if v else None]
+    est = _vs_baseline(v) if v is not None else None
+    head = [r.gate_name, g.metric, g.rule, g.min_effect, g.tolerance, v.variant if v else None]
     head.append([est.mean, est.lower, est.upper] if est is not None else None)
     for e in r.evidence.get(v.variant, []) if v is not None else []:
         head.append([e.seed, e.valid, e.series_x, e.series, len(e.improvement)])
@@ -45,7 +51,12 @@ def plot_card(r: Report, out: Path) -> Path | None:
     if not evidence:
         return None
     g = r.results.gate
-    est = v.checks[0].estimate if v.checks else None
+    # the plotted series is vs the baseline: its check's estimate (quality_per_param decides vs
+    # the reference first; its check vs the baseline is the tolerance one), and its bar
+    est = _vs_baseline(v)
+    qpp = g.rule == "quality_per_param"
+    bar, bar_label = (-g.tolerance, f"-tolerance {g.tolerance:g}") if qpp else (g.min_effect, "")
+    bar_label = bar_label or f"min_effect {g.min_effect:g}"
     plt = pyplot()
     from matplotlib.ticker import EngFormatter, MaxNLocator
 
@@ -65,7 +76,7 @@ def plot_card(r: Report, out: Path) -> Path | None:
             label = "mean, one-sided interval"
         ax.hlines(est.mean, x0, x1, color="#1f6feb", lw=1.5, label=label)
     ax.axhline(0.0, color="k", lw=0.8)
-    ax.axhline(g.min_effect, color="#cf222e", ls="--", lw=1, label=f"min_effect {g.min_effect:g}")
+    ax.axhline(bar, color="#cf222e", ls="--", lw=1, label=bar_label)
     ax.set_title(
         f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9
     )

@@ -59,6 +59,15 @@ class Card:
     table: tuple[list[str], list[list[Any]]]
 
     @property
+    def title(self) -> str:
+        """The card's heading: the gate's name (``Gate`` for the unnamed gate of a ``gate:``)."""
+        return "Gate" if self.name == "gate" else self.name
+
+    @property
+    def details_title(self) -> str:
+        return "Gate" if self.name == "gate" else f"Gate {self.name}"
+
+    @property
     def effect_text(self) -> str:
         """``+0.21, one-sided 95% interval [+0.12, +0.30], 2 seeds`` (or why there is none)."""
         if self.effect is None:
