@@ -269,6 +269,14 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
 _FORK_REPORT: Report | None = None
 
 
+def _worker_init() -> None:
+    """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
+    installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
     kind, size, variant, out_s = job
     report = _FORK_REPORT
@@ -363,7 +371,7 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
             # garbage collector from walking (and so copying) every page of them
             gc.freeze()
             try:
-                with multiprocessing.get_context("fork").Pool(n) as pool:
+                with multiprocessing.get_context("fork").Pool(n, _worker_init) as pool:
                     nested = pool.map(_plot_job, todo, chunksize=1)
             finally:
                 gc.unfreeze()
