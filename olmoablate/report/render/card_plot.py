@@ -15,6 +15,7 @@ from pathlib import Path
 
 from olmoablate.report.build import Report
 from olmoablate.report.gate.verdict import Estimate, VariantVerdict
+from olmoablate.report.render import figure
 from olmoablate.report.render.cards import card_plot_name, headline_variant
 from olmoablate.report.render.figure import pyplot, save_png
 
@@ -30,6 +31,7 @@ def card_key(r: Report) -> str:
     import matplotlib
 
     h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(Path(figure.__file__).read_bytes())
     h.update(matplotlib.__version__.encode())
     v = headline_variant(r)
     g = r.results.gate
@@ -89,4 +91,4 @@ def plot_card(r: Report, out: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.subplots_adjust(left=0.13, right=0.98, bottom=0.17, top=0.88)
-    return save_png(fig, out / card_plot_name(r.gate_name))
+    return save_png(fig, out / card_plot_name(r.gate_name), dpi=100)  # 640 px: the card's width

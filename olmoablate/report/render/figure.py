@@ -21,12 +21,12 @@ def pyplot() -> Any:
     return plt
 
 
-def save_png(fig: Any, path: Path) -> Path:
+def save_png(fig: Any, path: Path, dpi: int = 72) -> Path:
     import io
 
     buf = io.BytesIO()
     # zlib level 1: a few % larger PNGs, several times less encoding time
-    fig.savefig(buf, format="png", dpi=72, pil_kwargs={"compress_level": 1})
+    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
     pyplot().close(fig)
     write_bytes_atomic(path, buf.getvalue())
     return path

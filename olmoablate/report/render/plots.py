@@ -22,6 +22,7 @@ import numpy as np
 from olmoablate.io import write_json_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare.pair import LOSS, PairResult
+from olmoablate.report.render import figure
 from olmoablate.report.render.card_plot import card_key, plot_card
 from olmoablate.report.render.figure import pyplot, safe_name, save_png
 
@@ -302,6 +303,7 @@ def _group_key(report: Report, size: str, variant: str) -> str:
 
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
+    h.update(Path(figure.__file__).read_bytes())  # the PNG writer's settings
     h.update(matplotlib.__version__.encode())
     pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
     h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
