@@ -190,3 +190,13 @@ def test_no_loop_count_figure_for_one_loop_count(tmp_path: Path) -> None:
     write_all(build(collect(root, use_cache=False)), root, ["md"])
     plots = {p.name for p in (root / "plots").glob("*.png")}
     assert "1B__looped.png" in plots and "1B__looped__loops.png" not in plots
+
+
+def test_deciding_reason_is_one_sentence_without_the_bounds() -> None:
+    from olmoablate.report.render.cards import one_sentence
+
+    long = (
+        "[looped] vs baseline: improvement -0.06608 (one-sided 95% bounds [-0.1362, +0.004085], "
+        "2 seed(s), noise: paired seeds): not separable from min_effect 0; seeds needed: about 3"
+    )
+    assert one_sentence(long) == "vs baseline: improvement -0.06608: not separable from min_effect 0."
