@@ -115,8 +115,8 @@ def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
     import resource
 
     from olmoablate.report.build import build, write_next_plan
-    from olmoablate.report.collect import collect
-    from olmoablate.report.writers import write_all
+    from olmoablate.report.read.collect import collect
+    from olmoablate.report.render.writers import write_all
 
     def cpu() -> float:
         own = resource.getrusage(resource.RUSAGE_SELF)

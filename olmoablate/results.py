@@ -41,13 +41,13 @@ import pandas as pd
 from olmoablate.contract import metrics as names
 from olmoablate.contract.metricsfile import read_metrics
 from olmoablate.contract.runfiles import RunStatus, RunSummary
-from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
-from olmoablate.report.collect import Results, collect, resolve_results_dir
-from olmoablate.report.compare import LOSS
-from olmoablate.report.document import comparison_rows
+from olmoablate.report.compare.align import cumulative_flops
+from olmoablate.report.compare.pair import LOSS
 from olmoablate.report.gates import build_all
-from olmoablate.report.links import wandb_links
+from olmoablate.report.read.collect import Results, collect, resolve_results_dir
+from olmoablate.report.read.links import wandb_links
+from olmoablate.report.render.document import comparison_rows
 
 METRIC_COLUMNS = [
     "run",
@@ -383,7 +383,8 @@ class Campaign:
 def _fields(name: str) -> list[str]:
     import dataclasses
 
-    from olmoablate.report import board, track
+    from olmoablate.report import board
+    from olmoablate.report.gate import track
 
     cls = getattr(board, name, None) or getattr(track, name)
     return [f.name for f in dataclasses.fields(cls)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmoablate.report.align import (
+from olmoablate.report.compare.align import (
     Curve,
     common_grid,
     cumulative_flops,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from fixtures.cli import run_cli as _cli
 
-from olmoablate.report import track
 from olmoablate.report.board import build_board
-from olmoablate.report.collect import collect
+from olmoablate.report.gate import track
 from olmoablate.report.gates import build_all
+from olmoablate.report.read.collect import collect
+from olmoablate.report.render.writers import write_all
 from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
-from olmoablate.report.writers import write_all
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 GATE = {"metric": EVAL, "min_effect": 0.01, "promote_to": ["3B"], "noise": {"floor": {"sd": 0.005, "known": True}}}

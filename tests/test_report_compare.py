@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.contract.plan import Plan, RunEntry
-from olmoablate.report.compare import improvement_sign, metric_direction
-from olmoablate.report.fingerprints import fingerprint_problems
-from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.compare.pair import improvement_sign, metric_direction
+from olmoablate.report.compare.pairing import certificate_problems
+from olmoablate.report.read.fingerprints import fingerprint_problems
 
 SPECS = Path(__file__).parent.parent / "specs"
 

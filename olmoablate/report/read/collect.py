@@ -26,12 +26,12 @@ from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Gate
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
-from olmoablate.report import fingerprints
-from olmoablate.report.align import Curve
-from olmoablate.report.metric_cache import Job, load_metrics_many
-from olmoablate.report.overhead import ATTEMPT, CPU, WALL
-from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
-from olmoablate.report.reuse import reuse_problems
+from olmoablate.report.read import fingerprints
+from olmoablate.report.read.curve import Curve
+from olmoablate.report.read.metric_cache import Job, load_metrics_many
+from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.read.reuse import reuse_problems
+from olmoablate.report.read.timing import ATTEMPT, CPU, WALL
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
