@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.contract.metricsfile import Metrics, append, read_part
+from olmoablate.contract.metricsfile import Metrics, Part, append, read_part
 
 #: Bumped whenever what the copy stores (or how the parse it holds is made) changes.
 VERSION = 1
@@ -133,6 +133,18 @@ def update_copy(metrics_path: str | Path) -> Path | None:
     path = Path(metrics_path)
     if not path.is_file() or not available():
         return None
+    refresh(path)
+    return copy_path(path)
+
+
+def refresh(metrics_path: str | Path) -> Part:
+    """:func:`update_copy`, answering what it parsed: every key's complete lines (the body the
+    copy now holds) and the unterminated last line. The metrics store calls this where a copy
+    is missing, stale or far behind (a job of an older release, results copied without it), so
+    the next reader finds one; a copy that cannot be written (a read-only folder, no pyarrow)
+    only costs the next reader a parse."""
+    path = Path(metrics_path)
+    ident = _identity(path)
     old = load_copy(path)
     body: Metrics | None = None
     if old is not None:
@@ -143,8 +155,17 @@ def update_copy(metrics_path: str | Path) -> Path | None:
     if body is None:
         part = read_part(path, None)
         body, end, lines = part.body, part.end, part.lines
-    _write(path, body, end, lines)
-    return copy_path(path)
+    if available():
+        try:
+            _write(path, body, end, lines, ident)
+        except OSError:
+            pass
+    return Part(body, part.tail, end, lines)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
 
 
 def remove_copy(metrics_path: str | Path) -> None:
@@ -152,7 +173,12 @@ def remove_copy(metrics_path: str | Path) -> None:
     copy_path(metrics_path).unlink(missing_ok=True)
 
 
-def _write(path: Path, body: Metrics, offset: int, lines: int) -> None:
+def _write(
+    path: Path, body: Metrics, offset: int, lines: int, ident: tuple[int, int] | None = None
+) -> None:
+    """Write the copy atomically; ``ident``: the (device, inode) the body was parsed from. A
+    file replaced meanwhile (a resumed job rewrites it: a new inode) gets no copy, since the
+    probe taken here would vouch for the new file's bytes with the old file's rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -179,6 +205,8 @@ def _write(path: Path, body: Metrics, offset: int, lines: int) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         pq.write_table(table, tmp, compression="zstd", use_dictionary=False)
+        if ident is not None and (_identity(path) != ident or path.stat().st_size < offset):
+            return
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

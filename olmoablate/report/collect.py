@@ -4,7 +4,7 @@ Why only these files: results are often copied off a cluster (``rsync results/de
 on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
 gate block (:mod:`olmoablate.report.prereg`). Missing runs, missing files, truncated lines and
 requeue duplicates become "data issues" in the report, never an exception. Metrics files are
-parsed through the report's parse cache (:mod:`olmoablate.report.metric_cache`), and pairs' data
+read through the metrics store (:mod:`olmoablate.report.metrics_store`), and pairs' data
 fingerprints compared through their cache (:mod:`olmoablate.report.fingerprints`), so re-running
 the report while runs train parses only what was appended since the last report.
 """
@@ -26,7 +26,7 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json
 from olmoablate.report import fingerprints
 from olmoablate.report.align import Curve
-from olmoablate.report.metric_cache import Job, load_metrics_many
+from olmoablate.report.metrics_store import Job, load_metrics_many
 from olmoablate.report.overhead import ATTEMPT, CPU, WALL
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 from olmoablate.report.reuse import reuse_problems
@@ -231,7 +231,7 @@ def collect(
             for p in plan.pairs
         ],
     )
-    for rid, m in load_metrics_many(jobs, cache_dir, workers).items():
+    for rid, m in load_metrics_many(jobs, use_cache, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
     for p in plan.pairs:

@@ -1,0 +1,260 @@
+"""A results folder's metrics as Arrow tables, built per metric and run on demand.
+
+Why here and why Arrow: ``olmoablate.results`` used to build one long pandas frame of every
+metric of every run up front (80M rows, 13 GB of peak memory and two minutes on a 100-run
+ladder), while a notebook mostly asks for one metric's curves. So a table is built only for
+the metrics and runs asked for, from the columns the report has already read (or, for any other
+key, from the run's metrics store: one column of its columnar copy, :mod:`.metrics_store`),
+and held as Arrow arrays: numbers zero-copy from numpy, labels (run, pair, group, size, arm,
+metric) dictionary-encoded once for the whole table. ``olmoablate.results`` turns a table into
+pandas with pyarrow dtypes; this module imports no pandas.
+
+The axes are the report's own: ``tokens`` as logged (else step x global batch, for metrics from
+before the job logged tokens), ``train_flops`` from OLMo-core's total petaflops where the read
+holds them, else tokens x the plan's FLOPs per token (:func:`.align.cumulative_flops`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from olmoablate.contract import metrics as names
+from olmoablate.contract.metricsfile import Metrics
+from olmoablate.report.align import cumulative_flops
+from olmoablate.report.collect import Results, RunData
+from olmoablate.report.metrics_store import load_run
+
+#: The long frame's columns, in order.
+LONG_COLUMNS = [
+    "run",
+    "pair",
+    "group",
+    "size",
+    "seed",
+    "arm",
+    "step",
+    "tokens",
+    "train_flops",
+    "metric",
+    "value",
+]
+#: Keys that are axes, not metrics.
+AXES = ("step", "tokens")
+
+
+def _num(v: object) -> float | None:
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) and f > 0 else None
+
+
+@dataclass
+class RunMetrics:
+    """One read of one run: the steps, both x axes and the metric columns, all of one parse."""
+
+    steps: np.ndarray
+    tokens: np.ndarray
+    flops: np.ndarray | None
+    columns: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, run: RunData, m: Metrics) -> RunMetrics:
+        tokens = m.columns.get("tokens")
+        if tokens is None:  # metrics from before the job logged tokens
+            tokens = m.steps.astype(float) * float(run.entry.training.global_batch_size)
+        tokens = np.asarray(tokens, dtype=float)
+        flops, _ = cumulative_flops(
+            tokens, _num(run.entry.train_flops_per_token), m.columns.get(names.TOTAL_PFLOPS)
+        )
+        cols = {k: v for k, v in m.columns.items() if k not in AXES}
+        return cls(np.asarray(m.steps, dtype=np.int64), tokens, flops, cols)
+
+
+@dataclass
+class MetricFrames:
+    """The metrics of ``results`` (what ``collect`` read) as tables; ``all_metrics``: every key
+    of each metrics.jsonl, read from the store when asked, not only the report's."""
+
+    results: Results
+    all_metrics: bool = False
+    #: runs' reads of keys the report did not read, by (run, keys): a notebook asks again
+    _reads: dict[tuple[str, tuple[str, ...] | None], RunMetrics] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ reads
+    def _store_read(self, rid: str, keys: tuple[str, ...] | None) -> RunMetrics | None:
+        run = self.results.runs[rid]
+        if not run.dir.metrics.is_file():
+            return None
+        hit = self._reads.get((rid, keys))
+        if hit is None:
+            axes = {"tokens"}
+            if self.all_metrics or (
+                run.metrics is not None and names.TOTAL_PFLOPS in run.metrics.columns
+            ):
+                axes.add(names.TOTAL_PFLOPS)  # the same FLOPs axis as the report's read
+            want: Callable[[str], bool] | None = None
+            if keys is not None:
+                wanted = frozenset(keys) | axes
+                want = wanted.__contains__
+            hit = RunMetrics.of(run, load_run(run.dir.metrics, want))
+            if keys is not None:  # a column or two: keep them (a full read is rebuilt per ask)
+                self._reads[(rid, keys)] = hit
+        return hit
+
+    def read(self, rid: str, keys: Iterable[str] | None = None) -> RunMetrics | None:
+        """Run ``rid``'s metrics: ``keys`` (all its keys if None) with both x axes. Keys the
+        report read come from its read; others (and every key under ``all_metrics``) from
+        the store, in one read so that values and axes stay of one parse."""
+        run = self.results.runs[rid]
+        m = run.metrics
+        if keys is None:
+            if self.all_metrics:
+                return self._store_read(rid, None)
+            return RunMetrics.of(run, m) if m is not None and len(m) else None
+        keys = tuple(dict.fromkeys(keys))
+        if m is not None and all(k in m.columns for k in keys):
+            full = run.memo.get("frames:read")
+            if full is None:
+                full = run.memo["frames:read"] = RunMetrics.of(run, m)
+            return RunMetrics(
+                full.steps, full.tokens, full.flops, {k: full.columns[k] for k in keys}
+            )
+        if m is not None and not self.all_metrics and not run.dir.metrics.is_file():
+            return RunMetrics.of(run, m)
+        return self._store_read(rid, keys)
+
+    def pairs_of(self) -> dict[str, list[str | None]]:
+        """The pairs each run belongs to (a baseline serves every variant of its size and seed);
+        ``[None]`` for a run in no pair."""
+        out: dict[str, list[str | None]] = {rid: [] for rid in self.results.runs}
+        for p in self.results.pairs:
+            for rid in (p.baseline_run, p.variant_run):
+                if rid in out and p.pair_id not in out[rid]:
+                    out[rid].append(p.pair_id)
+        return {rid: (ps or [None]) for rid, ps in out.items()}
+
+    # ------------------------------------------------------------------ tables
+    def table(
+        self,
+        metrics: Iterable[str] | None = None,
+        runs: Iterable[str] | None = None,
+        *,
+        per_pair: bool = True,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
+        """Long table of ``metrics`` (all if None) of ``runs`` (all planned runs if None): one
+        row per run, step and metric where the run recorded the metric (NaN rows left out).
+        ``per_pair``: a run's rows once per pair it belongs to (with a ``pair`` column)."""
+        keys = None if metrics is None else tuple(dict.fromkeys(metrics))
+        rids = list(self.results.runs) if runs is None else list(runs)
+        unknown = [r for r in rids if r not in self.results.runs]
+        if unknown:
+            raise KeyError(f"not a run of this plan: {', '.join(unknown)}")
+        pairs_of = self.pairs_of() if per_pair else {}
+        labels = _Labels()
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in LONG_COLUMNS}
+        for rid in rids:
+            got = self.read(rid, keys)
+            if got is None:
+                continue
+            e = self.results.runs[rid].entry
+            step, tok, flo, met, val = _stack(got, keys, labels.metric)
+            if not step.size:
+                continue
+            for pair in pairs_of.get(rid, [None]) if per_pair else [None]:
+                n = step.size
+                parts["run"].append(labels.code("run", rid, n))
+                parts["pair"].append(labels.code("pair", pair, n))
+                parts["group"].append(labels.code("group", e.group_id, n))
+                parts["size"].append(labels.code("size", e.size, n))
+                parts["arm"].append(labels.code("arm", e.arm, n))
+                parts["seed"].append(np.full(n, e.seed, dtype=np.int64))
+                for name, arr in (("step", step), ("tokens", tok), ("train_flops", flo)):
+                    parts[name].append(arr)
+                parts["metric"].append(met)
+                parts["value"].append(val)
+        cols = columns or (LONG_COLUMNS if per_pair else [c for c in LONG_COLUMNS if c != "pair"])
+        arrays = []
+        for c in cols:
+            data = np.concatenate(parts[c]) if parts[c] else None
+            arrays.append(labels.array(c, data) if c in labels.KINDS else _numbers(c, data))
+        return pa.Table.from_arrays(arrays, names=cols)
+
+
+def _stack(
+    got: RunMetrics, keys: tuple[str, ...] | None, metric_code: Callable[[str], int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One run's (step, tokens, train_flops, metric code, value) rows, key by key."""
+    flops = got.flops if got.flops is not None else np.full(got.steps.size, np.nan)
+    idx, codes, vals = [], [], []
+    for key in keys if keys is not None else sorted(got.columns):
+        values = got.columns.get(key)
+        if values is None:
+            continue
+        keep = np.flatnonzero(~np.isnan(values))
+        if not keep.size:
+            continue
+        idx.append(keep)
+        codes.append(np.full(keep.size, metric_code(key), dtype=np.int32))
+        vals.append(np.asarray(values, dtype=float)[keep])
+    if not idx:
+        empty = np.empty(0)
+        return np.empty(0, np.int64), empty, empty, np.empty(0, np.int32), empty
+    at = np.concatenate(idx)
+    return (
+        got.steps[at],
+        got.tokens[at],
+        flops[at],
+        np.concatenate(codes),
+        np.concatenate(vals),
+    )
+
+
+_DTYPES = {"step": np.int64, "seed": np.int64}
+
+
+def _numbers(name: str, data: np.ndarray | None) -> pa.Array:
+    dtype = _DTYPES.get(name, np.float64)
+    if data is None:
+        data = np.empty(0, dtype)
+    if name == "train_flops":  # unavailable FLOPs are missing, not a number
+        return pa.array(np.asarray(data, dtype=dtype), from_pandas=True)
+    return pa.array(np.asarray(data, dtype=dtype))
+
+
+class _Labels:
+    """Dictionary codes of the label columns, one dictionary per column for the whole table."""
+
+    KINDS = ("run", "pair", "group", "size", "arm", "metric")
+
+    def __init__(self) -> None:
+        self._codes: dict[str, dict[str | None, int]] = {k: {} for k in self.KINDS}
+
+    def _of(self, kind: str, value: str | None) -> int:
+        book = self._codes[kind]
+        if value not in book:
+            book[value] = len(book)
+        return book[value]
+
+    def code(self, kind: str, value: str | None, n: int) -> np.ndarray:
+        return np.full(n, self._of(kind, value), dtype=np.int32)
+
+    def metric(self, key: str) -> int:
+        return self._of("metric", key)
+
+    def array(self, kind: str, codes: np.ndarray | None) -> pa.DictionaryArray:
+        book = self._codes[kind]
+        values = list(book)
+        if codes is None:
+            codes = np.empty(0, np.int32)
+        null_code = book.get(None)
+        dictionary = pa.array([v if v is not None else "" for v in values], pa.string())
+        mask = codes == null_code if null_code is not None else None
+        indices = pa.array(codes, pa.int32(), mask=mask)
+        return pa.DictionaryArray.from_arrays(indices, dictionary)
