@@ -66,7 +66,7 @@ def load(
     ``all_metrics=False`` keeps the metrics the report reads (losses, evals, loop counts, costs);
     ``True`` reads every key of each metrics.jsonl (optimizer, throughput, ...) with the same
     parser. Nothing is written but the report's caches (each run's columnar copy
-    ``metrics.parquet`` where it is missing or stale, ``.report-cache/`` for fingerprints).
+    ``metrics.arrow`` where it is missing or stale, ``.report-cache/`` for fingerprints).
     """
     layout = resolve_results_dir(str(path), results_root)
     results = collect(layout)

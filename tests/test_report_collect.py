@@ -56,7 +56,7 @@ def test_cache_reused_and_invalidated(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
     first = collect(root)
-    assert (root / "runs" / "1B-s0-sn_da" / "metrics.parquet").is_file()  # the one cache
+    assert (root / "runs" / "1B-s0-sn_da" / "metrics.arrow").is_file()  # the one cache
     second = collect(root)
     a, b = first.runs["1B-s0-sn_da"].metrics, second.runs["1B-s0-sn_da"].metrics
     assert a is not None and b is not None
@@ -88,7 +88,7 @@ def test_parallel_parse_matches_serial(tmp_path: Path) -> None:
             s = serial.runs[rid].metrics
             assert s is not None
             assert np.array_equal(m.columns["train/CE loss"], s.columns["train/CE loss"])
-    assert all((rd.directory / "metrics.parquet").is_file() for rd in serial.runs.values())
+    assert all((rd.directory / "metrics.arrow").is_file() for rd in serial.runs.values())
 
 
 def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:

@@ -119,14 +119,10 @@ class MetricFrames:
             return RunMetrics.of(run, m) if m is not None and len(m) else None
         keys = tuple(dict.fromkeys(keys))
         if m is not None and all(k in m.columns for k in keys):
-            full = run.memo.get("frames:read")
-            if full is None:
-                full = run.memo["frames:read"] = RunMetrics.of(run, m)
+            full = RunMetrics.of(run, m)
             return RunMetrics(
                 full.steps, full.tokens, full.flops, {k: full.columns[k] for k in keys}
             )
-        if m is not None and not self.all_metrics and not run.dir.metrics.is_file():
-            return RunMetrics.of(run, m)
         return self._store_read(rid, keys)
 
     def pairs_of(self) -> dict[str, list[str | None]]:
@@ -150,111 +146,128 @@ class MetricFrames:
     ) -> pa.Table:
         """Long table of ``metrics`` (all if None) of ``runs`` (all planned runs if None): one
         row per run, step and metric where the run recorded the metric (NaN rows left out).
-        ``per_pair``: a run's rows once per pair it belongs to (with a ``pair`` column)."""
+        ``per_pair``: a run's rows once per pair it belongs to (with a ``pair`` column).
+
+        Built in two passes (which rows, then each column filled in place), so that the peak
+        is the table itself plus one run's rows, not twice the table."""
         keys = None if metrics is None else tuple(dict.fromkeys(metrics))
         rids = list(self.results.runs) if runs is None else list(runs)
         unknown = [r for r in rids if r not in self.results.runs]
         if unknown:
             raise KeyError(f"not a run of this plan: {', '.join(unknown)}")
+        cols = columns or (LONG_COLUMNS if per_pair else [c for c in LONG_COLUMNS if c != "pair"])
         pairs_of = self.pairs_of() if per_pair else {}
         labels = _Labels()
-        parts: dict[str, list[np.ndarray]] = {c: [] for c in LONG_COLUMNS}
+        todo: list[tuple[str, RunMetrics, list[tuple[int, np.ndarray]], list[str | None]]] = []
+        total = 0
         for rid in rids:
             got = self.read(rid, keys)
             if got is None:
                 continue
-            e = self.results.runs[rid].entry
-            step, tok, flo, met, val = _stack(got, keys, labels.metric)
-            if not step.size:
+            rows = []
+            for key in keys if keys is not None else sorted(got.columns):
+                values = got.columns.get(key)
+                if values is None:
+                    continue
+                at = np.flatnonzero(~np.isnan(values))
+                if at.size:
+                    rows.append((labels.code("metric", key), at))
+            if not rows:
                 continue
-            for pair in pairs_of.get(rid, [None]) if per_pair else [None]:
-                n = step.size
-                parts["run"].append(labels.code("run", rid, n))
-                parts["pair"].append(labels.code("pair", pair, n))
-                parts["group"].append(labels.code("group", e.group_id, n))
-                parts["size"].append(labels.code("size", e.size, n))
-                parts["arm"].append(labels.code("arm", e.arm, n))
-                parts["seed"].append(np.full(n, e.seed, dtype=np.int64))
-                for name, arr in (("step", step), ("tokens", tok), ("train_flops", flo)):
-                    parts[name].append(arr)
-                parts["metric"].append(met)
-                parts["value"].append(val)
-        cols = columns or (LONG_COLUMNS if per_pair else [c for c in LONG_COLUMNS if c != "pair"])
-        arrays = []
-        for c in cols:
-            data = np.concatenate(parts[c]) if parts[c] else None
-            arrays.append(labels.array(c, data) if c in labels.KINDS else _numbers(c, data))
+            pairs = pairs_of.get(rid, [None]) if per_pair else [None]
+            e = self.results.runs[rid].entry
+            for kind, value in (("run", rid), ("group", e.group_id), ("size", e.size)):
+                labels.code(kind, value)
+            labels.code("arm", e.arm)
+            for pair in pairs:
+                labels.code("pair", pair)
+            todo.append((rid, got, rows, pairs))
+            total += sum(at.size for _, at in rows) * len(pairs)
+        out = {c: np.empty(total, _dtype(c, labels)) for c in cols}
+        pos = 0
+        for rid, got, rows, pairs in todo:
+            block = self._block(rid, got, rows, labels, out)
+            n = sum(at.size for _, at in rows)
+            for pair in pairs:
+                block["pair"] = labels.code("pair", pair)
+                for c, arr in out.items():
+                    arr[pos : pos + n] = block[c]
+                pos += n
+        arrays = [labels.array(c, out[c]) if c in _KINDS else _numbers(c, out[c]) for c in cols]
         return pa.Table.from_arrays(arrays, names=cols)
 
+    def _block(
+        self,
+        rid: str,
+        got: RunMetrics,
+        rows: list[tuple[int, np.ndarray]],
+        labels: _Labels,
+        out: dict[str, np.ndarray],
+    ) -> dict[str, np.ndarray | int | float]:
+        """One run's rows, column by column (only the columns asked for)."""
+        e = self.results.runs[rid].entry
+        at = np.concatenate([a for _, a in rows]) if len(rows) > 1 else rows[0][1]
+        block: dict[str, np.ndarray | int | float] = {
+            "run": labels.code("run", rid),
+            "group": labels.code("group", e.group_id),
+            "size": labels.code("size", e.size),
+            "arm": labels.code("arm", e.arm),
+            "seed": e.seed,
+        }
+        if "step" in out:
+            block["step"] = got.steps[at]
+        if "tokens" in out:
+            block["tokens"] = got.tokens[at]
+        if "train_flops" in out:
+            block["train_flops"] = got.flops[at] if got.flops is not None else np.nan
+        if "metric" in out:
+            block["metric"] = np.repeat([c for c, _ in rows], [a.size for _, a in rows])
+        if "value" in out:
+            block["value"] = np.concatenate(
+                [got.columns[labels.name("metric", c)][a] for c, a in rows]
+            )
+        return block
 
-def _stack(
-    got: RunMetrics, keys: tuple[str, ...] | None, metric_code: Callable[[str], int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One run's (step, tokens, train_flops, metric code, value) rows, key by key."""
-    flops = got.flops if got.flops is not None else np.full(got.steps.size, np.nan)
-    idx, codes, vals = [], [], []
-    for key in keys if keys is not None else sorted(got.columns):
-        values = got.columns.get(key)
-        if values is None:
-            continue
-        keep = np.flatnonzero(~np.isnan(values))
-        if not keep.size:
-            continue
-        idx.append(keep)
-        codes.append(np.full(keep.size, metric_code(key), dtype=np.int32))
-        vals.append(np.asarray(values, dtype=float)[keep])
-    if not idx:
-        empty = np.empty(0)
-        return np.empty(0, np.int64), empty, empty, np.empty(0, np.int32), empty
-    at = np.concatenate(idx)
-    return (
-        got.steps[at],
-        got.tokens[at],
-        flops[at],
-        np.concatenate(codes),
-        np.concatenate(vals),
-    )
 
-
+_KINDS = ("run", "pair", "group", "size", "arm", "metric")
 _DTYPES = {"step": np.int64, "seed": np.int64}
 
 
-def _numbers(name: str, data: np.ndarray | None) -> pa.Array:
-    dtype = _DTYPES.get(name, np.float64)
-    if data is None:
-        data = np.empty(0, dtype)
+def _dtype(column: str, labels: _Labels) -> type[np.generic]:
+    return labels.dtype(column) if column in _KINDS else _DTYPES.get(column, np.float64)
+
+
+def _numbers(name: str, data: np.ndarray) -> pa.Array:
     if name == "train_flops":  # unavailable FLOPs are missing, not a number
-        return pa.array(np.asarray(data, dtype=dtype), from_pandas=True)
-    return pa.array(np.asarray(data, dtype=dtype))
+        return pa.array(data, from_pandas=True)
+    return pa.array(data)
 
 
 class _Labels:
-    """Dictionary codes of the label columns, one dictionary per column for the whole table."""
-
-    KINDS = ("run", "pair", "group", "size", "arm", "metric")
+    """Dictionary codes of the label columns, one dictionary per column for the whole table,
+    in the narrowest index type that holds it (a ladder has a few hundred runs and pairs)."""
 
     def __init__(self) -> None:
-        self._codes: dict[str, dict[str | None, int]] = {k: {} for k in self.KINDS}
+        self._codes: dict[str, dict[str | None, int]] = {k: {} for k in _KINDS}
+        self._names: dict[str, list[str | None]] = {k: [] for k in _KINDS}
 
-    def _of(self, kind: str, value: str | None) -> int:
+    def code(self, kind: str, value: str | None) -> int:
         book = self._codes[kind]
         if value not in book:
             book[value] = len(book)
+            self._names[kind].append(value)
         return book[value]
 
-    def code(self, kind: str, value: str | None, n: int) -> np.ndarray:
-        return np.full(n, self._of(kind, value), dtype=np.int32)
+    def name(self, kind: str, code: int) -> str:
+        return str(self._names[kind][code])
 
-    def metric(self, key: str) -> int:
-        return self._of("metric", key)
+    def dtype(self, kind: str) -> type[np.signedinteger]:
+        n = len(self._codes[kind])
+        return np.int8 if n < 2**7 else np.int16 if n < 2**15 else np.int32
 
-    def array(self, kind: str, codes: np.ndarray | None) -> pa.DictionaryArray:
+    def array(self, kind: str, codes: np.ndarray) -> pa.DictionaryArray:
         book = self._codes[kind]
-        values = list(book)
-        if codes is None:
-            codes = np.empty(0, np.int32)
+        dictionary = pa.array([v if v is not None else "" for v in book], pa.string())
         null_code = book.get(None)
-        dictionary = pa.array([v if v is not None else "" for v in values], pa.string())
         mask = codes == null_code if null_code is not None else None
-        indices = pa.array(codes, pa.int32(), mask=mask)
-        return pa.DictionaryArray.from_arrays(indices, dictionary)
+        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=mask), dictionary)

@@ -1,6 +1,6 @@
 """The metrics store: each run's ``metrics.jsonl`` read through its one cache, the columnar copy.
 
-Why one cache: the training job already keeps ``metrics.parquet`` next to ``metrics.jsonl``
+Why one cache: the training job already keeps ``metrics.arrow`` next to ``metrics.jsonl``
 (:mod:`olmoablate.contract.columnar`: the parse of the file's first ``offset`` bytes, every key,
 column-wise, vouched for by a probe of those bytes). The report and ``olmoablate.results`` read
 that copy (only the columns they want) and parse only the lines after its offset; where a copy
