@@ -157,13 +157,16 @@ try:
 except SystemExit as e:
     if e.code not in (0, None):
         raise
-print("{}")
+import olmoablate, json
+print(json.dumps({"code": olmoablate.__file__}))
 """
 
 
 def time_phase(code: Path, root: Path, label: str, keep: str | None) -> ChildResult:
     """One ``olmoablate report`` of ``root`` by the code under ``code``, in a fresh process."""
     r = run_child(code, REPORT, str(root))
+    if not Path(r.out["code"]).resolve().is_relative_to(code.resolve()):
+        raise RuntimeError(f"the child ran {r.out['code']}, not the code under {code}")
     if keep:
         dest = Path(keep) / label
         dest.mkdir(parents=True, exist_ok=True)

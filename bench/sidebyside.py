@@ -60,8 +60,11 @@ def run_child(code_dir: Path, script: str, *args: str) -> ChildResult:
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
+        # -P and cwd: `python -c` would put the current folder (this worktree) ahead of
+        # PYTHONPATH, and the old code's child would import the new code
+        [sys.executable, "-P", "-c", script, *args],
         env=env,
+        cwd=code_dir,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -73,6 +76,8 @@ def run_child(code_dir: Path, script: str, *args: str) -> ChildResult:
     if proc.returncode != 0:
         raise RuntimeError(f"child failed ({proc.returncode}): {err[-2000:]}")
     lines = [x for x in out.splitlines() if x.strip()]
+    if not lines:
+        raise RuntimeError(f"child printed nothing: {err[-2000:]}")
     return ChildResult(
         json.loads(lines[-1]),
         wall,
