@@ -170,3 +170,41 @@ def test_no_cache_parses_and_writes_nothing(tmp_path: Path) -> None:
     cached = store.load_metrics_many(jobs, use_cache=True)["r"]
     _same(cached, got)
     assert columnar.copy_path(path).exists()
+
+
+def test_an_older_release_copy_seeds_the_new_one(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A results folder of the release before the store has the job's zstd metrics.parquet:
+    the first read starts the new copy from it (parsing only the rows after it), not from a
+    parse of the whole JSON; a legacy copy that no longer matches the file is ignored."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(_rows(1, 300))
+    columnar.update_copy(path)
+    with ipc.open_file(str(columnar.copy_path(path))) as reader:
+        table = reader.read_all()
+    meta = json.loads(table.schema.metadata[b"olmoablate"])
+    meta["version"] = 1
+    table = table.replace_schema_metadata({b"olmoablate": json.dumps(meta).encode()})
+    pq.write_table(table, tmp_path / "metrics.parquet", compression="zstd")
+    columnar.copy_path(path).unlink()
+    with path.open("a") as fh:
+        fh.write(_rows(300, 320))
+    starts: list[int] = []
+    real = columnar.read_part
+
+    def recording(p, want, start=0, first_line=0):  # type: ignore[no-untyped-def]
+        starts.append(start)
+        return real(p, want, start, first_line)
+
+    monkeypatch.setattr(columnar, "read_part", recording)
+    _load(path)
+    assert starts == [meta["offset"]]  # only the appended rows were parsed
+    assert columnar.load_copy(path)[1] == path.stat().st_size  # type: ignore[index]
+    # a legacy copy of another file is not used
+    columnar.copy_path(path).unlink()
+    path.write_text(_rows(1, 100))
+    starts.clear()
+    _load(path)
+    assert starts == [0]

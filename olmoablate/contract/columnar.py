@@ -40,7 +40,7 @@ from olmoablate.contract.metricsfile import Metrics, Part, append, read_part
 
 #: Bumped whenever what the copy stores (or how the parse it holds is made) changes.
 VERSION = 1
-#: Bytes hashed at each end of the covered prefix (as the report cache does).
+#: Bytes hashed at each end of the covered prefix (the fingerprint cache probes the same way).
 PROBE_BYTES = 4096
 #: The job refreshes the copy after this many new rows (and at checkpoints' pace it costs ms).
 ROWS_PER_UPDATE = 1000
@@ -162,7 +162,7 @@ def refresh(metrics_path: str | Path) -> Part:
     only costs the next reader a parse."""
     path = Path(metrics_path)
     ident = _identity(path)
-    old = load_copy(path)
+    old = load_copy(path) or _legacy_copy(path)
     body: Metrics | None = None
     if old is not None:
         prev, offset, lines = old
@@ -178,6 +178,41 @@ def refresh(metrics_path: str | Path) -> Part:
         except OSError:
             pass
     return Part(body, part.tail, end, lines)
+
+
+#: What releases before the metrics store wrote (zstd Parquet, the same metadata, version 1).
+LEGACY_NAME = "metrics.parquet"
+
+
+def _legacy_copy(path: Path) -> tuple[Metrics, int, int] | None:
+    """``(body, offset, lines)`` of a still-valid ``metrics.parquet`` of an older release's job,
+    else None: read once, when its results folder is first reported by this release, so that
+    the new copy starts from it rather than from a parse of the whole JSON."""
+    target = path.with_name(LEGACY_NAME)
+    if not target.is_file() or not available():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(target)
+        meta = json.loads((pf.schema_arrow.metadata or {})[_META_KEY])
+        offset = int(meta["offset"])
+        if meta.get("version") != 1 or path.stat().st_size < offset:
+            return None
+        if probe(path, offset) != meta["probe"]:
+            return None
+        table = pf.read(columns=["step", *meta["keys"]], use_threads=False)
+        body = Metrics(
+            _numpy(table.column("step")).astype(np.int64, copy=False),
+            {k: _numpy(table.column(k)) for k in meta["keys"]},
+            list(meta["issues"]),
+            int(meta["rows_read"]),
+            int(meta["duplicate_rows"]),
+            {k: int(v) for k, v in meta["nonfinite"].items()},
+        )
+        return body, offset, int(meta["lines"])
+    except (OSError, KeyError, ValueError, TypeError, ImportError):
+        return None
 
 
 def _identity(path: Path) -> tuple[int, int]:
