@@ -297,8 +297,25 @@ class ResultSet:
 
 
 def _pandas(table: pa.Table) -> pd.DataFrame:
-    """An Arrow table as pandas with pyarrow dtypes (no copy of the numbers)."""
-    return table.to_pandas(types_mapper=pd.ArrowDtype)
+    """An Arrow table as pandas: numbers with pyarrow dtypes (no copy), labels (run, pair,
+    metric, ...) as categoricals on the table's dictionary codes. Why not pyarrow dictionary
+    dtypes for the labels too: pandas cannot sort them or use ``.str`` on them
+    (``m.metric.str.startswith("eval/")``), which notebooks do all the time."""
+    import pyarrow.compute as pc
+
+    cols: dict[str, Any] = {}
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_dictionary(col.type):
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if not isinstance(arr, pa.DictionaryArray):  # no chunks: an empty column
+                arr = pa.DictionaryArray.from_arrays(
+                    pa.array([], pa.int8()), pa.array([], pa.string())
+                )
+            codes = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False)
+            cols[name] = pd.Categorical.from_codes(codes, categories=arr.dictionary.to_pylist())
+        else:
+            cols[name] = pd.arrays.ArrowExtensionArray(col)
+    return pd.DataFrame(cols, columns=table.column_names, copy=False)
 
 
 def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:

@@ -137,6 +137,16 @@ def _plain(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out.sort_values(by, kind="stable").reset_index(drop=True)
 
 
+def _arrow_backed(df: pd.DataFrame) -> None:
+    """Numbers with pyarrow dtypes, labels categorical (sortable, with ``.str``)."""
+    labels = {"run", "pair", "group", "size", "arm", "metric"}
+    for c, t in df.dtypes.items():
+        assert isinstance(t, pd.CategoricalDtype if c in labels else pd.ArrowDtype), (c, t)
+    if "metric" in df and len(df):
+        assert df["metric"].str.startswith("train/").any()
+        df.sort_values(["run", "metric", "step"])
+
+
 def test_frames_equal_the_old_implementation(tmp_path: Path) -> None:
     """The long frame, one metric's curves and a run's wide frame hold exactly the old long
     frame's rows and values; every metric frame is Arrow-backed; the long frame is built only
@@ -162,12 +172,12 @@ def test_frames_equal_the_old_implementation(tmp_path: Path) -> None:
     key = ["run", "pair", "metric", "step"]
     new = rs.metrics
     assert list(new.columns) == list(old.columns)
-    assert all(isinstance(t, pd.ArrowDtype) for t in new.dtypes)
+    _arrow_backed(new)
     pd.testing.assert_frame_equal(_plain(new, key), _plain(old, key))
 
     once = old[old["metric"] == "train/CE loss"].drop_duplicates(["run", "step"])
     once = once.drop(columns=["pair", "metric"])
-    assert all(isinstance(t, pd.ArrowDtype) for t in curves.dtypes)
+    _arrow_backed(curves)
     pd.testing.assert_frame_equal(_plain(curves, ["run", "step"]), _plain(once, ["run", "step"]))
     by_pair = rs.curves("train/CE loss", per_pair=True)
     assert len(by_pair) == len(old[old["metric"] == "train/CE loss"])

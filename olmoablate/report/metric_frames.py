@@ -267,7 +267,10 @@ class _Labels:
 
     def array(self, kind: str, codes: np.ndarray) -> pa.DictionaryArray:
         book = self._codes[kind]
-        dictionary = pa.array([v if v is not None else "" for v in book], pa.string())
+        dictionary = pa.array([v for v in book if v is not None], pa.string())
         null_code = book.get(None)
-        mask = codes == null_code if null_code is not None else None
+        mask = None
+        if null_code is not None:  # None (a run in no pair) is a null, not a dictionary entry
+            mask = codes == null_code
+            codes = np.where(codes > null_code, codes - 1, codes).astype(codes.dtype)
         return pa.DictionaryArray.from_arrays(pa.array(codes, mask=mask), dictionary)
