@@ -94,9 +94,13 @@ def test_large_appends_refresh_the_copy(
     path = tmp_path / "metrics.jsonl"
     path.write_text(_rows(1, 100))
     _load(path)
-    monkeypatch.setattr(store, "REFRESH_MIN", 1000)
+    monkeypatch.setattr(store, "REFRESH_ROWS", 50)
     with path.open("a") as fh:
-        fh.write(_rows(100, 200))  # ~ 7 kB: over the (patched) limit
+        fh.write(_rows(100, 120))  # under the (patched) limit: parsed on top of the copy
+    _load(path)
+    assert counted["refresh"] == 1
+    with path.open("a") as fh:
+        fh.write(_rows(120, 200))  # over it: the copy is brought up to date
     _load(path)
     assert counted["refresh"] == 2
     assert columnar.load_copy(path)[1] == path.stat().st_size  # type: ignore[index]

@@ -196,7 +196,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     _append_rows(base, range(201, 260))
     _append_rows(var, range(201, 260))  # after the torn line: one malformed line
     check(0)  # small appends: parsed on top of the copy (the copy is kept)
-    monkeypatch.setattr(mod, "REFRESH_MIN", 0)
+    monkeypatch.setattr(mod, "REFRESH_ROWS", 0)
     _append_rows(base, range(260, 300), **{"train/H norm (loop 1)": 1.0})  # a new key
     check(0)  # the copy is brought up to date with the new rows
     check(0)

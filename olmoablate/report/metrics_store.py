@@ -31,9 +31,11 @@ from olmoablate.contract.metricsfile import Metrics, append, read_metrics, read_
 Job = tuple[str, Path, tuple[str, ...], tuple[str, ...]]
 Want = Callable[[str], bool]
 
-#: Rows appended after the copy up to this size (~1000 rows, what the job leaves between its
-#: updates: a few ms to parse) are parsed on each read; more and the copy is brought up to date.
-REFRESH_MIN = 512 * 2**10
+#: Rows appended after the copy up to this many (twice what a running job leaves between its
+#: updates: a few ms to parse) are parsed on each read; more (a job that died, or one of a
+#: release without copies) and the copy is brought up to date once. Below this, a report of a
+#: ladder in training never rewrites the copies the jobs are keeping.
+REFRESH_ROWS = 2 * columnar.ROWS_PER_UPDATE
 #: Appended bytes up to this size are parsed in the main process (no pool start-up).
 _INCREMENTAL_MAX = 8 * 2**20
 
@@ -80,7 +82,7 @@ def from_copy(path: Path, want: Want | None) -> Metrics | None:
     grown = append(body, part.body)
     if grown is None:
         return None
-    if part.end - offset > REFRESH_MIN:
+    if part.lines > REFRESH_ROWS:
         # far behind (a job of an older release left it, or the job died): bring it up to date
         # once, rather than parse the same rows on every read
         columnar.refresh(path)
