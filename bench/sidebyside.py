@@ -36,7 +36,10 @@ def export_revision(rev: str, into: Path | None = None) -> Path:
     tmp = dest / "code.tar"
     tmp.write_bytes(tar)
     with tarfile.open(tmp) as tf:
-        tf.extractall(dest, filter="data")
+        try:
+            tf.extractall(dest, filter="data")
+        except TypeError:  # Python < 3.11.4: no extraction filters (our own git archive)
+            tf.extractall(dest)  # noqa: S202
     tmp.unlink()
     return dest
 
@@ -60,9 +63,9 @@ def run_child(code_dir: Path, script: str, *args: str) -> ChildResult:
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        # -P and cwd: `python -c` would put the current folder (this worktree) ahead of
-        # PYTHONPATH, and the old code's child would import the new code
-        [sys.executable, "-P", "-c", script, *args],
+        # cwd: `python -c` puts the current folder ahead of PYTHONPATH, so run from this
+        # worktree, the old code's child would import the new code
+        [sys.executable, "-c", script, *args],
         env=env,
         cwd=code_dir,
         stdout=subprocess.PIPE,
