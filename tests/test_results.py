@@ -193,3 +193,5 @@ def test_frames_equal_the_old_implementation(tmp_path: Path) -> None:
     assert len(lr) == len(m.steps) and set(lr["run"]) == {run}
     with pytest.raises(KeyError, match="not a run"):
         rs.curves("train/CE loss", ["nope"])
+    none = rs.curves("no/such metric")
+    assert none.empty and list(none.columns) == list(curves.columns)
