@@ -8,12 +8,12 @@ import pytest
 from olmoablate.report.compare.align import (
     Curve,
     common_grid,
-    cumulative_flops,
     ema,
     interp_points,
     loss_spikes,
     match_points,
 )
+from olmoablate.report.read.curve import cumulative_flops
 
 
 def test_common_grid_stops_at_shorter_arm() -> None:

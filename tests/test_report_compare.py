@@ -1,5 +1,5 @@
 """Certificates, fingerprints and metric conventions of the per-pair comparison
-(`report.pairing`, `report.fingerprints`, `report.compare`)."""
+(`report.compare.pairing`, `report.read.fingerprints`, `report.compare.pair`)."""
 
 from __future__ import annotations
 

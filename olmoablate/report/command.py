@@ -50,7 +50,7 @@ def report_command(
         bool,
         typer.Option(
             "--no-cache",
-            help="Re-parse every metrics.jsonl (ignore .report-cache/ and the jobs' metrics.parquet).",
+            help="Re-parse every metrics.jsonl (ignore the runs' metrics.arrow copies and .report-cache/).",
         ),
     ] = False,
     fail_on: Annotated[

@@ -136,26 +136,3 @@ def loss_spikes(
     from olmoablate.contract.stability import spike_indices
 
     return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
-
-
-def cumulative_flops(
-    tokens: np.ndarray, flops_per_token: float | None, petaflops: np.ndarray | None
-) -> tuple[np.ndarray | None, str]:
-    """Cumulative training FLOPs per metrics row, and how they were obtained.
-
-    Prefers OLMo-core's own ``throughput/total petaflops`` (exact under a loop curriculum, where
-    FLOPs per step change); otherwise tokens x the plan's FLOPs/token (exact for fixed-cost
-    models, an approximation for curricula; the label says which).
-    """
-    if petaflops is not None and np.isfinite(petaflops).sum() >= 2:
-        pf = np.asarray(petaflops, dtype=float) * 1e15
-        # fill rows without the metric (SpeedMonitor starts at step 2) by tokens-proportional
-        ok = np.isfinite(pf)
-        if not ok.all():
-            pf = np.interp(tokens, tokens[ok], pf[ok])
-        return pf, "measured (throughput/total petaflops)"
-    if flops_per_token:
-        return np.asarray(tokens, dtype=float) * float(flops_per_token), (
-            "estimated (tokens x plan train_flops_per_token)"
-        )
-    return None, "unavailable"

@@ -24,7 +24,6 @@ from olmoablate.report.compare.align import (
     Aligned,
     Curve,
     common_grid,
-    cumulative_flops,
     ema,
     interp_points,
     loss_spikes,
@@ -35,6 +34,7 @@ from olmoablate.report.compare.execution import execution_mismatch, execution_of
 from olmoablate.report.compare.looped import is_loop_eval, looped_summary
 from olmoablate.report.compare.pairing import certificate_problems, proof_problems, token_shortfall
 from olmoablate.report.read.collect import Results, RunData
+from olmoablate.report.read.curve import cumulative_flops
 from olmoablate.report.read.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
