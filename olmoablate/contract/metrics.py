@@ -32,6 +32,8 @@ H_NORM_PREFIX = "train/H norm"
 #: (training work only, synchronised on the device), its process CPU time, the step's index in
 #: its attempt (1 = first step after a start or resume) and the step's peak memory in GB.
 STEP_TIME = "step_time_s"
+#: ... and the tokens trained through the step (step x global batch size: the report's x axis).
+TOKENS = "tokens"
 STEP_CPU_TIME = "step_cpu_time_s"
 STEP_IN_ATTEMPT = "step_in_attempt"
 PEAK_MEMORY_GB = "peak_memory_gb"

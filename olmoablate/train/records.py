@@ -235,7 +235,7 @@ class MetricsJSONLCallback(Callback):
         peak = row.pop(PEAK_MEMORY, None)
         if self._pending is None or self._pending["step"] != step:
             self._flush()
-            self._pending = {"step": step, "tokens": step * self.global_batch_size}
+            self._pending = {"step": step, metric_names.TOKENS: step * self.global_batch_size}
             if self.attempt_note:
                 self._pending.update(self.attempt_note)
                 self.attempt_note = {}

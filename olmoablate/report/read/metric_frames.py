@@ -65,7 +65,7 @@ class RunMetrics:
 
     @classmethod
     def of(cls, run: RunData, m: Metrics) -> RunMetrics:
-        tokens = m.columns.get("tokens")
+        tokens = m.columns.get(names.TOKENS)
         if tokens is None:  # metrics from before the job logged tokens
             tokens = m.steps.astype(float) * float(run.entry.training.global_batch_size)
         tokens = np.asarray(tokens, dtype=float)
