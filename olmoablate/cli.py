@@ -1,43 +1,47 @@
 """The `olmoablate` command line: parse arguments, call the library, render the result.
 
-Start-up must stay fast (`validate` runs in users' CI and on login nodes), so nothing here or in
-the command modules it imports pulls in torch, pandas, matplotlib or olmo_core at import time.
+Start-up must stay fast (`validate` runs in users' CI and on login nodes), so a command line
+imports only the module of the command it runs (:data:`COMMANDS`), and no command module pulls
+in torch, pandas, matplotlib or olmo_core at import time.
 Every `UserError` becomes one line on stderr and exit code 2 — never a traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from olmoablate.data.command import data_app
 from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
-from olmoablate.launch.command import cancel_command, status_command, submit_command
-from olmoablate.report.command import report_command
-from olmoablate.report.render.board_render import board_command
-from olmoablate.spec.blocks_command import blocks_command
-from olmoablate.spec.command import plan_command, validate_command
-from olmoablate.spec.explain import explain_command
-from olmoablate.watch import watch_command
 
-app = typer.Typer(
-    name="olmoablate",
-    help=(
-        "Matched baseline/variant ablations of OLMo 3 architectures.\n\n"
-        "spec (YAML) -> validate -> plan -> submit (local or Slurm) -> status -> report (gate verdict)."
-    ),
-    no_args_is_help=True,
-    # --install-completion / --show-completion: commands, options, spec paths and names, run ids
-    add_completion=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-    # Plain click help: Typer's rich help formatter costs ~0.1-0.2 s of imports on every
-    # `--help`, and start-up time matters for a command users put in CI.
-    rich_markup_mode=None,
-)
+#: Every command: the function that implements it, as ``module:attribute``. Only the command a
+#: line invokes is imported (``olmoablate validate`` never loads launch, report or data code, and
+#: Typer builds only its parameters); ``--help``, a mistyped command and shell completion get all.
+COMMANDS: dict[str, str] = {
+    "validate": "olmoablate.spec.command:validate_command",
+    "plan": "olmoablate.spec.command:plan_command",
+    "submit": "olmoablate.launch.command:submit_command",
+    "status": "olmoablate.launch.command:status_command",
+    "cancel": "olmoablate.launch.command:cancel_command",
+    "report": "olmoablate.report.command:report_command",
+    "explain": "olmoablate.spec.explain:explain_command",
+    "board": "olmoablate.report.render.board_render:board_command",
+    "watch": "olmoablate.watch:watch_command",
+    "blocks": "olmoablate.spec.blocks_command:blocks_command",
+}
+#: Command groups (a Typer app of sub-commands), the same way.
+GROUPS: dict[str, str] = {"data": "olmoablate.data.command:data_app"}
+#: Click's shell-completion variable for this program (set while a shell asks for completions).
+COMPLETE_VAR = "_OLMOABLATE_COMPLETE"
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
 
 def _version(value: bool) -> None:
     if value:
@@ -47,7 +51,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     version: Annotated[
         bool,
@@ -59,23 +62,58 @@ def _main(
     """Matched baseline/variant ablations of OLMo 3 architectures."""
 
 
-app.command("validate")(validate_command)
-app.command("plan")(plan_command)
-app.command("submit")(submit_command)
-app.command("status")(status_command)
-app.command("cancel")(cancel_command)
-app.command("report")(report_command)
-app.command("explain")(explain_command)
-app.command("board")(board_command)
-app.command("watch")(watch_command)
-app.command("blocks")(blocks_command)
-app.add_typer(data_app, name="data")
+def build_app(only: str | None = None) -> typer.Typer:
+    """The CLI app with every command, or with the one named ``only`` (see :data:`COMMANDS`)."""
+    app = typer.Typer(
+        name="olmoablate",
+        help=(
+            "Matched baseline/variant ablations of OLMo 3 architectures.\n\n"
+            "spec (YAML) -> validate -> plan -> submit (local or Slurm) -> status -> report "
+            "(gate verdict)."
+        ),
+        no_args_is_help=True,
+        # --install-completion / --show-completion: commands, options, spec paths and names, run ids
+        add_completion=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        pretty_exceptions_enable=False,
+        # Plain click help: Typer's rich help formatter costs ~0.1-0.2 s of imports on every
+        # `--help`, and start-up time matters for a command users put in CI.
+        rich_markup_mode=None,
+    )
+    app.callback()(_main)
+    for name, target in COMMANDS.items():
+        if only in (None, name):
+            app.command(name)(_load(target))
+    for name, target in GROUPS.items():
+        if only in (None, name):
+            app.add_typer(_load(target), name=name)
+    return app
+
+
+def invoked(argv: list[str]) -> str | None:
+    """The command ``argv`` runs, when only that command is needed to run it; else None.
+
+    The first word that is not an option names the command (the app's own options, ``--version``
+    and the completion ones, take no value). None for ``--help`` alone, an unknown word (click's
+    "No such command" lists the real ones) and while a shell asks for completions.
+    """
+    if COMPLETE_VAR in os.environ:
+        return None
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS or word in GROUPS else None
+
+
+def __getattr__(name: str) -> Any:
+    """``olmoablate.cli.app``: the whole app (tests, completion scripts, documentation tools)."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(f"module 'olmoablate.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     """Console-script entry point: run the app, turning UserError into a one-line error."""
     try:
-        app()
+        build_app(invoked(sys.argv[1:]))()
     except UserError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(err.exit_code)

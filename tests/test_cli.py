@@ -155,3 +155,27 @@ def test_cli_start_imports_no_command_implementation() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_command_line_loads_only_its_command() -> None:
+    """`olmoablate validate` imports the spec stage's code only (not launch, report, data or
+    watch), `--help` and an unknown word get every command, and so does shell completion."""
+    from olmoablate import cli
+
+    assert cli.invoked(["validate", "specs/"]) == "validate"
+    assert cli.invoked(["--version"]) is None and cli.invoked([]) is None
+    assert cli.invoked(["-h"]) is None and cli.invoked(["valdate"]) is None
+    assert cli.invoked(["data", "check"]) == "data"
+    code = (
+        "import sys; from olmoablate.cli import main; sys.argv = ['olmoablate', 'validate', "
+        "'--skip-paths', 'specs/demo.yaml'];\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print([m for m in sys.modules if m.startswith(('olmoablate.launch', 'olmoablate.report', "
+        "'olmoablate.data.command', 'olmoablate.watch'))])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    full = {c.name for c in __import__("typer").main.get_command(cli.app).commands.values()}
+    assert full == set(cli.COMMANDS) | set(cli.GROUPS)
