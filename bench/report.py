@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from olmoablate.contract.plan import PLAN_FILE, RunEntry
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
 
 SIZES = ("1B", "3B")
 VARIANTS = ("v1", "v2", "v3", "v4")

@@ -14,11 +14,11 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from fixtures.cli import run_cli as _cli
-from fixtures.plan_fixture import write_tokens
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.sizes import resolve
+from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing.plans import write_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 ARCH = {"layerscale": {"init": 0.1}}

@@ -95,7 +95,7 @@ def test_a_rewritten_or_foreign_file_makes_the_copy_stale(tmp_path: Path) -> Non
 
 def test_collect_from_copies_equals_collect_from_json(tmp_path: Path) -> None:
     from olmoablate.report.collect import collect
-    from olmoablate.report.synthetic import ArmTruth, SynthSpec, write_plan, write_run
+    from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=300, eval_interval=30)
     root = tmp_path / "r"
@@ -117,7 +117,7 @@ def test_collect_really_starts_from_the_copy(tmp_path: Path) -> None:
     """An edit in the middle of the file (outside the probed 4 KiB ends) is not seen through a
     valid copy: proof that the cold report read the copy, not the JSON."""
     from olmoablate.report.collect import collect
-    from olmoablate.report.synthetic import ArmTruth, SynthSpec, write_plan, write_run
+    from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=400, eval_interval=40)
     root = tmp_path / "r"
@@ -164,7 +164,7 @@ def test_report_without_pyarrow(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+    from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
     shadow = tmp_path / "shadow" / "pyarrow"
     shadow.mkdir(parents=True)

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.cli import run_cli
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.arch import parse_architecture
 from olmoablate.contract.blocks import code_identity, get_block
 from olmoablate.contract.sizes import resolve
 from olmoablate.errors import UserError
+from olmoablate.testing import blocks
+from olmoablate.testing.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,13 +46,13 @@ def test_unknown_block_lists_bundled_and_installed_blocks() -> None:
 
 
 def test_module_attr_key_and_located_option_errors(tmp_path: Path) -> None:
-    a = parse_architecture({"fixtures.blocks_for_tests:OFF_BY_ONE": {}})
-    assert list(a.as_mapping()) == ["fixtures.blocks_for_tests:OFF_BY_ONE"]
+    a = parse_architecture({"olmoablate.testing.blocks:OFF_BY_ONE": {}})
+    assert list(a.as_mapping()) == ["olmoablate.testing.blocks:OFF_BY_ONE"]
     d = resolve({"d_model": 32, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 64,
                  "sliding_window": 16, "vocab_size": 512})
     assert acc.param_count(d, a) == acc.param_count(d, {}) + 1
-    with pytest.raises(UserError, match=r"fixtures\.blocks_for_tests:OFF_BY_ONE\.x: unknown key"):
-        parse_architecture({"fixtures.blocks_for_tests:OFF_BY_ONE": {"x": 1}})
+    with pytest.raises(UserError, match=r"olmoablate\.testing\.blocks:OFF_BY_ONE\.x: unknown key"):
+        parse_architecture({"olmoablate.testing.blocks:OFF_BY_ONE": {"x": 1}})
     with pytest.raises(UserError, match="cannot load block 'nosuchmod:B'"):
         parse_architecture({"nosuchmod:B": {}})
     with pytest.raises(UserError, match=r"layerscale\.init: .*greater than 0"):
@@ -129,20 +130,20 @@ def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
     ("attr", "message"),
     [
         ("NO_MODEL", "does not set model ('module:attr' of its olmoablate.models.blocks"),
-        ("MODEL_TYPO", "its torch half 'fixtures.blocks_for_test:UNCHANGED' cannot be found"),
+        ("MODEL_TYPO", "its torch half 'olmoablate.testing.block:UNCHANGED' cannot be found"),
     ],
 )
 def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -> None:
     # was an internal AttributeError (no `model`), or passed validate and plan (a typo)
     with pytest.raises(UserError, match=re.escape(message)):
-        parse_architecture({f"fixtures.blocks_for_tests:{attr}": {}})
+        parse_architecture({f"olmoablate.testing.blocks:{attr}": {}})
 
 
 def test_code_change_names_the_file_the_block_was_loaded_from() -> None:
     # a job whose cwd shadows the planned module loads other code: say which file it loaded
     from olmoablate.contract.blocks import code_changes
 
-    key = "fixtures.blocks_for_tests:OFF_BY_ONE"
+    key = "olmoablate.testing.blocks:OFF_BY_ONE"
     (msg,) = code_changes({key: {"sha256": "0" * 64, "version": None}}, {key: {}})
     assert "changed since plan" in msg
-    assert msg.endswith(f"loaded here from {REPO / 'tests' / 'fixtures' / 'blocks_for_tests.py'}")
+    assert msg.endswith(f"loaded here from {blocks.__file__}")

@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixtures.cli import run_cli as _cli
+
+from olmoablate.testing.cli import run_cli as _cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v1"
 SPEC = "compat_v1"

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import run_entry, write_tokens
 
 from olmoablate.contract import identity as ident
 from olmoablate.contract.plan import Plan
 from olmoablate.store.fingerprint import fingerprint
 from olmoablate.store.identify import identify
+from olmoablate.testing.paths import MINIMAL_SPEC
+from olmoablate.testing.plans import run_entry, write_tokens
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
 
@@ -138,7 +139,7 @@ def test_sampled_fingerprint_of_a_large_file(
 
 
 def _plan(tmp_path: Path, **head: Any) -> Plan:
-    from olmoablate.report import synthetic_plan as sp
+    from olmoablate.testing import synthetic_plan as sp
 
     write_tokens(tmp_path / "data" / "train.bin", 20_000, seed=1)
     write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)
@@ -193,7 +194,7 @@ def test_plan_explain_and_board_stay_light(tmp_path: Path) -> None:
 
     ids = np.random.default_rng(0).integers(70_000, 100_000, 5_000, dtype=np.uint32)
     (tmp_path / "x.bin").write_bytes(ids.tobytes())  # dolma2 ids (uint32)
-    spec = Path(__file__).parent / "specs" / "good" / "minimal.yaml"
+    spec = MINIMAL_SPEC
     (tmp_path / "minimal.yaml").write_text(spec.read_text())
     heavy_roots = {"torch", "olmo_core", "pandas", "matplotlib"}
     for args in (
@@ -262,7 +263,7 @@ def test_every_leaf_not_excluded_changes_it() -> None:
 
 
 def _planned(tmp_path: Path) -> dict[str, Any]:
-    from olmoablate.report import synthetic_plan as sp
+    from olmoablate.testing import synthetic_plan as sp
 
     write_tokens(tmp_path / "data" / "train.bin", 5_000, seed=1)
     write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_formats import as_format_1
 
 from olmoablate.contract.plan import PLAN_SCHEMA, Plan, RunEntry
 from olmoablate.errors import UserError
 from olmoablate.spec.expand import build_plan
 from olmoablate.spec.load import load_spec
+from olmoablate.testing.plan_formats import as_format_1
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 

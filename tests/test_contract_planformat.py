@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plan_formats import as_format_1
 from pydantic.fields import FieldInfo
 
 from olmoablate.contract import plan as plan_mod
@@ -29,6 +28,7 @@ from olmoablate.contract.schema import Topology
 from olmoablate.errors import UserError
 from olmoablate.spec.expand import build_plan
 from olmoablate.spec.load import load_spec
+from olmoablate.testing.plan_formats import as_format_1
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "specs"

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
 
 from olmoablate.contract.checkpoints import (
     BROKEN_DIR,
@@ -27,6 +26,14 @@ from olmoablate.contract.checkpoints import (
     MANIFEST,
     RESUMED_FROM_METRIC,
     select_checkpoint,
+)
+from olmoablate.testing.pair import (
+    PAIR,
+    PAIR_STEPS,
+    ce_losses,
+    make_pair_plan,
+    read_status,
+    wait_for,
 )
 
 CLI = [sys.executable, "-m", "olmoablate"]

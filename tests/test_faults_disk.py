@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, ce_losses, make_pair_plan, read_status
+
+from olmoablate.testing.pair import PAIR, ce_losses, make_pair_plan, read_status
 
 CLI = [sys.executable, "-m", "olmoablate"]
 pytestmark = pytest.mark.slow

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import torch
-from fixtures.plan_fixture import certify, make_plan, run_entry, typed
 
 from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
 from olmoablate.launch import devices
+from olmoablate.testing.plans import certify, make_plan, run_entry, typed
 from olmoablate.train import callbacks as cbs
 from olmoablate.train import config as cfgs
 
@@ -113,12 +113,12 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
         r["topology"]["gpus_per_node"] = 2
     plan_path = make_plan(tmp_path, runs)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    monkeypatch.setenv("PYTHONPATH", f"{REPO}:{REPO / 'tests'}")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     submit(
         ResultsDir(plan_path.parent),
         "local",
         parallel=2,
-        target="gpu_env_target:record",
+        target="olmoablate.testing.gpu_env_target:record",
         progress=False,
     )
     slots = []

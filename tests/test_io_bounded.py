@@ -107,7 +107,7 @@ def test_spec_swapped_for_a_bomb_after_planning_does_not_stall_the_report(tmp_pa
     import json
 
     from olmoablate.report.prereg import check_gate_unchanged
-    from olmoablate.report.synthetic import SynthSpec, make_results
+    from olmoablate.testing.synthetic import SynthSpec, make_results
 
     plan = make_results(tmp_path / "synth", SynthSpec(gate={"min_effect": 0.01}), {})
     spec = tmp_path / "spec.yaml"

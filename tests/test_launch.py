@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status, wait_for
-from slurm_helpers import plan_from_spec
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan, RunEntry
@@ -24,6 +22,15 @@ from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.procid import identity
 from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.submit import check_spec, decide, submit
+from olmoablate.testing.pair import (
+    PAIR,
+    PAIR_STEPS,
+    ce_losses,
+    make_pair_plan,
+    read_status,
+    wait_for,
+)
+from olmoablate.testing.slurm import plan_from_spec
 from olmoablate.train.debug import DEBUG_STEP_SECONDS_ENV
 
 CLI = [sys.executable, "-m", "olmoablate"]
@@ -69,7 +76,7 @@ SCALES = {
 
 
 def _scale_plan(tmp_path: Path) -> Path:
-    from fixtures.plan_fixture import make_plan, run_entry
+    from olmoablate.testing.plans import make_plan, run_entry
 
     runs = []
     for name, (nodes, gpus, time_min, partition, extra) in SCALES.items():
@@ -127,7 +134,7 @@ def test_dry_run_renders_sbatch_for_1b_3b_7b(tmp_path: Path) -> None:
 
 
 def test_sbatch_parameters_cpu_topology() -> None:
-    from fixtures.plan_fixture import run_entry
+    from olmoablate.testing.plans import run_entry
 
     run = run_entry("r", "baseline", {})
     run["topology"]["cpu_processes"] = 2
@@ -165,7 +172,7 @@ def _write(path: Path, obj: Any) -> None:
 
 
 def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
-    from fixtures.plan_fixture import make_plan, run_entry
+    from olmoablate.testing.plans import make_plan, run_entry
 
     ids = ["done", "dead", "cancel", "fail", "live", "new", "div"]
     results = make_plan(tmp_path, [run_entry(i, "baseline", {}, steps=10) for i in ids]).parent
@@ -307,9 +314,8 @@ def test_train_run_decisions_without_a_scheduler(
     terminal states pass through, a cancel marker wins, and repeated interruptions without
     progress end as failed instead of requeueing for ever. The job reads its plan entry typed
     (``Plan.load``): an entry it cannot read fails the run with that one line as the reason."""
-    from fixtures.plan_fixture import make_plan, run_entry
-
     from olmoablate.launch.job import TrainRun
+    from olmoablate.testing.plans import make_plan, run_entry
 
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
     monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "1")

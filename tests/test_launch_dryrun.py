@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import PAIR, make_pair_plan
-
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch.ledger import Ledger
+from olmoablate.testing.pair import PAIR, make_pair_plan
 
 CLI = [sys.executable, "-m", "olmoablate"]
 

@@ -9,7 +9,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from fixtures.plan_fixture import run_entry, write_tokens
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch.cancel import cancel
@@ -17,8 +16,9 @@ from olmoablate.launch.lease import claim, lease_path, store_locked
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.runstate import mark_status
-from olmoablate.report import synthetic_plan as sp
 from olmoablate.store.identify import identify
+from olmoablate.testing import synthetic_plan as sp
+from olmoablate.testing.plans import run_entry, write_tokens
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
 BASE = "tiny-s0-baseline"

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
 
 from olmoablate.console import make_console, print_whole
 from olmoablate.launch.progress import Progress, plain_line
 from olmoablate.launch.reconcile import RunView
 from olmoablate.launch.view import status_table
+from olmoablate.testing.plans import make_plan, run_entry
 
 LONG = "tiny-s0-siamese_norm_and_depth_attention_stride2_no_recent_window"
 

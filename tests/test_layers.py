@@ -134,3 +134,21 @@ def test_contracts_catch_lazy_and_cross_stage_imports(tmp_path: Path) -> None:
     assert "olmoablate.spec -> torch" in text
     assert "olmoablate.launch is not allowed to import olmoablate.report" in text
     assert "- olmoablate.launch -> olmoablate.report (l." in text
+
+
+def test_the_product_may_not_import_the_test_support(tmp_path: Path) -> None:
+    """olmoablate.testing (synthetic results, tiny plans) is for tests/ and bench/ only: a lazy
+    import of it from a stage breaks both the forbidden contract and the top layer."""
+    shutil.copytree(
+        REPO / "olmoablate",
+        tmp_path / "olmoablate",
+        ignore=lambda _d, names: [n for n in names if n.endswith((".json", ".txt", ".pyc"))],
+    )
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    with (tmp_path / "olmoablate" / "report" / "__init__.py").open("a") as f:
+        f.write("\n\ndef _fake() -> None:\n    import olmoablate.testing.synthetic  # noqa: F401\n")
+    out = _lint(tmp_path, "testing-not-in-product", "layers")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "olmoablate.report is not allowed to import olmoablate.testing" in text
+    assert "olmoablate.report -> olmoablate.testing.synthetic (l." in text

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
-from fixtures.cli import run_cli
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract import bundled
 from olmoablate.contract.arch import parse_architecture
 from olmoablate.contract.sizes import resolve
 from olmoablate.errors import UserError
+from olmoablate.testing.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = resolve({"name": "tiny", "d_model": 64, "n_layers": 8, "n_heads": 4, "n_kv_heads": 2,

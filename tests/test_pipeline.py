@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures.cli import run_cli as _cli
-from fixtures.plan_fixture import write_tokens
-from fixtures.results_check import check_against_report
+
+from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing.plans import write_tokens
+from olmoablate.testing.results_check import check_against_report
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).parent.parent

@@ -14,6 +14,7 @@ import pytest
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.spec.expand import PairingError, build_plan, check_pair, resolve_loop_counts
 from olmoablate.spec.load import load_spec
+from olmoablate.testing.paths import MINIMAL_SPEC
 
 REPO = Path(__file__).parent.parent
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -160,7 +161,7 @@ def test_plan_cli_writes_json_atomically(tmp_path: Path) -> None:
 
 def test_plan_keeps_preregistered_plan_once_runs_started(tmp_path: Path) -> None:
     spec = tmp_path / "s.yaml"
-    spec.write_text((REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text())
+    spec.write_text((MINIMAL_SPEC).read_text())
     root = tmp_path / "results"
     cmd = [sys.executable, "-m", "olmoablate", "plan", str(spec), "--results-root", str(root)]
     assert subprocess.run(cmd, capture_output=True, cwd=REPO).returncode == 0

@@ -83,7 +83,7 @@ def test_set_round_trip_through_the_report(tmp_path: Path) -> None:
     """The override is in plan.json, changes spec_sha256, and the report decides with the
     overridden gate, verified (no pre-registration warning: it re-applies the override)."""
     from olmoablate.contract.plan import Plan
-    from olmoablate.report.synthetic import ArmTruth, SynthSpec, write_run
+    from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_run
 
     spec = tmp_path / "s.yaml"
     spec.write_text(TINY_GATED)

@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from fixtures.cli import run_cli as _cli
 
 from olmoablate.report import track
 from olmoablate.report.board import build_board
 from olmoablate.report.collect import collect
 from olmoablate.report.gates import build_all
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 from olmoablate.report.writers import write_all
+from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 GATE = {"metric": EVAL, "min_effect": 0.01, "promote_to": ["3B"], "noise": {"floor": {"sd": 0.005, "known": True}}}
@@ -117,10 +117,9 @@ def test_board_cli_formats_and_load_all_round_trip(store: Path, tmp_path: Path) 
 
 
 def _gateless(store: Path, name: str) -> None:
-    from fixtures.plan_fixture import run_entry
-
     from olmoablate.contract.layout import ResultsDir
-    from olmoablate.report import synthetic_plan as sp
+    from olmoablate.testing import synthetic_plan as sp
+    from olmoablate.testing.plans import run_entry
 
     runs = [run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0")]
     sp.build_plan(runs, spec_name=name, workdir=str(store.parent)).write(

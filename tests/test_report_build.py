@@ -12,7 +12,7 @@ from olmoablate.contract.plan import Plan
 from olmoablate.io import read_json
 from olmoablate.report.build import Report, build, write_next_plan
 from olmoablate.report.collect import collect
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 GATE = {

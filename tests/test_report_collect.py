@@ -14,7 +14,7 @@ from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
 from olmoablate.report.collect import collect, resolve_results_dir
 from olmoablate.report.prereg import check_gate_unchanged
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
 def test_resolve_by_dir_name_and_spec_file(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

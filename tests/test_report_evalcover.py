@@ -9,7 +9,7 @@ from olmoablate.io import read_json, write_json_atomic
 from olmoablate.report.build import build
 from olmoablate.report.collect import collect
 from olmoablate.report.evalcover import coverage_lines
-from olmoablate.report.synthetic import SynthSpec, make_results
+from olmoablate.testing.synthetic import SynthSpec, make_results
 
 GATE = {"stage": "1B", "variant": "sn_da", "metric": "eval/lm/demo-heldout/CE loss"}
 

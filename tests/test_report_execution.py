@@ -9,7 +9,7 @@ from typing import Any
 from olmoablate.report.build import Report, build
 from olmoablate.report.collect import collect
 from olmoablate.report.execution import PARITY_KEYS, execution_mismatch
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 GATE = {
     "metric": "eval/lm/demo-heldout/CE loss",

@@ -16,8 +16,8 @@ from olmoablate.errors import UserError
 from olmoablate.report.build import build
 from olmoablate.report.collect import collect
 from olmoablate.report.noise import estimate, floor_source
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 from olmoablate.spec.load import load_spec
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 REPO = Path(__file__).parent.parent
 EVAL = "eval/lm/demo-heldout/CE loss"

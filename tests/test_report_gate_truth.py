@@ -1,5 +1,5 @@
 """The gate end to end on synthetic results folders with known truth (issue: a gate that cannot
-crown noise). Each test writes plan.json + run files with `olmoablate.report.synthetic`, then
+crown noise). Each test writes plan.json + run files with `olmoablate.testing.synthetic`, then
 runs the real collect -> build path and checks the verdict against the truth it was built from.
 """
 
@@ -17,7 +17,7 @@ import yaml
 from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
 from olmoablate.report.collect import collect
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 BASE = {"metric": EVAL, "min_effect": 0.01}

@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fixtures.results_check import check_against_report
-
 from olmoablate.contract.schema import Gate
 from olmoablate.io import read_json, sha256_of, write_json_atomic
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 from olmoablate.spec.expand import build_plan
 from olmoablate.spec.load import load_spec
+from olmoablate.testing.results_check import check_against_report
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 REPO = Path(__file__).resolve().parents[1]
 

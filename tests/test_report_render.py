@@ -15,8 +15,8 @@ import pytest
 
 from olmoablate.report.build import build, write_next_plan
 from olmoablate.report.collect import collect
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
 from olmoablate.report.writers import write_all
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL = "eval/lm/demo-heldout/CE loss"

@@ -8,8 +8,14 @@ from pathlib import Path
 from olmoablate.contract.plan import Plan
 from olmoablate.report.build import build
 from olmoablate.report.collect import collect
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan, write_run
 from olmoablate.store.identify import identify
+from olmoablate.testing.synthetic import (
+    ArmTruth,
+    SynthSpec,
+    make_results,
+    synthetic_plan,
+    write_run,
+)
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
 GATE = {"metric": "eval/lm/demo-heldout/CE loss", "min_effect": 0.01, "noise": {"floor": {"sd": 0.005, "known": True}}}

@@ -26,8 +26,8 @@ from olmoablate.report.sequential import (
     stage_decision,
     stage_levels,
 )
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan
-from olmoablate.report.synthetic_plan import build_plan
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan
+from olmoablate.testing.synthetic_plan import build_plan
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from olmoablate.io import sha256_of
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
 def test_files_follow_design_md(tmp_path: Path) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
 
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.contract.plan import Plan
-from olmoablate.report import synthetic_plan as sp
-from olmoablate.report.synthetic import SynthSpec, synthetic_plan
+from olmoablate.testing import synthetic_plan as sp
+from olmoablate.testing.plans import make_plan, run_entry
+from olmoablate.testing.synthetic import SynthSpec, synthetic_plan
 
 
 def test_entries_are_certified_over_their_plan_json_form() -> None:

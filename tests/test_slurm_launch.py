@@ -17,29 +17,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
-    PAIR,
-    PAIR_STEPS,
-    SLURM_NODES,
-    ce_losses,
-    make_pair_plan,
-    read_status,
-    wait_for,
-)
-from slurm_helpers import (
-    CLI,
-    assert_same_as_reference,
-    cli,
-    plan_from_spec,
-    status_json,
-    wait_states,
-)
 
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.launch.cancel import cancel
 from olmoablate.launch.ledger import Ledger
 from olmoablate.launch.reconcile import reconcile
 from olmoablate.launch.submit import submit
+from olmoablate.testing.pair import (
+    PAIR,
+    PAIR_STEPS,
+    ce_losses,
+    make_pair_plan,
+    read_status,
+    wait_for,
+)
+from olmoablate.testing.slurm import (
+    CLI,
+    SLURM_NODES,
+    assert_same_as_reference,
+    cli,
+    plan_from_spec,
+    status_json,
+    wait_states,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -180,9 +180,8 @@ def test_concurrent_submits_cancel_and_resume(
 def test_ddp_two_tasks_gloo_under_slurm(
     slurm_cluster: dict[str, Any], local_reference: dict[str, Any], tmp_path: Path
 ) -> None:
-    from fixtures.plan_fixture import make_plan, run_entry
-
     from olmoablate.contract.certificate import certificate_of
+    from olmoablate.testing.plans import make_plan, run_entry
 
     run = run_entry(PAIR[0], "baseline", {}, steps=PAIR_STEPS, pair_id="tiny-s0-shallow")
     run["topology"]["cpu_processes"] = 2

@@ -19,18 +19,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+
+from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.submit import submit
+from olmoablate.testing.pair import (
     PAIR,
     PAIR_STEPS,
-    REPO,
-    SLURM_NODES,
     ce_losses,
     pair_runs,
     read_status,
     wait_for,
 )
-from fixtures.plan_fixture import make_plan
-from slurm_helpers import (
+from olmoablate.testing.paths import REPO
+from olmoablate.testing.plans import make_plan
+from olmoablate.testing.slurm import (
+    SLURM_NODES,
     assert_same_as_reference,
     cli,
     job_log,
@@ -39,11 +44,6 @@ from slurm_helpers import (
     wait_mid_run,
     wait_states,
 )
-
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

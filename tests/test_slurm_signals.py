@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PAIR, pair_runs, read_status, wait_for
-from fixtures.plan_fixture import make_plan, run_entry
-from slurm_helpers import (
+
+from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.layout import ResultsDir
+from olmoablate.launch.ledger import Ledger
+from olmoablate.launch.runstate import latest_checkpoint_step
+from olmoablate.launch.submit import submit
+from olmoablate.testing.pair import PAIR, pair_runs, read_status, wait_for
+from olmoablate.testing.plans import make_plan, run_entry
+from olmoablate.testing.slurm import (
     assert_same_as_reference,
     cli,
     job_log,
@@ -27,12 +33,6 @@ from slurm_helpers import (
     wait_mid_run,
     wait_states,
 )
-
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.runstate import latest_checkpoint_step
-from olmoablate.launch.submit import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

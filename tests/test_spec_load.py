@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from olmoablate.spec.load import SpecError, load_spec
+from olmoablate.testing.paths import MINIMAL_SPEC
 
 HERE = Path(__file__).parent
 BAD = sorted((HERE / "specs" / "bad").glob("*.yaml"))
@@ -83,14 +84,14 @@ def test_missing_file_is_one_line() -> None:
 def test_shipped_and_good_specs_load() -> None:
     for path in [
         *sorted((REPO / "specs").glob("*.yaml")),
-        *sorted((HERE / "specs" / "good").glob("*.yaml")),
+        MINIMAL_SPEC,
     ]:
         ls = load_spec(path)
         assert ls.spec.variants and ls.per_size
 
 
 def test_per_size_values_resolve(tmp_path: Path) -> None:
-    text = (HERE / "specs" / "good" / "minimal.yaml").read_text()
+    text = (MINIMAL_SPEC).read_text()
     text = text.replace("sizes: [tiny]", "sizes: [tiny, tiny2]")
     text = text.replace(
         "custom_sizes:\n",
@@ -184,7 +185,7 @@ def test_downstream_task_names_checked_against_olmo_eval(tmp_path: Path) -> None
 def test_compile_per_size_and_in_the_plan(tmp_path: Path) -> None:
     from olmoablate.spec.expand import build_plan
 
-    text = (HERE / "specs" / "good" / "minimal.yaml").read_text()
+    text = (MINIMAL_SPEC).read_text()
     p = tmp_path / "s.yaml"
     p.write_text(text)
     assert load_spec(p).per_size["tiny"].training.compile == "auto"  # the one default

@@ -8,9 +8,10 @@ import pytest
 
 from olmoablate.contract.overrides import apply, parse_value, spec_sha256
 from olmoablate.spec.load import SpecError, load_spec
+from olmoablate.testing.paths import MINIMAL_SPEC
 
 HERE = Path(__file__).parent
-MINIMAL = (HERE / "specs" / "good" / "minimal.yaml").read_text()
+MINIMAL = (MINIMAL_SPEC).read_text()
 
 
 def _spec(tmp_path: Path, text: str = MINIMAL) -> Path:

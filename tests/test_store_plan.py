@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.cli import run_cli as _cli
-from fixtures.plan_fixture import write_tokens
+
+from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing.plans import write_tokens
 
 SPEC = """\
 name: {name}

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import certify, make_plan, run_entry, typed
 from olmo_core.optim import (
     WSD,
     AdamWConfig,
@@ -17,6 +16,7 @@ from olmo_core.optim import (
 )
 
 from olmoablate.errors import UserError
+from olmoablate.testing.plans import certify, make_plan, run_entry, typed
 from olmoablate.train import config as cfgs
 from olmoablate.train.plan import load_run
 

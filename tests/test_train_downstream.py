@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import certify, make_plan, run_entry
 
 from olmoablate.spec import downstream
+from olmoablate.testing.plans import certify, make_plan, run_entry
 
 pytestmark = pytest.mark.slow
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import certify, make_plan, run_entry
 
 from olmoablate.errors import UserError
+from olmoablate.testing.plans import certify, make_plan, run_entry
 from olmoablate.train.job import main, run_job
 
 pytestmark = pytest.mark.slow

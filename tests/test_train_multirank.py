@@ -24,7 +24,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from fixtures.plan_fixture import certify, make_plan, run_entry
+
+from olmoablate.testing.plans import certify, make_plan, run_entry
 
 REPO = Path(__file__).resolve().parents[1]
 

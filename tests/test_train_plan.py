@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry
 
 from olmoablate.contract.certificate import certificate_of
 from olmoablate.errors import UserError
+from olmoablate.testing.plans import make_plan, run_entry
 from olmoablate.train.plan import load_run
 
 

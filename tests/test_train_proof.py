@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.plan_fixture import certify, make_plan, run_entry
 
 from olmoablate.contract import accounting as acc
 from olmoablate.contract.blocks import code_of
@@ -20,11 +19,12 @@ from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
 from olmoablate.launch.submit import submit
+from olmoablate.testing.plans import certify, make_plan, run_entry
 from olmoablate.train import proof
 from olmoablate.train.job import run_job
 
-OFF_BY_ONE = "fixtures.blocks_for_tests:OFF_BY_ONE"
-FLOPS_OFF = "fixtures.blocks_for_tests:FLOPS_OFF"
+OFF_BY_ONE = "olmoablate.testing.blocks:OFF_BY_ONE"
+FLOPS_OFF = "olmoablate.testing.blocks:FLOPS_OFF"
 
 
 def _status(plan: Path, run_id: str) -> dict:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import certify, make_plan, run_entry, typed
 
 from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
+from olmoablate.testing.plans import certify, make_plan, run_entry, typed
 from olmoablate.train import config as cfgs
 from olmoablate.train.job import run_job
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.plan_fixture import make_plan, run_entry, typed
 
 from olmoablate.contract.layout import ResultsDir
+from olmoablate.testing.plans import make_plan, run_entry, typed
 from olmoablate.train.wandb_log import TOKENS, TRAIN_FLOPS, FlopsAxis, tags_of, wandb_id
 
 pytestmark = pytest.mark.slow

@@ -59,10 +59,9 @@ def test_value_residual_is_the_equation_and_costs_its_formula() -> None:
 def test_value_residual_spec_validates_and_its_exclusions_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fixtures.cli import run_cli
-
     from olmoablate.contract.arch import parse_architecture
     from olmoablate.errors import UserError
+    from olmoablate.testing.cli import run_cli
 
     with pytest.raises(UserError, match="depth_attention"):
         parse_architecture({KEY: {}, "depth_attention": {"stride": 2}})

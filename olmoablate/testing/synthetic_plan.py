@@ -315,7 +315,7 @@ def build_plan(
         "eval_sets": dict(eval_sets or {}),
         "gates": [_entry_doc(g, legacy_gates) for g in recorded],
         "aa_runs": [r.run_id for r in entries if r.is_aa],
-        "accounting": {"flops_convention": "synthetic (olmoablate.report.synthetic_plan)"},
+        "accounting": {"flops_convention": "synthetic (olmoablate.testing.synthetic_plan)"},
         "pairs": [p.model_dump() for p in (derive_pairs(entries) if pairs is None else pairs)],
         "runs": [r.as_json() for r in entries],
     }

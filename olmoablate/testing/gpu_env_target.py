@@ -1,6 +1,7 @@
 """A job target for tests/test_gpu_path.py: records the device environment each task gets.
 
-Imported by the local executor's job processes (``"gpu_env_target:record"``), so it must not
+Imported by the local executor's job processes (``"olmoablate.testing.gpu_env_target:record"``,
+importable wherever olmoablate is, with no tests/ folder on ``PYTHONPATH``), so it must not
 need pytest. Every task writes what it sees, waits until all tasks of its job have written (the
 local controller stops the other tasks as soon as one returns), and rank 0 marks the run done.
 """

@@ -1,5 +1,6 @@
 """Helpers shared by the launcher tests (tests/test_launch.py and the tests against the real local
-Slurm cluster, tests/test_slurm_*.py)."""
+Slurm cluster, tests/test_slurm_*.py): the CLI with a return-code check, plans through the real
+`plan` command, polling `status --json`, Slurm accounting, killing a job's training processes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from conftest import PAIR, PAIR_STEPS, REPO, ce_losses, read_status, wait_for
+from olmoablate.testing.pair import PAIR, PAIR_STEPS, ce_losses, read_status, wait_for
+from olmoablate.testing.paths import MINIMAL_SPEC, REPO
 
 CLI = [sys.executable, "-m", "olmoablate"]
+#: Nodes of the local dev cluster the ``slurm_cluster`` fixture starts (each a real slurmd in its
+#: own network namespace), so single- and multi-node jobs run against the same cluster.
+SLURM_NODES = 2
 
 
 def cli(
@@ -28,13 +33,13 @@ def cli(
 
 
 def plan_from_spec(root: Path, slurm_block: str) -> Path:
-    """`olmoablate plan` of tests/specs/good/minimal.yaml plus ``slurm_block``; the results dir.
+    """`olmoablate plan` of the tiny ``MINIMAL_SPEC`` plus ``slurm_block``; the results dir.
 
     Through the real `plan` command, so the plan carries exactly what the spec stage writes (the
     schema's defaults for whatever the spec leaves out), not a hand-built entry."""
     root.mkdir(parents=True, exist_ok=True)
     spec = root / "s.yaml"
-    spec.write_text((REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text() + slurm_block)
+    spec.write_text(MINIMAL_SPEC.read_text() + slurm_block)
     cli("plan", str(spec), "--results-root", str(root / "results"), cwd=REPO)
     return root / "results" / "minimal"
 

@@ -2,7 +2,7 @@
 
 Why in the package (not only in tests): ``bench/report.py`` and the screenshot script need the same
 generator, and it documents by example exactly what the report reads: a contract ``Plan`` (built
-by :mod:`olmoablate.report.synthetic_plan`, the one synthetic-plan builder the training tests use
+by :mod:`olmoablate.testing.synthetic_plan`, the one synthetic-plan builder the training tests use
 too) and per-run ``metrics.jsonl`` / ``fingerprints.jsonl`` / ``status.json`` / ``summary.json``
 in the training job's format (one JSON object per line, ``json.dumps`` style), at the paths of
 ``ResultsDir``. Nothing here is used when reporting real results.
@@ -26,7 +26,7 @@ from olmoablate.contract.plan import PLAN_FILE, Plan, RunEntry
 from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.contract.runstates import RunState
 from olmoablate.io import write_text_atomic
-from olmoablate.report import synthetic_plan as sp
+from olmoablate.testing import synthetic_plan as sp
 
 #: The ``updated`` time of every synthetic status.json (fixed: synthetic folders are reproducible).
 SYNTHETIC_TIME = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
