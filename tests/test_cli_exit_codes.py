@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from olmoablate.testing.pair import PAIR, make_pair_plan
-from olmoablate.testing.paths import MINIMAL_SPEC
+from olmoablate.testing.paths import MINIMAL_SPEC, REPO
 
 CLI = [sys.executable, "-m", "olmoablate"]
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,7 @@ from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import MAX_YAML_BYTES, InputLimitError, compose_yaml_bounded
 from olmoablate.spec.load import SpecError, load_spec
-
-REPO = Path(__file__).resolve().parents[1]
+from olmoablate.testing.paths import REPO
 
 BOMB = (
     "name: bomb\n"

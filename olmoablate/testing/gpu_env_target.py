@@ -1,4 +1,4 @@
-"""A job target for tests/test_gpu_path.py: records the device environment each task gets.
+"""A job target for tests/e2e/test_gpu_path.py: records the device environment each task gets.
 
 Imported by the local executor's job processes (``"olmoablate.testing.gpu_env_target:record"``,
 importable wherever olmoablate is, with no tests/ folder on ``PYTHONPATH``), so it must not
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.runstates import RunState
 from olmoablate.launch.devices import task_device
 from olmoablate.launch.runstate import mark_status
 
@@ -36,5 +37,5 @@ def record(plan_path: str, run_id: str) -> dict[str, Any]:
         time.sleep(0.1)
     steps = next(int(r["steps"]) for r in plan["runs"] if r["run_id"] == run_id)
     if rank == 0:
-        mark_status(run_dir / "status.json", state="completed", step=steps, total_steps=steps)
-    return {"state": "completed", "run_id": run_id, "step": steps}
+        mark_status(run_dir / "status.json", state=RunState.COMPLETED, step=steps, total_steps=steps)
+    return {"state": RunState.COMPLETED, "run_id": run_id, "step": steps}

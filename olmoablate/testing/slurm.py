@@ -1,4 +1,4 @@
-"""Helpers shared by the launcher tests (tests/test_launch.py and the tests against the real local
+"""Helpers shared by the launcher tests (tests/launch/test_submit.py and the tests against the real local
 Slurm cluster, tests/test_slurm_*.py): the CLI with a return-code check, plans through the real
 `plan` command, polling `status --json`, Slurm accounting, killing a job's training processes."""
 
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.runstates import TERMINAL_STATES, RunState
 from olmoablate.testing.pair import PAIR, PAIR_STEPS, ce_losses, read_status, wait_for
 from olmoablate.testing.paths import MINIMAL_SPEC, REPO
 
@@ -56,7 +57,7 @@ def wait_states(
 
     def check() -> dict[str, dict[str, Any]] | None:
         views = status_json(results)
-        bad = {r: v for r, v in views.items() if v["state"] in {"failed", "diverged"} - states}
+        bad = {r: v for r, v in views.items() if v["state"] in TERMINAL_STATES - {RunState.COMPLETED} - states}
         assert not bad, f"runs ended badly: {bad}"
         return views if all(v["state"] in states for v in views.values()) else None
 
@@ -69,9 +70,9 @@ def wait_mid_run(results: Path, run_id: str, low: int = 3, high: int = PAIR_STEP
     while time.monotonic() < deadline:
         st = read_status(results, run_id)
         step = st.get("step") or 0
-        assert step < high or st.get("state") != "running", f"{run_id} got past step {high}: {st}"
-        assert st.get("state") not in ("failed", "diverged", "completed"), st
-        if st.get("state") == "running" and low <= step < high:
+        assert step < high or st.get("state") != RunState.RUNNING, f"{run_id} got past step {high}: {st}"
+        assert st.get("state") not in TERMINAL_STATES, st
+        if st.get("state") == RunState.RUNNING and low <= step < high:
             return int(step)
         time.sleep(0.05)
     raise AssertionError(f"never saw {run_id} running between steps {low} and {high}")
