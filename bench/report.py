@@ -1,20 +1,28 @@
-"""Benchmark: time `olmoablate report` on 100 runs x 100k steps of synthetic metrics.
+"""Benchmark: `olmoablate report` on 100 runs x 100k steps of synthetic metrics, new code
+against old, side by side.
 
     python bench/report.py                      # 100 runs x 100k steps (about 5 GB, generated once)
-    python bench/report.py --runs 10 --steps 10000
+    python bench/report.py --runs 10 --steps 10000 --rounds 1
+    python bench/report.py --baseline-rev 5a8b340   # the old code: a git revision (the default)
 
-The data is generated first (not timed; reused if already there), then the full report
-(collect + compare + gate + plots + md/html/csv/json) is timed three times:
+The data is generated first (not timed; reused if already there). The old code is the given
+revision exported with ``git archive``; each report is ``olmoablate report`` in a fresh process
+(start-up and imports included, as a user sees it) of the old or the new code on the same
+folder, alternating (the order flips each round), three phases each:
 
-* cold: no report cache at all (every figure drawn; the caches are written). Each run has the
-  columnar copy ``metrics.parquet`` that the training job keeps (built here untimed, as the job
+* cold: no report cache (``.report-cache`` and ``plots`` removed; every figure drawn). Each run
+  has the columnar copy its version's training job keeps (the old code's ``metrics.parquet``,
+  the new code's ``metrics.arrow``; built here untimed by that version's writer, as its job
   would have; ``--no-copies`` removes them to time the pure-JSON parse);
-* warm: nothing changed since the last report (cache hits, figures reused);
+* warm: nothing changed since the last report;
 * appended: every run logged ``--append`` more steps since the last report (what re-running the
-  report while runs train looks like: only the new rows are parsed, every figure is redrawn).
+  report while runs train looks like).
 
-Rows carry every key OLMo-core logs (~20 numbers), like the real job's rows. The appended rows
-are removed again at the end (the files are truncated back), so the data can be reused.
+Wall time is measured around each process; CPU time and peak RSS are the child's own (rusage
+from ``os.wait4``, its pool workers included). The machine is shared: the new/old ratios (the
+median over rounds of each round's ratio) are what count. Rows carry every key OLMo-core logs
+(~20 numbers), like the real job's rows. The appended rows are removed again after each code's
+phases (the files are truncated back), so the data can be reused.
 """
 
 from __future__ import annotations
@@ -22,10 +30,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from sidebyside import BASELINE_REV, REPO, ChildResult, export_revision, load_average, run_child
 
 from olmoablate.contract.plan import PLAN_FILE, RunEntry
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
@@ -92,55 +104,27 @@ def generate(root: Path, runs: int, steps: int) -> None:
     marker.touch()
 
 
-def _copy(path: str) -> None:
-    from olmoablate.contract.columnar import update_copy
-
-    update_copy(path)
-
-
-def build_copies(root: Path) -> None:
-    """The job's metrics.parquet for every run that lacks a current one (not timed)."""
-    from olmoablate.contract.columnar import load_copy
-
-    todo = [str(p) for p in sorted(root.glob("runs/*/metrics.jsonl")) if load_copy(p) is None]
-    if not todo:
-        return
-    t0 = time.perf_counter()
+COPIES = r"""
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from olmoablate.contract.columnar import load_copy, update_copy
+todo = [str(p) for p in sorted(Path(sys.argv[1]).glob("runs/*/metrics.jsonl")) if load_copy(p) is None]
+if todo:
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        list(pool.map(_copy, todo))
-    print(f"built {len(todo)} metrics.parquet copies in {time.perf_counter() - t0:.0f} s")
+        list(pool.map(update_copy, todo))
+print('{"built": %d}' % len(todo))
+"""
 
 
-def time_report(root: Path, *, use_cache: bool) -> dict[str, float]:
-    import resource
-
-    from olmoablate.report.build import build, write_next_plan
-    from olmoablate.report.collect import collect
-    from olmoablate.report.writers import write_all
-
-    def cpu() -> float:
-        own = resource.getrusage(resource.RUSAGE_SELF)
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-    c0 = cpu()
+def build_copies(root: Path, code: Path) -> None:
+    """The columnar copy the training job of ``code`` keeps, for every run that lacks a current
+    one (not timed): each version's report starts from its own job's copy (the old code's
+    zstd ``metrics.parquet``, the new code's ``metrics.arrow``)."""
     t0 = time.perf_counter()
-    results = collect(root, use_cache=use_cache)
-    t1, c1 = time.perf_counter(), cpu()
-    report = build(results)
-    t2, c2 = time.perf_counter(), cpu()
-    write_next_plan(report, root)
-    write_all(report, root, ["md", "html", "csv", "json"])
-    t3, c3 = time.perf_counter(), cpu()
-    return {
-        "collect": t1 - t0,
-        "compare+gate": t2 - t1,
-        "render": t3 - t2,
-        "total": t3 - t0,
-        "cpu": c3 - c0,
-        "cpu_parts": f"{c1 - c0:.2f}/{c2 - c1:.2f}/{c3 - c2:.2f}",  # type: ignore[dict-item]
-        "verdict": report.verdict,  # type: ignore[dict-item]
-    }
+    r = run_child(code, COPIES, str(root))
+    if r.out["built"]:
+        print(f"built {r.out['built']} copies with {code} in {time.perf_counter() - t0:.0f} s")
 
 
 def append_steps(root: Path, n: int) -> dict[Path, int]:
@@ -166,6 +150,32 @@ def append_steps(root: Path, n: int) -> dict[Path, int]:
     return sizes
 
 
+REPORT = r"""
+import sys, runpy
+sys.argv = ["olmoablate", "report", sys.argv[1], "--format", "md,html,csv,json"]
+try:
+    runpy.run_module("olmoablate", run_name="__main__")
+except SystemExit as e:
+    if e.code not in (0, None):
+        raise
+import olmoablate, json
+print(json.dumps({"code": olmoablate.__file__}))
+"""
+
+
+def time_phase(code: Path, root: Path, label: str, keep: str | None) -> ChildResult:
+    """One ``olmoablate report`` of ``root`` by the code under ``code``, in a fresh process."""
+    r = run_child(code, REPORT, str(root))
+    if not Path(r.out["code"]).resolve().is_relative_to(code.resolve()):
+        raise RuntimeError(f"the child ran {r.out['code']}, not the code under {code}")
+    if keep:
+        dest = Path(keep) / label
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("gate.json", "comparison.csv", "report.md"):
+            shutil.copy2(root / name, dest / name)
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=100)
@@ -173,59 +183,84 @@ def main() -> int:
     ap.add_argument("--dir", default="/tmp/olmoablate-bench/bench")
     ap.add_argument("--append", type=int, default=100, help="steps appended per run (phase 3)")
     ap.add_argument(
-        "--phases",
-        default="cold,warm,appended",
-        help="comma-separated subset of cold,warm,appended (without cold the caches are kept)",
+        "--baseline-rev",
+        default=BASELINE_REV,
+        help="the old code to time side by side (a git revision; '' for the new code only)",
     )
+    ap.add_argument("--rounds", type=int, default=2, help="old/new alternations (order flips)")
     ap.add_argument(
         "--no-copies",
         action="store_true",
-        help="remove the jobs' metrics.parquet copies: time parsing the JSON itself",
+        help="remove the jobs' metrics.arrow copies before each cold report: time parsing "
+        "the JSON itself",
     )
     ap.add_argument(
         "--keep",
         default=None,
-        help="copy each phase's gate.json, comparison.csv and report.md to KEEP/<phase>/ "
-        "(to check that a change leaves the report byte-identical)",
+        help="copy each phase's gate.json, comparison.csv and report.md to KEEP/<code>/<phase>/ "
+        "(to check that old and new code write the same report)",
     )
     args = ap.parse_args()
+    # a SIGTERM (a timeout) must still truncate the appended rows away (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = Path(args.dir)
     generate(root, args.runs, args.steps)
-    if args.no_copies:
-        for p in root.glob("runs/*/metrics.parquet"):
-            p.unlink()
-    else:
-        build_copies(root)
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    if "cold" in phases:
-        shutil.rmtree(root / ".report-cache", ignore_errors=True)
-        shutil.rmtree(root / "plots", ignore_errors=True)
+    codes = {"new": REPO}
+    if args.baseline_rev:
+        codes = {"old": export_revision(args.baseline_rev), **codes}
+        print(f"old code: {args.baseline_rev} (git archive into {codes['old']})")
     n_runs = len(list((root / "runs").iterdir()))
-    goal = 5.0
-    sizes: dict[Path, int] = {}
-    try:
-        for label in phases:
-            if label == "appended":
-                sizes = append_steps(root, args.append)
-            t = time_report(root, use_cache=True)
-            if args.keep:
-                keep = Path(args.keep) / label
-                keep.mkdir(parents=True, exist_ok=True)
-                for name in ("gate.json", "comparison.csv", "report.md"):
-                    shutil.copy2(root / name, keep / name)
-            skip = ("total", "verdict", "cpu", "cpu_parts")
-            parts = ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if k not in skip)
-            print(
-                f"{label}: report of {n_runs} runs x {args.steps} steps in {t['total']:.2f} s "
-                f"wall = {t['total'] / goal:.2f}x the {goal:.0f} s goal; {t['cpu']:.2f} s CPU "
-                f"over all processes ({parts}; CPU by part {t['cpu_parts']} s; verdict {t['verdict']}; "
-                f"load average {os.getloadavg()[0]:.1f})"
+    got: dict[tuple[str, str], list[ChildResult]] = {}
+    for rnd in range(args.rounds):
+        order = list(codes) if rnd % 2 == 0 else list(reversed(codes))
+        for label in order:
+            if args.no_copies:
+                for p in [*root.glob("runs/*/metrics.arrow"), *root.glob("runs/*/metrics.parquet")]:
+                    p.unlink()
+            else:
+                build_copies(root, codes[label])  # what its job would have left (untimed)
+            shutil.rmtree(root / ".report-cache", ignore_errors=True)
+            shutil.rmtree(root / "plots", ignore_errors=True)
+            sizes: dict[Path, int] = {}
+            try:
+                for phase in ("cold", "warm", "appended"):
+                    if phase == "appended":
+                        sizes = append_steps(root, args.append)
+                    keep = f"{args.keep}/{label}" if args.keep else None
+                    r = time_phase(codes[label], root, phase, keep)
+                    got.setdefault((label, phase), []).append(r)
+                    print(
+                        f"[{rnd}] {label} {phase}: {r.wall_s:.2f} s wall, {r.cpu_s:.2f} s CPU, "
+                        f"peak RSS {r.peak_rss_mb / 1024:.2f} GiB (load average {load_average()})"
+                    )
+            finally:
+                for path, size in sizes.items():
+                    os.truncate(path, size)
+    print(f"\n{n_runs} runs x {args.steps} steps; `olmoablate report` as a fresh process each")
+    for phase in ("cold", "warm", "appended"):
+        new = got[("new", phase)]
+        line = (
+            f"{phase:>8}: new {_median([r.wall_s for r in new]):.2f} s wall / "
+            f"{_median([r.cpu_s for r in new]):.2f} s CPU / "
+            f"{max(r.peak_rss_mb for r in new) / 1024:.2f} GiB"
+        )
+        if ("old", phase) in got:
+            old = got[("old", phase)]
+            wall = _median([n.wall_s / o.wall_s for n, o in zip(new, old, strict=True)])
+            cpu = _median([n.cpu_s / o.cpu_s for n, o in zip(new, old, strict=True)])
+            line += (
+                f"; old {_median([r.wall_s for r in old]):.2f} s / "
+                f"{_median([r.cpu_s for r in old]):.2f} s / "
+                f"{max(r.peak_rss_mb for r in old) / 1024:.2f} GiB; "
+                f"new/old: wall x{wall:.2f}, CPU x{cpu:.2f}"
             )
-    finally:
-        for path, size in sizes.items():
-            os.truncate(path, size)
-    print(f"goal: <= {goal:.0f} s; cpus: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}")
+        print(line)
+    print(f"cpus: {os.cpu_count()}; load average: {load_average()}")
     return 0
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
 
 
 if __name__ == "__main__":

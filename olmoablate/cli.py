@@ -16,8 +16,8 @@ import typer
 from olmoablate.data.command import data_app
 from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
 from olmoablate.launch.command import cancel_command, status_command, submit_command
-from olmoablate.report.board_render import board_command
 from olmoablate.report.command import report_command
+from olmoablate.report.render.board_render import board_command
 from olmoablate.spec.blocks_command import blocks_command
 from olmoablate.spec.command import plan_command, validate_command
 from olmoablate.spec.explain import explain_command

@@ -1,14 +1,22 @@
 """Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
 
 Why built on the report's own code: every frame here comes from the objects `olmoablate report`
-builds (`report.collect.collect` -> `report.gates.build_all`), so a notebook and the report can never
+builds (`report.read.collect.collect` -> `report.gates.build_all`), so a notebook and the report can never
 disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
 gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
 forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).
 
-Frames (tidy: one observation per row), all built lazily on first access:
+Frames (tidy: one observation per row), all built lazily on first access. Metrics are built per
+metric and run on demand, Arrow-backed (pandas with pyarrow dtypes: labels dictionary-encoded,
+numbers zero-copy), from the report's read or one column of each run's metrics store
+(``report.read.metrics_store``: metrics.jsonl through its columnar copy):
 
-* ``metrics``: ``run, pair, group, size, seed, arm, step, tokens, train_flops, metric, value``.
+* ``curves(metric, runs=None)``: one metric's curves, ``run, group, size, seed, arm, step,
+  tokens, train_flops, value`` (``per_pair=True``: once per pair, with ``pair``).
+* ``run_metrics(run, metrics=None)``: one run as a wide frame (a column per metric).
+* ``long(metrics=None, runs=None)`` and ``metrics`` (= ``long()``, the full long frame, only
+  when asked: tens of millions of rows on a ladder): ``run, pair, group, size, seed, arm, step,
+  tokens, train_flops, metric, value``.
   A baseline serves every variant of its (size, seed), so its rows appear once per pair it
   belongs to: ``m[m.pair == p]`` is that whole pair. ``m.drop_duplicates(["run", "step",
   "metric"])`` lists each run once. Rows where a run did not record a metric are left out.
@@ -31,37 +39,24 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from olmoablate.contract import metrics as names
-from olmoablate.contract.metricsfile import read_metrics
 from olmoablate.contract.runfiles import RunStatus, RunSummary
-from olmoablate.report.align import cumulative_flops
 from olmoablate.report.build import Report
-from olmoablate.report.collect import Results, collect, resolve_results_dir
-from olmoablate.report.compare import LOSS
-from olmoablate.report.document import comparison_rows
+from olmoablate.report.compare.pair import LOSS
 from olmoablate.report.gates import build_all
-from olmoablate.report.links import wandb_links
-
-METRIC_COLUMNS = [
-    "run",
-    "pair",
-    "group",
-    "size",
-    "seed",
-    "arm",
-    "step",
-    "tokens",
-    "train_flops",
-    "metric",
-    "value",
-]
+from olmoablate.report.read.collect import Results, collect, resolve_results_dir
+from olmoablate.report.read.links import wandb_links
+from olmoablate.report.read.metric_frames import LONG_COLUMNS as METRIC_COLUMNS
+from olmoablate.report.read.metric_frames import MetricFrames
+from olmoablate.report.render.document import comparison_rows
 
 
 def load(
@@ -71,20 +66,12 @@ def load(
 
     ``all_metrics=False`` keeps the metrics the report reads (losses, evals, loop counts, costs);
     ``True`` reads every key of each metrics.jsonl (optimizer, throughput, ...) with the same
-    parser. Nothing is written except the report's parse cache (``.report-cache/``).
+    parser. Nothing is written but the report's caches (each run's columnar copy
+    ``metrics.arrow`` where it is missing or stale, ``.report-cache/`` for fingerprints).
     """
     layout = resolve_results_dir(str(path), results_root)
     results = collect(layout)
     return ResultSet(layout.root, results, build_all(results), all_metrics)
-
-
-def _pairs_of(results: Results) -> dict[str, list[str | None]]:
-    out: dict[str, list[str | None]] = {rid: [] for rid in results.runs}
-    for p in results.pairs:
-        for rid in (p.baseline_run, p.variant_run):
-            if rid in out and p.pair_id not in out[rid]:
-                out[rid].append(p.pair_id)
-    return {rid: (ps or [None]) for rid, ps in out.items()}
 
 
 @dataclass
@@ -96,67 +83,52 @@ class ResultSet:
     report: Report
     all_metrics: bool = False
 
-    # ------------------------------------------------------------------ long-form metrics
-    def _run_columns(self, rid: str) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
-        run = self.results.runs[rid]
-        m = run.metrics
-        if self.all_metrics and run.dir.metrics.is_file():
-            m = read_metrics(run.dir.metrics)
-        if m is None or not len(m):
-            return None
-        return m.steps, m.columns
+    # ------------------------------------------------------------------ metrics, on demand
+    @functools.cached_property
+    def _frames(self) -> MetricFrames:
+        return MetricFrames(self.results, self.all_metrics)
+
+    def curves(
+        self, metric: str, runs: Iterable[str] | None = None, *, per_pair: bool = False
+    ) -> pd.DataFrame:
+        """One metric's curves: ``run, group, size, seed, arm, step, tokens, train_flops,
+        value`` for ``runs`` (all if None), one row per run and step where the run recorded it.
+        ``per_pair=True`` adds ``pair`` and repeats a baseline's rows once per pair it serves
+        (``c[c.pair == p]`` is that pair's two curves). Built on each call, from the report's
+        read or one column of the run's metrics store."""
+        cols = [c for c in METRIC_COLUMNS if c != "metric" and (per_pair or c != "pair")]
+        return _pandas(self._frames.table([metric], runs, per_pair=per_pair, columns=cols))
+
+    def long(
+        self,
+        metrics: Iterable[str] | None = None,
+        runs: Iterable[str] | None = None,
+        *,
+        per_pair: bool = True,
+    ) -> pd.DataFrame:
+        """The long frame (``metrics``' columns) restricted to ``metrics`` and ``runs`` (all if
+        None); ``per_pair=False`` lists each run's rows once, without ``pair``."""
+        return _pandas(self._frames.table(metrics, runs, per_pair=per_pair))
+
+    def run_metrics(self, run: str, metrics: Iterable[str] | None = None) -> pd.DataFrame:
+        """One run as a wide frame: ``step, tokens, train_flops`` and one column per metric
+        (``metrics``, or every metric of the run), NaN where a step lacks it."""
+        if run not in self.results.runs:
+            raise KeyError(f"not a run of this plan: {run}")
+        got = self._frames.read(run, metrics)
+        if got is None:
+            return pd.DataFrame(columns=["step", "tokens", "train_flops", *(metrics or [])])
+        flops = got.flops if got.flops is not None else np.full(got.steps.size, np.nan)
+        cols = {"step": got.steps, "tokens": got.tokens, "train_flops": flops}
+        keys = list(metrics) if metrics is not None else sorted(got.columns)
+        cols.update({k: got.columns.get(k, np.full(got.steps.size, np.nan)) for k in keys})
+        return _pandas(pa.table({k: np.asarray(v) for k, v in cols.items()}))
 
     @functools.cached_property
     def metrics(self) -> pd.DataFrame:
-        frames: list[pd.DataFrame] = []
-        pairs_of = _pairs_of(self.results)
-        for rid, run in self.results.runs.items():
-            got = self._run_columns(rid)
-            if got is None:
-                continue
-            steps, cols = got
-            tokens = cols.get("tokens")
-            if tokens is None:  # metrics from before the job logged tokens
-                tokens = steps.astype(float) * float(run.entry.training.global_batch_size)
-            flops, _ = cumulative_flops(
-                np.asarray(tokens, dtype=float),
-                _num(run.entry.train_flops_per_token),
-                cols.get(names.TOTAL_PFLOPS),
-            )
-            parts = []
-            for key, values in cols.items():
-                if key in ("tokens", "step"):
-                    continue
-                keep = ~np.isnan(values)
-                if not keep.any():
-                    continue
-                parts.append(
-                    pd.DataFrame(
-                        {
-                            "step": steps[keep].astype(np.int64),
-                            "tokens": np.asarray(tokens, dtype=float)[keep],
-                            "train_flops": (
-                                flops[keep] if flops is not None else np.full(keep.sum(), np.nan)
-                            ),
-                            "metric": key,
-                            "value": values[keep].astype(float),
-                        }
-                    )
-                )
-            if not parts:
-                continue
-            one = pd.concat(parts, ignore_index=True)
-            e = run.entry
-            one["run"], one["group"], one["size"] = rid, e.group_id, e.size
-            one["seed"], one["arm"] = e.seed, e.arm
-            for pair in pairs_of[rid]:
-                frames.append(one.assign(pair=pair))
-        if not frames:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in METRIC_COLUMNS})
-        out = pd.concat(frames, ignore_index=True)[METRIC_COLUMNS]
-        for c in ("run", "pair", "group", "size", "arm", "metric"):
-            out[c] = out[c].astype("category")
-        return out
+        """Every metric of every run, long form (module docstring): tens of millions of rows on
+        a full ladder, so built only when asked; prefer :meth:`curves` or :meth:`long`."""
+        return self.long()
 
     # ------------------------------------------------------------------ per run / per pair
     @functools.cached_property
@@ -325,12 +297,26 @@ class ResultSet:
         )
 
 
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if np.isfinite(f) and f > 0 else None
+def _pandas(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as pandas: numbers with pyarrow dtypes (no copy), labels (run, pair,
+    metric, ...) as categoricals on the table's dictionary codes. Why not pyarrow dictionary
+    dtypes for the labels too: pandas cannot sort them or use ``.str`` on them
+    (``m.metric.str.startswith("eval/")``), which notebooks do all the time."""
+    import pyarrow.compute as pc
+
+    cols: dict[str, Any] = {}
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_dictionary(col.type):
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            if not isinstance(arr, pa.DictionaryArray):  # no chunks: an empty column
+                arr = pa.DictionaryArray.from_arrays(
+                    pa.array([], pa.int8()), pa.array([], pa.string())
+                )
+            codes = pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False)
+            cols[name] = pd.Categorical.from_codes(codes, categories=arr.dictionary.to_pylist())
+        else:
+            cols[name] = pd.arrays.ArrowExtensionArray(col)
+    return pd.DataFrame(cols, columns=table.column_names, copy=False)
 
 
 def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
@@ -383,7 +369,8 @@ class Campaign:
 def _fields(name: str) -> list[str]:
     import dataclasses
 
-    from olmoablate.report import board, track
+    from olmoablate.report import board
+    from olmoablate.report.gate import track
 
     cls = getattr(board, name, None) or getattr(track, name)
     return [f.name for f in dataclasses.fields(cls)]

@@ -1,7 +1,7 @@
 """`olmoablate watch SPEC`: act on a pre-registered sequential gate's looks as runs reach them.
 
 Why a top-level module (beside the CLI, not in a stage): it reads what `report` decides from the
-results folder (the design's looks, `olmoablate.report.sequential`) and acts through `launch`'s
+results folder (the design's looks, `olmoablate.report.gate.sequential`) and acts through `launch`'s
 cancel path, and a stage never imports another stage. Each round builds the report's gates from
 the results folder; a variant whose design says ``stop: futility`` has its live arms cancelled
 the way `olmoablate cancel` does (SIGTERM: checkpoint, then exit; resumable), and each of its
@@ -43,9 +43,9 @@ def watch_once(results: ResultsDir) -> list[str]:
     from olmoablate.contract.futility import STATUS_KEY, WATCH_FILE, FutilityStop
     from olmoablate.launch.cancel import cancel
     from olmoablate.launch.runstate import mark_status
-    from olmoablate.report.collect import collect
+    from olmoablate.report.gate.sequential import FUTILITY
     from olmoablate.report.gates import build_all
-    from olmoablate.report.sequential import FUTILITY
+    from olmoablate.report.read.collect import collect
 
     state = _read_state(results)
     stops: dict[str, Any] = state["stops"]

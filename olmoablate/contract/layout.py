@@ -12,12 +12,12 @@ is free and works on a copy of a cluster's results anywhere.
       ledger.json                submit    (job ids, attempts, states)
       submitit/                  submit    (submitit's job folders and logs)
       runs/<run_id>/             the training job of that run
-        status.json  metrics.jsonl  metrics.parquet  fingerprints.jsonl  summary.json
+        status.json  metrics.jsonl  metrics.arrow  fingerprints.jsonl  summary.json
         wandb.json  checkpoints/  cache/  wandb/  .cancel-requested (cancel -> job)
         identity.json            submit    (the identity trained here)
         reused.json              submit    (trained by another spec of the store: where)
       runs/.superseded/          replan    (runs moved aside when their entry changed)
-      .report-cache/             report    (parse cache; safe to delete)
+      .report-cache/             report    (fingerprint checks; safe to delete)
 
 status.json, summary.json and ledger.json are typed by :mod:`olmoablate.contract.runfiles`
 (:meth:`RunDir.read_status` / :meth:`RunDir.read_summary`); next_plan.json, which `report` writes
@@ -72,9 +72,9 @@ class RunDir:
         return self.path / "metrics.jsonl"
 
     @property
-    def metrics_parquet(self) -> Path:
-        """metrics.parquet: the job's columnar copy of metrics.jsonl (a cache for the report)."""
-        return self.path / "metrics.parquet"
+    def metrics_copy(self) -> Path:
+        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (contract.columnar)."""
+        return self.path / "metrics.arrow"
 
     @property
     def fingerprints(self) -> Path:

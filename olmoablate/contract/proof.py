@@ -3,7 +3,7 @@
 Why a file: the report compares the arms' costs with the plan's figures and trusts that both
 arms trained the block code the plan recorded. The job checks both at every (re)start
 (:mod:`olmoablate.train.proof`, the one writer) and records here what it checked; the report
-(:mod:`olmoablate.report.pairing`) reads it back and never compares a pair whose arm trained
+(:mod:`olmoablate.report.compare.pairing`) reads it back and never compares a pair whose arm trained
 other code or another parameter count than planned.
 """
 

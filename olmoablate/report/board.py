@@ -13,7 +13,7 @@ their steps done; ``saved_reuse`` the planned GPU-hours of the runs it reuses fr
 
 Independence: two proposals whose pairs use one baseline run (the same identity) are not
 independent comparisons; ``shares_baseline_with`` names the other specs, and the track record
-(:mod:`olmoablate.report.track`) counts them as one group.
+(:mod:`olmoablate.report.gate.track`) counts them as one group.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from olmoablate.contract.runfiles import RunStatus
 from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
-from olmoablate.report import track
+from olmoablate.report.gate import track
 from olmoablate.store.index import spec_dirs
 
 GATE_FILE = "gate.json"

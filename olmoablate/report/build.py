@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import write_json_atomic
-from olmoablate.report.collect import Results
-from olmoablate.report.compare import PairResult, compare_pair
-from olmoablate.report.evalcover import coverage_lines
-from olmoablate.report.evidence import SizeRow, consistency, evidence_for
-from olmoablate.report.family import evaluate_gate
-from olmoablate.report.gate import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
-from olmoablate.report.gate_inputs import noise_source, pair_timing, way_out
-from olmoablate.report.noise import NoiseSource
-from olmoablate.report.sequential import FUTILITY, SequentialResult
+from olmoablate.report.compare.evalcover import coverage_lines
+from olmoablate.report.compare.pair import PairResult, for_gate, measure_all
+from olmoablate.report.gate.evidence import SizeRow, consistency, evidence_for
+from olmoablate.report.gate.family import evaluate_gate
+from olmoablate.report.gate.inputs import noise_source, pair_timing, way_out
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.sequential import FUTILITY, SequentialResult
+from olmoablate.report.gate.verdict import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
+from olmoablate.report.read.collect import Results
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
-    #: eval coverage / unigram-entropy lines (`olmoablate.report.evalcover`)
+    #: eval coverage / unigram-entropy lines (`olmoablate.report.compare.evalcover`)
     eval_lines: list[str] = field(default_factory=list)
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
@@ -138,17 +138,18 @@ def _ordered_unique(items: list[str]) -> list[str]:
     return list(seen)
 
 
-def build(results: Results) -> Report:
-    """Compare all pairs and evaluate the gate at ``gate.stage``."""
+def build(results: Results, measured: list[PairResult] | None = None) -> Report:
+    """Evaluate the gate at ``gate.stage`` on the pairs' comparisons: ``measured`` (every pair
+    measured once, :func:`~olmoablate.report.compare.pair.measure_all`, shared by all gates of
+    a spec) or, without it, measured here."""
     g = results.gate
     stage = g.stage
     reference = g.reference
     sizes = _ordered_unique([r.size for r in results.plan.runs])
-    pair_results: list[PairResult] = []
-    for p in results.pairs:
-        r = compare_pair(results, p)
-        if r is not None:
-            pair_results.append(r)
+    if measured is None:
+        measured = measure_all(results)
+    allow_partial = bool(getattr(g, "allow_partial_pairs", False))
+    pair_results = [for_gate(r, allow_partial) for r in measured]
     at_stage = [r for r in pair_results if r.size == stage]
     variants = _ordered_unique([r.variant_name for r in at_stage])
     non_ref = [v for v in variants if v != reference]
@@ -177,7 +178,7 @@ def build(results: Results) -> Report:
                     None,
                 )
             e = evidence_for(r, results, ref_pair)
-            # arms that ran different executions (report.execution): cost kept out of the gate
+            # arms that ran different executions (report.compare.execution): cost kept out of the gate
             e.timing = None if r.execution_mismatch else pair_timing(results, r)
             e.execution_mismatch = list(r.execution_mismatch)
             if g.rule == "quality_per_param" and ref_pair is None:

@@ -21,7 +21,7 @@ from olmoablate.io import file_in_the_way
 from olmoablate.options import RootOpt
 
 FORMATS = ("md", "html", "csv", "json")
-#: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.gate).
+#: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.gate.verdict).
 FAIL_ON = ("failed", "stop", "inconclusive")
 
 
@@ -50,7 +50,7 @@ def report_command(
         bool,
         typer.Option(
             "--no-cache",
-            help="Re-parse every metrics.jsonl (ignore .report-cache/ and the jobs' metrics.parquet).",
+            help="Re-parse every metrics.jsonl (ignore the runs' metrics.arrow copies and .report-cache/).",
         ),
     ] = False,
     fail_on: Annotated[
@@ -74,9 +74,9 @@ def report_command(
     if blocker is not None:
         what = "is a file" if blocker == Path(out) else f"is under a file ({blocker})"
         raise UserError(f"--out {out}: {what}; give a folder (created if missing)")
-    from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.gates import build_all, write_next_plans
-    from olmoablate.report.writers import print_terminal, write_all
+    from olmoablate.report.read.collect import collect, resolve_results_dir
+    from olmoablate.report.render.writers import print_terminal, write_all
 
     layout = resolve_results_dir(spec, results_root)
     results = collect(layout, use_cache=not no_cache)

@@ -1,9 +1,11 @@
-"""One verdict per proposal: build the report once per pre-registered gate of the plan.
+"""One verdict per proposal: measure every pair once, then decide each pre-registered gate.
 
 Why per gate with the single-gate code: each gate (``gates:`` in the spec) has its own rule,
 variant, reference, metric and hash; deciding each with exactly the code a one-gate spec uses
 (pre-registration check, noise source, statistics) means two gates can never influence each
-other's verdict, and a spec with ``gate:`` is the one-gate case of the same path.
+other's verdict, and a spec with ``gate:`` is the one-gate case of the same path. The pairs'
+comparisons (alignment at matched tokens, stability, cost) do not depend on the gate: they are
+computed once (:func:`~olmoablate.report.compare.pair.measure_all`) and handed to every gate.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from pathlib import Path
 
 from olmoablate.contract.plan import Plan
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.collect import UNGATED, Results
-from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.compare.pair import measure_all
+from olmoablate.report.read.collect import UNGATED, Results
+from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
 
 
 def results_for_gate(results: Results, view: Plan) -> Results:
@@ -33,8 +36,9 @@ def results_for_gate(results: Results, view: Plan) -> Results:
 def build_all(results: Results) -> Report:
     """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
     views = results.plan.gate_views()
+    measured = measure_all(results)
     if len(views) <= 1:
-        report = build(results)
+        report = build(results, measured)
         report.gate_name = views[0][0] if views else "gate"
         report.gates = [report]
         return report
@@ -46,7 +50,7 @@ def build_all(results: Results) -> Report:
     for i, (name, view) in enumerate(views):
         res = results if i == 0 else results_for_gate(results, view)
         res.other_gated = [x for j, g in enumerate(gated) if j != i for x in g]
-        r = build(res)
+        r = build(res, measured)
         r.gate_name = name
         reports.append(r)
     reports[0].gates = reports

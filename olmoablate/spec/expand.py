@@ -233,7 +233,7 @@ def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
     Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
     settings and certificate are that baseline's (adding the seed later reuses it); ``role: aa``
     marks it as belonging to no pair. The report takes the run-to-run sd from these and the
-    pairs' baselines (`olmoablate.report.noise`).
+    pairs' baselines (`olmoablate.report.gate.noise`).
     """
     gate = ls.spec.gate
     if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:

@@ -1,6 +1,6 @@
 """``summary.json``'s ``execution`` block: how a run actually executed, read from the live train
 module after training (docs/gpu-settings.md lists the fields). Its own module because the report
-compares these records between the arms of a pair (`olmoablate.report.execution`): what is
+compares these records between the arms of a pair (`olmoablate.report.compare.execution`): what is
 recorded here is what must be equal for two arms' cost to be compared."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def execution_record(
 ) -> dict[str, Any]:
     """How the run actually executed (device, parallelism, precision, backend, compilation, GPU
     model), from the live train module: what both arms must share (the report refuses to compare
-    the cost of arms whose records differ, `olmoablate.report.execution`) and what the plan
+    the cost of arms whose records differ, `olmoablate.report.compare.execution`) and what the plan
     claimed, checkable after the fact. ``param_dtype`` is the FSDP mixed-precision policy the
     train module was built with (what FSDP casts the parameters to for compute);
     ``compute_dtype`` is the dtype a linear layer really produced in the first forward."""

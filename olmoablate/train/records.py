@@ -1,5 +1,5 @@
 """The run's records: ``metrics.jsonl`` (per-step rows with true step timing) and
-``fingerprints.jsonl`` (one hash per global batch), with ``metrics.parquet`` (the columnar
+``fingerprints.jsonl`` (one hash per global batch), with ``metrics.arrow`` (the columnar
 copy of metrics.jsonl the report starts from, :mod:`olmoablate.contract.columnar`), plus the JSONL helpers
 of the resume merge rule described in :mod:`olmoablate.train.callbacks`.
 
@@ -160,13 +160,13 @@ class MetricsJSONLCallback(Callback):
             self._update_copy()
 
     def _update_copy(self) -> None:
-        """Refresh ``metrics.parquet`` (olmoablate.contract.columnar): a cache for the report, so a
+        """Refresh ``metrics.arrow`` (olmoablate.contract.columnar): a cache for the report, so a
         failure is logged and training goes on; the report then parses the JSON itself."""
         self._rows_since_copy = 0
         try:
             columnar.update_copy(self.path)
         except Exception as err:  # noqa: BLE001 - never fatal for training
-            log.warning("metrics.parquet not updated (%s: %s)", type(err).__name__, err)
+            log.warning("metrics.arrow not updated (%s: %s)", type(err).__name__, err)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
         del batch

@@ -1,4 +1,4 @@
-"""Tests of olmoablate.contract.columnar: the job's Parquet copy of metrics.jsonl reads back exactly what
+"""Tests of olmoablate.contract.columnar: the job's Arrow copy of metrics.jsonl reads back exactly what
 parsing the JSON gives, follows appends, and is ignored as soon as it no longer matches."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_copy_reads_back_the_parse_and_only_wanted_columns(tmp_path: Path) -> No
     path = tmp_path / "metrics.jsonl"
     # a requeue duplicate, a malformed line and a NaN: the copy carries the parse's issues
     path.write_text(_rows(1, 600) + _rows(590, 592) + "{not json\n" + _rows(592, 700))
-    assert columnar.update_copy(path) == tmp_path / "metrics.parquet"
+    assert columnar.update_copy(path) == tmp_path / "metrics.arrow"
     _same(_from_copy(path), read_metrics(path))
     want = lambda k: k == "train/CE loss"  # noqa: E731
     part = _from_copy(path, want)
@@ -87,15 +87,15 @@ def test_a_rewritten_or_foreign_file_makes_the_copy_stale(tmp_path: Path) -> Non
     columnar.update_copy(path)  # rebuilt from the whole file
     _same(_from_copy(path), read_metrics(path))
     # an unreadable copy is ignored, not an error
-    (tmp_path / "metrics.parquet").write_bytes(b"garbage")
+    (tmp_path / "metrics.arrow").write_bytes(b"garbage")
     assert columnar.load_copy(path) is None
     columnar.remove_copy(path)
-    assert not (tmp_path / "metrics.parquet").exists() and columnar.load_copy(path) is None
+    assert not (tmp_path / "metrics.arrow").exists() and columnar.load_copy(path) is None
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
 def test_collect_from_copies_equals_collect_from_json(tmp_path: Path) -> None:
-    from olmoablate.report.collect import collect
+    from olmoablate.report.read.collect import collect
     from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=300, eval_interval=30)
@@ -117,7 +117,7 @@ def test_collect_from_copies_equals_collect_from_json(tmp_path: Path) -> None:
 def test_collect_really_starts_from_the_copy(tmp_path: Path) -> None:
     """An edit in the middle of the file (outside the probed 4 KiB ends) is not seen through a
     valid copy: proof that the cold report read the copy, not the JSON."""
-    from olmoablate.report.collect import collect
+    from olmoablate.report.read.collect import collect
     from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=400, eval_interval=40)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from olmoablate.contract import columnar
 from olmoablate.contract.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.errors import UserError
 
@@ -43,7 +44,8 @@ def test_layout_names(tmp_path: Path) -> None:
     run = rd.run("1B-s0-baseline")
     assert isinstance(run, RunDir) and run.path == tmp_path / "runs" / "1B-s0-baseline"
     assert run.status.name == "status.json" and run.metrics.name == "metrics.jsonl"
-    assert run.metrics_parquet.name == "metrics.parquet"
+    assert run.metrics_copy.name == "metrics.arrow"
+    assert columnar.copy_path(run.metrics) == run.metrics_copy  # the name, defined twice
     assert run.fingerprints.name == "fingerprints.jsonl" and run.summary.name == "summary.json"
     assert run.cancel_marker.name == ".cancel-requested" and run.checkpoints.name == "checkpoints"
     assert rd.plan_path == tmp_path / "plan.json" and rd.ledger == tmp_path / "ledger.json"

@@ -294,7 +294,7 @@ def test_a_changed_plan_is_validated_again(
 
 def test_prereg_of_a_gates_plan_reads_its_first_gate() -> None:
     """Not only a view: the plan of a `gates:` spec is checked against its first gate's block."""
-    from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+    from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
 
     plan = build_plan(load_spec(SPECS / "demo.yaml"))
     assert check_gate_unchanged(plan) == []

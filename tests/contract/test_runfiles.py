@@ -109,7 +109,6 @@ NOT_STATES = {
     ("cli.py", "interrupted"),  # Ctrl-C's message to the user
     ("command.py", "failed"),  # report's --fail-on condition named after the state
     ("document.py", "diverged"),  # the stability table's column header
-    ("gate.py", "diverged"),  # a reason line's fallback wording, "run diverged (state diverged)"
     ("load.py", "missing"),  # pydantic's error type of a missing field
 }
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.report import track
 from olmoablate.report.board import build_board
-from olmoablate.report.collect import collect
+from olmoablate.report.gate import track
 from olmoablate.report.gates import build_all
-from olmoablate.report.writers import write_all
+from olmoablate.report.read.collect import collect
+from olmoablate.report.render.writers import write_all
 from olmoablate.testing.cli import run_cli as _cli
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 

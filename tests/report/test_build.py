@@ -11,7 +11,7 @@ import pytest
 from olmoablate.contract.plan import Plan
 from olmoablate.io import read_json
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.collect import collect
+from olmoablate.report.read.collect import collect
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"

@@ -1,5 +1,6 @@
 """Several gates per spec: one pre-registered, hashed verdict per proposal, decided independently;
-the report opens with one row per gate and gate.json holds every gate."""
+the report opens with one verdict card per gate and gate.json holds every gate; the pairs are
+measured once and shared by every gate."""
 
 from __future__ import annotations
 
@@ -104,11 +105,15 @@ def test_report_opens_with_one_verdict_per_gate(tmp_path: Path) -> None:
 
     md = (root / "report.md").read_text().splitlines()
     assert md[2].startswith("**Gate verdicts: siamese PROCEED at 1B; looped PROCEED at 1B")
-    table = [ln for ln in md[3:10] if ln.startswith("| ")]
-    assert table[0].startswith("| gate (proposal) | variant | rule |")
-    assert table[1].startswith("| siamese | sn_da | quality |")
-    assert table[2].startswith("| looped | looped | quality_per_param |")
-    assert "PROCEED" in table[1] and "PROCEED" in table[2]
+    # one verdict card per proposal, first, before any details
+    cards = [i for i, ln in enumerate(md) if ln.startswith("### ")]
+    assert [md[i] for i in cards] == ["### siamese: PROCEED", "### looped: PROCEED"]
+    assert md[cards[0] + 2].startswith("sn_da vs baseline at 1B, rule quality, metric ")
+    assert md[cards[1] + 2].startswith("looped vs baseline at 1B, rule quality_per_param, ")
+    assert md[cards[0] + 4].startswith("Effect **+") and "one-sided 95% interval" in md[cards[0] + 4]
+    assert cards[1] < md.index("## Gate siamese") < md.index("## Gate looped")
+    assert "![gate__siamese](plots/gate__siamese.png)" in md
+    assert not any(ln.startswith("- [siamese] [") for ln in md)  # no repeated tags
     assert "gate verdicts: siamese: proceed; looped: proceed (" in res.stdout.splitlines()[-1]
     # each proceeding gate promotes only its own proposal
     for name, arm in (("siamese", "sn_da"), ("looped", "looped")):
@@ -132,3 +137,26 @@ def test_gates_are_preregistered_independently(tmp_path: Path) -> None:
     assert gate["verdicts"]["looped"] == "inconclusive"
     broken = gate["gates"][1]
     assert broken["preregistration_broken"] and not gate["gates"][0]["preregistration_broken"]
+
+
+def test_pairs_are_measured_once_and_shared_by_every_gate(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from olmoablate.report import gates
+    from olmoablate.report.compare import pair
+    from olmoablate.report.read.collect import collect
+
+    root = _two_gate_results(tmp_path / "results" / "synth")
+    calls: list[str] = []
+    real = pair.measure_pair
+
+    def counting(results: Any, p: Any) -> Any:
+        calls.append(p.pair_id)
+        return real(results, p)
+
+    monkeypatch.setattr(pair, "measure_pair", counting)
+    report = gates.build_all(collect(root, use_cache=False))
+    assert len(report.gates) == 2
+    assert sorted(calls) == sorted({p.pair_id for p in report.pairs})  # once per pair, not per gate
+    a, b = (r.pairs for r in report.gates)
+    assert all(x.train is y.train and x.by_metric is y.by_metric for x, y in zip(a, b, strict=True))

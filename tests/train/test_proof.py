@@ -156,7 +156,7 @@ def test_requeued_job_refuses_to_resume_with_changed_block_code(
 
 def test_report_refuses_a_pair_whose_arm_trained_other_code() -> None:
     from olmoablate.contract.proof import ProofRecord
-    from olmoablate.report.pairing import proof_problems
+    from olmoablate.report.compare.pairing import proof_problems
 
     run = run_entry("tiny-s0-da", "da", {"depth_attention": {"stride": 2}}, steps=2)
     run["code"] = code_of(run["architecture"])

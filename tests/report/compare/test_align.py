@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmoablate.report.align import (
+from olmoablate.report.compare.align import (
     Curve,
     common_grid,
-    cumulative_flops,
     ema,
     interp_points,
     loss_spikes,
     match_points,
 )
+from olmoablate.report.read.curve import cumulative_flops
 
 
 def test_common_grid_stops_at_shorter_arm() -> None:

@@ -1,5 +1,5 @@
 """Certificates, fingerprints and metric conventions of the per-pair comparison
-(`report.pairing`, `report.fingerprints`, `report.compare`)."""
+(`report.compare.pairing`, `report.read.fingerprints`, `report.compare.pair`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import json
 from typing import Any
 
 from olmoablate.contract.plan import Plan, RunEntry
-from olmoablate.report.compare import improvement_sign, metric_direction
-from olmoablate.report.fingerprints import fingerprint_problems
-from olmoablate.report.pairing import certificate_problems
+from olmoablate.report.compare.pair import improvement_sign, metric_direction
+from olmoablate.report.compare.pairing import certificate_problems
+from olmoablate.report.read.fingerprints import fingerprint_problems
 from olmoablate.testing.paths import REPO
 
 SPECS = REPO / "specs"

@@ -14,8 +14,8 @@ from olmoablate.contract.gatespec import LEGACY_FLOOR, GateNoise, NoiseFloor
 from olmoablate.contract.stats import t_ppf
 from olmoablate.errors import UserError
 from olmoablate.report.build import build
-from olmoablate.report.collect import collect
-from olmoablate.report.noise import estimate, floor_source
+from olmoablate.report.gate.noise import estimate, floor_source
+from olmoablate.report.read.collect import collect
 from olmoablate.spec.load import load_spec
 from olmoablate.testing.paths import REPO
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results

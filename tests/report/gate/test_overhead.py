@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.report.overhead import (
+from olmoablate.report.gate.overhead import (
     ATTEMPT_WARMUP_STEPS,
     MIN_BLOCKS,
     ArmTiming,

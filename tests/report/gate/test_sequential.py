@@ -14,10 +14,8 @@ from olmoablate.contract.schema import Gate
 from olmoablate.contract.seqdesign import nominal_levels, spent, z_boundaries
 from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
-from olmoablate.report.collect import collect
-from olmoablate.report.gate_text import statistics_lines
-from olmoablate.report.noise import floor_source
-from olmoablate.report.sequential import (
+from olmoablate.report.gate.noise import floor_source
+from olmoablate.report.gate.sequential import (
     CONTINUE,
     FUTILITY,
     PROCEED,
@@ -26,6 +24,8 @@ from olmoablate.report.sequential import (
     stage_decision,
     stage_levels,
 )
+from olmoablate.report.read.collect import collect
+from olmoablate.report.render.gate_text import statistics_lines
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan
 from olmoablate.testing.synthetic_plan import build_plan
 

@@ -16,7 +16,7 @@ import yaml
 
 from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
-from olmoablate.report.collect import collect
+from olmoablate.report.read.collect import collect
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -251,7 +251,7 @@ def test_edited_plan_and_spec_gate_breaks_preregistration(tmp_path: Path) -> Non
 
 
 def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> None:
-    from olmoablate.report.writers import render_html, render_markdown
+    from olmoablate.report.render.writers import render_html, render_markdown
 
     spec = SynthSpec(gate={**BASE, "noise": {"measure": {"aa_seeds": 1}}}, aa_seeds=1)
     truths = {"sn_da": ArmTruth(offset=-0.03), "1B-s1-baseline": ArmTruth(offset=0.01)}

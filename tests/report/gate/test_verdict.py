@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.report.family import evaluate_gate
-from olmoablate.report.gate import (
+from olmoablate.report.gate.family import evaluate_gate
+from olmoablate.report.gate.noise import NONE, floor_source
+from olmoablate.report.gate.overhead import ArmTiming
+from olmoablate.report.gate.verdict import (
     INCONCLUSIVE,
     PROCEED,
     STOP,
@@ -20,8 +22,6 @@ from olmoablate.report.gate import (
     quality_check,
     tolerance_check,
 )
-from olmoablate.report.noise import NONE, floor_source
-from olmoablate.report.overhead import ArmTiming
 
 CFG = {
     "stage": "1B",

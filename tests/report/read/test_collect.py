@@ -1,4 +1,4 @@
-"""Loading results folders: SPEC resolution, bad plans, the parse cache, the gate lock."""
+"""Loading results folders: SPEC resolution, bad plans, the metrics store, the gate lock."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import yaml
 from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.report.collect import collect, resolve_results_dir
-from olmoablate.report.prereg import check_gate_unchanged
+from olmoablate.report.read.collect import collect, resolve_results_dir
+from olmoablate.report.read.prereg import check_gate_unchanged
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
@@ -56,7 +56,7 @@ def test_cache_reused_and_invalidated(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
     first = collect(root)
-    assert (root / ".report-cache" / "1B-s0-sn_da.bin").is_file()
+    assert (root / "runs" / "1B-s0-sn_da" / "metrics.arrow").is_file()  # the one cache
     second = collect(root)
     a, b = first.runs["1B-s0-sn_da"].metrics, second.runs["1B-s0-sn_da"].metrics
     assert a is not None and b is not None
@@ -74,19 +74,21 @@ def test_parallel_parse_matches_serial(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(seeds=(0, 1), steps=300), {})
     serial = collect(root, use_cache=False, workers=1)
-    from olmoablate.report.collect import _want_spec
-    from olmoablate.report.metric_cache import load_metrics_many
+    from olmoablate.report.read.collect import _want_spec
+    from olmoablate.report.read.metrics_store import load_metrics_many
 
     jobs = [
         (rid, rd.dir.metrics, *_want_spec(rd.entry, rd.summary, "train/CE loss"))
         for rid, rd in serial.runs.items()
     ]
-    parsed = load_metrics_many(jobs, None, workers=2, min_parallel_bytes=0)
-    assert set(parsed) == set(serial.runs)
-    for rid, m in parsed.items():
-        s = serial.runs[rid].metrics
-        assert s is not None
-        assert np.array_equal(m.columns["train/CE loss"], s.columns["train/CE loss"])
+    for use_cache in (False, True):  # the pool's workers also write the copies
+        parsed = load_metrics_many(jobs, use_cache, workers=2, min_parallel_bytes=0)
+        assert set(parsed) == set(serial.runs)
+        for rid, m in parsed.items():
+            s = serial.runs[rid].metrics
+            assert s is not None
+            assert np.array_equal(m.columns["train/CE loss"], s.columns["train/CE loss"])
+    assert all((rd.directory / "metrics.arrow").is_file() for rd in serial.runs.values())
 
 
 def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:
@@ -164,8 +166,8 @@ def _append_rows(path: Path, steps: range, **extra: float) -> None:
 def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Reports re-run while runs train: appended rows are parsed on top of the cached body, and
     every answer equals a parse from scratch, through requeue duplicates, NaNs, torn last lines,
-    cache rewrites, files replaced atomically and files rewritten in place."""
-    import olmoablate.report.metric_cache as mod
+    copy refreshes, files replaced atomically and files rewritten in place."""
+    import olmoablate.report.read.metrics_store as mod
 
     root = tmp_path / "synth"
     truths = {
@@ -176,13 +178,13 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     base = root / "runs" / "1B-s0-baseline" / "metrics.jsonl"
     var = root / "runs" / "1B-s0-sn_da" / "metrics.jsonl"
     calls = {"full": 0}
-    real = mod._parse_part_job
+    real = mod._rebuild_job
 
     def counting(*a: object) -> object:
         calls["full"] += 1
         return real(*a)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(mod, "_parse_part_job", counting)
+    monkeypatch.setattr(mod, "_rebuild_job", counting)
 
     def check(expect_full: int) -> None:
         calls["full"] = 0
@@ -193,10 +195,10 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     check(0)  # nothing new: cache hits
     _append_rows(base, range(201, 260))
     _append_rows(var, range(201, 260))  # after the torn line: one malformed line
-    check(0)  # small appends: parsed on top of the cache (cache entry kept)
-    monkeypatch.setattr(mod, "_REWRITE_MIN", 0)
+    check(0)  # small appends: parsed on top of the copy (the copy is kept)
+    monkeypatch.setattr(mod, "REFRESH_ROWS", 0)
     _append_rows(base, range(260, 300), **{"train/H norm (loop 1)": 1.0})  # a new key
-    check(0)  # the cache entry is rewritten with the new rows
+    check(0)  # the copy is brought up to date with the new rows
     check(0)
     with base.open("a") as fh:
         fh.write('{"step": 299, "tokens": 1, "train/CE loss": 99.0}\n')  # a requeued step
@@ -218,38 +220,10 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     check(1)
 
 
-def test_cache_encoding_round_trips_bit_exactly() -> None:
-    from olmoablate.report.metric_cache import _decode, _encode, _pack, _unpack
-
-    n = 1000
-    cols = {
-        "steps": np.arange(5, 5 + n, dtype=np.int64),
-        "tokens": np.arange(5, 5 + n) * 2048.0,
-        "ratio": np.arange(n) * 0.1,  # a progression that floating point does not reproduce
-        "sparse": np.where(np.arange(n) % 50 == 0, np.arange(n) / 7, np.nan),
-        "dense": np.random.default_rng(0).normal(size=n),
-        "nan_inside": np.r_[np.arange(n - 1) * 2.0, np.nan],
-        "signed_zero": np.r_[0.0, 0.0, -0.0, np.zeros(n - 3)],
-    }
-    cols["dense"][::97] = np.inf
-    arrays: dict[str, np.ndarray] = {}
-    specs = {k: _encode(k, v, arrays) for k, v in cols.items()}
-    assert specs["steps"]["enc"] == "range" and specs["tokens"]["enc"] == "range"
-    assert specs["sparse"]["enc"] == "sparse" and specs["dense"]["enc"] == "dense"
-    packed = bytearray(b"".join(_pack({"specs": specs}, arrays)))
-    meta, back = _unpack(packed)
-    for k, v in cols.items():
-        got = _decode(k, meta["specs"][k], back, n)
-        assert got.dtype == v.dtype and got.tobytes() == v.tobytes(), k
-    for damaged in (packed[:-8], packed[:-8] + bytearray(b"\xff" * 8)):  # cut short; overwritten
-        with pytest.raises(ValueError):
-            _unpack(damaged)
-
-
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While runs train, only the appended fingerprint lines are compared; the answers equal a
     check from scratch (no cache), including the step of a first mismatch."""
-    import olmoablate.report.fingerprints as fingerprints_mod
+    import olmoablate.report.read.fingerprints as fingerprints_mod
     from olmoablate.report.build import build
 
     full_checks = {"n": 0}
@@ -307,7 +281,7 @@ def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path
     defaults (`collect.UNGATED`), never with a second copy of them."""
     from olmoablate.contract.schema import Gate
     from olmoablate.report.build import build
-    from olmoablate.report.collect import UNGATED
+    from olmoablate.report.read.collect import UNGATED
 
     root = tmp_path / "synth"
     plan = make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
@@ -324,7 +298,7 @@ def test_background_fingerprint_checks_equal_in_process_ones(tmp_path: Path) -> 
     """The pairs' checks done in a worker while metrics load fill the cache with exactly the
     answers of in-process checks, a mismatch included; a file changed afterwards is checked
     again, not answered from the worker."""
-    from olmoablate.report import fingerprints as fpm
+    from olmoablate.report.read import fingerprints as fpm
 
     root = tmp_path / "synth"
     spec = SynthSpec(steps=60, variants={"a": {"siamese_norm": {}}, "b": {"siamese_norm": {}}})
@@ -350,8 +324,8 @@ def test_background_fingerprint_checks_equal_in_process_ones(tmp_path: Path) -> 
 def test_each_fingerprints_file_is_read_once_per_report(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A baseline serves every variant of its (size, seed): its fingerprints are read once per
     report, yet a file that changes between two pairs' checks is read again."""
-    from olmoablate.report import fingerprints as fpm
     from olmoablate.report.build import build
+    from olmoablate.report.read import fingerprints as fpm
 
     root = tmp_path / "synth"
     spec = SynthSpec(steps=60, variants={v: {"siamese_norm": {}} for v in ("a", "b", "c")})

@@ -1,5 +1,5 @@
 """The report reads a run reused from another spec as its own, only while its identity matches
-(`olmoablate.report.reuse`), and checks pairs in identity terms."""
+(`olmoablate.report.read.reuse`), and checks pairs in identity terms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from olmoablate.contract.plan import Plan
 from olmoablate.report.build import build
-from olmoablate.report.collect import collect
+from olmoablate.report.read.collect import collect
 from olmoablate.store.identify import identify
 from olmoablate.testing.synthetic import (
     ArmTruth,

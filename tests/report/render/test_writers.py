@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from olmoablate.report.build import build, write_next_plan
-from olmoablate.report.collect import collect
-from olmoablate.report.writers import write_all
+from olmoablate.report.read.collect import collect
+from olmoablate.report.render.writers import write_all
 from olmoablate.testing.paths import REPO
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
@@ -150,3 +150,53 @@ def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -
     (out / "plots" / "1B__b.png").unlink()
     write_all(build(collect(root)), out, ["md"])
     assert (out / "plots" / "1B__b.png").is_file()
+
+
+def test_one_card_per_proposal_and_no_markup_leaks(rendered: Path) -> None:
+    html = (rendered / "report.html").read_text()
+    md = (rendered / "report.md").read_text()
+    assert html.count("class=\"card\"") == 1 and html.count("<h2>Gate</h2>") == 1
+    assert html.count("<th>variant</th><th>role</th>") == 1  # the verdict table once
+    assert "`" not in html and "**" not in html  # no markdown in the page
+    assert "gate__" in html and (rendered / "plots" / "gate__gate.png").is_file()
+    assert not re.search(r"\[(\w+)\] \[\1\]", html + md)  # no tag repeated
+    assert "### Gate: PROCEED" in md and "Why: " in md
+
+
+def test_terminal_block_fits_100_columns(rendered: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from olmoablate.report.render.writers import render_terminal
+
+    report = build(collect(rendered, use_cache=False))
+    buf = io.StringIO()
+    Console(file=buf, width=300, soft_wrap=True, color_system=None).print(render_terminal(report))
+    lines = buf.getvalue().splitlines()
+    assert lines and max(len(ln) for ln in lines) <= 100, max(lines, key=len)
+    assert any(ln.split() == ["PROCEED", "Gate"] for ln in lines)
+    assert any(ln.strip().startswith("looped vs baseline at 1B") for ln in lines)
+
+
+def test_no_loop_count_figure_for_one_loop_count(tmp_path: Path) -> None:
+    root = tmp_path / "one"
+    spec = SynthSpec(
+        name="one",
+        variants={"looped": {"looped": {"body_layers": 4, "loops": 4, "tail": 1}}},
+        gate={"metric": EVAL, "min_effect": 0.01},
+    )
+    make_results(root, spec, {"looped": ArmTruth(offset=0.01, loop_eval={4: 0.0})})
+    write_all(build(collect(root, use_cache=False)), root, ["md"])
+    plots = {p.name for p in (root / "plots").glob("*.png")}
+    assert "1B__looped.png" in plots and "1B__looped__loops.png" not in plots
+
+
+def test_deciding_reason_is_one_sentence_without_the_bounds() -> None:
+    from olmoablate.report.render.cards import one_sentence
+
+    long = (
+        "[looped] vs baseline: improvement -0.06608 (one-sided 95% bounds [-0.1362, +0.004085], "
+        "2 seed(s), noise: paired seeds): not separable from min_effect 0; seeds needed: about 3"
+    )
+    assert one_sentence(long) == "vs baseline: improvement -0.06608: not separable from min_effect 0."

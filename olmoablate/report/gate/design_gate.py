@@ -1,8 +1,8 @@
 """The gate's pre-registered design applied to its fixed-sample verdicts.
 
-Why apart from `olmoablate.report.family`: the fixed gate tests once at full alpha; a
+Why apart from `olmoablate.report.gate.family`: the fixed gate tests once at full alpha; a
 sequential design (``gate.sequential``) replaces that test by its looks
-(`olmoablate.report.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
+(`olmoablate.report.gate.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
 gate entry keeps the earlier registrations) are never tested at full alpha. This module takes the
 family's verdicts and rewrites their quality check accordingly, with the reason.
 """
@@ -10,17 +10,24 @@ family's verdicts and rewrites their quality check accordingly, with the reason.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from olmoablate.contract.plan import GateEntry
 from olmoablate.contract.schema import Gate
-from olmoablate.report.gate import INCONCLUSIVE, STOP, PairEvidence, VariantVerdict, quality_check
-from olmoablate.report.noise import NoiseSource, estimate
-from olmoablate.report.sequential import (
+from olmoablate.report.gate.noise import NoiseSource, estimate
+from olmoablate.report.gate.sequential import (
     FUTILITY,
     PROCEED,
     PairCurve,
     SequentialResult,
     evaluate_design,
+)
+from olmoablate.report.gate.verdict import (
+    INCONCLUSIVE,
+    STOP,
+    PairEvidence,
+    VariantVerdict,
+    quality_check,
 )
 
 
@@ -41,15 +48,17 @@ def apply_design(
     noise: NoiseSource | None,
     entry: GateEntry | None,
     legacy: bool = False,
-) -> dict[str, SequentialResult]:
-    """Rewrite each gated (non-exploratory) verdict's quality check by the design; returns the
-    look history per variant (empty without a design)."""
+) -> tuple[list[VariantVerdict], dict[str, SequentialResult]]:
+    """The verdicts with each gated (non-exploratory) one's quality check rewritten by the design
+    (new verdicts, same order), and the look history per variant (empty without a design)."""
     extra = earlier_registrations(entry)
     out: dict[str, SequentialResult] = {}
     family = [v for v in verdicts if v.role != "exploratory" and v.checks]
     m = max(1, len(family))
+    revised: dict[int, VariantVerdict] = {}
     for v in family:
         chk = v.checks[0]
+        blockers = v.blockers
         if cfg.sequential is not None:
             order = list(entry.seeds) if entry is not None and entry.seeds else []
             ranked = sorted(
@@ -70,32 +79,37 @@ def apply_design(
             res = evaluate_design(sub, pairs, noise, extra)
             out[v.variant] = res
             if res.decision == PROCEED:
-                chk.outcome = "pass"
+                outcome = "pass"
                 # later stages' seeds are run only when needed: their pairs do not block
                 used = next(lk.seeds for lk in res.looks if lk.decision == PROCEED)
                 later = [f"pair {p.pair_id}:" for p in ranked[used:]]
-                v.blockers = [b for b in v.blockers if not b.startswith(tuple(later) or ("\0",))]
+                blockers = [b for b in blockers if not b.startswith(tuple(later) or ("\0",))]
             elif res.decision in (FUTILITY, STOP):
-                chk.outcome = STOP
+                outcome = STOP
             else:
-                chk.outcome = INCONCLUSIVE
-            chk.reason = f"{chk.name}: sequential design: {res.reason}" + "".join(
+                outcome = INCONCLUSIVE
+            reason = f"{chk.name}: sequential design: {res.reason}" + "".join(
                 f"; {f}" for f in res.flags
             )
             if m > 1:
-                chk.reason += f"; {m} gated variants: each design at alpha / {m} (Bonferroni)"
+                reason += f"; {m} gated variants: each design at alpha / {m} (Bonferroni)"
+            chk = replace(chk, outcome=outcome, reason=reason)
         elif extra and chk.estimate is not None:
             conf = 1.0 - (1.0 - cfg.confidence) / (1 + extra)
             est = estimate(
                 [p.improvement for p in evidence.get(v.variant, []) if p.valid], conf, noise
             )
             new = quality_check(chk.name, est, cfg.min_effect, conf, cfg.metric, "", legacy)
-            chk.outcome, chk.estimate = new.outcome, new.estimate
-            chk.reason = (
-                f"{new.reason}; UNPLANNED: seeds were added by `plan --replan` after the gate "
-                f"was registered with other seeds ({extra} earlier registration(s)): tested at "
-                f"one-sided {conf:.4g} (alpha / {1 + extra}), never at full alpha; declare "
-                "gate.sequential.seed_stages to plan added seeds"
+            chk = replace(
+                chk,
+                outcome=new.outcome,
+                estimate=new.estimate,
+                reason=(
+                    f"{new.reason}; UNPLANNED: seeds were added by `plan --replan` after the gate "
+                    f"was registered with other seeds ({extra} earlier registration(s)): tested at "
+                    f"one-sided {conf:.4g} (alpha / {1 + extra}), never at full alpha; declare "
+                    "gate.sequential.seed_stages to plan added seeds"
+                ),
             )
-        v.refresh()
-    return out
+        revised[id(v)] = v.revised(checks=[chk, *v.checks[1:]], blockers=blockers)
+    return [revised.get(id(v), v) for v in verdicts], out

@@ -27,7 +27,7 @@ from olmoablate.contract.gatespec import SequentialDesign
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.seqdesign import t_stage_levels
 from olmoablate.contract.stats import t_ppf
-from olmoablate.report.noise import NoiseSource, estimate
+from olmoablate.report.gate.noise import NoiseSource, estimate
 
 CONTINUE, FUTILITY, PROCEED, STOP, INCONCLUSIVE = (
     "continue",

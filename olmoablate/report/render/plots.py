@@ -16,38 +16,15 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from olmoablate.io import write_bytes_atomic, write_json_atomic
+from olmoablate.io import write_json_atomic
 from olmoablate.report.build import Report
-from olmoablate.report.compare import LOSS, PairResult
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import io
-
-    buf = io.BytesIO()
-    # zlib level 1: a few % larger PNGs, several times less encoding time
-    fig.savefig(buf, format="png", dpi=72, pil_kwargs={"compress_level": 1})
-    _plt().close(fig)
-    write_bytes_atomic(path, buf.getvalue())
-    return path
-
+from olmoablate.report.compare.pair import LOSS, PairResult
+from olmoablate.report.render import figure
+from olmoablate.report.render.card_plot import card_key, plot_card
+from olmoablate.report.render.figure import pyplot, safe_name, save_png
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
 #: to dodge them (about a fifth of a figure's drawing time).
@@ -78,7 +55,7 @@ def plot_group(
 ) -> list[Path]:
     """Train loss, train-loss delta, eval metric and eval delta of every seed of one
     (size, variant): EMA lines over faint raw values, all at matched tokens."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     (a_loss, a_dloss), (a_eval, a_deval) = axes
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -132,7 +109,7 @@ def plot_group(
         color="#cf222e" if invalid else "black",
     )
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.22, hspace=0.4)
-    paths = [_save(fig, out / f"{_safe(size)}__{_safe(variant)}.png")]
+    paths = [save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}.png")]
     flops = [p for p in pairs if p.train_flops is not None and len(p.train_flops)]
     if flops:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -156,18 +133,27 @@ def plot_group(
             ax.legend(fontsize=7, loc="upper right")
         fig.suptitle(f"{size}: {variant} — FLOPs-matched view ({flops[0].flops_label})", fontsize=9)
         fig.subplots_adjust(left=0.09, right=0.97, bottom=0.15, top=0.86, wspace=0.25)
-        paths.append(_save(fig, out / f"{_safe(size)}__{_safe(variant)}__flops.png"))
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}__flops.png"))
     looped = [p for p in pairs if p.looped]
-    if looped:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    # a panel only where there is a curve to see: one loop count at eval is one point per seed
+    # (the eval table says it), one H norm is one number
+    by_loops = any(len(s["loops"]) > 1 for p in looped for s in (p.looped or {})["sets"].values())
+    by_t = any(len((p.looped or {})["h_norm"] or {}) > 1 for p in looped)
+    if by_loops or by_t:
+        n_ax = int(by_loops) + int(by_t)
+        fig, axs = plt.subplots(1, n_ax, figsize=(5.5 * n_ax, 3.8), squeeze=False)
+        a1 = axs[0][0] if by_loops else None
+        a2 = axs[0][-1] if by_t else None
         for i, p in enumerate(looped):
             c = colors[i % len(colors)]
             info = p.looped or {}
-            for key, s in info["sets"].items():
-                a1.plot(s["loops"], s["loss"], "o-", color=c, label=f"seed {p.seed} {key}")
-                if s.get("baseline_final") is not None:
-                    a1.axhline(s["baseline_final"], color="0.4", ls="--", lw=0.8)
-            if info["h_norm"]:
+            if a1 is not None:
+                for key, s in info["sets"].items():
+                    a1.plot(s["loops"], s["loss"], "o-", color=c, label=f"seed {p.seed} {key}")
+                    if s.get("baseline_final") is not None:
+                        a1.axhline(s["baseline_final"], color="0.4", ls="--", lw=0.8)
+                a1.axvline(info["trained_loops"], color="k", ls=":", lw=1)
+            if a2 is not None and info["h_norm"]:
                 a2.plot(
                     list(info["h_norm"]),
                     list(info["h_norm"].values()),
@@ -175,23 +161,24 @@ def plot_group(
                     color=c,
                     label=f"seed {p.seed}",
                 )
-            a1.axvline(info["trained_loops"], color="k", ls=":", lw=1)
-        a1.set_title("eval loss vs loop count (dotted: trained b; dashed: baseline)", y=_TITLE_Y)
-        a1.set_xlabel("loops at eval")
-        a2.set_title("H norm per loop (end of training)", y=_TITLE_Y)
-        a2.set_xlabel("loop t")
-        for ax in (a1, a2):
+        if a1 is not None:
+            a1.set_title("eval loss vs loop count (dotted: trained b; dashed: baseline)", y=_TITLE_Y)
+            a1.set_xlabel("loops at eval")
+        if a2 is not None:
+            a2.set_title("H norm per loop (end of training)", y=_TITLE_Y)
+            a2.set_xlabel("loop t")
+        for ax in (a for a in (a1, a2) if a is not None):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="upper right")
         fig.subplots_adjust(left=0.09, right=0.97, bottom=0.15, top=0.86, wspace=0.25)
-        paths.append(_save(fig, out / f"{_safe(size)}__{_safe(variant)}__loops.png"))
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}__loops.png"))
     return paths
 
 
 def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: Path) -> list[Path]:
     """Quality vs unique parameters and quality vs training FLOPs: two separate plots, so a
     parameter saving is never read as a compute saving."""
-    plt = _plt()
+    plt = pyplot()
     metric = report.results.gate.metric
     points: dict[str, dict[str, list[float]]] = {}
     for p in pairs:
@@ -239,7 +226,7 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
         )
         ax.grid(alpha=0.3)
         fig.subplots_adjust(left=0.17, right=0.96, bottom=0.13, top=0.9)
-        paths.append(_save(fig, out / f"{_safe(size)}__{fname}.png"))
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{fname}.png"))
     return paths
 
 
@@ -247,7 +234,7 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
     rows = [r for r in report.size_rows if r.estimate is not None]
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.8))
     order = {s: i for i, s in enumerate(report.sizes)}
     variants = sorted({r.variant for r in rows})
@@ -276,11 +263,19 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
     fig.subplots_adjust(left=0.17, right=0.96, bottom=0.13, top=0.9)
-    return _save(fig, out / "consistency.png")
+    return save_png(fig, out / "consistency.png")
 
 
 #: The report being plotted, shared with forked plot workers (no pickling of curves).
 _FORK_REPORT: Report | None = None
+
+
+def _worker_init() -> None:
+    """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
+    installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
@@ -293,6 +288,10 @@ def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
         return plot_group(report, size, variant, ps, out)
     if kind == "tradeoff":
         return plot_tradeoffs(report, size, [p for p in report.pairs if p.size == size], out)
+    if kind == "card":
+        gate = next(r for r in report.gates or [report] if r.gate_name == size)
+        card = plot_card(gate, out)
+        return [] if card is None else [card]
     c = plot_consistency(report, out)
     return [] if c is None else [c]
 
@@ -304,6 +303,7 @@ def _group_key(report: Report, size: str, variant: str) -> str:
 
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
+    h.update(Path(figure.__file__).read_bytes())  # the PNG writer's settings
     h.update(matplotlib.__version__.encode())
     pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
     h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
@@ -326,6 +326,11 @@ def _group_key(report: Report, size: str, variant: str) -> str:
 _PLOT_CACHE = ".plot-cache.json"
 
 
+def _cache_name(job: tuple[str, str, str, str]) -> str:
+    """A job's entry in the plot cache: ``size\tvariant`` (as before cards), ``card\t<gate>``."""
+    return f"card\t{job[1]}" if job[0] == "card" else f"{job[1]}\t{job[2]}"
+
+
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
     """Every plot of the report; figures are drawn in parallel (fork) when there are many,
     because matplotlib spends ~0.2-0.5 s per figure and a ladder has dozens. A (size, variant)
@@ -341,15 +346,19 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
         if any(p.looped for p in report.pairs if p.size == size):
             jobs.append(("tradeoff", size, "", str(out)))
     jobs.append(("consistency", "", "", str(out)))
+    # the verdict cards' paired-delta plots (the job's "size" slot names the gate)
+    jobs.extend(("card", r.gate_name, "", str(out)) for r in report.gates or [report])
     try:
         cache = json.loads((out / _PLOT_CACHE).read_text(encoding="utf-8"))
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         cache = {}
     keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
+    gates = {r.gate_name: r for r in report.gates or [report]}
+    keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
     done: dict[tuple[str, str, str, str], list[Path]] = {}
     for j, key in keys.items():
-        hit = cache.get(f"{j[1]}\t{j[2]}")
+        hit = cache.get(_cache_name(j))
         if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
             paths = [out / str(name) for name in hit[1]]
             if all(path.is_file() for path in paths):
@@ -359,12 +368,12 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
     _FORK_REPORT = report
     try:
         if n > 1 and len(todo) > 3 and "fork" in multiprocessing.get_all_start_methods():
-            _plt()  # import matplotlib once, before forking
+            pyplot()  # import matplotlib once, before forking
             # the report's objects are shared copy-on-write with the workers; keep the workers'
             # garbage collector from walking (and so copying) every page of them
             gc.freeze()
             try:
-                with multiprocessing.get_context("fork").Pool(n) as pool:
+                with multiprocessing.get_context("fork").Pool(n, _worker_init) as pool:
                     nested = pool.map(_plot_job, todo, chunksize=1)
             finally:
                 gc.unfreeze()
@@ -374,7 +383,7 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
         _FORK_REPORT = None
     done.update(zip(todo, nested, strict=True))
     new_cache = {
-        f"{j[1]}\t{j[2]}": [key, [p.relative_to(out).as_posix() for p in done[j]]]
+        _cache_name(j): [key, [p.relative_to(out).as_posix() for p in done[j]]]
         for j, key in keys.items()
     }
     if new_cache != cache:

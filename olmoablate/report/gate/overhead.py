@@ -27,18 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.contract import metrics as names
 from olmoablate.contract.plan import RunEntry
 from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import t_ppf
+from olmoablate.report.read.timing import ATTEMPT, ATTEMPT_WARMUP_STEPS, CPU, WALL
 
-#: The training job's per-step timing columns (train/records.py writes them into metrics.jsonl):
-#: wall time, process CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = names.STEP_TIME, names.STEP_CPU_TIME
-ATTEMPT = names.STEP_IN_ATTEMPT
-#: Steps of every attempt (start or resume) that are warm-up (defined once, in the contract).
-ATTEMPT_WARMUP_STEPS = names.ATTEMPT_WARMUP_STEPS
+__all__ = ["ATTEMPT", "ATTEMPT_WARMUP_STEPS", "CPU", "WALL"]
+
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 
 

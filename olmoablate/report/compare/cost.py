@@ -14,8 +14,8 @@ import numpy as np
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.runfiles import RunSummary
-from olmoablate.report.collect import RunData
-from olmoablate.report.overhead import WALL
+from olmoablate.report.read.collect import RunData
+from olmoablate.report.read.timing import WALL
 
 
 def _measured(run: RunData) -> dict[str, float | None]:

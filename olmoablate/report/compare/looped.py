@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from olmoablate.contract import metrics as names
-from olmoablate.report.align import Aligned
-from olmoablate.report.collect import RunData
-from olmoablate.report.cost import num
+from olmoablate.report.compare.align import Aligned
+from olmoablate.report.compare.cost import num
+from olmoablate.report.read.collect import RunData
 
 
 def loop_eval(name: str) -> tuple[str, int] | None:

@@ -9,22 +9,25 @@ once per block.
 Conventions: an *improvement* is sign-adjusted so that positive = the variant is better
 (``baseline - variant`` for ``direction: lower``). Per seed, the improvement is averaged over the
 last ``last_n`` matched eval points. Its noise is the run-to-run sd of that paired delta
-(`olmoablate.report.noise`): from several seeds, a declared floor or A/A baselines -- never from
+(`olmoablate.report.gate.noise`): from several seeds, a declared floor or A/A baselines -- never from
 the spread of one run's last points. Stability and overhead limits are hard stops: no quality
 gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the statistics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import p_above, resolve_power, seeds_for_power, seeds_needed
-from olmoablate.report.execution import parity_note
-from olmoablate.report.noise import (
+from olmoablate.report.compare.execution import parity_note
+from olmoablate.report.compare.pair import ArmHealth
+from olmoablate.report.gate.noise import (
     FLOOR,
     NONE,
     Estimate,
@@ -33,9 +36,9 @@ from olmoablate.report.noise import (
     floor_source,
     jitter,
 )
-from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
+from olmoablate.report.gate.overhead import ArmTiming, OverheadCheck, overhead_checks
 
-__all__ = ["Estimate", "estimate"]
+__all__ = ["ArmHealth", "Estimate", "estimate"]
 
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
@@ -47,9 +50,10 @@ def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
     return gate if isinstance(gate, Gate) else Gate.model_validate(dict(gate))
 
 
-@dataclass
+@dataclass(frozen=True)
 class QualityCheck:
-    """One statistical comparison (vs baseline, or vs the reference) and its outcome."""
+    """One statistical comparison (vs baseline, or vs the reference) and its outcome (a value:
+    a correction makes a new one, ``dataclasses.replace``)."""
 
     name: str
     outcome: str  # pass | stop | inconclusive
@@ -189,17 +193,6 @@ def tolerance_check(
 
 
 @dataclass
-class ArmHealth:
-    """Stability facts about one arm at the stage (from metrics and status)."""
-
-    spikes: int = 0
-    nonfinite: bool = False
-    diverged: bool = False
-    max_grad_norm: float | None = None
-    state: str | None = None
-
-
-@dataclass
 class PairEvidence:
     """Everything the gate needs about one pair (one seed of one variant at the stage size)."""
 
@@ -224,12 +217,15 @@ class PairEvidence:
     curve: list[float] = field(default_factory=list)
     tokens: float = 0.0
     gpu_hours: float = 0.0
-    #: Differences between the arms' execution records (report.execution): cost not compared.
+    #: Differences between the arms' execution records (report.compare.execution): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariantVerdict:
+    """One variant's verdict with every reason. A value: the family-wise correction and the
+    design make new verdicts (:meth:`revised`), never edit one that a caller holds."""
+
     variant: str
     verdict: str
     reasons: list[str]
@@ -245,15 +241,13 @@ class VariantVerdict:
     stops: list[str] = field(default_factory=list)
     blockers: list[str] = field(default_factory=list)
 
-    def refresh(self) -> None:
-        """Recompute reasons and verdict after a check changed (e.g. by Holm's correction)."""
-        self.reasons = [
-            *self.preamble,
-            *self.stops,
-            *self.blockers,
-            *(c.reason for c in self.checks),
-        ]
-        self.verdict = combine(self.stops, self.blockers, self.checks)
+    def revised(self, **changes: Any) -> VariantVerdict:
+        """A new verdict with ``changes`` (e.g. ``checks`` after Holm's correction), its reasons
+        and verdict recomputed from its stops, blockers and checks."""
+        new = dataclasses.replace(self, **changes)
+        reasons = [*new.preamble, *new.stops, *new.blockers, *(c.reason for c in new.checks)]
+        verdict = combine(new.stops, new.blockers, new.checks)
+        return dataclasses.replace(new, reasons=reasons, verdict=verdict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -281,7 +275,7 @@ def stability_stops(health: ArmHealth, cfg: Gate, who: str) -> list[str]:
     if health.nonfinite and not stab.allow_nonfinite:
         out.append(f"{who}: non-finite loss/grad values (allow_nonfinite is false)")
     if health.diverged:
-        out.append(f"{who}: run diverged (state {health.state or 'diverged'})")
+        out.append(f"{who}: run diverged (state {health.state or RunState.DIVERGED})")
     gmax = stab.max_grad_norm
     if gmax is not None and health.max_grad_norm is not None and health.max_grad_norm > gmax:
         out.append(f"{who}: max grad norm {health.max_grad_norm:.4g} > max_grad_norm {gmax:g}")
@@ -299,7 +293,7 @@ def evaluate_variant(
     """Verdict for one variant at the stage size from all its pairs (one per seed).
 
     ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
-    baselines are measured by the caller, `olmoablate.report.gate_inputs`).
+    baselines are measured by the caller, `olmoablate.report.gate.inputs`).
     """
     cfg = as_gate(cfg)
     floor = cfg.noise.floor

@@ -1,24 +1,24 @@
-"""The report as a document: its sections (title, text, tables) and the comparison rows.
+"""The report as a document, built once: verdict cards, then the details (sections of title,
+text and tables), the plots and the data issues; and the comparison rows.
 
 Why a document model apart from the writers: report.md, report.html and the terminal show the
-same tables in the same order, and comparison.csv (and ``olmoablate.results.comparisons``) the
-same rows; each writer only formats what is built here, so the formats cannot drift apart.
+same cards, tables and lines in the same order, and comparison.csv (and
+``olmoablate.results.comparisons``) the same rows; each template (``templates/``) only formats
+what is built here, so the formats cannot drift apart. Every text here is plain (no markdown):
+the markdown template adds the markup, the HTML one escapes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from olmoablate.report.build import Report
-from olmoablate.report.gate_text import (
-    GATES_HEADER,
-    GATES_TEXT,
-    estimate_cells,
-    gate_text,
-    gates_rows,
-)
-from olmoablate.report.links import wandb_section
+from olmoablate.report.read.links import wandb_section
+from olmoablate.report.render.cards import Card, cards
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]
@@ -101,58 +101,72 @@ def comparison_rows(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
-def verdict_rows(report: Report) -> list[list[Any]]:
-    rows = []
-    for v in report.variant_verdicts:
-        est = v.checks[0].estimate if v.checks else None
-        rows.append(
-            [
-                v.variant,
-                v.role,
-                v.verdict.upper(),
-                *estimate_cells(est),
-                len(v.excluded_pairs),
-                est.source if est else "—",
-                "; ".join(c.outcome for c in v.checks) or "—",
-            ]
+#: Plots go after the Pairs and Consistency sections, before the per-pair details.
+PLOTS_AFTER = 2
+
+
+@dataclass(frozen=True)
+class Document:
+    """Everything a reader sees, in order, as plain data."""
+
+    spec_name: str
+    #: "Gate verdict at 1B: PROCEED" or "Gate verdicts: a PROCEED at 1B; b STOP at 1B"
+    headline: str
+    #: the gate's primary variant (one gate only)
+    primary: str | None
+    #: the one gate's verdict (the banner's colour); "" with several gates
+    verdict: str
+    warnings: list[str]
+    invalid: list[str]
+    cards: list[Card]
+    eval_lines: list[str]
+    next_steps: list[str]
+    sections: list[Section]
+    plots_after: int
+    #: the plots not on a card, in the order drawn
+    plots: list[Path]
+    issues: list[str]
+
+
+def headline(report: Report) -> str:
+    gates = report.gates or [report]
+    if len(gates) > 1:
+        return "Gate verdicts: " + "; ".join(
+            f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in gates
         )
-    return rows
+    return f"Gate verdict at {report.stage}: {report.verdict.upper()}"
 
 
-VERDICT_HEADER = [
-    "variant",
-    "role",
-    "verdict",
-    "improvement",
-    "lower bound",
-    "upper bound",
-    "seeds",
-    "invalid pairs",
-    "noise",
-    "checks",
-]
-
-
-#: Plots go after the Gate, Pairs and Consistency sections, before the per-pair details.
-PLOTS_AFTER = 3
-
-
-def plots_after(report: Report) -> int:
-    """Plots go after the gate section(s), Pairs and Consistency, before the per-pair details."""
-    return PLOTS_AFTER + (len(report.gates) if len(report.gates) > 1 else 0)
+def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
+    """The document of a built report and its drawn plots (``make_plots``)."""
+    cs = cards(report, list(plots))
+    on_cards = {c.plot for c in cs if c.plot is not None}
+    secs = sections(report)
+    return Document(
+        spec_name=report.results.spec_name,
+        headline=headline(report),
+        primary=report.primary if len(report.gates) <= 1 else None,
+        verdict=report.verdict if len(report.gates) <= 1 else "",
+        warnings=list(report.results.warnings),
+        invalid=[
+            f"INVALID PAIR {p.pair_id} (excluded from the gate): {'; '.join(p.invalid_reasons)}"
+            for p in report.invalid_pairs
+        ],
+        cards=cs,
+        eval_lines=list(report.eval_lines),
+        next_steps=list(report.next_steps),
+        sections=secs,
+        plots_after=min(PLOTS_AFTER, len(secs)),
+        plots=[p for p in plots if p not in on_cards],
+        issues=data_issues(report),
+    )
 
 
 def sections(
     report: Report,
 ) -> list[Section]:
-    """(title, text, tables, plot names) per section, shared by the md and html renderers."""
+    """The details below the cards: (title, text, tables) per section."""
     secs: list[Section] = []
-    if len(report.gates) > 1:  # one verdict per proposal: the overview first, then each gate
-        secs.append(("Verdicts", GATES_TEXT, [(GATES_HEADER, gates_rows(report))]))
-        for r in report.gates:
-            secs.append((f"Gate {r.gate_name}", gate_text(r), [(VERDICT_HEADER, verdict_rows(r))]))
-    else:
-        secs.append(("Gate", gate_text(report), [(VERDICT_HEADER, verdict_rows(report))]))
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
@@ -298,9 +312,7 @@ def sections(
         head = (
             ""
             if p.valid
-            else "**INVALID PAIR — excluded from the gate:** "
-            + "; ".join(p.invalid_reasons)
-            + "\n\n"
+            else "INVALID PAIR, excluded from the gate: " + "; ".join(p.invalid_reasons) + ". "
         )
         notes = "; ".join(
             p.notes

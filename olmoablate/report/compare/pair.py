@@ -1,14 +1,15 @@
 """Per-pair comparisons at matched tokens: curves, final deltas, stability, cost, looped extras.
 
 Why one comparison object per pair (`PairResult`): every renderer, the gate evidence
-(:mod:`olmoablate.report.evidence`) and the notebook API read the same aligned curves, so a
+(:mod:`olmoablate.report.gate.evidence`) and the notebook API read the same aligned curves, so a
 plot, a table and the verdict can never disagree about what was compared. Validity comes from
-the pairing certificate (:mod:`olmoablate.report.pairing`) and the data fingerprints
-(:mod:`olmoablate.report.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
+the pairing certificate (:mod:`olmoablate.report.compare.pairing`) and the data fingerprints
+(:mod:`olmoablate.report.read.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,23 +20,22 @@ from olmoablate.contract.plan import Pair
 from olmoablate.contract.proof import ProofRecord
 from olmoablate.contract.runfiles import RunStatus, RunSummary
 from olmoablate.contract.runstates import RunState
-from olmoablate.report.align import (
+from olmoablate.report.compare.align import (
     Aligned,
     Curve,
     common_grid,
-    cumulative_flops,
     ema,
     interp_points,
     loss_spikes,
     match_points,
 )
-from olmoablate.report.collect import Results, RunData
-from olmoablate.report.cost import cost_rows
-from olmoablate.report.execution import execution_mismatch, execution_of, parity_note
-from olmoablate.report.gate import ArmHealth
-from olmoablate.report.looped import is_loop_eval, looped_summary
-from olmoablate.report.pairing import certificate_problems, proof_problems, token_shortfall
-from olmoablate.report.reuse import pair_identity_problems
+from olmoablate.report.compare.cost import cost_rows
+from olmoablate.report.compare.execution import execution_mismatch, execution_of, parity_note
+from olmoablate.report.compare.looped import is_loop_eval, looped_summary
+from olmoablate.report.compare.pairing import certificate_problems, proof_problems, token_shortfall
+from olmoablate.report.read.collect import Results, RunData
+from olmoablate.report.read.curve import cumulative_flops
+from olmoablate.report.read.reuse import pair_identity_problems
 
 LOSS = names.CE_LOSS
 
@@ -56,10 +56,45 @@ def improvement_sign(direction: str) -> float:
 
 
 @dataclass
+class ArmHealth:
+    """Stability facts about one arm at the stage (from metrics and status)."""
+
+    spikes: int = 0
+    nonfinite: bool = False
+    diverged: bool = False
+    max_grad_norm: float | None = None
+    state: str | None = None
+
+
+@dataclass
 class ArmStats:
     health: ArmHealth
     skipped_steps: int
     job_spikes: int | None
+
+
+@dataclass(frozen=True)
+class PairChecks:
+    """What the checks of a pair found, in the order the report lists them: problems before the
+    token-shortfall check (certificate, identity, reuse), the shortfalls (a problem unless the
+    gate allows partial pairs), problems after it (proof, data order), and the notes."""
+
+    before: tuple[str, ...] = ()
+    short: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def for_gate(res: PairResult, allow_partial_pairs: bool) -> PairResult:
+    """``res`` under one gate: a new result whose validity and notes follow the gate's
+    ``allow_partial_pairs``; the curves, alignments and cost are the same objects."""
+    c = res.checks
+    if c is None:
+        return res
+    invalid = [*c.before, *(() if allow_partial_pairs else c.short), *c.after]
+    notes = [f"partial pair allowed (gate.allow_partial_pairs): {w}" for w in c.short]
+    notes = [*(notes if allow_partial_pairs else []), *c.notes]
+    return dataclasses.replace(res, valid=not invalid, invalid_reasons=invalid, notes=notes)
 
 
 @dataclass
@@ -83,11 +118,27 @@ class PairResult:
     cost: list[dict[str, Any]] = field(default_factory=list)
     overhead: dict[str, float | None] = field(default_factory=dict)
     looped: dict[str, Any] | None = None
-    #: What differs between the arms' summary.json execution blocks (report.execution); when
+    #: What differs between the arms' summary.json execution blocks (report.compare.execution); when
     #: non-empty the measured cost is shown but not compared and stays out of the gate.
     execution_mismatch: list[str] = field(default_factory=list)
     complete: bool = False
     incomplete_reason: str = ""
+    #: The pair's checks, apart from the gate: :func:`for_gate` turns them into ``valid``,
+    #: ``invalid_reasons`` and ``notes`` under one gate's ``allow_partial_pairs``.
+    checks: PairChecks | None = None
+    #: metric -> both arms at matched tokens (:meth:`at_matched_tokens`), shared by the copies
+    #: :func:`for_gate` makes, so every gate reads one alignment per pair and metric.
+    by_metric: dict[str, Aligned] = field(default_factory=dict)
+
+    def at_matched_tokens(self, metric: str) -> Aligned:
+        """``metric`` of both arms at identical token counts (computed once per pair)."""
+        al = self.by_metric.get(metric)
+        if al is None:
+            al = self.evals.get(metric)
+            if al is None:
+                al = match_points(self.baseline.curve(metric), self.variant.curve(metric))
+            self.by_metric[metric] = al
+        return al
 
     @property
     def pair_id(self) -> str:
@@ -161,7 +212,26 @@ def _eval_keys(run: RunData) -> list[str]:
 
 
 def compare_pair(results: Results, pair: Pair) -> PairResult | None:
-    """All comparisons of one pair (None when the plan does not know one of its runs)."""
+    """All comparisons of one pair under ``results.gate`` (None when the plan does not know one
+    of its runs): :func:`measure_pair` then :func:`for_gate`."""
+    res = measure_pair(results, pair)
+    if res is None:
+        return None
+    return for_gate(res, bool(getattr(results.gate, "allow_partial_pairs", False)))
+
+
+def measure_all(results: Results) -> list[PairResult]:
+    """Every pair of the plan measured once (gate-independent; :func:`for_gate` per gate)."""
+    out = []
+    for p in results.pairs:
+        r = measure_pair(results, p)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def measure_pair(results: Results, pair: Pair) -> PairResult | None:
+    """The gate-independent comparison of one pair: checks, alignments, stability and cost."""
     base = results.runs.get(pair.baseline_run)
     var = results.runs.get(pair.variant_run)
     if base is None or var is None:
@@ -170,15 +240,12 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
     budget = results.budget_match
     if "tokens" in pair.differs:
         budget = "flops"
-    invalid = certificate_problems(base.entry, var.entry, budget)
-    invalid.extend(pair_identity_problems(results.plan, pair, budget))
+    before = certificate_problems(base.entry, var.entry, budget)
+    before.extend(pair_identity_problems(results.plan, pair, budget))
     for run in (base, var):
-        invalid.extend(results.reuse_problems.get(run.run_id, []))
+        before.extend(results.reuse_problems.get(run.run_id, []))
     short = [w for w in (token_shortfall("baseline", base), token_shortfall("variant", var)) if w]
-    if short and getattr(results.gate, "allow_partial_pairs", False):
-        notes.extend(f"partial pair allowed (gate.allow_partial_pairs): {w}" for w in short)
-    else:
-        invalid.extend(short)
+    invalid: list[str] = []
     for arm in (base, var) if var.entry.code is not None else ():  # a plan with code identities
         if arm.metrics is not None:  # what the job proved before its first step
             bad, unverified = proof_problems(arm.entry, ProofRecord.read(arm.dir.proof))
@@ -198,7 +265,7 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
         al = match_points(base.curve(key), var.curve(key))
         if len(al):
             evals[key] = al
-    res = PairResult(pair, base, var, not invalid, invalid, notes, matched, train, train_s, evals)
+    res = PairResult(pair, base, var, True, [], [], matched, train, train_s, evals)
     # FLOPs axis (budget matched on FLOPs: the arms train different token counts)
     if budget == "flops":
         fb, lb = cumulative_flops(
@@ -239,14 +306,15 @@ def compare_pair(results: Results, pair: Pair) -> PairResult | None:
         execution_of(base.summary), execution_of(var.summary)
     )
     if res.execution_mismatch:
-        res.notes.append(parity_note(res.execution_mismatch))
+        notes.append(parity_note(res.execution_mismatch))
         res.overhead = dict.fromkeys(res.overhead)
         for row in res.cost:
             if row["source"] == "measured":
                 row["ratio"], row["source"] = None, "measured (executions differ)"
     res.looped = looped_summary(var, base, evals)
     res.complete, res.incomplete_reason = _completeness(base, var)
-    return res
+    res.checks = PairChecks(tuple(before), tuple(short), tuple(invalid), tuple(notes))
+    return for_gate(res, allow_partial_pairs=False)
 
 
 def _final_row(key: str, al: Aligned, kind: str) -> dict[str, Any]:

@@ -9,14 +9,16 @@ step-down procedure keeps the chance of promoting any null variant at 1 - confid
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from olmoablate.contract.plan import GateEntry
 from olmoablate.contract.schema import Gate
 from olmoablate.contract.stats import holm
-from olmoablate.report.design_gate import apply_design
-from olmoablate.report.gate import (
+from olmoablate.report.gate.design_gate import apply_design
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.sequential import SequentialResult
+from olmoablate.report.gate.verdict import (
     INCONCLUSIVE,
     PROCEED,
     STOP,
@@ -25,44 +27,50 @@ from olmoablate.report.gate import (
     as_gate,
     evaluate_variant,
 )
-from olmoablate.report.noise import NoiseSource
-from olmoablate.report.sequential import SequentialResult
 
 
-def apply_holm(verdicts: Sequence[VariantVerdict], confidence: float) -> str:
-    """Family-wise error control over the gated variants (Holm); returns the sentence to say.
+def apply_holm(
+    verdicts: Sequence[VariantVerdict], confidence: float
+) -> tuple[list[VariantVerdict], str]:
+    """Family-wise error control over the gated variants (Holm): the new verdicts, and the
+    sentence to say (empty, and the verdicts unchanged, for fewer than two variants).
 
     The tested hypothesis per variant is its first (quality) check, H0: improvement <= min_effect.
     A variant that passes on its own but not after Holm becomes inconclusive with the reason.
     """
     m = len(verdicts)
     if m < 2:
-        return ""
+        return list(verdicts), ""
     alpha = 1.0 - confidence
     ps = [
         (v.checks[0].p_value if v.checks and v.checks[0].p_value is not None else 1.0)
         for v in verdicts
     ]
     rejected, adjusted = holm(ps, alpha)
+    out: list[VariantVerdict] = []
     for v, rej, adj in zip(verdicts, rejected, adjusted, strict=True):
-        v.role = "family"
         if not v.checks:
+            out.append(replace(v, role="family"))
             continue
-        chk = v.checks[0]
-        chk.holm_p = adj
+        chk = replace(v.checks[0], holm_p=adj)
         if chk.outcome == "pass" and not rej:
-            chk.outcome = INCONCLUSIVE
-            chk.reason += (
-                f"; but not after Holm correction over {m} variants (adjusted p {adj:.3g} > "
-                f"{alpha:.3g})"
+            chk = replace(
+                chk,
+                outcome=INCONCLUSIVE,
+                reason=chk.reason
+                + f"; but not after Holm correction over {m} variants (adjusted p {adj:.3g} > "
+                f"{alpha:.3g})",
             )
         elif chk.outcome == "pass":
-            chk.reason += f"; survives Holm over {m} variants (adjusted p {adj:.3g})"
-        v.refresh()
-    return (
+            chk = replace(
+                chk, reason=chk.reason + f"; survives Holm over {m} variants (adjusted p {adj:.3g})"
+            )
+        out.append(v.revised(role="family", checks=[chk, *v.checks[1:]]))
+    note = (
         f"family-wise error controlled by Holm over {m} gated variants "
         f"({', '.join(v.variant for v in verdicts)}) at {alpha:.3g}"
     )
+    return out, note
 
 
 @dataclass
@@ -71,7 +79,7 @@ class GateOutcome:
     reasons: list[str]
     verdicts: list[VariantVerdict]
     family_note: str = ""
-    #: per gated variant: the sequential design's look history (`olmoablate.report.sequential`)
+    #: per gated variant: the sequential design's look history (`olmoablate.report.gate.sequential`)
     sequential: dict[str, SequentialResult] = field(default_factory=dict)
 
 
@@ -95,14 +103,21 @@ def evaluate_gate(
     cfg = as_gate(cfg)
     conf = cfg.confidence
     fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]
-    note = "" if cfg.sequential is not None else apply_holm(fam, conf)
-    seq = apply_design(cfg, fam, evidence, noise, entry, legacy)
+    note = ""
+    if cfg.sequential is None:
+        fam, note = apply_holm(fam, conf)
+    fam, seq = apply_design(cfg, fam, evidence, noise, entry, legacy)
     expl = [
-        evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in exploratory
+        replace(
+            v,
+            role="exploratory",
+            notes=[*v.notes, "exploratory: not gated, uncorrected for multiplicity, never promoted"],
+        )
+        for v in (
+            evaluate_variant(x, evidence.get(x, []), cfg, noise, way_out, legacy)
+            for x in exploratory
+        )
     ]
-    for v in expl:
-        v.role = "exploratory"
-        v.notes.append("exploratory: not gated, uncorrected for multiplicity, never promoted")
     if not fam:
         return GateOutcome(INCONCLUSIVE, ["no variant to gate (no pairs at the stage size)"], expl)
     if len(fam) == 1:

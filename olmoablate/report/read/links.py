@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from olmoablate.report.collect import Results
+from olmoablate.report.read.collect import Results
 
 
 def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
@@ -42,6 +42,6 @@ def wandb_section(
         rows.append([rid, rec.get("job_type"), rec.get("group"), rec.get("id"), where])
     text = (
         "One W&B run per arm (the same run across requeues); every metric is charted against "
-        "`tokens`, and `train FLOPs` is logged for a compute axis."
+        "tokens, and train FLOPs is logged for a compute axis."
     )
     return ("W&B runs", text, [(["run", "arm", "group", "W&B id", "link"], rows)])

@@ -2,10 +2,10 @@
 
 Why only these files: results are often copied off a cluster (``rsync results/demo``) and reported
 on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
-gate block (:mod:`olmoablate.report.prereg`). Missing runs, missing files, truncated lines and
+gate block (:mod:`olmoablate.report.read.prereg`). Missing runs, missing files, truncated lines and
 requeue duplicates become "data issues" in the report, never an exception. Metrics files are
-parsed through the report's parse cache (:mod:`olmoablate.report.metric_cache`), and pairs' data
-fingerprints compared through their cache (:mod:`olmoablate.report.fingerprints`), so re-running
+read through the metrics store (:mod:`olmoablate.report.read.metrics_store`), and pairs' data
+fingerprints compared through their cache (:mod:`olmoablate.report.read.fingerprints`), so re-running
 the report while runs train parses only what was appended since the last report.
 """
 
@@ -26,12 +26,12 @@ from olmoablate.contract.runstates import RunState
 from olmoablate.contract.schema import Gate
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
-from olmoablate.report import fingerprints
-from olmoablate.report.align import Curve
-from olmoablate.report.metric_cache import Job, load_metrics_many
-from olmoablate.report.overhead import ATTEMPT, CPU, WALL
-from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
-from olmoablate.report.reuse import reuse_problems
+from olmoablate.report.read import fingerprints
+from olmoablate.report.read.curve import Curve
+from olmoablate.report.read.metrics_store import Job, load_metrics_many
+from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.read.reuse import reuse_problems
+from olmoablate.report.read.timing import ATTEMPT, CPU, WALL
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
@@ -109,15 +109,15 @@ class Results:
     issues: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cache_dir: Path | None = None
-    #: fingerprint comparisons by the identity of both files (`report.fingerprints`)
+    #: fingerprint comparisons by the identity of both files (`report.read.fingerprints`)
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
-    #: fingerprint files read by this report (each read once: `report.fingerprints.Reads`)
+    #: fingerprint files read by this report (each read once: `report.read.fingerprints.Reads`)
     fp_reads: fingerprints.Reads = field(default_factory=fingerprints.Reads)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
     other_gated: list[str] = field(default_factory=list)
-    #: run_id -> why the run reused from another spec cannot stand for it (`report.reuse`)
+    #: run_id -> why the run reused from another spec cannot stand for it (`report.read.reuse`)
     reuse_problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -242,7 +242,7 @@ def collect(
             for p in plan.pairs
         ],
     )
-    for rid, m in load_metrics_many(jobs, cache_dir, workers).items():
+    for rid, m in load_metrics_many(jobs, use_cache, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
     for p in plan.pairs:

@@ -1,7 +1,7 @@
 """The data-order rule of a pair: both arms must have trained on the same batches.
 
 Why one module: the rule (compare ``fingerprints.jsonl`` per common step) and its cache are used
-by the loader (:mod:`olmoablate.report.collect`, which owns the cache for a report) and by the
+by the loader (:mod:`olmoablate.report.read.collect`, which owns the cache for a report) and by the
 comparison (:mod:`olmoablate.report.compare`, which marks a pair INVALID on a mismatch); living
 here, neither of the two imports the other for it.
 

@@ -1,7 +1,7 @@
 """Gate evidence of a compared pair, and the consistency of the improvement across sizes.
 
 Why separate from the comparison: these turn a pair's curves into the numbers the gate
-(:mod:`olmoablate.report.gate`) decides on (the sign-adjusted improvement over the last eval
+(:mod:`olmoablate.report.gate.verdict`) decides on (the sign-adjusted improvement over the last eval
 intervals), so what the gate sees is defined in one place, apart from what the report shows.
 """
 
@@ -12,22 +12,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from olmoablate.contract import metrics as names
-from olmoablate.report.align import Aligned, match_points
-from olmoablate.report.collect import Results, RunData
-from olmoablate.report.compare import PairResult, improvement_sign
-from olmoablate.report.gate import Estimate, PairEvidence, estimate
-from olmoablate.report.noise import NoiseSource
+from olmoablate.report.compare.align import Aligned, match_points
+from olmoablate.report.compare.pair import PairResult, improvement_sign
+from olmoablate.report.gate.noise import NoiseSource
+from olmoablate.report.gate.verdict import Estimate, PairEvidence, estimate
+from olmoablate.report.read.collect import Results, RunData
 
 
-def gate_series(run_b: RunData, run_v: RunData, metric: str) -> Aligned:
+def gate_series(
+    run_b: RunData, run_v: RunData, metric: str, matched: Aligned | None = None
+) -> Aligned:
     """The gate metric of two runs at identical token counts, one point per evaluation.
 
     Eval metrics are logged once per evaluation: their points are used as they are. A per-step
     metric (``train/CE loss``) is averaged over windows of ``evaluation.interval`` steps ending at
     the last common step, so that "the last n points" means the last n eval intervals, not the
-    last n (very noisy) single steps.
+    last n (very noisy) single steps. ``matched``: the metric already at matched tokens (a
+    pair's :meth:`~olmoablate.report.compare.pair.PairResult.at_matched_tokens`).
     """
-    al = match_points(run_b.curve(metric), run_v.curve(metric))
+    al = matched if matched is not None else match_points(run_b.curve(metric), run_v.curve(metric))
     if names.is_eval(metric) or len(al) < 2:
         return al
     interval = run_b.entry.evaluation.interval
@@ -55,7 +58,7 @@ def evidence_for(
 ) -> PairEvidence:
     g = results.gate
     metric, direction, last_n = g.metric, g.direction, g.last_n
-    series = gate_series(res.baseline, res.variant, metric)
+    series = gate_series(res.baseline, res.variant, metric, res.at_matched_tokens(metric))
     imp = last_improvements(series, direction, last_n)
     tail = max(2 * last_n, 6)  # the jitter diagnostic fits a smooth curve through these
     ref_imp = None
@@ -124,7 +127,7 @@ def consistency(
         if not r.valid:
             continue
         imp = last_improvements(
-            gate_series(r.baseline, r.variant, g.metric),
+            gate_series(r.baseline, r.variant, g.metric, r.at_matched_tokens(g.metric)),
             g.direction,
             g.last_n,
         )

@@ -1,8 +1,7 @@
 """The gate's statistics in words, for every renderer (markdown, HTML, terminal).
 
 Why one function: the noise source, the seeds-needed line, Holm and the overhead interval are
-what make a verdict checkable; all three outputs must say the same thing. The same goes for the
-one-row-per-gate overview of a spec with several gates (`gates:`).
+what make a verdict checkable; all three outputs must say the same thing.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from olmoablate.report.build import Report
-from olmoablate.report.sequential import SequentialResult
+from olmoablate.report.gate.sequential import SequentialResult
 
 
 def statistics_lines(report: Report) -> list[str]:
@@ -63,36 +62,18 @@ def look_lines(res: SequentialResult) -> list[str]:
 
 
 def gate_text(report: Report) -> str:
+    """The gate's settings in one plain sentence (no markup: every renderer formats it)."""
     g = report.results.gate
     txt = (
-        f"Variant `{g.variant or '(all)'}`, stage **{report.stage}**, rule `{g.rule}`, "
-        f"metric `{g.metric}` ({g.direction} is better), min_effect {g.min_effect}, "
+        f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
+        f"metric {g.metric} ({g.direction} is better), min_effect {g.min_effect}, "
         f"confidence {g.confidence}, last_n {g.last_n}"
-        + (f", reference `{g.reference}`" if g.reference else "")
+        + (f", reference {g.reference}" if g.reference else "")
         + f"; pre-registered (sha256 {str(report.results.plan.gate_sha256)[:12]})."
     )
     if report.notes:
         txt += " " + " ".join(f"{n}." for n in report.notes)
     return txt
-
-
-GATES_TEXT = (
-    "One pre-registered gate per proposal, each decided on its own (its rule, variant, "
-    "reference and metric); the effect is the gated variant's improvement (positive = better) "
-    "with its one-sided interval."
-)
-GATES_HEADER = [
-    "gate (proposal)",
-    "variant",
-    "rule",
-    "metric",
-    "verdict",
-    "effect",
-    "lower",
-    "upper",
-    "seeds",
-    "deciding reason",
-]
 
 
 def estimate_cells(est: Any) -> list[Any]:
@@ -101,32 +82,3 @@ def estimate_cells(est: Any) -> list[Any]:
     if est is None:
         return [None, None, None, 0]
     return [est.mean, est.lower, est.upper, est.n_seeds]
-
-
-def gates_rows(report: Report) -> list[list[Any]]:
-    """One row per gate (``report.gates``): proposal, rule, verdict, effect with interval, why."""
-    rows = []
-    for r in report.gates:
-        g = r.results.gate
-        v = next(
-            (x for x in r.variant_verdicts if x.variant == g.variant),
-            r.variant_verdicts[0] if r.variant_verdicts else None,
-        )
-        est = v.checks[0].estimate if v is not None and v.checks else None
-        rows.append(
-            [
-                r.gate_name,
-                v.variant if v is not None else g.variant,
-                g.rule,
-                g.metric,
-                r.verdict.upper(),
-                *estimate_cells(est),
-                r.reasons[0] if r.reasons else "—",
-            ]
-        )
-    return rows
-
-
-def gate_tag(report: Report, gate_report: Report) -> str:
-    """``[gate] `` in front of a line when the spec has several gates."""
-    return f"[{gate_report.gate_name}] " if len(report.gates) > 1 else ""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from olmoablate.contract import metrics as names
-from olmoablate.report.collect import Results
+from olmoablate.report.read.collect import Results
 
 
 @dataclass

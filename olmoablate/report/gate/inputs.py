@@ -1,7 +1,7 @@
 """What the gate needs from a results folder beyond the pairs: its noise source, the cheapest way
 out of an unresolvable one-seed gate, and each pair's steady-state step times.
 
-Why separate from `olmoablate.report.gate`: the gate stays a pure function of numbers; this
+Why separate from `olmoablate.report.gate.verdict`: the gate stays a pure function of numbers; this
 module reads runs (A/A baselines, ledger, summaries) and turns them into those numbers.
 """
 
@@ -11,10 +11,10 @@ import math
 
 from olmoablate.contract import metrics as names
 from olmoablate.contract.schema import Gate
-from olmoablate.report.collect import Results, RunData
-from olmoablate.report.compare import PairResult
-from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
-from olmoablate.report.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
+from olmoablate.report.compare.pair import PairResult
+from olmoablate.report.gate.noise import NoiseSource, aa_source, floor_source, run_level_values
+from olmoablate.report.gate.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
+from olmoablate.report.read.collect import Results, RunData
 
 
 def stage_baselines(results: Results, stage: str) -> list[RunData]:
