@@ -40,7 +40,7 @@ from pathlib import Path
 from sidebyside import BASELINE_REV, REPO, ChildResult, export_revision, load_average, run_child
 
 from olmoablate.contract.plan import PLAN_FILE, RunEntry
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
 
 SIZES = ("1B", "3B")
 VARIANTS = ("v1", "v2", "v3", "v4")

@@ -1,4 +1,7 @@
-"""Shared fixtures: the real local Slurm cluster, tiny plans, and an uninterrupted local reference.
+"""Pytest fixtures only: the real local Slurm cluster and an uninterrupted local reference.
+
+Helpers and builders (the tiny pair, plans, the CLI runner, Slurm helpers) live in the
+:mod:`olmoablate.testing` package; a test imports them from there, never from this file.
 
 `slurm_cluster` starts scripts/slurm-dev-cluster.sh once per session with SLURM_NODES (2) nodes,
 each a real slurmd in its own network namespace, so single-node and multi-node jobs run against
@@ -9,27 +12,20 @@ that lost its cluster cannot silently pass the Slurm tests.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from fixtures.plan_fixture import make_plan, run_entry  # noqa: E402
+from olmoablate.testing.pair import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status
+from olmoablate.testing.paths import REPO
+from olmoablate.testing.slurm import SLURM_NODES
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
-PAIR = ("tiny-s0-baseline", "tiny-s0-shallow")
-PAIR_STEPS = 20
-SLURM_NODES = 2
 
 
 def _skip_or_fail(reason: str) -> None:
@@ -61,56 +57,6 @@ def slurm_cluster() -> dict[str, Any]:
     if proc.returncode != 0:
         _skip_or_fail(f"slurm-dev-cluster.sh start failed: {proc.stderr.strip()[-500:]}")
     return {"start_s": time.monotonic() - t0, "log": proc.stderr, "nodes": SLURM_NODES}
-
-
-def pair_runs(steps: int = PAIR_STEPS, **kw: Any) -> list[dict[str, Any]]:
-    """A tiny baseline/variant pair (vocab 1024): the variant is a shallower model."""
-    return [
-        run_entry(PAIR[0], "baseline", {}, steps=steps, pair_id="tiny-s0-shallow", **kw),
-        run_entry(
-            PAIR[1],
-            "shallow",
-            {"layers": {"n_layers": 2}},
-            steps=steps,
-            pair_id="tiny-s0-shallow",
-            **kw,
-        ),
-    ]
-
-
-def make_pair_plan(root: Path, steps: int = PAIR_STEPS, **kw: Any) -> Path:
-    """Write data + results/fixture/plan.json under `root`; return the results dir."""
-    return make_plan(root, pair_runs(steps, **kw)).parent
-
-
-def ce_losses(results_dir: Path, run_id: str) -> list[tuple[int, float]]:
-    """(step, train/CE loss) rows of metrics.jsonl, in file order (duplicates kept on purpose)."""
-    rows = []
-    for line in (results_dir / "runs" / run_id / "metrics.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if "train/CE loss" in row:
-            rows.append((int(row["step"]), float(row["train/CE loss"])))
-    return rows
-
-
-def read_status(results_dir: Path, run_id: str) -> dict[str, Any]:
-    try:
-        return json.loads((results_dir / "runs" / run_id / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll `pred` until truthy; fail with `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parent.parent
+from olmoablate.testing.paths import REPO
 
 
 def _importtime(*args: str) -> str:

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAIR, make_pair_plan
+
+from olmoablate.testing.pair import PAIR, make_pair_plan
+from olmoablate.testing.paths import MINIMAL_SPEC, REPO
 
 CLI = [sys.executable, "-m", "olmoablate"]
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -46,7 +47,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (notplan / "plan.json").write_text(json.dumps([1, 2, 3]))
     binary = root / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    minimal = (REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text()
+    minimal = (MINIMAL_SPEC).read_text()
     # A hostile plan.json whose run ids climb out of runs/ (consistent everywhere they occur)
     escape = root / "escape" / "results" / "fixture"
     escape.mkdir(parents=True)
@@ -65,7 +66,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "notplan": notplan,
         "binary": binary,
         "escape": escape,
-        "minimal": REPO / "tests" / "specs" / "good" / "minimal.yaml",
+        "minimal": MINIMAL_SPEC,
     }
 
 
@@ -262,7 +263,7 @@ def test_a_block_reference_that_does_not_load_is_one_line(
         (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = tmp_path / "spec.yaml"
-    minimal = (REPO / "tests" / "specs" / "good" / "minimal.yaml").read_text()
+    minimal = (MINIMAL_SPEC).read_text()
     spec.write_text(minimal.replace("depth_attention: {stride: 2}", f'"{module}:{attr}": {{}}'))
     code, out, err = _main([command, str(spec), "--skip-paths"], tmp_path, capfd)
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -276,7 +277,7 @@ def test_watch_accepts_a_plan_with_a_sequential_design(
 ) -> None:
     """The check that refuses a plan without a design lets a designed one through (one round)."""
     from olmoablate.contract.plan import Plan
-    from olmoablate.report import synthetic_plan as sp
+    from olmoablate.testing import synthetic_plan as sp
 
     results = make_pair_plan(tmp_path)
     plan = Plan.load(results)

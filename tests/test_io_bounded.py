@@ -18,8 +18,7 @@ from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import MAX_YAML_BYTES, InputLimitError, compose_yaml_bounded
 from olmoablate.spec.load import SpecError, load_spec
-
-REPO = Path(__file__).resolve().parents[1]
+from olmoablate.testing.paths import REPO
 
 BOMB = (
     "name: bomb\n"
@@ -107,7 +106,7 @@ def test_spec_swapped_for_a_bomb_after_planning_does_not_stall_the_report(tmp_pa
     import json
 
     from olmoablate.report.read.prereg import check_gate_unchanged
-    from olmoablate.report.synthetic import SynthSpec, make_results
+    from olmoablate.testing.synthetic import SynthSpec, make_results
 
     plan = make_results(tmp_path / "synth", SynthSpec(gate={"min_effect": 0.01}), {})
     spec = tmp_path / "spec.yaml"

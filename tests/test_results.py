@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from fixtures.results_check import check_against_report
 
 from olmoablate.io import write_json_atomic
-from olmoablate.report.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.results_check import check_against_report
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
 def _report(root: Path) -> None:

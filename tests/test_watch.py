@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAIR, make_pair_plan, read_status, wait_for
 
 from olmoablate.contract.futility import FutilityStop
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan
-from olmoablate.report import synthetic_plan as sp
+from olmoablate.testing import synthetic_plan as sp
+from olmoablate.testing.pair import PAIR, make_pair_plan, read_status, wait_for
 from olmoablate.watch import watch_once
 
 CLI = [sys.executable, "-m", "olmoablate"]

@@ -73,7 +73,7 @@ class Topology(Strict):
         return self
 
     # The derived facts every stage asks of a topology, decided here only (a grep test in
-    # tests/test_contract_plan.py keeps ``gpus_per_node > 0`` out of every other module).
+    # tests/contract/test_plan.py keeps ``gpus_per_node > 0`` out of every other module).
     @property
     def on_gpu(self) -> bool:
         """Whether the run trains on CUDA GPUs (``gpus_per_node: 0`` = CPU processes)."""

@@ -54,7 +54,7 @@ from olmoablate.contract.stability import (
     DEFAULT_WINDOW,
 )
 
-#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/test_spec_load.py;
+#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/spec/test_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
 OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "OLMoE-mix-0824",

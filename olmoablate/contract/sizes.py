@@ -2,7 +2,7 @@
 
 Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
 login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
-(`tests/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
+(`tests/contract/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
 cannot silently drift from the library.
 """
 

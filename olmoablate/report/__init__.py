@@ -9,6 +9,6 @@ A straight stack of four sub-packages, each importing only those below it (check
 - :mod:`~olmoablate.report.read`    -- load one results folder and check it.
 
 The top-level modules orchestrate: ``command`` (the CLI), ``gates`` and ``build`` (compare every
-pair once, decide each pre-registered gate), ``board`` (the store-wide table) and ``synthetic`` /
-``synthetic_plan`` (results folders with known truth for tests and benchmarks).
+pair once, decide each pre-registered gate) and ``board`` (the store-wide table). Synthetic
+results folders for tests and benchmarks are test support, in :mod:`olmoablate.testing`.
 """

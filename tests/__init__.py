@@ -1,0 +1,1 @@
+"""The test suite; its layout mirrors the olmoablate package (tests/README.md)."""

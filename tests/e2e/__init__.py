@@ -1,0 +1,1 @@
+"""End-to-end tests across stages: the real CLI, launcher and training job together."""

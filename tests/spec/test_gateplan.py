@@ -1,0 +1,169 @@
+"""Plan-time gate statistics: A/A baselines in the plan, the noise/MDE/cost lines, the warning."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from olmoablate.spec.expand import aa_seeds, build_plan
+from olmoablate.spec.gateplan import gate_lines
+from olmoablate.spec.load import load_spec
+from olmoablate.testing.paths import REPO
+from olmoablate.train.plan import load_run
+
+BODY = yaml.safe_load((REPO / "tests" / "specs" / "bad" / "gate_stage_unknown.yaml").read_text())
+
+
+def _spec(tmp_path: Path, gate: dict, seeds: list[int] | None = None, name: str = "g") -> Path:
+    doc = {**BODY, "name": name, "gate": {"stage": "tiny", "metric": "train/CE loss", **gate}}
+    doc["variants"] = {"v": {"depth_attention": {"stride": 2}}, "w": {"siamese_norm": {}}}
+    if seeds is not None:
+        doc["seeds"] = seeds
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_aa_seeds_add_priced_unpaired_baselines(tmp_path: Path) -> None:
+    plan = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}}))).as_json()
+    aa = [r for r in plan["runs"] if r.get("role") == "aa"]
+    assert [r["run_id"] for r in aa] == ["tiny-s1-baseline", "tiny-s2-baseline"]
+    assert plan["aa_runs"] == [r["run_id"] for r in aa]
+    assert all(r["arm"] == "baseline" and r["pairs"] == [] and r["seed"] in (1, 2) for r in aa)
+    base = next(r for r in plan["runs"] if r["run_id"] == "tiny-s0-baseline")
+    assert all(r["gpu_hours"] == base["gpu_hours"] and r["steps"] == base["steps"] for r in aa)
+    assert not any(p["baseline_run"] in plan["aa_runs"] for p in plan["pairs"])
+    # an A/A run is exactly the baseline its seed would have: same certificate
+    seeded = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1, 2], name="h"))).as_json()
+    twin = next(r for r in seeded["runs"] if r["run_id"] == "tiny-s1-baseline")
+    assert twin["certificate"] == aa[0]["certificate"]
+    assert aa[0]["training"]["init_seed"] == twin["training"]["init_seed"]
+    # and the training job accepts it
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "plan.json").write_text(json.dumps(plan))
+    assert load_run(tmp_path / "res" / "plan.json", "tiny-s1-baseline").run.role == "aa"
+    assert aa_seeds([3, 0], 2) == [4, 5]
+
+
+def test_gate_lines_one_seed_no_source_warns(tmp_path: Path) -> None:
+    plan = build_plan(load_spec(_spec(tmp_path, {"variant": "v"})))
+    info, warnings = gate_lines(plan)
+    assert len(warnings) == 1 and "cannot resolve" in warnings[0]
+    choices = next(x for x in info if x.startswith("noise choices"))
+    assert "aa_seeds 1: +1 run(s)" in choices and "one more seed pair: +2 run(s)" in choices
+    assert any("exploratory" in x and "w" in x for x in info)
+
+
+def test_gate_lines_floor_mde_and_holm(tmp_path: Path) -> None:
+    plan = build_plan(
+        load_spec(
+            _spec(tmp_path, {"noise": {"floor": {"sd": 0.02, "known": True}}, "min_effect": 0.01})
+        )
+    )
+    info, warnings = gate_lines(plan)
+    assert warnings == []
+    line = next(x for x in info if x.startswith("noise: declared floor"))
+    mde = (1.6449 + 0.8416) * 0.02
+    assert f"MDE {mde:.3g}" in line and f"{0.01 + mde:.3g}" in line
+    assert any("Holm" in x and "v, w" in x for x in info)
+    aa = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 3}}}, name="a")))
+    line = next(x for x in gate_lines(aa)[0] if x.startswith("noise: A/A"))
+    assert "seeds 1, 2, 3" in line and "3 dof" in line
+    two = build_plan(load_spec(_spec(tmp_path, {}, seeds=[0, 1], name="two")))
+    assert any(x.startswith("noise: paired seeds (2 seeds") for x in gate_lines(two)[0])
+    assert math.isfinite(float(next(x for x in gate_lines(two)[0]).split("MDE = ")[1].split()[0]))
+
+
+def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {})
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmoablate", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "warning:" in proc.stderr and "cannot resolve" in proc.stderr
+
+
+def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
+    """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
+    keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
+    from olmoablate.spec.gateplan import carry_registrations
+
+    first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
+    again = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
+    more = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1, 2, 3], name="r")))
+    e1, e2 = first.gates[0], more.gates[0]
+    assert e1.seeds == [0, 1] and e2.seeds == [0, 1, 2, 3]
+    assert e1.gate_sha256 == e2.gate_sha256 and e1.design_sha256 != e2.design_sha256
+    assert carry_registrations(first.as_json(), again).gates[0].history == []
+    kept = carry_registrations(first.as_json(), more).gates[0].history
+    assert [h.seeds for h in kept] == [[0, 1]]
+    # and it survives a second re-plan, then plan.json round-trips
+    twice = carry_registrations(carry_registrations(first.as_json(), more).as_json(), more)
+    assert [h.seeds for h in twice.gates[0].history] == [[0, 1]]
+
+
+def test_sequential_design_validated_against_the_seeds(tmp_path: Path) -> None:
+    import pytest
+
+    from olmoablate.errors import UserError
+
+    seq = {"variant": "v", "sequential": {"seed_stages": [2, 4]}}
+    with pytest.raises(UserError, match="must end at the spec's 3 seeds"):
+        load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2], name="q"))
+    plan = build_plan(load_spec(_spec(tmp_path, seq, seeds=[0, 1, 2, 3], name="q")))
+    assert plan.gates[0].gate.sequential is not None
+    line = next(x for x in gate_lines(plan)[0] if x.startswith("sequential design"))
+    assert "look 1 of 2: full budget, 2 seed(s): proceed if the one-sided p <= 0.00557" in line
+    assert "look 2 of 2: full budget, 4 seed(s)" in line
+    with pytest.raises(UserError, match="interim"):
+        load_spec(_spec(tmp_path, {"sequential": {"interim": [0.5, 1.2]}}, name="q2"))
+
+
+def test_aa_not_planned_with_two_seeds(tmp_path: Path) -> None:
+    plan = build_plan(
+        load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 2}}}, seeds=[0, 1], name="n"))
+    )
+    assert plan.aa_runs == []
+    _, warnings = gate_lines(plan)
+    assert any("no A/A runs are planned" in w for w in warnings)
+    one = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 1}}}, name="o")))
+    line = next(x for x in gate_lines(one)[0] if x.startswith("noise: A/A"))
+    assert "x sd_d at within-seed correlation 0 / 0.5 / 0.9" in line
+
+
+def test_plan_replan_cli_records_the_earlier_seeds(tmp_path: Path) -> None:
+    """`plan --replan` after adding seeds keeps the first registration in plan.json."""
+    spec = _spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="rp")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def plan(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "olmoablate", "plan", str(spec), *extra],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    assert plan().returncode == 0
+    doc = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2, 3]}))
+    (tmp_path / "results" / "rp" / "runs" / "tiny-s0-baseline").mkdir(parents=True)
+    assert plan().returncode != 0  # runs started: the pre-registered plan is kept
+    out = plan("--replan")
+    assert out.returncode == 0, out.stderr
+    entry = json.loads((tmp_path / "results" / "rp" / "plan.json").read_text())["gates"][0]
+    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in entry["history"]] == [[0, 1]]

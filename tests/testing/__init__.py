@@ -1,0 +1,1 @@
+"""Tests of olmoablate.testing (the test support itself)."""
