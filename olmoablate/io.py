@@ -97,9 +97,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-#: ``runs/<run_id>/wandb.json``: the run's W&B id, project and URL, written by the training job
-#: (`olmoablate.train.wandb_log`) and read by `report` / `olmoablate.results`.
-WANDB_LINK_FILE = "wandb.json"
 
 
 def user_cache_path(name: str) -> Path:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.contract.filenames import LEGACY_METRICS_COPY_FILE, METRICS_COPY_FILE
 from olmoablate.contract.metricsfile import Metrics, Part, append, read_part
 
 #: Bumped whenever what the copy stores (or how the parse it holds is made) changes.
@@ -48,7 +49,7 @@ _META_KEY = b"olmoablate"
 
 
 #: The copy's name, next to metrics.jsonl (``contract.layout.RunDir.metrics_copy``).
-COPY_NAME = "metrics.arrow"
+COPY_NAME = METRICS_COPY_FILE
 
 
 def copy_path(metrics_path: str | Path) -> Path:
@@ -181,7 +182,7 @@ def refresh(metrics_path: str | Path) -> Part:
 
 
 #: What releases before the metrics store wrote (zstd Parquet, the same metadata, version 1).
-LEGACY_NAME = "metrics.parquet"
+LEGACY_NAME = LEGACY_METRICS_COPY_FILE
 
 
 def _legacy_copy(path: Path) -> tuple[Metrics, int, int] | None:

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.filenames import PLAN_FILE
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV
 
 _SUFFIXES = (".yaml", ".yml")
@@ -43,7 +44,7 @@ def spec_candidates(incomplete: str, root: Path) -> list[str]:
                 sorted(
                     d.name
                     for d in root.iterdir()
-                    if d.name.startswith(incomplete) and (d / "plan.json").is_file()
+                    if d.name.startswith(incomplete) and (d / PLAN_FILE).is_file()
                 )
             )
         except OSError:
@@ -56,9 +57,9 @@ def run_id_candidates(spec: str | None, incomplete: str, root: Path) -> list[str
     if not spec:
         return []
     p = Path(spec)
-    plan = p if p.name == "plan.json" else p / "plan.json" if p.is_dir() else root / spec / "plan.json"
+    plan = p if p.name == PLAN_FILE else p / PLAN_FILE if p.is_dir() else root / spec / PLAN_FILE
     if p.is_file() and p.suffix in _SUFFIXES:
-        plan = root / p.stem / "plan.json"  # the usual case: the spec's name is its file's stem
+        plan = root / p.stem / PLAN_FILE  # the usual case: the spec's name is its file's stem
     try:
         runs = json.loads(plan.read_text(encoding="utf-8")).get("runs", [])
     except (OSError, ValueError, AttributeError):

@@ -30,8 +30,21 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from olmoablate.contract.filenames import (  # noqa: F401 - PLAN_FILE/REUSED_FILE re-exported
+    FINGERPRINTS_FILE,
+    IDENTITY_FILE,
+    LEDGER_FILE,
+    METRICS_COPY_FILE,
+    METRICS_FILE,
+    PLAN_FILE,
+    PROOF_FILE,
+    REUSED_FILE,
+    STATUS_FILE,
+    SUMMARY_FILE,
+    WANDB_FILE,
+)
 from olmoablate.contract.identity import is_run_place
-from olmoablate.contract.plan import PLAN_FILE, Plan
+from olmoablate.contract.plan import Plan
 from olmoablate.contract.roots import RESULTS_ROOT, RESULTS_ROOT_ENV  # noqa: E402,F401
 from olmoablate.errors import UserError
 from olmoablate.io import (
@@ -45,7 +58,6 @@ from olmoablate.io import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.contract.runfiles import RunStatus, RunSummary
 
-REUSED_FILE = "reused.json"
 
 
 class RunDir:
@@ -64,37 +76,37 @@ class RunDir:
     @property
     def status(self) -> Path:
         """status.json: state, step, attempts; written by the job, marked by launch."""
-        return self.path / "status.json"
+        return self.path / STATUS_FILE
 
     @property
     def metrics(self) -> Path:
         """metrics.jsonl: one JSON object per logged step (the source of truth)."""
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_FILE
 
     @property
     def metrics_copy(self) -> Path:
         """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (contract.columnar)."""
-        return self.path / "metrics.arrow"
+        return self.path / METRICS_COPY_FILE
 
     @property
     def fingerprints(self) -> Path:
         """fingerprints.jsonl: per-step hashes of the data each step trained on."""
-        return self.path / "fingerprints.jsonl"
+        return self.path / FINGERPRINTS_FILE
 
     @property
     def summary(self) -> Path:
         """summary.json: the run's measured costs (step time, memory, decode latency, ...)."""
-        return self.path / "summary.json"
+        return self.path / SUMMARY_FILE
 
     @property
     def proof(self) -> Path:
         """proof.json: what the job proved before its first step (contract/proof.py)."""
-        return self.path / "proof.json"
+        return self.path / PROOF_FILE
 
     @property
     def wandb(self) -> Path:
         """wandb.json: the run's W&B id, project and URL."""
-        return self.path / "wandb.json"
+        return self.path / WANDB_FILE
 
     @property
     def checkpoints(self) -> Path:
@@ -118,7 +130,7 @@ class RunDir:
     @property
     def identity(self) -> Path:
         """identity.json: the run identity trained in this folder (written by `submit`)."""
-        return self.path / "identity.json"
+        return self.path / IDENTITY_FILE
 
     @property
     def reused(self) -> Path:
@@ -170,7 +182,7 @@ class ResultsDir:
     @property
     def ledger(self) -> Path:
         """ledger.json: what `submit` launched (job ids, attempts) — launch's own record."""
-        return self.root / "ledger.json"
+        return self.root / LEDGER_FILE
 
     @property
     def submitit(self) -> Path:
@@ -227,7 +239,7 @@ class ResultsDir:
         if marker is not None and isinstance(marker.get("from"), str):
             where = str(marker["from"])
             return where if is_run_place(where) else None  # never a folder out of the store
-        if (own / "status.json").exists():
+        if (own / STATUS_FILE).exists():
             return None
         try:
             ident = self.plan.identity

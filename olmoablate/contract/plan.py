@@ -41,6 +41,7 @@ from pydantic import (
 from olmoablate.contract.arch import Architecture
 from olmoablate.contract.base import NAME_RE, first_error
 from olmoablate.contract.certificate import certificate_of
+from olmoablate.contract.filenames import PLAN_FILE
 from olmoablate.contract.gatespec import LEGACY_FLOOR
 from olmoablate.contract.identity import PlanIdentity
 from olmoablate.contract.planformat import PLAN_SCHEMA, run_named, upgrade
@@ -55,8 +56,6 @@ from olmoablate.contract.schema import Budget, Evaluation, Gate, Topology, compu
 from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
 from olmoablate.io import MAX_JSON_BYTES, InputLimitError, check_size, write_json_atomic
-
-PLAN_FILE = "plan.json"
 
 BudgetMatch = Literal["tokens", "flops"]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from olmoablate.contract.filenames import PLAN_FILE
 from olmoablate.errors import UserError
 
 #: plan.json format version. 1: the first release's format (the first gate held twice, at the top
@@ -36,7 +37,7 @@ def run_named(err: ValidationError, doc: dict[str, Any]) -> str:
     return ""
 
 
-def upgrade(doc: dict[str, Any], where: str = "plan.json") -> dict[str, Any]:
+def upgrade(doc: dict[str, Any], where: str = PLAN_FILE) -> dict[str, Any]:
     """A format-1 plan (``doc`` as parsed) in the current format; a current one as it is.
 
     Format 1 held the first gate twice: ``gate`` (with its two hashes) at the top level and

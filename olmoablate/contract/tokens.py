@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.contract import sizes as sizes_mod
+from olmoablate.contract.filenames import MANIFEST_FILE
 from olmoablate.io import sha256_file, user_cache_get, user_cache_put
 
 #: Larger files are scanned on their first this-many bytes only (validate must stay fast).
@@ -285,7 +286,7 @@ def wider_reading_fits(path: Path, dtype: str, vocab_size: int) -> str | None:
 
 def manifest_entry(path: Path) -> dict[str, Any] | None:
     """What a `data prepare` manifest beside ``path`` says about it (dtype, tokenizer sha256)."""
-    manifest = path.parent / "manifest.json"
+    manifest = path.parent / MANIFEST_FILE
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
         for entry in data["files"].values():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.filenames import MANIFEST_FILE
 from olmoablate.contract.sizes import (
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
@@ -25,7 +26,7 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_file
 
 MANIFEST_SCHEMA = 2
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = MANIFEST_FILE
 SPLITS: tuple[str, ...] = ("train", "heldout")
 #: numpy dtype string of dolma2 token files: little-endian uint32 (see module docstring); other
 #: tokenizers use the narrowest dtype for their vocabulary (`Vocab.dtype`, uint16 for the BPE).

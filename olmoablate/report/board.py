@@ -22,7 +22,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.layout import PLAN_FILE, ResultsDir
+from olmoablate.contract.filenames import GATE_FILE, PLAN_FILE
+from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan
 from olmoablate.contract.runfiles import RunStatus
 from olmoablate.contract.runstates import DONE_STATES, LIVE_STATES
@@ -31,7 +32,6 @@ from olmoablate.io import read_json
 from olmoablate.report.gate import track
 from olmoablate.store.index import spec_dirs
 
-GATE_FILE = "gate.json"
 LIVE, FINAL = LIVE_STATES, DONE_STATES
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.filenames import NEXT_PLAN_FILE
 from olmoablate.io import write_json_atomic
 from olmoablate.report.compare.evalcover import coverage_lines
 from olmoablate.report.compare.pair import PairResult, for_gate, measure_all
@@ -325,7 +326,7 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
     pairs = [p for p in plan.pairs if p.size in promote and p.variant in keep_arms]
     present = _ordered_unique([r.size for r in runs])
     missing = [s for s in promote if s not in present]
-    path = out_dir / "next_plan.json"
+    path = out_dir / NEXT_PLAN_FILE
     write_json_atomic(path, promoted_plan(plan, runs, pairs, report, keep_arms, str(path)))
     report.next_plan_path = path
     spec = plan.spec_path or results.spec_name

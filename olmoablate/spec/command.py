@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from olmoablate.contract.complete import complete_spec
+from olmoablate.contract.filenames import PLAN_FILE
 from olmoablate.contract.roots import RESULTS_ROOT
 from olmoablate.errors import UserError
 from olmoablate.options import RootOpt
@@ -38,7 +39,7 @@ def find_spec_files(
     with that plan's ``--set`` overrides."""
     files: list[tuple[Path, list[str]]] = []
     for p in paths:
-        if p.is_dir() and (p / "plan.json").is_file():
+        if p.is_dir() and (p / PLAN_FILE).is_file():
             files.append(spec_file_of(str(p), results_root))
         elif p.is_dir():
             files.extend(
@@ -47,7 +48,7 @@ def find_spec_files(
         elif p.exists():
             files.append((p, []))
         elif "/" not in str(p) and p.suffix not in SPEC_SUFFIXES and (
-            Path(results_root) / str(p) / "plan.json"
+            Path(results_root) / str(p) / PLAN_FILE
         ).is_file():
             files.append(spec_file_of(str(p), results_root))
         else:

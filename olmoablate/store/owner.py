@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from olmoablate.contract.filenames import IDENTITY_FILE
 from olmoablate.contract.identity import short
 from olmoablate.contract.layout import ResultsDir
 from olmoablate.contract.plan import Plan
@@ -24,7 +25,7 @@ from olmoablate.io import read_json
 def recorded_identity(run_dir: Path) -> str | None:
     """The identity ``run_dir`` was sent to train (its identity.json; None: none recorded)."""
     try:
-        doc = read_json(run_dir / "identity.json")
+        doc = read_json(run_dir / IDENTITY_FILE)
     except (OSError, ValueError):
         return None
     return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None

@@ -50,6 +50,7 @@ from olmo_core.train.callbacks import (
 )
 
 from olmoablate.contract import metrics as metric_names
+from olmoablate.contract.filenames import STATUS_FILE
 from olmoablate.contract.metrics import CE_LOSS, GRAD_NORM
 from olmoablate.contract.runfiles import RunStatus
 from olmoablate.contract.runstates import RunState
@@ -205,7 +206,7 @@ class InterruptCallback(Callback):
 class StatusCallback(Callback):
     """Writes ``status.json`` (state ``running``) every ``interval`` steps, atomically, rank 0."""
 
-    path: str = "status.json"
+    path: str = STATUS_FILE
     base: dict[str, Any] = field(default_factory=dict)
     interval: int = 5
     total_steps: int = 0

@@ -28,6 +28,7 @@ from olmo_core.train.common import ReduceType
 
 from olmoablate.contract import columnar
 from olmoablate.contract import metrics as metric_names
+from olmoablate.contract.filenames import FINGERPRINTS_FILE, METRICS_FILE
 from olmoablate.contract.metrics import PEAK_MEMORY
 from olmoablate.contract.runstates import now_iso  # noqa: F401 - re-exported (callbacks)
 from olmoablate.io import write_text_atomic
@@ -128,7 +129,7 @@ class MetricsJSONLCallback(Callback):
     #: Steps of each attempt that are warm-up, not steady state (summary.json's mean skips them).
     WARMUP_STEPS: ClassVar[int] = metric_names.ATTEMPT_WARMUP_STEPS
 
-    path: str = "metrics.jsonl"
+    path: str = METRICS_FILE
     global_batch_size: int = 0
     #: Set by the job: the step the trainer resumed from (None = fresh start).
     resume_step: int | None = None
@@ -321,7 +322,7 @@ class FingerprintCallback(Callback):
     #: After the metrics timing (100), before the checkpointer (1) saves at the same step.
     priority: ClassVar[int] = 50
 
-    path: str = "fingerprints.jsonl"
+    path: str = FINGERPRINTS_FILE
     global_batch_size: int = 0
     _pending: list[tuple[int, torch.Tensor]] = field(default_factory=list)
     _first_step: int = 1

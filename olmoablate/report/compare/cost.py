@@ -41,7 +41,7 @@ def _measured(run: RunData) -> dict[str, float | None]:
     gpus, nodes = run.entry.topology.gpus_per_node, run.entry.topology.nodes
     wall = s.wall_time_s
     return {
-        "step_time_s": num(step_time),
+        names.STEP_TIME: num(step_time),
         "peak_memory_gb": num(peak),
         "tokens_per_s": num(tps),
         "optimizer_state_gb": num(opt / 1e9) if isinstance(opt, int | float) else None,
@@ -83,7 +83,7 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     ):
         add(label, num(b), num(v), "plan")
     add("tokens/s", mb["tokens_per_s"], mv["tokens_per_s"], "measured")
-    add("step time (s)", mb["step_time_s"], mv["step_time_s"], "measured")
+    add("step time (s)", mb[names.STEP_TIME], mv[names.STEP_TIME], "measured")
     add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
     add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
     add(
@@ -109,7 +109,7 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
         return None if r is None else r - 1.0
 
     overhead = {
-        "step_time": over("step_time_s"),
+        "step_time": over(names.STEP_TIME),
         "peak_memory": over("peak_memory_gb"),
         "decode_latency": over("decode_latency_s"),
     }

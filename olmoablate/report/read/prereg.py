@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.filenames import PLAN_FILE
 from olmoablate.contract.overrides import spec_sha256
 from olmoablate.contract.plan import Plan
 from olmoablate.contract.schema import Gate
@@ -100,9 +101,9 @@ def resolve_gate(plan: Plan) -> PreRegistered:
     docstring)."""
     gate, recorded = plan.gate, plan.gate_sha256
     if gate is None or not recorded:
-        return PreRegistered(gate, "plan.json (unverified)")
+        return PreRegistered(gate, f"{PLAN_FILE} (unverified)")
     if sha256_of(_block(gate)) == recorded:
-        return PreRegistered(gate, "plan.json")
+        return PreRegistered(gate, PLAN_FILE)
     path = _spec_path(plan)
     if path is not None:
         try:

@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from olmoablate.contract.filenames import (
+    COMPARISON_FILE,
+    GATE_FILE,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+)
 from olmoablate.io import write_json_atomic, write_text_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.render.document import Document, build_document, comparison_rows
@@ -73,19 +79,19 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
     """Write the requested formats (md, html, csv, json) and plots; returns name -> path."""
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    write_json_atomic(out / "gate.json", report.gate_json())
-    written["json"] = out / "gate.json"
+    write_json_atomic(out / GATE_FILE, report.gate_json())
+    written["json"] = out / GATE_FILE
     if "csv" in formats:
-        write_text_atomic(out / "comparison.csv", _csv_text(comparison_rows(report)))
-        written["csv"] = out / "comparison.csv"
+        write_text_atomic(out / COMPARISON_FILE, _csv_text(comparison_rows(report)))
+        written["csv"] = out / COMPARISON_FILE
     if "md" in formats or "html" in formats:
         doc = build_document(report, make_plots(report, out / "plots"))  # built once, for both
         if "md" in formats:
-            write_text_atomic(out / "report.md", render_markdown(doc, doc.plots, out))
-            written["md"] = out / "report.md"
+            write_text_atomic(out / REPORT_MD_FILE, render_markdown(doc, doc.plots, out))
+            written["md"] = out / REPORT_MD_FILE
         if "html" in formats:
-            write_text_atomic(out / "report.html", render_html(doc, doc.plots))
-            written["html"] = out / "report.html"
+            write_text_atomic(out / REPORT_HTML_FILE, render_html(doc, doc.plots))
+            written["html"] = out / REPORT_HTML_FILE
     return written
 
 
