@@ -8,6 +8,7 @@ rest are drawn in parallel by forked processes that share the report copy-on-wri
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -16,6 +17,7 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -175,10 +177,11 @@ def plot_group(
     return paths
 
 
-def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: Path) -> list[Path]:
-    """Quality vs unique parameters and quality vs training FLOPs: two separate plots, so a
-    parameter saving is never read as a compute saving."""
-    plt = pyplot()
+def tradeoff_points(
+    report: Report, pairs: Sequence[PairResult]
+) -> dict[str, dict[str, list[float]]]:
+    """What :func:`plot_tradeoffs` draws: per arm, the gate metric at the last matched point and
+    the arm's unique parameters and total training FLOPs, one entry per valid pair."""
     metric = report.results.gate.metric
     points: dict[str, dict[str, list[float]]] = {}
     for p in pairs:
@@ -198,8 +201,17 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
             d["q"].append(float(col[ok][-1]))
             d["params"].append(float(run.entry.unique_params or run.entry.params))
             d["flops"].append(float(run.entry.total_train_flops))
+    return points
+
+
+def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: Path) -> list[Path]:
+    """Quality vs unique parameters and quality vs training FLOPs: two separate plots, so a
+    parameter saving is never read as a compute saving."""
+    points = tradeoff_points(report, pairs)
     if len(points) < 2:
         return []
+    plt = pyplot()
+    metric = report.results.gate.metric
     paths = []
     for key, label, fname in (
         ("params", "unique parameters", "quality_vs_unique_params"),
@@ -230,8 +242,13 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
     return paths
 
 
+def consistency_rows(report: Report) -> list[Any]:
+    """What :func:`plot_consistency` draws: the size rows that have an estimate."""
+    return [r for r in report.size_rows if r.estimate is not None]
+
+
 def plot_consistency(report: Report, out: Path) -> Path | None:
-    rows = [r for r in report.size_rows if r.estimate is not None]
+    rows = consistency_rows(report)
     if not rows:
         return None
     plt = pyplot()
@@ -327,8 +344,23 @@ _PLOT_CACHE = ".plot-cache.json"
 
 
 def _cache_name(job: tuple[str, str, str, str]) -> str:
-    """A job's entry in the plot cache: ``size\tvariant`` (as before cards), ``card\t<gate>``."""
-    return f"card\t{job[1]}" if job[0] == "card" else f"{job[1]}\t{job[2]}"
+    """A job's entry in the plot cache: ``size\tvariant`` (as before cards), else
+    ``<kind>\t<size or gate>`` (``card``, ``tradeoff``, ``consistency``)."""
+    return f"{job[1]}\t{job[2]}" if job[0] == "group" else f"{job[0]}\t{job[1]}"
+
+
+def _data_key(report: Report, data: Any) -> str:
+    """Hash of what a figure draws (its data, as JSON), this module's source, the PNG writer's
+    and the matplotlib version: equal hashes mean byte-identical figures."""
+    import matplotlib
+
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())
+    h.update(Path(figure.__file__).read_bytes())
+    h.update(matplotlib.__version__.encode())
+    gate = report.results.gate
+    h.update(json.dumps([gate.metric, gate.min_effect, report.sizes, data], default=repr).encode())
+    return h.hexdigest()
 
 
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
@@ -356,6 +388,15 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
     keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
     gates = {r.gate_name: r for r in report.gates or [report]}
     keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
+    for j in jobs:  # the tradeoff and consistency figures, keyed by the data they draw
+        if j[0] == "tradeoff":
+            ps = [p for p in report.pairs if p.size == j[1]]
+            keys[j] = _data_key(report, [j[1], tradeoff_points(report, ps)])
+        elif j[0] == "consistency":
+            rows = consistency_rows(report)
+            keys[j] = _data_key(
+                report, [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in rows]
+            )
     done: dict[tuple[str, str, str, str], list[Path]] = {}
     for j, key in keys.items():
         hit = cache.get(_cache_name(j))

@@ -136,6 +136,7 @@ def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -
     write_all(build(collect(root)), out, ["md"])  # nothing changed: group figures not redrawn
     again = {p.name: p.stat().st_ino for p in (out / "plots").glob("*.png")}
     assert again["1B__a.png"] == figs["1B__a.png"] and again["1B__b.png"] == figs["1B__b.png"]
+    assert again["consistency.png"] == figs["consistency.png"]  # keyed by the data it draws
     # the baseline and "a" log more steps: a's figure is redrawn (atomic write: a new file),
     # b's is not (the comparison stops where b stops: nothing it draws changed)...
     for arm in ("baseline", "a"):
@@ -148,8 +149,24 @@ def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -
     assert third["1B__b.png"] == again["1B__b.png"]
     # ...and a deleted figure is drawn again
     (out / "plots" / "1B__b.png").unlink()
+    (out / "plots" / "consistency.png").unlink()
     write_all(build(collect(root)), out, ["md"])
     assert (out / "plots" / "1B__b.png").is_file()
+    assert (out / "plots" / "consistency.png").is_file()
+
+
+def test_tradeoff_and_consistency_keys_follow_their_data(rendered: Path) -> None:
+    """The looped tradeoff figures and the consistency figure are cached by what they draw."""
+    from olmoablate.report.render import plots
+
+    report = build(collect(rendered, use_cache=False))
+    pairs = [p for p in report.pairs if p.size == report.sizes[0]]
+    points = plots.tradeoff_points(report, pairs)
+    assert len(points) >= 2  # the rendered fixture has a looped arm: its tradeoffs are drawn
+    key = plots._data_key(report, ["1B", points])
+    assert key == plots._data_key(report, ["1B", plots.tradeoff_points(report, pairs)])
+    moved = {arm: {**d, "q": [q + 1e-9 for q in d["q"]]} for arm, d in points.items()}
+    assert plots._data_key(report, ["1B", moved]) != key
 
 
 def test_one_card_per_proposal_and_no_markup_leaks(rendered: Path) -> None:
