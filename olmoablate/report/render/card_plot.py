@@ -8,16 +8,14 @@ seeds agree, whether the curve has settled and how far the interval is from the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
 
 from olmoablate.report.build import Report
 from olmoablate.report.gate.verdict import Estimate, VariantVerdict
-from olmoablate.report.render import figure
 from olmoablate.report.render.cards import card_plot_name, headline_variant
-from olmoablate.report.render.figure import pyplot, save_png
+from olmoablate.report.render.figure import figure_hash, pyplot, save_png
 
 
 def _vs_baseline(v: VariantVerdict) -> Estimate | None:
@@ -28,11 +26,7 @@ def _vs_baseline(v: VariantVerdict) -> Estimate | None:
 def card_key(r: Report) -> str:
     """Hash of everything :func:`plot_card` draws for one gate, plus this module's source and
     the matplotlib version: equal hashes mean byte-identical figures (the plot cache's key)."""
-    import matplotlib
-
-    h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update(Path(figure.__file__).read_bytes())
-    h.update(matplotlib.__version__.encode())
+    h = figure_hash(__file__)
     v = headline_variant(r)
     g = r.results.gate
     est = _vs_baseline(v) if v is not None else None

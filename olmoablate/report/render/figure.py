@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +32,21 @@ def save_png(fig: Any, path: Path, dpi: int = 72) -> Path:
     pyplot().close(fig)
     write_bytes_atomic(path, buf.getvalue())
     return path
+
+
+@functools.cache
+def _drawing_code(module_file: str) -> bytes:
+    import matplotlib
+
+    return (
+        Path(module_file).read_bytes()
+        + Path(__file__).read_bytes()  # the PNG writer's settings
+        + matplotlib.__version__.encode()
+    )
+
+
+def figure_hash(module_file: str) -> Any:
+    """A sha256 already fed with what draws a figure: the drawing module's source, this module's
+    and the matplotlib version. The plot cache's keys add the figure's data to it; equal keys
+    mean byte-identical figures."""
+    return hashlib.sha256(_drawing_code(module_file))

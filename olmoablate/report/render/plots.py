@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import hashlib
 import json
 import math
 import multiprocessing
@@ -24,9 +23,8 @@ import numpy as np
 from olmoablate.io import write_json_atomic
 from olmoablate.report.build import Report
 from olmoablate.report.compare.pair import LOSS, PairResult
-from olmoablate.report.render import figure
 from olmoablate.report.render.card_plot import card_key, plot_card
-from olmoablate.report.render.figure import pyplot, safe_name, save_png
+from olmoablate.report.render.figure import figure_hash, pyplot, safe_name, save_png
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
 #: to dodge them (about a fifth of a figure's drawing time).
@@ -316,12 +314,7 @@ def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
 def _group_key(report: Report, size: str, variant: str) -> str:
     """Hash of everything ``plot_group`` draws for one (size, variant), plus this module's
     source and the matplotlib version: equal hashes mean byte-identical figures."""
-    import matplotlib
-
-    h = hashlib.sha256()
-    h.update(Path(__file__).read_bytes())
-    h.update(Path(figure.__file__).read_bytes())  # the PNG writer's settings
-    h.update(matplotlib.__version__.encode())
+    h = figure_hash(__file__)
     pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
     h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
     for p in pairs:
@@ -352,12 +345,7 @@ def _cache_name(job: tuple[str, str, str, str]) -> str:
 def _data_key(report: Report, data: Any) -> str:
     """Hash of what a figure draws (its data, as JSON), this module's source, the PNG writer's
     and the matplotlib version: equal hashes mean byte-identical figures."""
-    import matplotlib
-
-    h = hashlib.sha256()
-    h.update(Path(__file__).read_bytes())
-    h.update(Path(figure.__file__).read_bytes())
-    h.update(matplotlib.__version__.encode())
+    h = figure_hash(__file__)
     gate = report.results.gate
     h.update(json.dumps([gate.metric, gate.min_effect, report.sizes, data], default=repr).encode())
     return h.hexdigest()
