@@ -280,9 +280,19 @@ def read_json_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES)
     """:func:`read_json` within limits: at most ``limit`` bytes read, and nesting within
     Python's recursion limit. Raises OSError, ValueError (bad JSON, bad UTF-8) or
     :class:`InputLimitError`."""
+    return parse_json_bounded(read_bytes_bounded(path, limit))
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> bytes:
+    """At most ``limit`` bytes of ``path`` (:class:`InputLimitError` beyond)."""
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
     check_size(data, limit, "the JSON file")
+    return data
+
+
+def parse_json_bounded(data: bytes) -> Any:
+    """JSON text (UTF-8) within Python's recursion limit (:class:`InputLimitError` beyond)."""
     try:
         # The C scanner guards its recursion: a hostile nesting is a RecursionError, not a crash.
         return json.loads(data.decode("utf-8"))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,7 +54,13 @@ from olmoablate.contract.resolved import (  # noqa: F401  (RunData, RunSchedule 
 from olmoablate.contract.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
 from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
-from olmoablate.io import MAX_JSON_BYTES, InputLimitError, check_size, write_json_atomic
+from olmoablate.io import (
+    MAX_JSON_BYTES,
+    InputLimitError,
+    parse_json_bounded,
+    read_bytes_bounded,
+    write_json_atomic,
+)
 
 BudgetMatch = Literal["tokens", "flops"]
 
@@ -429,22 +434,6 @@ def _at(plan: Plan, path: Path) -> Plan:
     other = plan.model_copy()
     other._path = path
     return other
-
-
-def read_bytes_bounded(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``path`` (InputLimitError beyond)."""
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    check_size(data, limit, "the JSON file")
-    return data
-
-
-def parse_json_bounded(data: bytes) -> Any:
-    """JSON text within Python's recursion limit (as :func:`olmoablate.io.read_json_bounded`)."""
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise InputLimitError("nested too deeply") from None
 
 
 def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
