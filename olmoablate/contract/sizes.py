@@ -25,6 +25,17 @@ DOLMA2_PAD_TOKEN_ID = 100277
 #: `olmoablate.data` vendors); recorded in every dolma2 plan entry.
 DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
 
+#: The demo's 4,096-entry byte-level BPE, shipped as ``olmoablate/data/python_docs_bpe4096.json``
+#: (trained by `olmoablate.data.bpe.train_bpe` on the python-docs train split of Debian
+#: python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2). Its ids and hash are stated here, like
+#: dolma2's, so `validate` need not parse the file (tests/contract/test_tokens.py reads the file
+#: and checks every one of them).
+BPE_FILENAME = "python_docs_bpe4096.json"
+BPE_VOCAB_SIZE = 4096  # special tokens included
+BPE_EOS_TOKEN_ID = 0
+BPE_PAD_TOKEN_ID = 1
+BPE_SHA256 = "196b538c292e2126ad748976a595808f41092b16297c852e4b8e6521f1120c10"
+
 
 def dolma2_tokenizer_file() -> Path:
     """Where the vendored dolma2 ``tokenizer.json`` is installed (``olmoablate/data/``): named here

@@ -62,7 +62,17 @@ class TokenizerInfo:
 
 
 #: Tokenizer files shipped in the package, by the name a spec gives them (``data.tokenizer``).
-PACKAGED_TOKENIZERS: dict[str, str] = {"bpe4096-python-docs": "python_docs_bpe4096.json"}
+PACKAGED_TOKENIZERS: dict[str, str] = {"bpe4096-python-docs": sizes_mod.BPE_FILENAME}
+#: Their ids and hash, stated like dolma2's so `validate` never parses the file (a test reads
+#: each file and checks these).
+_PACKAGED_IDS: dict[str, tuple[int, int | None, int | None, str]] = {
+    "bpe4096-python-docs": (
+        sizes_mod.BPE_VOCAB_SIZE,
+        sizes_mod.BPE_EOS_TOKEN_ID,
+        sizes_mod.BPE_PAD_TOKEN_ID,
+        sizes_mod.BPE_SHA256,
+    )
+}
 
 
 def packaged_tokenizer(name: str) -> Path | None:
@@ -77,7 +87,7 @@ def tokenizer_info(tokenizer: str) -> TokenizerInfo:
     ``tokenizer.json`` path (ValueError when bad)."""
     packaged = packaged_tokenizer(tokenizer)
     if packaged is not None:
-        tokenizer = str(packaged)
+        return TokenizerInfo(str(packaged), *_PACKAGED_IDS[tokenizer])
     if tokenizer == "dolma2":
         return TokenizerInfo(
             "dolma2",

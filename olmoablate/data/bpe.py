@@ -21,15 +21,13 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from olmoablate.contract.sizes import BPE_EOS_TOKEN_ID, BPE_PAD_TOKEN_ID, BPE_VOCAB_SIZE
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-#: Vocabulary of the demo's BPE (special tokens included).
-BPE_VOCAB_SIZE = 4096
 BPE_EOS_TOKEN = "<|endoftext|>"
 BPE_PAD_TOKEN = "<|pad|>"
-BPE_EOS_TOKEN_ID = 0
-BPE_PAD_TOKEN_ID = 1
 #: dolma2's pre-tokenizer split (GPT-4 style), so word pieces look like the real tokenizer's.
 _SPLIT_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"

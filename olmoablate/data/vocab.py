@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from olmoablate.contract.sizes import (
+    BPE_EOS_TOKEN_ID,
+    BPE_FILENAME,
+    BPE_PAD_TOKEN_ID,
+    BPE_SHA256,
+    BPE_VOCAB_SIZE,
     DOLMA2_EOS_TOKEN_ID,
     DOLMA2_PAD_TOKEN_ID,
     DOLMA2_PADDED_VOCAB_SIZE,
     DOLMA2_VOCAB_SIZE,
 )
 from olmoablate.contract.tokens import narrowest_dtype
-from olmoablate.data.bpe import BPE_EOS_TOKEN_ID, BPE_PAD_TOKEN_ID, BPE_VOCAB_SIZE
 from olmoablate.data.tokenizer import TOKENIZER_ORIGIN, TOKENIZER_SHA256, load_tokenizer
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_file
@@ -33,10 +37,6 @@ from olmoablate.io import sha256_file
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-#: The shipped BPE (trained by `olmoablate.data.bpe.train_bpe` on the python-docs train split of
-#: Debian python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2).
-BPE_FILENAME = "python_docs_bpe4096.json"
-BPE_SHA256 = "196b538c292e2126ad748976a595808f41092b16297c852e4b8e6521f1120c10"
 #: The documents the shipped BPE was trained on: every non-empty document ``i`` (sorted-path
 #: order) with ``i % BPE_TRAIN_HOLDOUT_EVERY != 0``. A held-out split ``i % k == 0`` with ``k`` a
 #: multiple of this is text the tokenizer never saw (the demo holds out every 40th document).

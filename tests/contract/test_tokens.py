@@ -100,6 +100,17 @@ def test_shipped_bpe_ids_come_from_the_file() -> None:
     assert narrowest_dtype(65537) == "uint32" and narrowest_dtype(100352) == "uint32"
 
 
+def test_packaged_tokenizer_facts_are_the_files() -> None:
+    """A packaged name answers from constants (no parse at `validate`); each must be what its
+    file says when read as a tokenizer.json path."""
+    from olmoablate.contract.tokens import PACKAGED_TOKENIZERS, packaged_tokenizer
+
+    for name in PACKAGED_TOKENIZERS:
+        path = packaged_tokenizer(name)
+        assert path is not None and path.is_file()
+        assert tokenizer_info(name) == tokenizer_info(str(path))
+
+
 def test_tokenizer_json_spec_validates_and_plans(good_files: Path) -> None:
     spec = _spec(good_files)
     assert _problems(spec, good_files) == []
