@@ -28,6 +28,10 @@ from olmoablate.io import sha256_of
 from olmoablate.spec.datacheck import resolve_ids
 from olmoablate.spec.load import LoadedSpec
 
+#: (size, arm, steps) -> the run's cost and its blocks' code identity: the same for every seed
+#: of one build, so `build_plan` computes them once per arm instead of once per seed.
+CostMemo = dict[tuple[str, str, int], tuple[acc.RunCost, dict[str, Any]]]
+
 
 class PairingError(UserError):
     """A pair whose arms differ in more than architecture (and the declared budget)."""
@@ -55,7 +59,10 @@ def _run_entry(
     budget_match: str,
     base_steps: int,
     steps: int,
+    memo: CostMemo | None = None,
 ) -> dict[str, Any]:
+    """One run entry. ``memo``: the cost and code identity of (size, arm, steps), which every
+    seed of a build shares (computed once per build, not once per seed)."""
     st = ls.per_size[size]
     t = st.training
     dims = ls.dims[size]
@@ -84,20 +91,27 @@ def _run_entry(
         "data": data,
     }
     topo = st.topology
-    cost = acc.run_cost(
-        dims,
-        arch,
-        seq_len=t.sequence_length,
-        tokens_per_step=t.global_batch_size,
-        steps=steps,
-        microbatch_tokens=ls.microbatch[size],
-        world_size=topo.world_size,
-        sharded=topo.data_parallel != "ddp",
-        bf16=computes_in_bf16(t.precision, topo),
-        gpu_peak_tflops=topo.gpu_peak_tflops,
-        assumed_mfu=topo.assumed_mfu,
-        activation_checkpointing=topo.activation_checkpointing == "full",
-    )
+    key = (size, arm, steps)
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
+        cost = acc.run_cost(
+            dims,
+            arch,
+            seq_len=t.sequence_length,
+            tokens_per_step=t.global_batch_size,
+            steps=steps,
+            microbatch_tokens=ls.microbatch[size],
+            world_size=topo.world_size,
+            sharded=topo.data_parallel != "ddp",
+            bf16=computes_in_bf16(t.precision, topo),
+            gpu_peak_tflops=topo.gpu_peak_tflops,
+            assumed_mfu=topo.assumed_mfu,
+            activation_checkpointing=topo.activation_checkpointing == "full",
+        )
+        hit = (cost, code_of(arch) if arch else {})
+        if memo is not None:
+            memo[key] = hit
+    cost, code = hit
     evaluation = st.evaluation.model_dump()
     slurm = st.slurm.model_dump()
     slurm["time_min"] = slurm.pop("time")
@@ -129,7 +143,7 @@ def _run_entry(
         "slurm": slurm,
     }
     if arch:
-        run["code"] = code_of(arch)
+        run["code"] = {k: dict(v) for k, v in code.items()}
     if "looped" in arch:
         run["loop_counts"] = resolve_loop_counts(evaluation["loop_counts"], arch["looped"]["loops"])
     return run
@@ -144,11 +158,14 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
     spec = ls.spec
     runs: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
+    memo: CostMemo = {}
     for size in spec.sizes:
         t = ls.per_size[size].training
         base_steps = t.tokens // t.global_batch_size
         for seed in spec.seeds:
-            base = _run_entry(ls, size, seed, "baseline", {}, "tokens", base_steps, base_steps)
+            base = _run_entry(
+                ls, size, seed, "baseline", {}, "tokens", base_steps, base_steps, memo
+            )
             runs.append(base)
             for name, arch_model in spec.variants.items():
                 if arch_model.sizes is not None and size not in arch_model.sizes:
@@ -164,10 +181,10 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                         t.global_batch_size,
                         base["total_train_flops"],
                     )
-                var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps)
+                var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps, memo)
                 runs.append(var)
                 pairs.append(_pair(base, var, match))
-    aa = aa_runs(ls)
+    aa = aa_runs(ls, memo)
     runs.extend(aa)
     for run in runs:
         run["certificate"] = certificate_of(run)
@@ -227,7 +244,10 @@ def aa_seeds(seeds: list[int], k: int) -> list[int]:
     return list(range(start, start + k))
 
 
-def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
+def aa_runs(
+    ls: LoadedSpec,
+    memo: CostMemo | None = None,
+) -> list[dict[str, Any]]:
     """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
 
     Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
@@ -245,7 +265,7 @@ def aa_runs(ls: LoadedSpec) -> list[dict[str, Any]]:
     steps = t.tokens // t.global_batch_size
     out = []
     for seed in aa_seeds(list(ls.spec.seeds), gate.noise.measure.aa_seeds):
-        run = _run_entry(ls, size, seed, "baseline", {}, "tokens", steps, steps)
+        run = _run_entry(ls, size, seed, "baseline", {}, "tokens", steps, steps, memo)
         run["role"] = "aa"
         out.append(run)
     return out
