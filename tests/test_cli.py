@@ -179,3 +179,39 @@ def test_a_command_line_loads_only_its_command() -> None:
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
     full = {c.name for c in __import__("typer").main.get_command(cli.app).commands.values()}
     assert full == set(cli.COMMANDS) | set(cli.GROUPS)
+
+
+def test_main_collector_settings_are_for_the_process_not_an_in_process_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`main` runs a command under mypy's GC thresholds and registers gc.freeze for the
+    interpreter's exit (bench/cli.py: ~0.1 s of `validate specs/`); called in-process (twice),
+    it hands the caller's thresholds back and registers the freeze once."""
+    import gc
+    from types import SimpleNamespace
+
+    from olmoablate import cli
+
+    during: list[tuple[int, ...]] = []
+    at_exit: list[object] = []  # the interpreter's atexit list, as main() sees it
+    monkeypatch.setattr(
+        cli,
+        "atexit",
+        SimpleNamespace(
+            register=at_exit.append,
+            unregister=lambda f: at_exit.__setitem__(slice(None), [g for g in at_exit if g != f]),
+        ),
+    )
+
+    def app() -> None:
+        during.append(gc.get_threshold())
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "build_app", lambda only=None: app)
+    before = gc.get_threshold()
+    for _ in range(2):
+        with pytest.raises(SystemExit):
+            cli.main()
+    assert during == [cli.GC_THRESHOLDS] * 2
+    assert gc.get_threshold() == before != cli.GC_THRESHOLDS
+    assert at_exit == [gc.freeze]
