@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from olmoablate.contract import sizes as sizes_mod
 from olmoablate.contract.filenames import MANIFEST_FILE
@@ -61,12 +61,21 @@ class TokenizerInfo:
     sha256: str
 
 
+class PackagedTokenizer(NamedTuple):
+    """A tokenizer file shipped in the package, with its ids and hash stated like dolma2's so
+    `validate` never parses the file (tests/contract/test_tokens.py reads each file and checks)."""
+
+    file: str
+    vocab_size: int
+    eos_token_id: int | None
+    pad_token_id: int | None
+    sha256: str
+
+
 #: Tokenizer files shipped in the package, by the name a spec gives them (``data.tokenizer``).
-PACKAGED_TOKENIZERS: dict[str, str] = {"bpe4096-python-docs": sizes_mod.BPE_FILENAME}
-#: Their ids and hash, stated like dolma2's so `validate` never parses the file (a test reads
-#: each file and checks these).
-_PACKAGED_IDS: dict[str, tuple[int, int | None, int | None, str]] = {
-    "bpe4096-python-docs": (
+PACKAGED_TOKENIZERS: dict[str, PackagedTokenizer] = {
+    "bpe4096-python-docs": PackagedTokenizer(
+        sizes_mod.BPE_FILENAME,
         sizes_mod.BPE_VOCAB_SIZE,
         sizes_mod.BPE_EOS_TOKEN_ID,
         sizes_mod.BPE_PAD_TOKEN_ID,
@@ -79,7 +88,7 @@ def packaged_tokenizer(name: str) -> Path | None:
     """The installed file of a packaged tokenizer name (None for any other string)."""
     if name not in PACKAGED_TOKENIZERS:
         return None
-    return sizes_mod.dolma2_tokenizer_file().parent / PACKAGED_TOKENIZERS[name]
+    return sizes_mod.dolma2_tokenizer_file().parent / PACKAGED_TOKENIZERS[name].file
 
 
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
@@ -87,7 +96,8 @@ def tokenizer_info(tokenizer: str) -> TokenizerInfo:
     ``tokenizer.json`` path (ValueError when bad)."""
     packaged = packaged_tokenizer(tokenizer)
     if packaged is not None:
-        return TokenizerInfo(str(packaged), *_PACKAGED_IDS[tokenizer])
+        p = PACKAGED_TOKENIZERS[tokenizer]
+        return TokenizerInfo(str(packaged), p.vocab_size, p.eos_token_id, p.pad_token_id, p.sha256)
     if tokenizer == "dolma2":
         return TokenizerInfo(
             "dolma2",
