@@ -59,7 +59,7 @@ def _run_entry(
     budget_match: str,
     base_steps: int,
     steps: int,
-    memo: CostMemo | None = None,
+    memo: CostMemo,
 ) -> dict[str, Any]:
     """One run entry. ``memo``: the cost and code identity of (size, arm, steps), which every
     seed of a build shares (computed once per build, not once per seed)."""
@@ -91,8 +91,7 @@ def _run_entry(
         "data": data,
     }
     topo = st.topology
-    key = (size, arm, steps)
-    hit = memo.get(key) if memo is not None else None
+    hit = memo.get((size, arm, steps))
     if hit is None:
         cost = acc.run_cost(
             dims,
@@ -108,9 +107,7 @@ def _run_entry(
             assumed_mfu=topo.assumed_mfu,
             activation_checkpointing=topo.activation_checkpointing == "full",
         )
-        hit = (cost, code_of(arch) if arch else {})
-        if memo is not None:
-            memo[key] = hit
+        hit = memo[(size, arm, steps)] = (cost, code_of(arch) if arch else {})
     cost, code = hit
     evaluation = st.evaluation.model_dump()
     slurm = st.slurm.model_dump()
@@ -244,10 +241,7 @@ def aa_seeds(seeds: list[int], k: int) -> list[int]:
     return list(range(start, start + k))
 
 
-def aa_runs(
-    ls: LoadedSpec,
-    memo: CostMemo | None = None,
-) -> list[dict[str, Any]]:
+def aa_runs(ls: LoadedSpec, memo: CostMemo) -> list[dict[str, Any]]:
     """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
 
     Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
