@@ -72,7 +72,7 @@ def split(text: str) -> tuple[Path_, Any]:
     return tuple(int(p) if p.isdigit() else p for p in parts), parsed
 
 
-def apply(
+def apply_overrides(
     raw: dict[str, Any], overrides: Sequence[str], size_names: set[str]
 ) -> tuple[dict[str, Any], dict[Path_, str]]:
     """A copy of ``raw`` with every override applied, and {field path: override text}.
@@ -90,7 +90,7 @@ def apply(
             nxt = path[i + 1]
             if isinstance(node, list):
                 if not isinstance(part, int) or part >= len(node):
-                    raise OverrideError(f"{_dotted(path[: i + 1])}: no such list item")
+                    raise OverrideError(f"{_override_path(path[: i + 1])}: no such list item")
                 child = node[part]
             else:
                 key = str(part)
@@ -102,13 +102,13 @@ def apply(
                         child = node[key] = {"default": child}
                     else:
                         raise OverrideError(
-                            f"{_dotted(path[: i + 1])} is a value ({child!r}), not a section"
+                            f"{_override_path(path[: i + 1])} is a value ({child!r}), not a section"
                         )
             node = child
         last = path[-1]
         if isinstance(node, list):
             if not isinstance(last, int) or last >= len(node):
-                raise OverrideError(f"{_dotted(path)}: no such list item")
+                raise OverrideError(f"{_override_path(path)}: no such list item")
             node[last] = value
         else:
             node[str(last)] = value
@@ -116,7 +116,7 @@ def apply(
     return doc, where
 
 
-def _dotted(path: Path_) -> str:
+def _override_path(path: Path_) -> str:
     return ".".join(str(p) for p in path)
 
 

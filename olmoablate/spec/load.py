@@ -24,7 +24,7 @@ from olmoablate.contract.overrides import (
     shorten,
     spec_sha256,
 )
-from olmoablate.contract.overrides import apply as apply_overrides
+from olmoablate.contract.overrides import apply_overrides
 from olmoablate.contract.schema import (
     PER_SIZE_SECTIONS,
     SizeSettings,

@@ -96,7 +96,7 @@ def _entry(
     tokens = spec.steps * spec.global_batch_size
     # As `plan` does: the baseline always keeps the spec's token budget; variants follow the
     # spec's budget.match (here with the same steps, so only the certificate rule differs).
-    return sp.run_entry(
+    return sp.make_run_entry(
         run_id,
         arm,
         arch,

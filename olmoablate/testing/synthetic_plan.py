@@ -193,7 +193,7 @@ def certified(entry: Mapping[str, Any] | RunEntry) -> RunEntry:
     return run.model_copy(update={"certificate": certificate_of(run.as_json())})
 
 
-def run_entry(
+def make_run_entry(
     run_id: str, arm: str, architecture: Mapping[str, Any] | None = None, **kw: Any
 ) -> RunEntry:
     """One validated, certified :class:`RunEntry` (knobs: :func:`entry_dict`)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.overrides import apply, parse_value, spec_sha256
+from olmoablate.contract.overrides import apply_overrides, parse_value, spec_sha256
 from olmoablate.spec.load import SpecError, load_spec
 from olmoablate.testing.paths import MINIMAL_SPEC
 
@@ -45,7 +45,7 @@ def test_misspelled_field_says_did_you_mean(tmp_path: Path) -> None:
 
 
 def test_override_sets_and_makes_per_size() -> None:
-    doc, where = apply(
+    doc, where = apply_overrides(
         {"training": {"optimizer": {"lr": 4e-4}}}, ["training.optimizer.lr.1B=3e-4"], {"1B"}
     )
     assert doc["training"]["optimizer"]["lr"] == {"default": 4e-4, "1B": 3e-4}

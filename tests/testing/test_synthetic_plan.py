@@ -14,25 +14,25 @@ from olmoablate.testing.synthetic import SynthSpec, synthetic_plan
 
 
 def test_entries_are_certified_over_their_plan_json_form() -> None:
-    base = sp.run_entry("tiny-s0-baseline", "baseline")
-    var = sp.run_entry("tiny-s0-sn", "sn", {"siamese_norm": {"output_norms": False}})
+    base = sp.make_run_entry("tiny-s0-baseline", "baseline")
+    var = sp.make_run_entry("tiny-s0-sn", "sn", {"siamese_norm": {"output_norms": False}})
     assert base.certificate == base.certificate_now() == certificate_of(base.as_json())
     assert var.certificate == base.certificate  # the arms differ only in architecture
-    other = sp.run_entry("tiny-s0-x", "x", training={"optimizer": {"lr": 0.02}})
+    other = sp.make_run_entry("tiny-s0-x", "x", training={"optimizer": {"lr": 0.02}})
     assert other.certificate != base.certificate
     assert base.training.optimizer.lr == 0.01 and base.evaluation.interval == 6
 
 
 def test_invalid_knobs_fail_with_the_contract_s_error() -> None:
     with pytest.raises(ValueError, match="wormholes"):
-        sp.run_entry("r", "x", {"wormholes": {}})
+        sp.make_run_entry("r", "x", {"wormholes": {}})
 
 
 def test_plan_pairs_gates_and_round_trip(tmp_path: Path) -> None:
     runs = [
-        sp.run_entry("tiny-s0-baseline", "baseline", pairs=["tiny-s0-a", "tiny-s0-b"]),
-        sp.run_entry("tiny-s0-a", "a", {"layers": {"n_layers": 8}}, pair_id="tiny-s0-a"),
-        sp.run_entry(
+        sp.make_run_entry("tiny-s0-baseline", "baseline", pairs=["tiny-s0-a", "tiny-s0-b"]),
+        sp.make_run_entry("tiny-s0-a", "a", {"layers": {"n_layers": 8}}, pair_id="tiny-s0-a"),
+        sp.make_run_entry(
             "tiny-s0-b",
             "b",
             {"siamese_norm": {}},
@@ -40,7 +40,7 @@ def test_plan_pairs_gates_and_round_trip(tmp_path: Path) -> None:
             budget_match="flops",
             steps=10,
         ),
-        sp.run_entry("tiny-s1-baseline", "baseline", seed=1, role="aa"),
+        sp.make_run_entry("tiny-s1-baseline", "baseline", seed=1, role="aa"),
     ]
     plan = sp.build_plan(
         runs,

@@ -78,7 +78,7 @@ def _spec_doc(path: Path, plan: Plan) -> Any:
     """The spec file as plan read it: parsed within the limits every spec is parsed with
     (olmoablate.io: the file may have changed since planning, and the gate hash walks the
     expanded tree), with the plan's ``--set`` overrides applied."""
-    from olmoablate.contract.overrides import apply, loader_class
+    from olmoablate.contract.overrides import apply_overrides, loader_class
 
     data = path.read_bytes()
     check_size(data, MAX_YAML_BYTES, "the spec")
@@ -86,7 +86,7 @@ def _spec_doc(path: Path, plan: Plan) -> Any:
     if plan.overrides and isinstance(doc, dict):
         from olmoablate.contract.sizes import PRESET_NAMES
 
-        doc, _ = apply(doc, plan.overrides, set(PRESET_NAMES) | set(plan.sizes))
+        doc, _ = apply_overrides(doc, plan.overrides, set(PRESET_NAMES) | set(plan.sizes))
     return doc
 
 
