@@ -11,10 +11,10 @@ Interim looks: the paired delta at token fraction f is delta(f) + r e_s + sqrt(1
 (e_s: the seed's final noise, u: look-specific noise, r = 0.7), and delta(f) follows a
 trajectory ending at delta: constant; growing (delta f); an early lead that fades
 (delta + 2 (1 - f): ahead early, at delta by the end); a late bloomer (delta (2 f - 1): behind
-until half-way). Decisions go through olmoablate.report.gate.sequential (interim_decision,
+until half-way). Decisions go through olmoablate.report.sequential (interim_decision,
 stage_decision, stage_levels), the fixed designs through the same lower-bound rule, checked
-draw for draw against olmoablate.report.gate.verdict.quality_check on a subsample; Holm through
-olmoablate.contract.stats.holm and p_above. Prints MC standard errors.
+draw for draw against olmoablate.report.verdict.quality_check on a subsample; Holm through
+olmoablate.stats.holm and p_above. Prints MC standard errors.
 """
 
 from __future__ import annotations
@@ -31,18 +31,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from olmoablate.contract.gatespec import NoiseFloor  # noqa: E402
-from olmoablate.contract.schema import Gate  # noqa: E402
-from olmoablate.contract.stats import holm, p_above  # noqa: E402
-from olmoablate.report.gate.noise import estimate, floor_source  # noqa: E402
-from olmoablate.report.gate.sequential import (  # noqa: E402
+from olmoablate.plan.gate import NoiseFloor  # noqa: E402
+from olmoablate.plan.schema import Gate  # noqa: E402
+from olmoablate.report.noise import estimate, floor_source  # noqa: E402
+from olmoablate.report.sequential import (
     FUTILITY,
     PROCEED,
     interim_decision,
     stage_decision,
     stage_levels,
 )
-from olmoablate.report.gate.verdict import quality_check  # noqa: E402
+from olmoablate.report.verdict import quality_check  # noqa: E402
+from olmoablate.stats import holm, p_above  # noqa: E402
 
 CONF, ALPHA, BAR, R = 0.95, 0.05, 1.0, 0.7
 EFFECTS = {"bar": 1.0, "0": 0.0, "2x": 2.0, "4x": 4.0}

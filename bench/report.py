@@ -39,7 +39,7 @@ from pathlib import Path
 
 from sidebyside import BASELINE_REV, REPO, ChildResult, export_revision, load_average, run_child
 
-from olmoablate.contract.plan import PLAN_FILE, RunEntry
+from olmoablate.plan.planfile import PLAN_FILE, RunEntry
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
 
 SIZES = ("1B", "3B")
@@ -74,8 +74,8 @@ def _gen(args: tuple[str, SynthSpec, RunEntry]) -> None:
 
 def _plan_loads(root: Path) -> bool:
     """Whether ``root`` holds a plan this version reads (data of an older format is rebuilt)."""
-    from olmoablate.contract.plan import Plan
     from olmoablate.errors import UserError
+    from olmoablate.plan.planfile import Plan
 
     try:
         Plan.load(root / PLAN_FILE)
@@ -108,7 +108,7 @@ COPIES = r"""
 import os, sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from olmoablate.contract.columnar import load_copy, update_copy
+from olmoablate.run.columnar import load_copy, update_copy
 todo = [str(p) for p in sorted(Path(sys.argv[1]).glob("runs/*/metrics.jsonl")) if load_copy(p) is None]
 if todo:
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

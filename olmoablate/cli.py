@@ -23,19 +23,19 @@ from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
 #: line invokes is imported (``olmoablate validate`` never loads launch, report or data code, and
 #: Typer builds only its parameters); ``--help``, a mistyped command and shell completion get all.
 COMMANDS: dict[str, str] = {
-    "validate": "olmoablate.spec.command:validate_command",
-    "plan": "olmoablate.spec.command:plan_command",
-    "submit": "olmoablate.launch.command:submit_command",
-    "status": "olmoablate.launch.command:status_command",
-    "cancel": "olmoablate.launch.command:cancel_command",
-    "report": "olmoablate.report.command:report_command",
-    "explain": "olmoablate.spec.explain:explain_command",
-    "board": "olmoablate.report.render.board_render:board_command",
-    "watch": "olmoablate.watch:watch_command",
-    "blocks": "olmoablate.spec.blocks_command:blocks_command",
+    "validate": "olmoablate.plan.validate:validate_command",
+    "plan": "olmoablate.plan.validate:plan_command",
+    "submit": "olmoablate.run.launch:submit_command",
+    "status": "olmoablate.run.launch:status_command",
+    "cancel": "olmoablate.run.launch:cancel_command",
+    "report": "olmoablate.report.commands:report_command",
+    "explain": "olmoablate.plan.explain:explain_command",
+    "board": "olmoablate.report.board:board_command",
+    "watch": "olmoablate.report.commands:watch_command",
+    "blocks": "olmoablate.plan.blocks:blocks_command",
 }
 #: Command groups (a Typer app of sub-commands), the same way.
-GROUPS: dict[str, str] = {"data": "olmoablate.data.command:data_app"}
+GROUPS: dict[str, str] = {"data": "olmoablate.data.prepare:data_app"}
 #: Cyclic-GC thresholds while a command runs (mypy's): a pass per 200,000 net allocations
 #: instead of 700 (see :func:`main`).
 GC_THRESHOLDS = (200_000, 30, 30)

@@ -48,15 +48,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from olmoablate.contract.runfiles import RunStatus, RunSummary
-from olmoablate.report.build import Report
-from olmoablate.report.compare.pair import LOSS
-from olmoablate.report.gates import build_all
-from olmoablate.report.read.collect import Results, collect, resolve_results_dir
-from olmoablate.report.read.links import wandb_links
-from olmoablate.report.read.metric_frames import LONG_COLUMNS as METRIC_COLUMNS
-from olmoablate.report.read.metric_frames import MetricFrames
-from olmoablate.report.render.document import comparison_rows
+from olmoablate.report.build import Report, build_all
+from olmoablate.report.collect import Results, collect, resolve_results_dir, wandb_links
+from olmoablate.report.compare import LOSS
+from olmoablate.report.document import comparison_rows
+from olmoablate.report.frames import LONG_COLUMNS as METRIC_COLUMNS
+from olmoablate.report.frames import MetricFrames
+from olmoablate.run.files import RunStatus, RunSummary
 
 
 def load(
@@ -369,8 +367,7 @@ class Campaign:
 def _fields(name: str) -> list[str]:
     import dataclasses
 
-    from olmoablate.report import board
-    from olmoablate.report.gate import track
+    from olmoablate.report import board, track
 
     cls = getattr(board, name, None) or getattr(track, name)
     return [f.name for f in dataclasses.fields(cls)]

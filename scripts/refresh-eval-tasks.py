@@ -1,4 +1,4 @@
-"""Refresh `olmoablate/spec/olmo_eval_tasks.json`: the downstream task list of the pinned
+"""Refresh `olmoablate/plan/olmo_eval_tasks.json`: the downstream task list of the pinned
 ai2-olmo-eval, shipped so that `validate`/`plan` check task names and metric suffixes on a light
 CI install (no torch, no ai2-olmo-eval; .github/workflows/validate-specs.yml).
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from olmoablate.testing.pair import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
+from olmoablate.testing.plans import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status
 from olmoablate.testing.slurm import SLURM_NODES
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
@@ -62,8 +62,8 @@ def slurm_cluster() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def local_reference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Results dir of the tiny pair trained once, uninterrupted, with the local executor."""
-    from olmoablate.contract.layout import ResultsDir
-    from olmoablate.launch.submit import submit
+    from olmoablate.plan.layout import ResultsDir
+    from olmoablate.run.submit import submit
 
     results = make_pair_plan(tmp_path_factory.mktemp("reference"))
     res = submit(ResultsDir(results), "local", parallel=2, progress=False)

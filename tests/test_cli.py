@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 
 def _importtime(*args: str) -> str:
@@ -31,7 +31,7 @@ def test_validate_does_not_import_torch() -> None:
         for line in out.splitlines()
         if line.startswith("import time:")
     }
-    assert "olmoablate.spec.load" in modules  # the measurement really covered validate
+    assert "olmoablate.plan.load" in modules  # the measurement really covered validate
     heavy = {
         m for m in modules if m.split(".")[0] in {"torch", "olmo_core", "pandas", "matplotlib"}
     }
@@ -86,7 +86,7 @@ def test_validate_specs_from_outside_the_checkout(tmp_path: Path) -> None:
 
 
 def test_old_cwd_relative_paths_still_work_with_a_warning(tmp_path: Path) -> None:
-    from olmoablate.spec.load import load_spec
+    from olmoablate.plan.load import load_spec
 
     (tmp_path / "specs").mkdir()
     (tmp_path / "tok").mkdir()
@@ -107,7 +107,7 @@ def test_old_cwd_relative_paths_still_work_with_a_warning(tmp_path: Path) -> Non
     assert "resolved against the working directory (the old rule)" in w.message
     assert "write ../tok/t.json" in w.message
     # from the spec's folder the same spelling means specs/tok/t.json: not found, a clear error
-    from olmoablate.spec.load import SpecError
+    from olmoablate.plan.load import SpecError
 
     with pytest.raises(SpecError, match="tokenizer file .*specs/tok/t.json not found"):
         load_spec(spec)
@@ -150,7 +150,7 @@ def test_cli_start_imports_no_command_implementation() -> None:
     code = (
         "import sys, olmoablate.cli; "
         "heavy = ('torch', 'pandas', 'matplotlib', 'numpy', 'olmo_core', 'yaml', "
-        "'olmoablate.data.prepare', 'olmoablate.spec.expand', 'olmoablate.contract.plan'); "
+        "'olmoablate.data.prepare', 'olmoablate.plan.expand', 'olmoablate.plan.planfile'); "
         "print([m for m in heavy if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -170,8 +170,8 @@ def test_a_command_line_loads_only_its_command() -> None:
         "import sys; from olmoablate.cli import main; sys.argv = ['olmoablate', 'validate', "
         "'--skip-paths', 'specs/demo.yaml'];\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print([m for m in sys.modules if m.startswith(('olmoablate.launch', 'olmoablate.report', "
-        "'olmoablate.data.command', 'olmoablate.watch'))])"
+        "print([m for m in sys.modules if m.startswith(('olmoablate.run', 'olmoablate.report', "
+        "'olmoablate.data.prepare', 'olmoablate.report.commands'))])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True

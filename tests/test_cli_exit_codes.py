@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.testing.pair import PAIR, make_pair_plan
-from olmoablate.testing.paths import MINIMAL_SPEC, REPO
+from olmoablate.testing import MINIMAL_SPEC, REPO
+from olmoablate.testing.plans import PAIR, make_pair_plan
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -240,7 +240,7 @@ BAD_BLOCKS = [
     ("syntax-error", "x = (\n", "X"),
     (
         "block-without-options",
-        "from olmoablate.contract.blocks import Block\nclass X(Block):\n    pass\n",
+        "from olmoablate.plan.blocks import Block\nclass X(Block):\n    pass\n",
         "X",
     ),
 ]
@@ -276,8 +276,8 @@ def test_watch_accepts_a_plan_with_a_sequential_design(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The check that refuses a plan without a design lets a designed one through (one round)."""
-    from olmoablate.contract.plan import Plan
-    from olmoablate.testing import synthetic_plan as sp
+    from olmoablate.plan.planfile import Plan
+    from olmoablate.testing import plans as sp
 
     results = make_pair_plan(tmp_path)
     plan = Plan.load(results)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import MAX_YAML_BYTES, InputLimitError, compose_yaml_bounded
-from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.load import SpecError, load_spec
+from olmoablate.plan.planfile import Plan
+from olmoablate.testing import REPO
 
 BOMB = (
     "name: bomb\n"
@@ -105,7 +105,7 @@ def test_spec_swapped_for_a_bomb_after_planning_does_not_stall_the_report(tmp_pa
     """The report re-reads the spec to check its gate: a bomb there is a warning, at once."""
     import json
 
-    from olmoablate.report.read.prereg import check_gate_unchanged
+    from olmoablate.report.prereg import check_gate_unchanged
     from olmoablate.testing.synthetic import SynthSpec, make_results
 
     plan = make_results(tmp_path / "synth", SynthSpec(gate={"min_effect": 0.01}), {})

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 
 from olmoablate.io import write_json_atomic
-from olmoablate.testing.results_check import check_against_report
-from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, check_against_report, make_results
 
 
 def _report(root: Path) -> None:
@@ -92,8 +91,8 @@ def test_results_import_stays_out_of_the_cli() -> None:
 def _old_long_frame(rs) -> pd.DataFrame:  # type: ignore[no-untyped-def]
     """The long frame as release 5a8b340 built it (per run, per key, pandas concat): the
     reference the Arrow-backed frames must equal."""
-    from olmoablate.contract import metrics as names
-    from olmoablate.report.read.curve import cumulative_flops
+    from olmoablate.plan import metrics as names
+    from olmoablate.report.collect import cumulative_flops
 
     pairs_of: dict[str, list] = {rid: [] for rid in rs.results.runs}
     for p in rs.results.pairs:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.futility import FutilityStop
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.plan import Plan
-from olmoablate.testing import synthetic_plan as sp
-from olmoablate.testing.pair import PAIR, make_pair_plan, read_status, wait_for
-from olmoablate.watch import watch_once
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.planfile import Plan
+from olmoablate.report.commands import watch_once
+from olmoablate.run.files import FutilityStop
+from olmoablate.testing import plans as sp
+from olmoablate.testing.plans import PAIR, make_pair_plan, read_status, wait_for
 
 CLI = [sys.executable, "-m", "olmoablate"]
 STEPS = 48

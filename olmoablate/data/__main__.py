@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from olmoablate.data.command import data_app
+from olmoablate.data.prepare import data_app
 from olmoablate.errors import UserError
 
 

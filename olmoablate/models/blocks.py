@@ -1,6 +1,6 @@
 """The architecture-block interface (torch half); the bundled halves are in :mod:`.bundled`.
 
-A block's torch-free half (:class:`olmoablate.contract.blocks.Block`) names this half by its
+A block's torch-free half (:class:`olmoablate.plan.blocks.Block`) names this half by its
 ``model = "module:attr"``; only the model builder and the training job import it. Its duties:
 
 * ``configure``: edit the OLMo-core ``TransformerConfig`` OLMo 3 was built with (the depth is
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
     from olmo_core.nn.transformer import TransformerConfig
 
-    from olmoablate.contract.sizes import SizeDims
+    from olmoablate.plan.sizes import SizeDims
 
 
 class BlockModel:
@@ -50,7 +50,7 @@ class BlockModel:
 
 def model_part(key: str) -> BlockModel:
     """The torch half of block ``key`` (its ``model`` reference, imported now)."""
-    from olmoablate.contract.blocks import get_block, load_ref
+    from olmoablate.plan.blocks import get_block, load_ref
 
     block = get_block(key)
     part = load_ref(block.model, f"block {key!r}.model")

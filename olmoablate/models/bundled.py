@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
     from olmo_core.nn.transformer import TransformerConfig
 
-    from olmoablate.contract.sizes import SizeDims
+    from olmoablate.plan.sizes import SizeDims
 
 
 def fields_of(config: Any) -> dict[str, Any]:

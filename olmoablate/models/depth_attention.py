@@ -44,7 +44,7 @@ from olmo_core.nn.attention import Attention, AttentionConfig, AttentionType
 from olmo_core.nn.attention.base import SequenceMixer
 from olmo_core.nn.buffer_cache import BufferCache
 
-from olmoablate.contract.arch import DepthAttention as DepthAttentionBlock
+from olmoablate.plan.arch import DepthAttention as DepthAttentionBlock
 
 
 def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:

@@ -38,12 +38,12 @@ from olmo_core.nn.lm_head import LMOutputWithLoss
 from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
-from olmoablate.contract.arch import Architecture, parse_architecture
 from olmoablate.models.depth_attention import (
     DepthState,
     depth_extra_forward_flops,
     read_later,
 )
+from olmoablate.plan.arch import Architecture, parse_architecture
 
 
 class AblationTransformer(Transformer):
@@ -75,7 +75,7 @@ class AblationTransformer(Transformer):
         """Apply the loop curriculum; returns the loop count b now in force.
 
         ``step`` is OLMo-core's 1-based ``trainer.global_step`` of the step about to be trained
-        (the first step is 1), the convention of :meth:`olmoablate.contract.arch.Looped.loops_at_step`,
+        (the first step is 1), the convention of :meth:`olmoablate.plan.arch.Looped.loops_at_step`,
         which defines b for the model, the callback and the FLOPs accounting alike.
         """
         if self.arch.looped is not None:

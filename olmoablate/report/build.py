@@ -6,22 +6,30 @@ verdict logic is testable without matplotlib, and the renderers only format what
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.filenames import NEXT_PLAN_FILE
 from olmoablate.io import write_json_atomic
-from olmoablate.report.compare.evalcover import coverage_lines
-from olmoablate.report.compare.pair import PairResult, for_gate, measure_all
-from olmoablate.report.gate.evidence import SizeRow, consistency, evidence_for
-from olmoablate.report.gate.family import evaluate_gate
-from olmoablate.report.gate.inputs import noise_source, pair_timing, way_out
-from olmoablate.report.gate.noise import NoiseSource
-from olmoablate.report.gate.sequential import FUTILITY, SequentialResult
-from olmoablate.report.gate.verdict import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
-from olmoablate.report.read.collect import Results
+from olmoablate.plan.names import NEXT_PLAN_FILE
+from olmoablate.plan.planfile import Plan
+from olmoablate.report.collect import UNGATED, Results
+from olmoablate.report.compare import PairResult, for_gate, measure_all
+from olmoablate.report.evidence import (
+    SizeRow,
+    consistency,
+    evidence_for,
+    noise_source,
+    pair_timing,
+    way_out,
+)
+from olmoablate.report.noise import NoiseSource
+from olmoablate.report.pairing import coverage_lines
+from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
+from olmoablate.report.sequential import FUTILITY, SequentialResult, evaluate_gate
+from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
 
 
 @dataclass
@@ -40,7 +48,7 @@ class Report:
     next_steps: list[str] = field(default_factory=list)
     next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
-    #: eval coverage / unigram-entropy lines (`olmoablate.report.compare.evalcover`)
+    #: eval coverage / unigram-entropy lines (`olmoablate.report.pairing`)
     eval_lines: list[str] = field(default_factory=list)
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
@@ -141,7 +149,7 @@ def _ordered_unique(items: list[str]) -> list[str]:
 
 def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     """Evaluate the gate at ``gate.stage`` on the pairs' comparisons: ``measured`` (every pair
-    measured once, :func:`~olmoablate.report.compare.pair.measure_all`, shared by all gates of
+    measured once, :func:`~olmoablate.report.compare.measure_all`, shared by all gates of
     a spec) or, without it, measured here."""
     g = results.gate
     stage = g.stage
@@ -274,7 +282,7 @@ def promoted_plan(
     """next_plan.json: a real plan (``Plan.from_json`` reads it; `olmoablate submit` of it
     submits its runs), the plan restricted to the promoted runs; what promoted them is said in
     its ``description`` (sizes not in the plan are in the report's next steps)."""
-    from olmoablate.contract.plan import Plan
+    from olmoablate.plan.planfile import Plan
 
     ids = {r.run_id for r in runs}
     ident = plan.identity
@@ -337,3 +345,65 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
             f"sizes {', '.join(missing)} are not in the plan: add them to the spec's `sizes` "
             f"(same gate, same settings), then `olmoablate plan {shlex.quote(spec)}`"
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# One verdict per proposal: measure every pair once, then decide each pre-registered gate.
+#
+# Why per gate with the single-gate code: each gate (``gates:`` in the spec) has its own rule,
+# variant, reference, metric and hash; deciding each with exactly the code a one-gate spec uses
+# (pre-registration check, noise source, statistics) means two gates can never influence each
+# other's verdict, and a spec with ``gate:`` is the one-gate case of the same path. The pairs'
+# comparisons (alignment at matched tokens, stability, cost) do not depend on the gate: they are
+# computed once (:func:`~olmoablate.report.compare.measure_all`) and handed to every gate.
+# --------------------------------------------------------------------------------------------------
+
+
+def results_for_gate(results: Results, view: Plan) -> Results:
+    """``results`` deciding with the gate of ``view`` (a plan with that gate in ``gate``)."""
+    prereg = resolve_gate(view)
+    out = dataclasses.replace(
+        results,
+        plan=view,
+        gate=prereg.gate or UNGATED,
+        warnings=check_gate_unchanged(view) + prereg.warnings,
+    )
+    out.prereg_broken = prereg.broken
+    return out
+
+
+def build_all(results: Results) -> Report:
+    """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
+    views = results.plan.gate_views()
+    measured = measure_all(results)
+    if len(views) <= 1:
+        report = build(results, measured)
+        report.gate_name = views[0][0] if views else "gate"
+        report.gates = [report]
+        return report
+    reports = []
+    # the variants (and references) of each gate: decided there, so not exploratory elsewhere
+    gated = [
+        [x for x in (v.gate.variant, v.gate.reference) if x] if v.gate else [] for _, v in views
+    ]
+    for i, (name, view) in enumerate(views):
+        res = results if i == 0 else results_for_gate(results, view)
+        res.other_gated = [x for j, g in enumerate(gated) if j != i for x in g]
+        r = build(res, measured)
+        r.gate_name = name
+        reports.append(r)
+    reports[0].gates = reports
+    return reports[0]
+
+
+def write_next_plans(report: Report, out_dir: Path) -> None:
+    """next_plan.json per proceeding gate: ``out_dir`` for one gate, ``out_dir/gates/<name>/``
+    for several (each promotes only its own proposal)."""
+    if len(report.gates) <= 1:
+        write_next_plan(report, out_dir)
+        return
+    steps: list[str] = []
+    for r in report.gates:
+        write_next_plan(r, out_dir / "gates" / r.gate_name)
+        steps.extend(f"[{r.gate_name}] {s}" for s in r.next_steps)
+    report.next_steps = steps

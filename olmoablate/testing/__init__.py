@@ -1,22 +1,82 @@
 """Test support for olmoablate: what the test suite and the benchmarks build their inputs with.
 
-Owns:
+* here: where the tiny spec (package data, ``specs/minimal.yaml``) and the checkout are
+  (``MINIMAL_SPEC``, ``REPO``, ``TESTS``), the real command line in a fresh process
+  (``run_cli``), and plan.json as earlier releases wrote it (for the upgrade tests);
+* :mod:`.plans` -- synthetic plans as real ``Plan``/``RunEntry`` objects, the tiny CPU plans and
+  token files the training and launch tests run, and the tiny baseline/variant pair;
+* :mod:`.synthetic` -- synthetic results folders with known truth, and the check of
+  ``olmoablate.results`` frames against what ``report`` wrote;
+* :mod:`.slurm` -- helpers of the launcher tests against the local Slurm cluster, and a job
+  target that records each task's device environment;
+* :mod:`.blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.blocks:ATTR``.
 
-* :mod:`.synthetic` and :mod:`.synthetic_plan` -- the one synthetic-results builder (contract
-  ``Plan`` objects and per-run files in the training job's format, with known truth);
-* :mod:`.plans` -- the tiny CPU plans and raw token files the training and launch tests run;
-  :mod:`.pair` -- the tiny baseline/variant pair and reading its runs back;
-* :mod:`.cli` -- the real command line in a fresh process (``run_cli``);
-  :mod:`.slurm` -- helpers of the launcher tests against the local Slurm cluster;
-* :mod:`.blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.blocks:ATTR``;
-  :mod:`.gpu_env_target` -- a job target that records each task's device environment;
-* :mod:`.results_check` -- ``olmoablate.results`` frames checked against report's files;
-  :mod:`.plan_formats` -- plan.json as earlier releases wrote it;
-* :mod:`.paths` -- the tiny spec shipped as package data (``specs/minimal.yaml``) and the checkout.
-
-Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests).
-No module of the product does -- import-linter's ``testing-not-in-product`` contract and the top
-layer of ``layers`` (pyproject.toml) check it -- so nothing here runs when real results are
-planned, trained or reported. Importing this package imports nothing: each module pulls its
-own dependencies (numpy, pandas, torch for :mod:`.blocks`) only when it is imported.
+Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests),
+never the product (import-linter's ``testing-not-in-product`` contract).
 """
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# --------------------------------------------------------------------------------------------------
+# Where the test support's files are: the tiny spec it ships, and the checkout it runs from.
+#
+# ``MINIMAL_SPEC`` is package data (it travels with ``olmoablate.testing``, so a block package's own
+# tests can plan it too). ``REPO`` and ``TESTS`` name the source checkout this ``olmoablate`` was
+# imported from: only meaningful in a checkout (the test suite, ``bench/``), never in an install.
+# --------------------------------------------------------------------------------------------------
+
+
+HERE = Path(__file__).resolve().parent
+#: The tiny valid spec (one 64-wide size, one depth-attention variant, CPU topology) that the
+#: launcher, Slurm and CLI tests plan through the real `plan` command and edit per test.
+MINIMAL_SPEC = HERE / "specs" / "minimal.yaml"
+#: The checkout root (the folder holding ``olmoablate/``, ``tests/``, ``specs/``).
+REPO = HERE.parents[1]
+#: The test suite's own data (``tests/fixtures/results_v*``, ``tests/specs/bad``).
+TESTS = REPO / "tests"
+
+
+# --------------------------------------------------------------------------------------------------
+# Run the real `olmoablate` command line in a fresh process, as a user would.
+#
+# Wide terminal (``COLUMNS=200``, so rich tables are not wrapped in the assertions' text) and one
+# intra-op thread (the tests share 2 cores); no return-code check, the caller asserts on it.
+# --------------------------------------------------------------------------------------------------
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "olmoablate", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# plan.json as earlier releases wrote it, built from a current plan (for the upgrade tests).
+# --------------------------------------------------------------------------------------------------
+
+
+def as_format_1(doc: dict[str, Any]) -> dict[str, Any]:
+    """A current (format 2) plan document as format 1 held it: the first gate also at the top
+    level (``gate``/``gate_sha256``/``gate_raw_sha256``, between ``budget`` and ``eval_sets``)."""
+    first = doc["gates"][0] if doc["gates"] else {}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out[key] = copy.deepcopy(value)
+        if key == "budget":
+            out["gate"] = copy.deepcopy(first.get("gate"))
+            out["gate_sha256"] = first.get("gate_sha256")
+            out["gate_raw_sha256"] = first.get("gate_raw_sha256")
+    out["schema"] = 1
+    return out

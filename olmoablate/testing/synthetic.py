@@ -2,7 +2,7 @@
 
 Why in the package (not only in tests): ``bench/report.py`` and the screenshot script need the same
 generator, and it documents by example exactly what the report reads: a contract ``Plan`` (built
-by :mod:`olmoablate.testing.synthetic_plan`, the one synthetic-plan builder the training tests use
+by :mod:`olmoablate.testing.plans`, the one synthetic-plan builder the training tests use
 too) and per-run ``metrics.jsonl`` / ``fingerprints.jsonl`` / ``status.json`` / ``summary.json``
 in the training job's format (one JSON object per line, ``json.dumps`` style), at the paths of
 ``ResultsDir``. Nothing here is used when reporting real results.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from olmoablate.contract import sizes
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.plan import PLAN_FILE, Plan, RunEntry
-from olmoablate.contract.runfiles import RunStatus, RunSummary
-from olmoablate.contract.runstates import RunState
 from olmoablate.io import write_text_atomic
-from olmoablate.testing import synthetic_plan as sp
+from olmoablate.plan import sizes
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.names import RunState
+from olmoablate.plan.planfile import PLAN_FILE, Plan, RunEntry
+from olmoablate.run.files import RunStatus, RunSummary
+from olmoablate.testing import plans as sp
 
 #: The ``updated`` time of every synthetic status.json (fixed: synthetic folders are reproducible).
 SYNTHETIC_TIME = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
@@ -279,3 +281,83 @@ def make_results(
         truth = truths.get(run.run_id) or truths.get(run.arm) or ArmTruth()
         write_run(root, spec, run, truth)
     return plan.as_json()
+
+
+# --------------------------------------------------------------------------------------------------
+# Checks `olmoablate.results` frames against the files `report` wrote (shared by the synthetic
+# test in test_results.py and the real end-to-end folder in e2e/test_pipeline.py).
+# --------------------------------------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    na = a is None or (isinstance(a, float) and math.isnan(a))
+    nb = b is None or (isinstance(b, float) and math.isnan(b))
+    if na or nb:
+        return na and nb
+    if isinstance(a, bool) or isinstance(b, bool):
+        return str(a) == str(b)
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return float(a) == float(b)
+    return str(a) == str(b)
+
+
+def check_against_report(root: Path) -> Any:
+    """Every DataFrame of results.load(root) against the files `report` wrote into root."""
+    from olmoablate import results
+
+    rs = results.load(root)
+    csv = pd.read_csv(root / "comparison.csv")
+    comp = rs.comparisons
+    assert list(comp.columns) == list(csv.columns)
+    assert len(comp) == len(csv) > 0
+    for (_, a), (_, b) in zip(comp.iterrows(), csv.iterrows(), strict=True):
+        for col in csv.columns:
+            assert _same(a[col], b[col]), (col, a[col], b[col])
+
+    gate = json.loads((root / "gate.json").read_text())
+    assert rs.gate_json["verdict"] == gate["verdict"]
+    records = gate.get("gates") or [gate]
+    want = [
+        (g["name"], v["variant"], v["verdict"], c.get("name"), c.get("outcome"))
+        + ((c.get("estimate") or {}).get("mean"), g["verdict"])
+        for g in records
+        for v in g["variants"]
+        for c in (v.get("checks") or [{}])
+    ]
+    cols = ["gate", "variant", "verdict", "check", "outcome", "estimate.mean", "gate_verdict"]
+    got = [tuple(r) for r in rs.gate[cols].itertuples(index=False)]
+    assert len(got) == len(want) and all(
+        all(_same(a, b) for a, b in zip(g, w, strict=True)) for g, w in zip(got, want, strict=True)
+    ), (got, want)
+    valid = {p["pair_id"]: p["valid"] for g in records for p in g["pairs"]}
+    pairs = rs.pairs.set_index("pair")
+    for pid, ok in valid.items():
+        assert bool(pairs.loc[pid, "valid"]) == ok
+
+    # independent path: the long-form metrics hold the very values the comparison rows report
+    m = rs.metrics
+    assert {"run", "pair", "size", "seed", "arm", "step", "tokens", "train_flops"} <= set(m)
+    finals = comp[comp["kind"] == "eval"]
+    assert len(finals) > 0
+    for _, row in finals.iterrows():
+        p = pairs.loc[row["pair_id"]]
+        for arm, run in (("baseline", p["baseline_run"]), ("variant", p["variant_run"])):
+            hit = m[
+                (m["pair"] == row["pair_id"])
+                & (m["run"] == run)
+                & (m["metric"] == row["metric"])
+                & (m["tokens"] == row["tokens"])
+            ]
+            assert len(hit) == 1, (row["pair_id"], run, row["metric"])
+            assert hit["value"].iloc[0] == row[arm]
+        cur = rs.matched[
+            (rs.matched["pair"] == row["pair_id"]) & (rs.matched["metric"] == row["metric"])
+        ]
+        assert cur["tokens"].iloc[-1] == row["tokens"] and cur["delta"].iloc[-1] == row["delta"]
+    # a baseline shared by several pairs appears under each of them, once per step
+    for pid, p in pairs.iterrows():
+        both = m[m["pair"] == pid]
+        assert set(both["run"].unique()) <= {p["baseline_run"], p["variant_run"]}
+    once = m.drop_duplicates(["run", "step", "metric"])
+    assert len(once) == len(m[["run", "step", "metric"]].drop_duplicates())
+    return rs

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract import sizes
-from olmoablate.contract.arch import DepthAttention, Looped
+from olmoablate.plan import accounting as acc
+from olmoablate.plan import sizes
+from olmoablate.plan.arch import DepthAttention, Looped
 
 BIG = ["1B", "3B", "7B"]
 
@@ -138,7 +138,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", VARIANTS)
 def test_variant_counts_equal_the_built_model(name: str) -> None:
     """The plan's numbers are the trained model's numbers (GQA, SWA narrower than the sequence)."""
-    from olmoablate.models import build_model
+    from olmoablate.models.config import build_model
 
     size = {
         "d_model": 64,

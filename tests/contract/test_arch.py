@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from olmoablate.contract.arch import Architecture, DepthAttention, Looped, parse_architecture
 from olmoablate.errors import UserError
+from olmoablate.plan.arch import Architecture, DepthAttention, Looped, parse_architecture
 
 
 def test_loops_at_step_is_one_based_like_olmo_core() -> None:

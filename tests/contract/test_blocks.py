@@ -10,22 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract.arch import parse_architecture
-from olmoablate.contract.blocks import code_identity, get_block
-from olmoablate.contract.sizes import resolve
 from olmoablate.errors import UserError
-from olmoablate.testing import blocks
-from olmoablate.testing.cli import run_cli
-from olmoablate.testing.paths import REPO
+from olmoablate.plan import accounting as acc
+from olmoablate.plan.arch import parse_architecture
+from olmoablate.plan.blocks import code_identity, get_block
+from olmoablate.plan.sizes import resolve
+from olmoablate.testing import REPO, blocks, run_cli
 
 
 def test_validate_of_bundled_blocks_neither_scans_entry_points_nor_imports_torch() -> None:
     code = (
         "import sys; from pathlib import Path\n"
-        "from olmoablate.spec.command import validate_command\n"
+        "from olmoablate.plan.validate import validate_command\n"
         "validate_command([Path('specs')])\n"
-        "import olmoablate.contract.blocks as b\n"
+        "import olmoablate.plan.blocks as b\n"
         "print(b._entry_points is None, 'torch' in sys.modules, 'olmo_core' in sys.modules)\n"
     )
     out = subprocess.run(
@@ -82,7 +80,7 @@ def test_code_identity_of_bundled_and_installed_blocks() -> None:
     da = code_identity("depth_attention")
     assert (da["distribution"], da["module"]) == (
         "olmoablate",
-        "olmoablate.contract.bundled:DepthAttentionBlock",
+        "olmoablate.plan.arch:DepthAttentionBlock",
     )
     assert da["files"] >= 5 and len(da["sha256"]) == 64
     ls = code_identity("layerscale")
@@ -112,8 +110,8 @@ def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
     pkg.mkdir()
     src = pkg / "mine.py"
     src.write_text(
-        "from olmoablate.contract.base import Strict\n"
-        "from olmoablate.contract.blocks import Block\n"
+        "from olmoablate.errors import Strict\n"
+        "from olmoablate.plan.blocks import Block\n"
         "class Mine(Block):\n"
         "    name = 'mine'\n    Options = Strict\n    model = 'ns_blocks_r1.mine:MODEL'\n"
         "BLOCK = Mine()\n"
@@ -140,7 +138,7 @@ def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -
 
 def test_code_change_names_the_file_the_block_was_loaded_from() -> None:
     # a job whose cwd shadows the planned module loads other code: say which file it loaded
-    from olmoablate.contract.blocks import code_changes
+    from olmoablate.plan.blocks import code_changes
 
     key = "olmoablate.testing.blocks:OFF_BY_ONE"
     (msg,) = code_changes({key: {"sha256": "0" * 64, "version": None}}, {key: {}})

@@ -8,13 +8,12 @@ from typing import Any, get_args
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract import bundled
-from olmoablate.contract.arch import parse_architecture
-from olmoablate.contract.sizes import resolve
 from olmoablate.errors import UserError
-from olmoablate.testing.cli import run_cli
-from olmoablate.testing.paths import REPO
+from olmoablate.plan import accounting as acc
+from olmoablate.plan import arch as bundled
+from olmoablate.plan.arch import parse_architecture
+from olmoablate.plan.sizes import resolve
+from olmoablate.testing import REPO, run_cli
 
 TINY = resolve({"name": "tiny", "d_model": 64, "n_layers": 8, "n_heads": 4, "n_kv_heads": 2,
                 "mlp_hidden_size": 192, "sliding_window": 32, "vocab_size": 4096})
@@ -54,8 +53,8 @@ def test_fields_are_olmo_core_config_fields_with_olmo_core_values() -> None:
     ],
 )
 def test_accounting_is_exact_against_the_built_model(fields: dict, extra: dict) -> None:
-    from olmoablate.models import build_model_config, unique_param_count
-    from olmoablate.train import proof
+    from olmoablate.models.config import build_model_config, unique_param_count
+    from olmoablate.run import proof
 
     arch = {"olmo_core": fields, **extra}
     cfg = build_model_config(TINY, arch)
@@ -71,7 +70,7 @@ def test_accounting_is_exact_against_the_built_model(fields: dict, extra: dict) 
 
 
 def test_rope_theta_and_block_name_reach_olmo_core() -> None:
-    from olmoablate.models import build_model_config
+    from olmoablate.models.config import build_model_config
 
     cfg = build_model_config(TINY, {"olmo_core": {"rope_theta": 10_000, "block_name": "default"}})
     assert cfg.block.sequence_mixer.rope.theta == 10_000 and cfg.block.name == "default"

@@ -1,4 +1,4 @@
-"""Tests of olmoablate.contract.columnar: the job's Arrow copy of metrics.jsonl reads back exactly what
+"""Tests of olmoablate.run.columnar: the job's Arrow copy of metrics.jsonl reads back exactly what
 parsing the JSON gives, follows appends, and is ignored as soon as it no longer matches."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from olmoablate.contract import columnar
-from olmoablate.contract.metricsfile import Metrics, read_metrics
-from olmoablate.testing.paths import REPO
+from olmoablate.run import columnar
+from olmoablate.run.metricsfile import Metrics, read_metrics
+from olmoablate.testing import REPO
 
 
 def _rows(lo: int, hi: int) -> str:
@@ -95,7 +95,7 @@ def test_a_rewritten_or_foreign_file_makes_the_copy_stale(tmp_path: Path) -> Non
 
 
 def test_collect_from_copies_equals_collect_from_json(tmp_path: Path) -> None:
-    from olmoablate.report.read.collect import collect
+    from olmoablate.report.collect import collect
     from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=300, eval_interval=30)
@@ -117,7 +117,7 @@ def test_collect_from_copies_equals_collect_from_json(tmp_path: Path) -> None:
 def test_collect_really_starts_from_the_copy(tmp_path: Path) -> None:
     """An edit in the middle of the file (outside the probed 4 KiB ends) is not seen through a
     valid copy: proof that the cold report read the copy, not the JSON."""
-    from olmoablate.report.read.collect import collect
+    from olmoablate.report.collect import collect
     from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_plan, write_run
 
     spec = SynthSpec(steps=400, eval_interval=40)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from olmoablate.contract.faults import chain, classify, write_traceback
+from olmoablate.run.resume import chain, classify, write_traceback
 
 RESUME = "olmoablate submit results/x --retry-failed"
 

@@ -1,8 +1,8 @@
 """Each cross-stage file name and each metric name is spelled once in the product (issue 22).
 
 The scan reads the package's source (docstrings and comments aside): a file name such as
-``status.json`` appears only in :mod:`olmoablate.contract.filenames`, a metric name such as
-``step_time_s`` only in :mod:`olmoablate.contract.metrics`; every other module imports them.
+``status.json`` appears only in :mod:`olmoablate.plan.names`, a metric name such as
+``step_time_s`` only in :mod:`olmoablate.plan.metrics`; every other module imports them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import olmoablate
-from olmoablate.contract import filenames, metrics
+from olmoablate.plan import metrics
+from olmoablate.plan import names as filenames
 
 PACKAGE = Path(olmoablate.__file__).parent
 

@@ -1,4 +1,4 @@
-"""Run identity (`olmoablate.contract.identity`, `olmoablate.store.identify`): what it hashes.
+"""Run identity (`olmoablate.plan.identity`, `olmoablate.plan.store`): what it hashes.
 
 The rule under test: everything of the run entry is in the identity unless the deny-list names
 it, the data is named by content, and nothing of one machine (paths, spec name, time) leaks in.
@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract import identity as ident
-from olmoablate.contract.plan import Plan
-from olmoablate.store.fingerprint import fingerprint
-from olmoablate.store.identify import identify
-from olmoablate.testing.paths import MINIMAL_SPEC
+from olmoablate.plan import identity as ident
+from olmoablate.plan.planfile import Plan
+from olmoablate.plan.store import fingerprint, identify
+from olmoablate.testing import MINIMAL_SPEC
 from olmoablate.testing.plans import run_entry, write_tokens
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
@@ -123,7 +122,7 @@ def test_token_files_are_named_by_content_not_by_path(tmp_path: Path) -> None:
 def test_sampled_fingerprint_of_a_large_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from olmoablate.store import fingerprint as fp_mod
+    from olmoablate.plan import store as fp_mod
 
     monkeypatch.setattr(fp_mod, "FULL_HASH_BYTES", 1 << 10)
     monkeypatch.setattr(fp_mod, "BLOCK", 256)
@@ -139,7 +138,7 @@ def test_sampled_fingerprint_of_a_large_file(
 
 
 def _plan(tmp_path: Path, **head: Any) -> Plan:
-    from olmoablate.testing import synthetic_plan as sp
+    from olmoablate.testing import plans as sp
 
     write_tokens(tmp_path / "data" / "train.bin", 20_000, seed=1)
     write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)
@@ -263,7 +262,7 @@ def test_every_leaf_not_excluded_changes_it() -> None:
 
 
 def _planned(tmp_path: Path) -> dict[str, Any]:
-    from olmoablate.testing import synthetic_plan as sp
+    from olmoablate.testing import plans as sp
 
     write_tokens(tmp_path / "data" / "train.bin", 5_000, seed=1)
     write_tokens(tmp_path / "data" / "heldout.bin", 2_000, seed=2)
@@ -305,7 +304,7 @@ def test_an_identity_section_that_does_not_fit_its_plan_is_refused(
 def test_a_reused_marker_out_of_the_store_is_not_followed(tmp_path: Path, where: str) -> None:
     import json
 
-    from olmoablate.contract.layout import ResultsDir
+    from olmoablate.plan.layout import ResultsDir
 
     doc = _planned(tmp_path)
     rd = ResultsDir(tmp_path / "results" / "p")
@@ -323,7 +322,7 @@ def test_the_fingerprint_cache_holds_a_data_set_of_many_files(
 ) -> None:
     """A 1B recipe's token files are hundreds of shards: planning again must not re-hash all of
     them because the cache kept only the last few dozen."""
-    from olmoablate.store import fingerprint as fp
+    from olmoablate.plan import store as fp
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     files = []
@@ -346,7 +345,7 @@ def test_a_path_with_a_variable_unset_at_plan_time_keeps_its_folder(
 ) -> None:
     """``${X}/a.bin`` with X unset where `plan` runs: relative (the job reads it from its plan's
     workdir), so two workdirs name two files."""
-    from olmoablate.store.fingerprint import name_of
+    from olmoablate.plan.store import name_of
 
     monkeypatch.delenv("OLMOABLATE_UNSET_X", raising=False)
     one, two = (name_of("${OLMOABLATE_UNSET_X}/a.bin", tmp_path / d) for d in ("w1", "w2"))

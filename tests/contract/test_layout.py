@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract import columnar
-from olmoablate.contract.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.errors import UserError
+from olmoablate.plan.layout import ResultsDir, RunDir, resolve_results
+from olmoablate.plan.names import recorded_state
+from olmoablate.run import columnar
+from olmoablate.run.files import RunStatus, RunSummary
 
 
 def test_every_form_of_spec_resolves_to_the_same_folder(tmp_path: Path) -> None:
@@ -55,10 +57,11 @@ def test_layout_names(tmp_path: Path) -> None:
 
 def test_status_reads_tolerate_absent_and_torn_files(tmp_path: Path) -> None:
     run = ResultsDir(tmp_path).run("r")
-    assert run.read_status() is None and run.read_summary() is None
+    assert RunStatus.load(run.status) is None and RunSummary.load(run.summary) is None
     run.path.mkdir(parents=True)
     run.status.write_text('{"state": "running"')  # torn write
-    assert run.read_status() is None
+    assert RunStatus.load(run.status) is None and recorded_state(run.status) is None
     run.status.write_text('{"state": "running"}')
-    status = run.read_status()
+    assert recorded_state(run.status) == "running"
+    status = RunStatus.load(run.status)
     assert status is not None and status.as_json() == {"state": "running"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from olmoablate.contract import metrics as m
+from olmoablate.plan import metrics as m
 
 
 def test_names_are_olmo_core_s() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from olmoablate.contract.metricsfile import read_metrics
+from olmoablate.run.metricsfile import read_metrics
 
 
 def _reference(lines: list[str]) -> dict[str, dict[int, float]]:
@@ -155,7 +155,7 @@ def test_empty_and_blank_files(tmp_path: Path) -> None:
 
 
 def test_large_uniform_files_take_the_vectorised_path(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import olmoablate.contract.metricsfile as mod
+    import olmoablate.run.metricsfile as mod
 
     calls = {"n": 0}
     real = mod.json.loads
@@ -188,7 +188,7 @@ def test_parts_appended_equal_the_full_parse(tmp_path: Path) -> None:
     """Parsing a file in two parts (the incremental cache's path) gives the full parse's
     numbers at every split, or None where only a full parse is exact (a step repeated across
     the split: per-key last-row-wins)."""
-    from olmoablate.contract.metricsfile import append, read_part
+    from olmoablate.run.metricsfile import append, read_part
 
     lines = _rows(700, random.Random(4))  # NaN / +-Infinity values, eval rows, constant column
     lines[100] = lines[100][:40]  # torn lines in the middle
@@ -234,7 +234,7 @@ def test_parts_appended_equal_the_full_parse(tmp_path: Path) -> None:
 
 
 def test_append_with_a_new_key_and_empty_parts(tmp_path: Path) -> None:
-    from olmoablate.contract.metricsfile import Metrics, append
+    from olmoablate.run.metricsfile import Metrics, append
 
     a = Metrics(np.array([1, 2]), {"x": np.array([1.0, np.nan])}, ["a"], 2, 0, {"x": 1})
     b = Metrics(np.array([3]), {"y": np.array([5.0])}, [], 1, 0, {})

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.overrides import apply_overrides, parse_value, spec_sha256
-from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.testing.paths import MINIMAL_SPEC
+from olmoablate.plan.load import SpecError, apply_overrides, load_spec, parse_value, spec_sha256
+from olmoablate.testing import MINIMAL_SPEC
 
 MINIMAL = (MINIMAL_SPEC).read_text()
 

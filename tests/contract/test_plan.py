@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.plan import PLAN_SCHEMA, Plan, RunEntry
 from olmoablate.errors import UserError
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import REPO
-from olmoablate.testing.plan_formats import as_format_1
+from olmoablate.plan.expand import build_plan
+from olmoablate.plan.load import load_spec
+from olmoablate.plan.planfile import PLAN_SCHEMA, Plan, RunEntry
+from olmoablate.testing import REPO, as_format_1
 
 SPECS = REPO / "specs"
 

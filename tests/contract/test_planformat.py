@@ -21,15 +21,14 @@ from typing import Any
 import pytest
 from pydantic.fields import FieldInfo
 
-from olmoablate.contract import plan as plan_mod
-from olmoablate.contract.plan import PLAN_SCHEMA, Plan
-from olmoablate.contract.resolved import RESOLUTIONS, field_type
-from olmoablate.contract.schema import Topology
 from olmoablate.errors import UserError
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import REPO
-from olmoablate.testing.plan_formats import as_format_1
+from olmoablate.plan import planfile as plan_mod
+from olmoablate.plan.expand import build_plan
+from olmoablate.plan.load import load_spec
+from olmoablate.plan.planfile import PLAN_SCHEMA, Plan
+from olmoablate.plan.resolved import RESOLUTIONS, field_type
+from olmoablate.plan.schema import Topology
+from olmoablate.testing import REPO, as_format_1
 
 SPECS = REPO / "specs"
 
@@ -174,7 +173,7 @@ def test_plan_entries_name_their_sections_with_the_resolved_models() -> None:
 
 
 def test_the_spec_slurm_time_is_one_int(tmp_path: Path) -> None:
-    from olmoablate.contract.schema import Slurm
+    from olmoablate.plan.schema import Slurm
 
     assert Slurm(time="1-00:00:00").time == 1440 and Slurm().time == 60
     assert (
@@ -206,14 +205,14 @@ def test_on_gpu_is_decided_in_one_place() -> None:
         for no, line in enumerate(path.read_text().splitlines(), 1):
             if _DECIDES_GPU.search(line.split("#")[0]):
                 found.append(f"{path.relative_to(REPO)}:{no}: {line.strip()}")
-    execution = "olmoablate/contract/execution.py"
+    execution = "olmoablate/plan/schema.py"
     assert [f for f in found if not f.startswith(execution)] == []
     assert len(found) == 2, found  # on_gpu itself, and ranks_per_node choosing by it
 
 
 def test_precision_rule_is_one_property(one_gate_doc: dict[str, Any]) -> None:
-    from olmoablate.contract.schema import computes_in_bf16
-    from olmoablate.train.config import computes_in_bf16 as job_rule
+    from olmoablate.plan.schema import computes_in_bf16
+    from olmoablate.run.config import computes_in_bf16 as job_rule
 
     cpu, gpu = Topology(gpus_per_node=0), Topology(gpus_per_node=8)
     rule = {
@@ -246,8 +245,8 @@ def test_a_job_start_validates_the_plan_once(
 ) -> None:
     """The launcher's wrapper (`TrainRun`) and the training job (`load_run`) both read the plan
     at every start; it is parsed and validated once, and both get the same typed object."""
-    from olmoablate.launch.job import TrainRun
-    from olmoablate.train.plan import load_run
+    from olmoablate.run.runplan import load_run
+    from olmoablate.run.task import TrainRun
 
     for key, value in (("EXECUTOR", "local"), ("LOCAL_JOB_ID", "1"), ("LOCAL_GLOBALID", "0")):
         monkeypatch.setenv(f"SUBMITIT_{key}", value)  # a one-task local submitit job
@@ -294,7 +293,7 @@ def test_a_changed_plan_is_validated_again(
 
 def test_prereg_of_a_gates_plan_reads_its_first_gate() -> None:
     """Not only a view: the plan of a `gates:` spec is checked against its first gate's block."""
-    from olmoablate.report.read.prereg import check_gate_unchanged, resolve_gate
+    from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 
     plan = build_plan(load_spec(SPECS / "demo.yaml"))
     assert check_gate_unchanged(plan) == []

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.runfiles import LedgerFile, LedgerRun, RunStatus, RunSummary
-from olmoablate.contract.runstates import RunState, now_iso, parse_time
 from olmoablate.errors import UserError
-from olmoablate.testing.paths import REPO, TESTS
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.names import RunState, now_iso, parse_time
+from olmoablate.run.files import LedgerFile, LedgerRun, RunStatus, RunSummary
+from olmoablate.testing import REPO, TESTS
 
 PACKAGE = REPO / "olmoablate"
 OLD = TESTS / "fixtures" / "results_v1" / "results" / "compat_v1"
@@ -159,7 +159,7 @@ NOT_RUN_FILES = {"lease", "cols", "state_dict", "r"}
 def test_no_dict_reads_of_run_files_outside_the_contract() -> None:
     """``.get("<field>")`` of status/summary/ledger data lives only in olmoablate/contract: no
     stage reads a field of those files by name (every field of the models counts)."""
-    from olmoablate.contract.runfiles import ExecutionRecord, LedgerJob
+    from olmoablate.run.files import ExecutionRecord, LedgerJob
 
     keys: set[str] = set()
     for model in (RunStatus, RunSummary, ExecutionRecord, LedgerRun, LedgerJob, LedgerFile):
@@ -184,9 +184,9 @@ def test_a_next_plan_resolves_to_its_spec_and_submits_its_runs(tmp_path: Path) -
     `submit` restricts itself to its runs (refusing one re-planned since)."""
     import shutil
 
-    from olmoablate.contract.layout import resolve_results
-    from olmoablate.contract.plan import Plan
-    from olmoablate.launch.command import plan_part
+    from olmoablate.plan.layout import resolve_results
+    from olmoablate.plan.planfile import Plan
+    from olmoablate.run.launch import plan_part
 
     root = tmp_path / "results"
     shutil.copytree(OLD, root / "compat_v1")

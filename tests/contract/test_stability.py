@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from olmoablate.contract.stability import SpikeDetector, spike_indices
+from olmoablate.plan.metrics import SpikeDetector, spike_indices
 
 
 def _series(seed: int, n: int = 3000) -> np.ndarray:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from olmoablate.contract.stats import holm, mde, p_above, seeds_needed, t_cdf, t_ppf
+from olmoablate.stats import holm, mde, p_above, seeds_needed, t_cdf, t_ppf
 
 # (dof, p, t) from standard t tables
 TABLE = [

@@ -1,4 +1,4 @@
-"""Tests for olmoablate.contract.tokens / spec.datacheck: tokenizer.json specs and token-file checks.
+"""Tests for olmoablate.plan.tokens / spec.datacheck: tokenizer.json specs and token-file checks.
 
 The token files are written here with numpy (and once through `data prepare`), so each check is
 exercised on real bytes; every rejection must name the file and come from `olmoablate validate`.
@@ -15,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.contract.tokens import (
+from olmoablate.data.tokenizers import BPE_SHA256, bpe_path
+from olmoablate.plan.expand import build_plan
+from olmoablate.plan.load import SpecError, load_spec
+from olmoablate.plan.tokens import (
     chunk_bounds,
     eval_sequences,
     narrowest_dtype,
@@ -24,10 +27,7 @@ from olmoablate.contract.tokens import (
     tokenizer_info,
     unigram_entropy,
 )
-from olmoablate.data.vocab import BPE_SHA256, bpe_path
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 BPE = str(bpe_path())
 
@@ -103,7 +103,7 @@ def test_shipped_bpe_ids_come_from_the_file() -> None:
 def test_packaged_tokenizer_facts_are_the_files() -> None:
     """A packaged name answers from constants (no parse at `validate`); each must be what its
     file says when read as a tokenizer.json path."""
-    from olmoablate.contract.tokens import PACKAGED_TOKENIZERS, packaged_tokenizer
+    from olmoablate.plan.tokens import PACKAGED_TOKENIZERS, packaged_tokenizer
 
     for name in PACKAGED_TOKENIZERS:
         path = packaged_tokenizer(name)
@@ -233,7 +233,7 @@ def test_token_scan_is_cached_per_file_version(
 ) -> None:
     """The second validate of an unchanged file reads neither the file nor numpy; a rewritten
     file (new size/mtime) and a corrupt cache are scanned again, with the same answer."""
-    from olmoablate.contract import tokens
+    from olmoablate.plan import tokens
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "t.bin"

@@ -19,23 +19,17 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from olmoablate.data import (
-    DOLMA2_EOS_TOKEN_ID,
-    DOLMA2_PAD_TOKEN_ID,
-    DOLMA2_VOCAB_SIZE,
-    TOKEN_DTYPE,
+from olmoablate.data.corpus import TOKEN_DTYPE, ensure_demo_data, fix_command, verify
+from olmoablate.data.prepare import data_app, prepare
+from olmoablate.data.tokenizers import (
     TOKENIZER_SHA256,
-    ensure_demo_data,
-    fix_command,
     load_tokenizer,
-    prepare,
     tokenizer_available,
     tokenizer_path,
-    verify,
 )
-from olmoablate.data.command import data_app
 from olmoablate.errors import UserError
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.sizes import DOLMA2_EOS_TOKEN_ID, DOLMA2_PAD_TOKEN_ID, DOLMA2_VOCAB_SIZE
+from olmoablate.testing import REPO
 
 # Sorted by relative path: a.rst.txt, b/c.rst.txt, b/d.rst.txt, e.rst.txt, f.rst.txt, g.rst.txt.
 DOCS: dict[str, str] = {
@@ -308,7 +302,7 @@ def test_prepare_cli_with_source_dir(tmp_path: Path) -> None:
 
 
 def test_prepare_bpe_writes_uint16_files_that_decode_back(tmp_path: Path) -> None:
-    from olmoablate.data.vocab import BPE4096, DOLMA2
+    from olmoablate.data.tokenizers import BPE4096, DOLMA2
 
     src = _write_corpus(tmp_path)
     m = prepare(tmp_path / "bpe", source_dir=src, heldout_every=3, tokenizer="bpe4096").manifest
@@ -343,7 +337,7 @@ def test_check_cli_checks_both_tokenizers(tmp_path: Path) -> None:
 
 _TRAIN_BPE = """
 import hashlib, sys
-from olmoablate.data.bpe import to_json_bytes, train_bpe
+from olmoablate.data.tokenizers import to_json_bytes, train_bpe
 texts = [f"word{i % 97} and thing{i % 13}, value {i * 7 % 1000}; " * 3 for i in range(400)]
 print(hashlib.sha256(to_json_bytes(train_bpe(texts, 600))).hexdigest())
 """
@@ -369,9 +363,13 @@ def test_bpe_training_is_deterministic_across_processes() -> None:
 )
 def test_shipped_bpe_is_reproduced_from_the_train_documents() -> None:
     """The pinned file is what `train_bpe` makes from the demo's train split (Debian package)."""
-    from olmoablate.data.bpe import to_json_bytes, train_bpe
     from olmoablate.data.corpus import get_source, list_documents, read_text
-    from olmoablate.data.vocab import BPE_SHA256, BPE_TRAIN_HOLDOUT_EVERY
+    from olmoablate.data.tokenizers import (
+        BPE_SHA256,
+        BPE_TRAIN_HOLDOUT_EVERY,
+        to_json_bytes,
+        train_bpe,
+    )
 
     texts = [t for t in map(read_text, list_documents(get_source("python-docs"))) if t.strip()]
     train = [t for i, t in enumerate(texts) if i % BPE_TRAIN_HOLDOUT_EVERY]

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract.sizes import resolve
-from olmoablate.testing.cli import run_cli as _cli
-from olmoablate.testing.paths import REPO
+from olmoablate.plan import accounting as acc
+from olmoablate.plan.sizes import resolve
+from olmoablate.testing import REPO
+from olmoablate.testing import run_cli as _cli
 from olmoablate.testing.plans import write_tokens
 
 ARCH = {"layerscale": {"init": 0.1}}
@@ -83,7 +83,7 @@ def test_no_line_of_olmoablate_names_the_example() -> None:
 def test_layerscale_model_is_the_equation_and_costs_its_formula() -> None:
     import torch
 
-    from olmoablate.models import build_model, param_counts
+    from olmoablate.models.config import build_model, param_counts
     from olmoablate.models.generate import greedy_decode
 
     d = resolve(DIMS)

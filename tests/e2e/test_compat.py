@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.testing.cli import run_cli as _cli
-from olmoablate.testing.paths import TESTS
+from olmoablate.testing import TESTS
+from olmoablate.testing import run_cli as _cli
 
 FIXTURE = TESTS / "fixtures" / "results_v1"
 SPEC = "compat_v1"
@@ -93,7 +93,7 @@ def test_report_writes_identical_outputs(
 def test_old_plan_loads_with_the_contract() -> None:
     """The acceptance test of item 6: the typed model reads the old release's schema-1 plan.json,
     and holds it in the current format (issue 22: its gate once, in `gates`)."""
-    from olmoablate.contract.plan import PLAN_SCHEMA, Plan
+    from olmoablate.plan.planfile import PLAN_SCHEMA, Plan
 
     path = FIXTURE / "results" / SPEC / "plan.json"
     raw = json.loads(path.read_text())

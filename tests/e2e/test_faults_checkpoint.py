@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.checkpoints import (
+from olmoablate.run.resume import (
     BROKEN_DIR,
     FALLBACK_FROM_METRIC,
     MANIFEST,
     RESUMED_FROM_METRIC,
     select_checkpoint,
 )
-from olmoablate.testing.pair import (
+from olmoablate.testing.plans import (
     PAIR,
     PAIR_STEPS,
     ce_losses,
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow
 def _train_until_checkpoint(results: Path, run_id: str, step: int) -> None:
     """Run the real training job and SIGKILL it once checkpoint ``step`` is complete."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "olmoablate.train.job", str(results / "plan.json"), run_id],
+        [sys.executable, "-m", "olmoablate.run.job", str(results / "plan.json"), run_id],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from olmoablate.testing.pair import PAIR, ce_losses, make_pair_plan, read_status
+from olmoablate.testing.plans import PAIR, ce_losses, make_pair_plan, read_status
 
 CLI = [sys.executable, "-m", "olmoablate"]
 pytestmark = pytest.mark.slow

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import torch
 
-from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
-from olmoablate.launch import devices
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.planfile import RunEntry
+from olmoablate.run import callbacks as cbs
+from olmoablate.run import config as cfgs
+from olmoablate.run import slurm as devices
+from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry, typed
-from olmoablate.train import callbacks as cbs
-from olmoablate.train import config as cfgs
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -54,7 +54,7 @@ def clean_env() -> Any:
 
 def test_slurm_task_with_local_rank_1_keeps_all_node_gpus(clean_env: Any) -> None:
     """Defect 1: rank 9 = node 1, local rank 1 of 8 GPU tasks. Its cuda:1 must exist."""
-    from olmoablate.launch.job import setup_distributed_env
+    from olmoablate.run.task import setup_distributed_env
 
     clean_env.update(
         SUBMITIT_EXECUTOR="slurm",
@@ -99,8 +99,8 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
 ) -> None:
     """Defect 2: two 2-GPU jobs with --parallel 2 on a node whose 4 GPUs are visible. Each job's
     tasks see that job's own 2 GPUs (not "" and not the same GPU), local rank r -> cuda:r."""
-    from olmoablate.contract.layout import ResultsDir
-    from olmoablate.launch.submit import submit
+    from olmoablate.plan.layout import ResultsDir
+    from olmoablate.run.submit import submit
 
     runs = [
         run_entry(rid, arm, arch, steps=1)
@@ -118,7 +118,7 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
         ResultsDir(plan_path.parent),
         "local",
         parallel=2,
-        target="olmoablate.testing.gpu_env_target:record",
+        target="olmoablate.testing.slurm:record",
         progress=False,
     )
     slots = []
@@ -158,7 +158,7 @@ def test_ddp_on_cuda_trains_in_bf16_autocast() -> None:
 
 def test_single_process_bf16_autocast_config_builds() -> None:
     """The autocast dtype must be an OLMo-core DType (a torch.dtype crashed in build())."""
-    from olmoablate.models import build_model_config
+    from olmoablate.models.config import build_model_config
 
     run = typed(run_entry("r", "baseline", {}, training={"precision": "bf16"}))
     tm = cfgs.train_module_config(run, cfgs.Environment("cpu"))
@@ -274,7 +274,7 @@ def test_validate_warns_when_swa_is_inactive(tmp_path: Path) -> None:
 
 
 def test_shipped_gpu_specs_use_olmo3_context_and_window() -> None:
-    from olmoablate.spec.load import load_spec
+    from olmoablate.plan.load import load_spec
 
     for name in ("siamese_depth_attention", "looped_olmo"):
         ls = load_spec(REPO / "specs" / f"{name}.yaml")
@@ -466,7 +466,7 @@ def _saved_bytes(model: Any, ids: torch.Tensor) -> tuple[int, list[torch.Tensor]
 def test_depth_attention_activation_checkpointing_saves_memory_same_grads() -> None:
     from olmo_core.nn.transformer.config import TransformerActivationCheckpointingMode
 
-    from olmoablate.models import build_model_config
+    from olmoablate.models.config import build_model_config
 
     dims = {
         "d_model": 64,
@@ -520,7 +520,7 @@ def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
             "--standalone",
             "--nproc-per-node=2",
             "-m",
-            "olmoablate.train.job",
+            "olmoablate.run.job",
             str(plan),
             "tiny-s0-baseline",
         ],
@@ -543,7 +543,7 @@ def test_two_rank_gloo_fsdp_bf16_params_and_decode(tmp_path: Path) -> None:
 def test_a_compile_request_the_cpu_job_cannot_honour_is_recorded(tmp_path: Path) -> None:
     """Issue 27, 9: a plan saying ``compile: true`` (made before validate refused it on CPU)
     trains eagerly on the CPU, and summary.json says so instead of only a buried log line."""
-    from olmoablate.train.job import run_job
+    from olmoablate.run.job import run_job
 
     entry = run_entry(
         "tiny-s0-baseline",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing import run_cli as _cli
 from olmoablate.testing.plans import write_tokens
-from olmoablate.testing.results_check import check_against_report
+from olmoablate.testing.synthetic import check_against_report
 
 pytestmark = pytest.mark.slow
 

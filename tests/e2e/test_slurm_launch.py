@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.cancel import cancel
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.reconcile import reconcile
-from olmoablate.launch.submit import submit
-from olmoablate.testing.pair import (
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.launch import cancel
+from olmoablate.run.state import Ledger, reconcile
+from olmoablate.run.submit import submit
+from olmoablate.testing.plans import (
     PAIR,
     PAIR_STEPS,
     ce_losses,
@@ -180,7 +179,7 @@ def test_concurrent_submits_cancel_and_resume(
 def test_ddp_two_tasks_gloo_under_slurm(
     slurm_cluster: dict[str, Any], local_reference: dict[str, Any], tmp_path: Path
 ) -> None:
-    from olmoablate.contract.certificate import certificate_of
+    from olmoablate.plan.identity import certificate_of
     from olmoablate.testing.plans import make_plan, run_entry
 
     run = run_entry(PAIR[0], "baseline", {}, steps=PAIR_STEPS, pair_id="tiny-s0-shallow")

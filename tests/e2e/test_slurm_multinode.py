@@ -20,20 +20,20 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.submit import submit
-from olmoablate.testing.pair import (
+from olmoablate.plan.identity import certificate_of
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.state import Ledger
+from olmoablate.run.submit import submit
+from olmoablate.testing import REPO
+from olmoablate.testing.plans import (
     PAIR,
     PAIR_STEPS,
     ce_losses,
+    make_plan,
     pair_runs,
     read_status,
     wait_for,
 )
-from olmoablate.testing.paths import REPO
-from olmoablate.testing.plans import make_plan
 from olmoablate.testing.slurm import (
     SLURM_NODES,
     assert_same_as_reference,

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.runstate import latest_checkpoint_step
-from olmoablate.launch.submit import submit
-from olmoablate.testing.pair import PAIR, pair_runs, read_status, wait_for
-from olmoablate.testing.plans import make_plan, run_entry
+from olmoablate.plan.identity import certificate_of
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.resume import latest_checkpoint_step
+from olmoablate.run.state import Ledger
+from olmoablate.run.submit import submit
+from olmoablate.testing.plans import PAIR, make_plan, pair_runs, read_status, run_entry, wait_for
 from olmoablate.testing.slurm import (
     assert_same_as_reference,
     cli,

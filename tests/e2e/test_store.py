@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing import run_cli as _cli
 from olmoablate.testing.plans import write_tokens
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract.sizes import resolve
-from olmoablate.testing.paths import REPO
+from olmoablate.plan import accounting as acc
+from olmoablate.plan.sizes import resolve
+from olmoablate.testing import REPO
 
 pytestmark = pytest.mark.slow
 KEY = "value_residual:BLOCK"
@@ -30,9 +30,9 @@ def _on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_value_residual_is_the_equation_and_costs_its_formula() -> None:
     import torch
 
-    from olmoablate.models import build_model, build_model_config, param_counts
+    from olmoablate.models.config import build_model, build_model_config, param_counts
     from olmoablate.models.generate import greedy_decode
-    from olmoablate.train.proof import PROOF_SEQ_LEN, measured_flops_per_token
+    from olmoablate.run.proof import PROOF_SEQ_LEN, measured_flops_per_token
 
     dims, arch = resolve(TINY), {KEY: {"init": 0.5}}
     model, base = build_model(TINY, arch), build_model(TINY, None)
@@ -59,9 +59,9 @@ def test_value_residual_is_the_equation_and_costs_its_formula() -> None:
 def test_value_residual_spec_validates_and_its_exclusions_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from olmoablate.contract.arch import parse_architecture
     from olmoablate.errors import UserError
-    from olmoablate.testing.cli import run_cli
+    from olmoablate.plan.arch import parse_architecture
+    from olmoablate.testing import run_cli
 
     with pytest.raises(UserError, match="depth_attention"):
         parse_architecture({KEY: {}, "depth_attention": {"stride": 2}})

@@ -1,1 +1,1 @@
-"""Tests of olmoablate.launch."""
+"""Tests of olmoablate.run."""

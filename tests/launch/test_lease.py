@@ -1,4 +1,4 @@
-"""The store's leases (`olmoablate.launch.lease`): one run identity is trained once per store.
+"""The store's leases (`olmoablate.run.submit`): one run identity is trained once per store.
 
 Fast tests on hand-made plans (the real concurrent `submit`s are in tests/e2e/test_store.py)."""
 
@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.cancel import cancel
-from olmoablate.launch.lease import claim, lease_path, store_locked
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.reconcile import reconcile
-from olmoablate.launch.runstate import mark_status
-from olmoablate.store.identify import identify
-from olmoablate.testing import synthetic_plan as sp
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.store import identify
+from olmoablate.run.launch import cancel
+from olmoablate.run.resume import mark_status
+from olmoablate.run.state import Ledger, reconcile
+from olmoablate.run.submit import claim, lease_path, store_locked
+from olmoablate.testing import plans as sp
 from olmoablate.testing.plans import run_entry, write_tokens
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
@@ -183,7 +182,7 @@ def test_a_lease_whose_owner_the_scheduler_cannot_answer_for_is_not_taken_over(
     fail). Taking the lease over would train the identity a second time while a's job may well
     be running: b's submit stops with one line instead."""
     from olmoablate.errors import UserError
-    from olmoablate.launch import slurm as sl
+    from olmoablate.run import slurm as sl
 
     a, b = _spec(store, "a", 2), _spec(store, "b", 1)
     with store_locked(a):
@@ -207,7 +206,7 @@ def test_a_run_folder_of_another_identity_is_not_resumed_under_the_new_one(store
     says Y. Resuming would continue X's checkpoint on Y's data and label the mix Y: submit
     stops in one line naming --redo; with --redo (folder moved aside) it trains Y afresh."""
     from olmoablate.errors import UserError
-    from olmoablate.launch.lease import apply_leases, write_identity
+    from olmoablate.run.submit import apply_leases, write_identity
 
     a = _spec(store, "a", 2)
     write_identity(a, BASE)
@@ -224,7 +223,7 @@ def test_redo_of_a_run_another_spec_trains_says_where_to_redo_it(store: Path) ->
     """b uses a's finished run; `submit --redo` of it in b cannot retrain it there (one identity
     is trained once per store): one line naming the spec that trains it, not a silent skip."""
     from olmoablate.errors import UserError
-    from olmoablate.launch.lease import apply_leases
+    from olmoablate.run.submit import apply_leases
 
     a, b = _spec(store, "a", 2), _spec(store, "b", 1)
     with store_locked(a):

@@ -12,10 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.procid import identity, is_same_process
-from olmoablate.testing.pair import PAIR, make_pair_plan
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.state import Ledger, identity, is_same_process
+from olmoablate.testing.plans import PAIR, make_pair_plan
 
 CLI = [sys.executable, "-m", "olmoablate"]
 

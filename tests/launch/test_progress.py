@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.console import make_console, print_whole
-from olmoablate.launch.progress import Progress, plain_line
-from olmoablate.launch.reconcile import RunView
-from olmoablate.launch.view import status_table
+from olmoablate.io import make_console, print_whole
+from olmoablate.run.localpool import Progress, plain_line, status_table
+from olmoablate.run.state import RunView
 from olmoablate.testing.plans import make_plan, run_entry
 
 LONG = "tiny-s0-siamese_norm_and_depth_attention_stride2_no_recent_window"

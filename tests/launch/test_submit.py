@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.plan import Plan, RunEntry
 from olmoablate.errors import UserError
-from olmoablate.launch import slurm as sl
-from olmoablate.launch.ledger import Ledger
-from olmoablate.launch.procid import identity
-from olmoablate.launch.reconcile import reconcile
-from olmoablate.launch.submit import check_spec, decide, submit
-from olmoablate.testing.pair import (
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.planfile import Plan, RunEntry
+from olmoablate.run import slurm as sl
+from olmoablate.run.job import DEBUG_STEP_SECONDS_ENV
+from olmoablate.run.state import Ledger, identity, reconcile
+from olmoablate.run.submit import check_spec, decide, submit
+from olmoablate.testing.plans import (
     PAIR,
     PAIR_STEPS,
     ce_losses,
@@ -31,7 +30,6 @@ from olmoablate.testing.pair import (
     wait_for,
 )
 from olmoablate.testing.slurm import plan_from_spec
-from olmoablate.train.debug import DEBUG_STEP_SECONDS_ENV
 
 CLI = [sys.executable, "-m", "olmoablate"]
 
@@ -314,7 +312,7 @@ def test_train_run_decisions_without_a_scheduler(
     terminal states pass through, a cancel marker wins, and repeated interruptions without
     progress end as failed instead of requeueing for ever. The job reads its plan entry typed
     (``Plan.load``): an entry it cannot read fails the run with that one line as the reason."""
-    from olmoablate.launch.job import TrainRun
+    from olmoablate.run.task import TrainRun
     from olmoablate.testing.plans import make_plan, run_entry
 
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
@@ -369,7 +367,7 @@ def _train_run_sequence(tmp_path: Path, run: Any, outcomes: list[dict[str, Any]]
 def test_decide_stop_table() -> None:
     """The signal table of docs/slurm.md as the job wrapper decides it from what it observes
     (the rows are exercised end to end on the real cluster in tests/test_slurm_*.py)."""
-    from olmoablate.launch.job import decide_stop
+    from olmoablate.run.task import decide_stop
 
     running = {"JobState": "RUNNING", "Restarts": "0"}
     cancelled = {"JobState": "COMPLETING", "Restarts": "0"}  # plain scancel, seen from the job
@@ -398,7 +396,7 @@ def test_max_num_timeout_zero_reaches_submitit_as_zero(tmp_path: Path) -> None:
     the countdown submitit pickles with the job (what its timeout handler reads)."""
     import submitit
 
-    from olmoablate.launch.localpool import local_executor
+    from olmoablate.run.localpool import local_executor
 
     results = plan_from_spec(tmp_path, "slurm: {max_num_timeout: 0}\n")
     (run,) = [r for r in Plan.load(results).runs if r.is_baseline]
@@ -431,8 +429,8 @@ def test_spec_without_signal_delay_renders_usr2_at_120(tmp_path: Path) -> None:
 def test_status_reasons_from_own_word_and_from_slurm(tmp_path: Path) -> None:
     """The reason line: Slurm's state and signal when the job died outside the training loop,
     the job's own reason otherwise, each with the checkpoint it resumes from and the command."""
-    from olmoablate.contract.runfiles import RunStatus
-    from olmoablate.launch.reasons import exit_text, reason_for
+    from olmoablate.run.files import RunStatus
+    from olmoablate.run.state import exit_text, reason_for
 
     ck = tmp_path / "runs" / "r" / "checkpoints"
     for step in (5, 10):

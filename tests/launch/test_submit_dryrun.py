@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.launch.ledger import Ledger
-from olmoablate.testing.pair import PAIR, make_pair_plan
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.state import Ledger
+from olmoablate.testing.plans import PAIR, make_pair_plan
 
 CLI = [sys.executable, "-m", "olmoablate"]
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from olmoablate.errors import UserError
-from olmoablate.models import build_model, build_model_config, param_counts
+from olmoablate.models.config import build_model, build_model_config, param_counts
 
 VOCAB = 64
 SEQ = 12
@@ -499,7 +499,7 @@ def test_config_json_round_trip() -> None:
 def test_baseline_configs_equal_olmo_core_presets(preset: str) -> None:
     from olmo_core.nn.transformer import TransformerConfig
 
-    from olmoablate.contract.sizes import preset as preset_dims
+    from olmoablate.plan.sizes import preset as preset_dims
 
     ours = build_model_config(preset, {}, attn_backend="flash_2", init_seed=4)
     theirs = getattr(TransformerConfig, f"olmo3_{preset}")(vocab_size=100352, init_seed=4)

@@ -18,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 SCRIPT = REPO / "bench" / "gpu_check.py"
 

@@ -21,7 +21,7 @@ import sys
 import pytest
 import yaml
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 TEMPLATE = REPO / ".github" / "workflows" / "validate-specs.yml"
 

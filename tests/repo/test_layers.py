@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grimp
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 
 def _lint(cwd: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
@@ -131,9 +131,9 @@ def test_contracts_catch_lazy_and_cross_stage_imports(tmp_path: Path) -> None:
     out = _lint(tmp_path, "no-torch", "layers")
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
-    assert "olmoablate.spec -> torch" in text
-    assert "olmoablate.launch is not allowed to import olmoablate.report" in text
-    assert "- olmoablate.launch -> olmoablate.report (l." in text
+    assert "olmoablate.plan -> torch" in text
+    assert "olmoablate.run is not allowed to import olmoablate.report" in text
+    assert "- olmoablate.run -> olmoablate.report (l." in text
 
 
 def test_the_product_may_not_import_the_test_support(tmp_path: Path) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from olmoablate.report import track
 from olmoablate.report.board import build_board
-from olmoablate.report.gate import track
-from olmoablate.report.gates import build_all
-from olmoablate.report.read.collect import collect
-from olmoablate.report.render.writers import write_all
-from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.report.build import build_all
+from olmoablate.report.collect import collect
+from olmoablate.report.document import write_all
+from olmoablate.testing import run_cli as _cli
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -117,8 +117,8 @@ def test_board_cli_formats_and_load_all_round_trip(store: Path, tmp_path: Path) 
 
 
 def _gateless(store: Path, name: str) -> None:
-    from olmoablate.contract.layout import ResultsDir
-    from olmoablate.testing import synthetic_plan as sp
+    from olmoablate.plan.layout import ResultsDir
+    from olmoablate.testing import plans as sp
     from olmoablate.testing.plans import run_entry
 
     runs = [run_entry("tiny-s0-baseline", "baseline", {}, pair_id="tiny-s0")]

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.plan import Plan
 from olmoablate.io import read_json
+from olmoablate.plan.planfile import Plan
 from olmoablate.report.build import Report, build, write_next_plan
-from olmoablate.report.read.collect import collect
+from olmoablate.report.collect import collect
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -248,6 +248,6 @@ def test_completed_arm_short_of_its_tokens_is_out_of_the_gate(tmp_path: Path) ->
     assert allowed.pairs[0].valid
     assert any("partial pair allowed" in n for n in allowed.pairs[0].notes)
     # the pre-registered gate hash of gates without the field is unchanged by it
-    from olmoablate.contract.gatespec import Gate
+    from olmoablate.plan.gate import Gate
 
     assert "allow_partial_pairs" not in Gate(stage="1B").model_dump(mode="json")

@@ -76,7 +76,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_cli_module_does_not_import_heavy_libraries() -> None:
     code = (
-        "import sys, olmoablate.report.command; "
+        "import sys, olmoablate.report.commands; "
         "bad = [m for m in ('torch', 'pandas', 'matplotlib', 'olmo_core', 'numpy') if m in sys.modules]; "
         "print(bad)"
     )

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from olmoablate.contract.schema import Gate
 from olmoablate.io import read_json, sha256_of, write_json_atomic
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import REPO
-from olmoablate.testing.results_check import check_against_report
-from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
+from olmoablate.plan.expand import build_plan
+from olmoablate.plan.load import load_spec
+from olmoablate.plan.schema import Gate
+from olmoablate.testing import REPO
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, check_against_report, make_results
 
 
 def test_demo_spec_preregisters_one_gate_per_proposal() -> None:
@@ -142,9 +141,9 @@ def test_gates_are_preregistered_independently(tmp_path: Path) -> None:
 def test_pairs_are_measured_once_and_shared_by_every_gate(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from olmoablate.report import gates
-    from olmoablate.report.compare import pair
-    from olmoablate.report.read.collect import collect
+    from olmoablate.report import build as gates
+    from olmoablate.report import compare as pair
+    from olmoablate.report.collect import collect
 
     root = _two_gate_results(tmp_path / "results" / "synth")
     calls: list[str] = []

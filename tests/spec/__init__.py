@@ -1,1 +1,1 @@
-"""Tests of olmoablate.spec."""
+"""Tests of olmoablate.plan."""

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 from .test_feasibility import GPU_SPEC
 
@@ -82,7 +82,7 @@ def test_budget_exceeded_refused_by_validate_strict_and_submit(tmp_path: Path) -
 def test_set_round_trip_through_the_report(tmp_path: Path) -> None:
     """The override is in plan.json, changes spec_sha256, and the report decides with the
     overridden gate, verified (no pre-registration warning: it re-applies the override)."""
-    from olmoablate.contract.plan import Plan
+    from olmoablate.plan.planfile import Plan
     from olmoablate.testing.synthetic import ArmTruth, SynthSpec, write_run
 
     spec = tmp_path / "s.yaml"

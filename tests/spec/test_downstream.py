@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.spec import downstream
-from olmoablate.testing.paths import REPO
+from olmoablate.plan import checks as downstream
+from olmoablate.testing import REPO
 
 
 def _tasks_py(path: Path, names: list[str]) -> Path:
@@ -72,7 +72,7 @@ def test_shipped_task_list_matches_the_installed_package() -> None:
 
 
 def test_downstream_suffixes_follow_the_metric_type() -> None:
-    from olmoablate.contract.metrics import downstream_suffixes, split_downstream
+    from olmoablate.plan.metrics import downstream_suffixes, split_downstream
 
     assert downstream_suffixes("bpb") == ["BPB", "BPB v2"]
     rc = downstream_suffixes("len_norm")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.spec.expand import PairingError, build_plan, check_pair, resolve_loop_counts
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import MINIMAL_SPEC, REPO
+from olmoablate.plan.expand import PairingError, build_plan, check_pair, resolve_loop_counts
+from olmoablate.plan.identity import certificate_of
+from olmoablate.plan.load import load_spec
+from olmoablate.testing import MINIMAL_SPEC, REPO
 
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
 EXPECTED_BASELINE_PARAMS = {"1B": 1_484_916_736, "3B": 3_503_508_736, "7B": 7_298_617_344}

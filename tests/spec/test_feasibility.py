@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 
 #: A 190M run on one H100: fits in memory, ~8 minutes of training at 989 TFLOPS x 0.4, 3814 steps.
 GPU_SPEC = """\

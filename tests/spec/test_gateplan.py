@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from olmoablate.spec.expand import aa_seeds, build_plan
-from olmoablate.spec.gateplan import gate_lines
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import REPO
-from olmoablate.train.plan import load_run
+from olmoablate.plan.expand import aa_seeds, build_plan
+from olmoablate.plan.feasibility import gate_lines
+from olmoablate.plan.load import load_spec
+from olmoablate.run.runplan import load_run
+from olmoablate.testing import REPO
 
 BODY = yaml.safe_load((REPO / "tests" / "specs" / "bad" / "gate_stage_unknown.yaml").read_text())
 
@@ -97,7 +97,7 @@ def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
 def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
     """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
     keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
-    from olmoablate.spec.gateplan import carry_registrations
+    from olmoablate.plan.feasibility import carry_registrations
 
     first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
     again = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))

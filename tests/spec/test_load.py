@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.spec.load import SpecError, load_spec
-from olmoablate.testing.paths import MINIMAL_SPEC, REPO, TESTS
+from olmoablate.plan.load import SpecError, load_spec
+from olmoablate.testing import MINIMAL_SPEC, REPO, TESTS
 
 BAD = sorted((TESTS / "specs" / "bad").glob("*.yaml"))
 LINE_RE = re.compile(r"^(?P<file>[^:]+\.ya?ml):(?P<line>\d+): (?P<field>[^:]+): (?P<msg>.+)$")
@@ -107,7 +107,7 @@ def test_per_size_values_resolve(tmp_path: Path) -> None:
 
 
 def test_token_counts_with_suffixes() -> None:
-    from olmoablate.contract.schema import parse_count, parse_minutes
+    from olmoablate.plan.schema import parse_count, parse_minutes
 
     assert parse_count("2.5B") == 2_500_000_000
     assert parse_count("100M") == 100_000_000
@@ -121,7 +121,7 @@ def test_token_counts_with_suffixes() -> None:
 def test_data_mix_list_matches_olmo_core() -> None:
     from olmo_core.data import DataMix
 
-    from olmoablate.contract.schema import OLMO_CORE_DATA_MIXES
+    from olmoablate.plan.schema import OLMO_CORE_DATA_MIXES
 
     assert set(OLMO_CORE_DATA_MIXES) == {m.value for m in DataMix}
 
@@ -167,7 +167,7 @@ def test_downstream_without_eval_extra_uses_the_shipped_task_list(tmp_path: Path
 
 
 def test_downstream_task_names_checked_against_olmo_eval(tmp_path: Path) -> None:
-    from olmoablate.spec import downstream
+    from olmoablate.plan import checks as downstream
 
     assert {"piqa", "hellaswag", "arc_easy"} <= set(downstream.known_tasks())
     good = tmp_path / "good.yaml"
@@ -181,7 +181,7 @@ def test_downstream_task_names_checked_against_olmo_eval(tmp_path: Path) -> None
 
 
 def test_compile_per_size_and_in_the_plan(tmp_path: Path) -> None:
-    from olmoablate.spec.expand import build_plan
+    from olmoablate.plan.expand import build_plan
 
     text = (MINIMAL_SPEC).read_text()
     p = tmp_path / "s.yaml"

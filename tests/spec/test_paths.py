@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from olmoablate.contract.tokens import packaged_tokenizer
-from olmoablate.spec.expand import build_plan
-from olmoablate.spec.load import load_spec
-from olmoablate.spec.paths import check, resolve
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.checks import check, resolve
+from olmoablate.plan.expand import build_plan
+from olmoablate.plan.load import load_spec
+from olmoablate.plan.tokens import packaged_tokenizer
+from olmoablate.testing import REPO
 
 
 def test_relative_paths_resolve_against_the_spec_folder(tmp_path: Path) -> None:

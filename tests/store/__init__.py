@@ -1,1 +1,1 @@
-"""Tests of olmoablate.store."""
+"""Tests of olmoablate.plan.store."""

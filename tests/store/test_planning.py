@@ -1,4 +1,4 @@
-"""`plan` against a store (`olmoablate.store`): which runs of other specs it reuses, and
+"""`plan` against a store (`olmoablate.plan.store`): which runs of other specs it reuses, and
 `explain` naming why one is not reused. Fast: the other spec's run is marked as existing by its
 status.json (the real training is in tests/e2e/test_store.py)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from olmoablate.testing.cli import run_cli as _cli
+from olmoablate.testing import run_cli as _cli
 from olmoablate.testing.plans import write_tokens
 
 SPEC = """\
@@ -145,8 +145,8 @@ def test_explain_bad_input_is_one_line(root: Path) -> None:
 
 def _trained(root: Path, spec: str, rid: str) -> None:
     """Mark ``rid`` of ``spec`` completed with the identity.json `submit` writes before training."""
-    from olmoablate.contract.layout import ResultsDir
-    from olmoablate.launch.lease import write_identity
+    from olmoablate.plan.layout import ResultsDir
+    from olmoablate.run.submit import write_identity
 
     _mark(root, spec, rid, "completed")
     write_identity(ResultsDir(root / "results" / spec), rid)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract.certificate import certificate_of
-from olmoablate.contract.plan import Plan
-from olmoablate.testing import synthetic_plan as sp
+from olmoablate.plan.identity import certificate_of
+from olmoablate.plan.planfile import Plan
+from olmoablate.testing import plans as sp
 from olmoablate.testing.plans import make_plan, run_entry
 from olmoablate.testing.synthetic import SynthSpec, synthetic_plan
 

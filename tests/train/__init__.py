@@ -1,1 +1,1 @@
-"""Tests of olmoablate.train."""
+"""Tests of olmoablate.run."""

@@ -1,4 +1,4 @@
-"""Unit tests of olmoablate.train.callbacks that need no training run (the job tests cover the
+"""Unit tests of olmoablate.run.callbacks that need no training run (the job tests cover the
 callbacks end to end)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from olmoablate.train.callbacks import (
+from olmoablate.run.callbacks import (
     MetricsJSONLCallback,
     StabilityCallback,
     global_batch_sha256,
@@ -129,9 +129,9 @@ def test_loop_state_norms_are_recorded_without_a_host_sync() -> None:
     """Issue 27, 7: the looped arm's per-loop state norms used to be ``float()``-ed every step
     (b host syncs per step that no other arm pays). Norms on the meta device stand in for CUDA
     tensors: any conversion to a Python number raises."""
-    from olmoablate.contract import metrics as names
-    from olmoablate.models import build_model
-    from olmoablate.train.callbacks import LoopCurriculumCallback
+    from olmoablate.models.config import build_model
+    from olmoablate.plan import metrics as names
+    from olmoablate.run.callbacks import LoopCurriculumCallback
 
     dims = {
         "d_model": 16,
@@ -168,7 +168,7 @@ def test_peak_memory_is_the_max_over_ranks(tmp_path: Path) -> None:
     summary's figure are the reduced value, not rank 0's own."""
     from olmo_core.train.common import ReduceType
 
-    from olmoablate.contract.metrics import PEAK_MEMORY
+    from olmoablate.plan.metrics import PEAK_MEMORY
 
     class _T:
         global_step = 1

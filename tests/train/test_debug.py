@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from olmoablate.errors import UserError
-from olmoablate.train.debug import (
+from olmoablate.run.job import (
     DEBUG_NAN_ENV,
     DEBUG_STEP_SECONDS_ENV,
     DebugNaNCallback,

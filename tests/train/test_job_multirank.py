@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from olmoablate.testing.paths import REPO
+from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry
 
 
@@ -34,7 +34,7 @@ def _torchrun(plan: Path, run_id: str, world: int = 2) -> subprocess.CompletedPr
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [str(torchrun), "--standalone", f"--nproc-per-node={world}"]
-        + ["-m", "olmoablate.train.job", str(plan), run_id],
+        + ["-m", "olmoablate.run.job", str(plan), run_id],
         capture_output=True,
         text=True,
         env=env,
@@ -98,7 +98,7 @@ class _Trainer:
 
 
 def _stability_rank(rank: int, port: int, out: str) -> None:
-    from olmoablate.train.guards import StabilityCallback
+    from olmoablate.run.guards import StabilityCallback
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=20))

@@ -4,7 +4,7 @@ topology trains through the real job, or `validate` rejects it in one line namin
 The drift this guards against: ``hsdp`` passed `validate` while every job rejected it at start.
 For each value and each small CPU topology (nodes x cpu_processes) the spec goes through the real
 spec loader (what `validate` runs); an accepted topology is copied into a run entry the way `plan`
-copies it (``Topology.model_dump()``) and trained by ``olmoablate.train.job`` - one process in
+copies it (``Topology.model_dump()``) and trained by ``olmoablate.run.job`` - one process in
 process, several under ``torchrun`` with gloo (one machine standing in for ``nodes`` nodes: the
 job takes HSDP's replica count from the plan, not from the machine).
 
@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.plan import RunEntry
 from olmoablate.errors import UserError
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.planfile import RunEntry
+from olmoablate.run import config as cfgs
+from olmoablate.run.job import run_job
+from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry, typed
-from olmoablate.train import config as cfgs
-from olmoablate.train.job import run_job
 
 RUN_ID = "tiny-s0-baseline"
 DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
@@ -58,7 +58,7 @@ topology: {topology}
 
 def _validate(tmp_path: Path, topology: str) -> dict[str, Any] | str:
     """The resolved topology `validate` accepts (as `plan` records it), or its error text."""
-    from olmoablate.spec.load import load_spec
+    from olmoablate.plan.load import load_spec
 
     try:
         loaded = load_spec(_spec(tmp_path, topology))
@@ -98,7 +98,7 @@ def _train(root: Path, topology: dict[str, Any]) -> dict[str, Any]:
         env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
         proc = subprocess.run(
             [str(torchrun), "--standalone", f"--nproc-per-node={world}"]
-            + ["-m", "olmoablate.train.job", str(plan), RUN_ID],
+            + ["-m", "olmoablate.run.job", str(plan), RUN_ID],
             capture_output=True,
             text=True,
             env=env,

@@ -1,4 +1,4 @@
-"""Tests of olmoablate.train.plan: loading a run entry (through the contract's Plan.load) and
+"""Tests of olmoablate.run.runplan: loading a run entry (through the contract's Plan.load) and
 refusing bad ones in one line, before torch loads."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.certificate import certificate_of
 from olmoablate.errors import UserError
+from olmoablate.plan.identity import certificate_of
+from olmoablate.run.runplan import load_run
 from olmoablate.testing.plans import make_plan, run_entry
-from olmoablate.train.plan import load_run
 
 
 def _plan(tmp_path: Path, **kw: Any) -> Path:
@@ -150,9 +150,9 @@ def test_bad_entries_are_one_line_user_errors(tmp_path: Path, edit: Any, message
 
 
 def _with_identity(plan: Path, **versions: Any) -> None:
-    from olmoablate.contract.identity import installed_versions
-    from olmoablate.contract.plan import Plan
-    from olmoablate.store.identify import identify
+    from olmoablate.plan.identity import installed_versions
+    from olmoablate.plan.planfile import Plan
+    from olmoablate.plan.store import identify
 
     p = Plan.load(plan)
     ident = identify(p, p.workdir, {**installed_versions(), **versions})

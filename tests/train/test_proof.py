@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.contract import accounting as acc
-from olmoablate.contract.blocks import code_of
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.contract.sizes import SizeDims
 from olmoablate.errors import UserError
-from olmoablate.launch.submit import submit
+from olmoablate.plan import accounting as acc
+from olmoablate.plan.blocks import code_of
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.sizes import SizeDims
+from olmoablate.run import proof
+from olmoablate.run.job import run_job
+from olmoablate.run.submit import submit
 from olmoablate.testing.plans import certify, make_plan, run_entry
-from olmoablate.train import proof
-from olmoablate.train.job import run_job
 
 OFF_BY_ONE = "olmoablate.testing.blocks:OFF_BY_ONE"
 FLOPS_OFF = "olmoablate.testing.blocks:FLOPS_OFF"
@@ -77,7 +77,7 @@ def test_flops_formula_off_beyond_tolerance_fails_at_job_start(tmp_path: Path) -
 )
 def test_bundled_blocks_pass_the_proof(arch: dict) -> None:
     """The bundled formulas match the built models: params exactly, counted FLOPs exactly."""
-    from olmoablate.models import build_model_config
+    from olmoablate.models.config import build_model_config
 
     entry = run_entry("tiny-s0-x", "x", arch, steps=2)
     run = proof.RunEntry.model_validate(entry)
@@ -88,8 +88,8 @@ def test_bundled_blocks_pass_the_proof(arch: dict) -> None:
 
 # ---------------------------------------------------------------------------- code identity
 BLOCK_SRC = '''
-from olmoablate.contract.base import Strict
-from olmoablate.contract.blocks import Block
+from olmoablate.errors import Strict
+from olmoablate.plan.blocks import Block
 from olmoablate.models.blocks import BlockModel
 
 
@@ -155,8 +155,8 @@ def test_requeued_job_refuses_to_resume_with_changed_block_code(
 
 
 def test_report_refuses_a_pair_whose_arm_trained_other_code() -> None:
-    from olmoablate.contract.proof import ProofRecord
-    from olmoablate.report.compare.pairing import proof_problems
+    from olmoablate.report.pairing import proof_problems
+    from olmoablate.run.files import ProofRecord
 
     run = run_entry("tiny-s0-da", "da", {"depth_attention": {"stride": 2}}, steps=2)
     run["code"] = code_of(run["architecture"])

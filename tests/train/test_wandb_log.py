@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from olmoablate.contract.layout import ResultsDir
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.callbacks import TOKENS, TRAIN_FLOPS, FlopsAxis, tags_of, wandb_id
+from olmoablate.testing import REPO
 from olmoablate.testing.plans import make_plan, run_entry, typed
-from olmoablate.train.wandb_log import TOKENS, TRAIN_FLOPS, FlopsAxis, tags_of, wandb_id
 
 pytestmark = pytest.mark.slow
 STEPS = 16
@@ -93,7 +93,7 @@ def test_wandb_offline_tokens_axis_grouping_and_resume(tmp_path: Path) -> None:
     run_dir = rd.path
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "olmoablate.train.job", str(plan), "tiny-s0-looped"]
+    cmd = [sys.executable, "-m", "olmoablate.run.job", str(plan), "tiny-s0-looped"]
 
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait_for_step(run_dir / "metrics.jsonl", 5, first, timeout=180)

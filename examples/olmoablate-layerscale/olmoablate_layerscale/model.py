@@ -22,7 +22,7 @@ from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.nn.transformer.block import ReorderedNormTransformerBlock
 from olmo_core.nn.transformer.config import TransformerBlockConfig, TransformerBlockType
 
-from olmoablate.contract.sizes import SizeDims
+from olmoablate.plan.sizes import SizeDims
 from olmoablate.models.blocks import BlockModel
 
 

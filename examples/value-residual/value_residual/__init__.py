@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import Field
 
-from olmoablate.contract.base import Strict
-from olmoablate.contract.blocks import Block
-from olmoablate.contract.sizes import SizeDims
+from olmoablate.errors import Strict
+from olmoablate.plan.blocks import Block
+from olmoablate.plan.sizes import SizeDims
 
 
 class ValueResidualOptions(Strict):

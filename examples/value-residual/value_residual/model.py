@@ -24,7 +24,7 @@ from olmo_core.nn.buffer_cache import BufferCache
 from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.nn.transformer.config import TransformerBlockConfig
 
-from olmoablate.contract.sizes import SizeDims
+from olmoablate.plan.sizes import SizeDims
 from olmoablate.models.blocks import BlockModel
 
 

@@ -1,1 +1,1 @@
-"""Tests of olmoablate.report.compare."""
+"""Tests of olmoablate.report."""

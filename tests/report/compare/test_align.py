@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmoablate.report.compare.align import (
+from olmoablate.report.collect import cumulative_flops
+from olmoablate.report.compare import (
     Curve,
     common_grid,
     ema,
@@ -13,7 +14,6 @@ from olmoablate.report.compare.align import (
     loss_spikes,
     match_points,
 )
-from olmoablate.report.read.curve import cumulative_flops
 
 
 def test_common_grid_stops_at_shorter_arm() -> None:
@@ -72,8 +72,8 @@ def test_cumulative_flops_prefers_measured() -> None:
 
 def test_loss_spikes_equals_the_jobs_rule() -> None:
     """Same answer as the training job's StabilityCallback, which feeds every step's loss to
-    `olmoablate.contract.stability.SpikeDetector` (mean + k·std of the previous window and a 5 % floor)."""
-    from olmoablate.contract.stability import SpikeDetector
+    `olmoablate.plan.metrics.SpikeDetector` (mean + k·std of the previous window and a 5 % floor)."""
+    from olmoablate.plan.metrics import SpikeDetector
 
     rng = np.random.default_rng(1)
     y = 3.0 + np.cumsum(rng.normal(0, 0.002, 3000)) + rng.normal(0, 0.02, 3000)

@@ -1,4 +1,4 @@
-"""Tests for olmoablate.report.compare.evalcover: eval tokens per point and CE beside the unigram floor."""
+"""Tests for olmoablate.report.pairing: eval tokens per point and CE beside the unigram floor."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 from olmoablate.io import read_json, write_json_atomic
 from olmoablate.report.build import build
-from olmoablate.report.compare.evalcover import coverage_lines
-from olmoablate.report.read.collect import collect
+from olmoablate.report.collect import collect
+from olmoablate.report.pairing import coverage_lines
 from olmoablate.testing.synthetic import SynthSpec, make_results
 
 GATE = {"stage": "1B", "variant": "sn_da", "metric": "eval/lm/demo-heldout/CE loss"}

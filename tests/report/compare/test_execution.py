@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.report.build import Report, build
-from olmoablate.report.compare.execution import PARITY_KEYS, execution_mismatch
-from olmoablate.report.read.collect import collect
+from olmoablate.report.collect import collect
+from olmoablate.report.pairing import PARITY_KEYS, execution_mismatch
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 GATE = {

@@ -8,19 +8,19 @@ import functools
 import json
 from typing import Any
 
-from olmoablate.contract.plan import Plan, RunEntry
-from olmoablate.report.compare.pair import improvement_sign, metric_direction
-from olmoablate.report.compare.pairing import certificate_problems
-from olmoablate.report.read.fingerprints import fingerprint_problems
-from olmoablate.testing.paths import REPO
+from olmoablate.plan.planfile import Plan, RunEntry
+from olmoablate.report.compare import improvement_sign, metric_direction
+from olmoablate.report.fingerprints import fingerprint_problems
+from olmoablate.report.pairing import certificate_problems
+from olmoablate.testing import REPO
 
 SPECS = REPO / "specs"
 
 
 @functools.cache
 def _plan(name: str = "looped_olmo") -> Plan:
-    from olmoablate.spec.expand import build_plan
-    from olmoablate.spec.load import load_spec
+    from olmoablate.plan.expand import build_plan
+    from olmoablate.plan.load import load_spec
 
     return build_plan(load_spec(SPECS / f"{name}.yaml"))
 
@@ -58,7 +58,7 @@ def test_tokens_may_differ_only_under_flops_budget() -> None:
 
 def _deeper(d: dict[str, Any]) -> None:
     """A run planned with 4 layers in its size dimensions (its own certificate recomputed)."""
-    from olmoablate.contract.certificate import certificate_of
+    from olmoablate.plan.identity import certificate_of
 
     d["size_dims"]["n_layers"] = 4
     d["certificate"] = certificate_of(d)

@@ -1,1 +1,1 @@
-"""Tests of olmoablate.report.gate."""
+"""Tests of olmoablate.report."""

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from olmoablate.report.gate.family import apply_holm
-from olmoablate.report.gate.verdict import INCONCLUSIVE, PROCEED, QualityCheck, VariantVerdict
+from olmoablate.report.sequential import apply_holm
+from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, QualityCheck, VariantVerdict
 
 
 def _verdict(name: str, p: float) -> VariantVerdict:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.contract.stats import t_ppf
-from olmoablate.report.gate.noise import aa_source, estimate, jitter, run_level_values
+from olmoablate.report.noise import aa_source, estimate, jitter, run_level_values
+from olmoablate.stats import t_ppf
 
 
 def test_aa_source_is_sqrt2_times_the_run_sd_with_k_dof() -> None:

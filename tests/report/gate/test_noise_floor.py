@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import yaml
 
-from olmoablate.contract.gatespec import LEGACY_FLOOR, GateNoise, NoiseFloor
-from olmoablate.contract.stats import t_ppf
 from olmoablate.errors import UserError
+from olmoablate.plan.gate import LEGACY_FLOOR, GateNoise, NoiseFloor
+from olmoablate.plan.load import load_spec
 from olmoablate.report.build import build
-from olmoablate.report.gate.noise import estimate, floor_source
-from olmoablate.report.read.collect import collect
-from olmoablate.spec.load import load_spec
-from olmoablate.testing.paths import REPO
+from olmoablate.report.collect import collect
+from olmoablate.report.noise import estimate, floor_source
+from olmoablate.stats import t_ppf
+from olmoablate.testing import REPO
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"

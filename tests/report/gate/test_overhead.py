@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.report.gate.overhead import (
+from olmoablate.report.overhead import (
     ATTEMPT_WARMUP_STEPS,
     MIN_BLOCKS,
     ArmTiming,
@@ -43,7 +43,7 @@ def test_steady_steps_drop_warmup_eval_checkpoint_and_resume_steps() -> None:
 
 
 def test_attempt_warmup_matches_the_training_job() -> None:
-    from olmoablate.train.records import MetricsJSONLCallback
+    from olmoablate.run.records import MetricsJSONLCallback
 
     assert MetricsJSONLCallback.WARMUP_STEPS == ATTEMPT_WARMUP_STEPS
 

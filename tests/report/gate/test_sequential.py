@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.contract.gatespec import NoiseFloor
-from olmoablate.contract.schema import Gate
-from olmoablate.contract.seqdesign import nominal_levels, spent, z_boundaries
-from olmoablate.contract.stats import t_ppf
+from olmoablate.plan.gate import NoiseFloor
+from olmoablate.plan.schema import Gate
 from olmoablate.report.build import Report, build
-from olmoablate.report.gate.noise import floor_source
-from olmoablate.report.gate.sequential import (
+from olmoablate.report.cards import statistics_lines
+from olmoablate.report.collect import collect
+from olmoablate.report.noise import floor_source
+from olmoablate.report.sequential import (
     CONTINUE,
     FUTILITY,
     PROCEED,
@@ -24,10 +24,9 @@ from olmoablate.report.gate.sequential import (
     stage_decision,
     stage_levels,
 )
-from olmoablate.report.read.collect import collect
-from olmoablate.report.render.gate_text import statistics_lines
+from olmoablate.stats import nominal_levels, spent, t_ppf, z_boundaries
+from olmoablate.testing.plans import build_plan
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan
-from olmoablate.testing.synthetic_plan import build_plan
 
 EVAL = "eval/lm/demo-heldout/CE loss"
 

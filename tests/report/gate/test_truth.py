@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
-from olmoablate.contract.stats import t_ppf
 from olmoablate.report.build import Report, build
-from olmoablate.report.read.collect import collect
+from olmoablate.report.collect import collect
+from olmoablate.stats import t_ppf
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -128,7 +128,7 @@ def test_seeds_needed_toward_stop_when_mean_below_min_effect(tmp_path: Path) -> 
     # issue 23: a power statement with the gate's own paired t, never a promise
     assert "3 paired seeds give a" in chk.reason and "chance to resolve toward stop" in chk.reason
     assert f"{chk.seeds_needed} give" in chk.reason and "not a promise" in chk.reason
-    from olmoablate.contract.stats import resolve_power
+    from olmoablate.stats import resolve_power
 
     est = chk.estimate
     p = resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed, 0.95)
@@ -251,7 +251,7 @@ def test_edited_plan_and_spec_gate_breaks_preregistration(tmp_path: Path) -> Non
 
 
 def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> None:
-    from olmoablate.report.render.writers import render_html, render_markdown
+    from olmoablate.report.document import render_html, render_markdown
 
     spec = SynthSpec(gate={**BASE, "noise": {"measure": {"aa_seeds": 1}}}, aa_seeds=1)
     truths = {"sn_da": ArmTruth(offset=-0.03), "1B-s1-baseline": ArmTruth(offset=0.01)}

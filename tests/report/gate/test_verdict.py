@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.report.gate.family import evaluate_gate
-from olmoablate.report.gate.noise import NONE, floor_source
-from olmoablate.report.gate.overhead import ArmTiming
-from olmoablate.report.gate.verdict import (
+from olmoablate.report.noise import NONE, floor_source
+from olmoablate.report.overhead import ArmTiming
+from olmoablate.report.sequential import evaluate_gate
+from olmoablate.report.verdict import (
     INCONCLUSIVE,
     PROCEED,
     STOP,
@@ -38,7 +38,7 @@ def ev(pair: str, seed: int, imp: list[float], **kw: object) -> PairEvidence:
 
 
 def test_defaults_come_from_the_schema_and_explicit_null_is_kept() -> None:
-    from olmoablate.contract.schema import Gate
+    from olmoablate.plan.schema import Gate
 
     cfg = as_gate(
         {"stage": "1B", "stability": {"max_loss_spikes": 7}, "max_step_time_overhead": None}

@@ -1,1 +1,1 @@
-"""Tests of olmoablate.report.read."""
+"""Tests of olmoablate.report."""

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
-from olmoablate.contract.plan import Plan
 from olmoablate.errors import UserError
 from olmoablate.io import sha256_of
-from olmoablate.report.read.collect import collect, resolve_results_dir
-from olmoablate.report.read.prereg import check_gate_unchanged
+from olmoablate.plan.planfile import Plan
+from olmoablate.report.collect import collect, resolve_results_dir
+from olmoablate.report.prereg import check_gate_unchanged
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 
@@ -74,8 +74,7 @@ def test_parallel_parse_matches_serial(tmp_path: Path) -> None:
     root = tmp_path / "synth"
     make_results(root, SynthSpec(seeds=(0, 1), steps=300), {})
     serial = collect(root, use_cache=False, workers=1)
-    from olmoablate.report.read.collect import _want_spec
-    from olmoablate.report.read.metrics_store import load_metrics_many
+    from olmoablate.report.collect import _want_spec, load_metrics_many
 
     jobs = [
         (rid, rd.dir.metrics, *_want_spec(rd.entry, rd.summary, "train/CE loss"))
@@ -167,7 +166,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
     """Reports re-run while runs train: appended rows are parsed on top of the cached body, and
     every answer equals a parse from scratch, through requeue duplicates, NaNs, torn last lines,
     copy refreshes, files replaced atomically and files rewritten in place."""
-    import olmoablate.report.read.metrics_store as mod
+    import olmoablate.report.collect as mod
 
     root = tmp_path / "synth"
     truths = {
@@ -223,7 +222,7 @@ def test_incremental_cache_equals_full_parse(tmp_path: Path, monkeypatch) -> Non
 def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """While runs train, only the appended fingerprint lines are compared; the answers equal a
     check from scratch (no cache), including the step of a first mismatch."""
-    import olmoablate.report.read.fingerprints as fingerprints_mod
+    import olmoablate.report.fingerprints as fingerprints_mod
     from olmoablate.report.build import build
 
     full_checks = {"n": 0}
@@ -279,9 +278,9 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
 def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path) -> None:
     """A spec may leave `gate:` out; the report then decides at 1B with the schema's gate
     defaults (`collect.UNGATED`), never with a second copy of them."""
-    from olmoablate.contract.schema import Gate
+    from olmoablate.plan.schema import Gate
     from olmoablate.report.build import build
-    from olmoablate.report.read.collect import UNGATED
+    from olmoablate.report.collect import UNGATED
 
     root = tmp_path / "synth"
     plan = make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
@@ -298,7 +297,7 @@ def test_background_fingerprint_checks_equal_in_process_ones(tmp_path: Path) -> 
     """The pairs' checks done in a worker while metrics load fill the cache with exactly the
     answers of in-process checks, a mismatch included; a file changed afterwards is checked
     again, not answered from the worker."""
-    from olmoablate.report.read import fingerprints as fpm
+    from olmoablate.report import fingerprints as fpm
 
     root = tmp_path / "synth"
     spec = SynthSpec(steps=60, variants={"a": {"siamese_norm": {}}, "b": {"siamese_norm": {}}})
@@ -324,8 +323,8 @@ def test_background_fingerprint_checks_equal_in_process_ones(tmp_path: Path) -> 
 def test_each_fingerprints_file_is_read_once_per_report(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A baseline serves every variant of its (size, seed): its fingerprints are read once per
     report, yet a file that changes between two pairs' checks is read again."""
+    from olmoablate.report import fingerprints as fpm
     from olmoablate.report.build import build
-    from olmoablate.report.read import fingerprints as fpm
 
     root = tmp_path / "synth"
     spec = SynthSpec(steps=60, variants={v: {"siamese_norm": {}} for v in ("a", "b", "c")})

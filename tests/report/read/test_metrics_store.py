@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.contract import columnar
-from olmoablate.contract.metricsfile import Metrics, read_metrics
-from olmoablate.report.read import metrics_store as store
+from olmoablate.report import collect as store
+from olmoablate.run import columnar
+from olmoablate.run.metricsfile import Metrics, read_metrics
 
 
 def _rows(lo: int, hi: int, **extra: float) -> str:

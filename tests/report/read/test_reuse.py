@@ -1,14 +1,14 @@
 """The report reads a run reused from another spec as its own, only while its identity matches
-(`olmoablate.report.read.reuse`), and checks pairs in identity terms."""
+(`olmoablate.report.prereg`), and checks pairs in identity terms."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from olmoablate.contract.plan import Plan
+from olmoablate.plan.planfile import Plan
+from olmoablate.plan.store import identify
 from olmoablate.report.build import build
-from olmoablate.report.read.collect import collect
-from olmoablate.store.identify import identify
+from olmoablate.report.collect import collect
 from olmoablate.testing.synthetic import (
     ArmTruth,
     SynthSpec,

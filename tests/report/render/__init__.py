@@ -1,1 +1,1 @@
-"""Tests of olmoablate.report.render."""
+"""Tests of olmoablate.report."""

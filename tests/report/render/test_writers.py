@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from olmoablate.report.build import build, write_next_plan
-from olmoablate.report.read.collect import collect
-from olmoablate.report.render.writers import write_all
-from olmoablate.testing.paths import REPO
+from olmoablate.report.collect import collect
+from olmoablate.report.document import write_all
+from olmoablate.testing import REPO
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -157,7 +157,7 @@ def test_unchanged_figures_are_reused_and_changed_ones_redrawn(tmp_path: Path) -
 
 def test_tradeoff_and_consistency_keys_follow_their_data(rendered: Path) -> None:
     """The looped tradeoff figures and the consistency figure are cached by what they draw."""
-    from olmoablate.report.render import plots
+    from olmoablate.report import plots
 
     report = build(collect(rendered, use_cache=False))
     pairs = [p for p in report.pairs if p.size == report.sizes[0]]
@@ -185,7 +185,7 @@ def test_terminal_block_fits_100_columns(rendered: Path) -> None:
 
     from rich.console import Console
 
-    from olmoablate.report.render.writers import render_terminal
+    from olmoablate.report.document import render_terminal
 
     report = build(collect(rendered, use_cache=False))
     buf = io.StringIO()
@@ -210,7 +210,7 @@ def test_no_loop_count_figure_for_one_loop_count(tmp_path: Path) -> None:
 
 
 def test_deciding_reason_is_one_sentence_without_the_bounds() -> None:
-    from olmoablate.report.render.cards import one_sentence
+    from olmoablate.report.cards import one_sentence
 
     long = (
         "[looped] vs baseline: improvement -0.06608 (one-sided 95% bounds [-0.1362, +0.004085], "

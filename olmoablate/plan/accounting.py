@@ -1,0 +1,472 @@
+"""Analytic compute accounting: parameters, training FLOPs, memory and GPU-hours — no torch.
+
+Why analytic: `plan` must state what every run costs before anything is submitted, on a login node,
+in milliseconds. The counts are exact, not estimates: tests build the models (tiny ones for real,
+1B/3B/7B on the meta device) and compare with ``Transformer.num_params`` and
+``num_flops_per_token``.
+
+FLOPs convention (OLMo-core 3.0, `Attention.num_flops_per_token` etc.): training FLOPs per token =
+6 x (parameters inside attention, feed-forward and LM head, block norms excluded) + per attention
+layer ``12 * n_heads * head_dim * causal_pairs(seq, window) // seq`` where causal_pairs counts
+(query, key) pairs under the causal mask and sliding window. Variant terms:
+
+* SiameseNorm: no extra matmuls; its norms and γ live outside attention/MLP, which OLMo-core does
+  not count for the baseline's block norms either, so FLOPs equal the baseline's.
+* Depth-Attention: per layer with n_l > 0 sources, ``3 * 4 * n_kv * head_dim * (n_l + 1)`` (scores
+  and weighted sum over n_l sources + self, forward + backward), plus ``3 * n_heads * head_dim``
+  for the group-mean query under GQA.
+* Looped (K body blocks, b loops, T supervised): ``F_body * (b + 2T) + T * head`` where ``F_body``
+  is the training FLOPs of the K blocks (so ``F_body/3`` per forward loop) and ``head`` the LM head's
+  training FLOPs: b−T loops run forward only, T loops forward+backward, T read-outs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from olmoablate.plan.arch import Architecture, parse_architecture
+from olmoablate.plan.blocks import Block, LayerApp, Unrolled, get_block
+from olmoablate.plan.planfile import Plan, RunEntry
+from olmoablate.plan.sizes import SizeDims
+
+#: An architecture as the plan records it (a mapping of blocks) or as a model.
+ArchLike = Architecture | Mapping[str, Any] | None
+
+
+def causal_pairs(seq_len: int, window: int | None) -> int:
+    """Attended (query, key) pairs in a causal sequence, optionally with a sliding window."""
+    if window is None or window >= seq_len:
+        return seq_len * (seq_len + 1) // 2
+    return window * (window + 1) // 2 + (seq_len - window) * window
+
+
+def attention_params(d: SizeDims) -> int:
+    """q, k, v, o projections plus the full-width QK-norm weights (OLMo 3)."""
+    hd = d.head_dim
+    return (
+        d.d_model * (d.n_heads + 2 * d.n_kv_heads) * hd
+        + d.n_heads * hd * d.d_model
+        + (d.n_heads * hd + d.n_kv_heads * hd)
+    )
+
+
+def mlp_params(d: SizeDims) -> int:
+    return 3 * d.d_model * d.mlp_hidden_size
+
+
+def head_params(d: SizeDims) -> int:
+    """LM head: final RMSNorm weight + the untied output projection."""
+    return d.d_model + d.d_model * d.vocab_size
+
+
+def embedding_params(d: SizeDims) -> int:
+    return d.vocab_size * d.d_model
+
+
+def _arch(arch: ArchLike) -> Architecture:
+    return parse_architecture(arch)
+
+
+def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
+    return [(get_block(key), opts) for key, opts in a.blocks.items()]
+
+
+def n_physical_layers(d: SizeDims, arch: ArchLike) -> int:
+    return _arch(arch).n_physical_layers(d.n_layers)
+
+
+def param_count(d: SizeDims, arch: ArchLike = None) -> int:
+    """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds: OLMo 3's
+    at the blocks' physical depth plus each block's ``extra_params``."""
+    a = _arch(arch)
+    L = a.n_physical_layers(d.n_layers)
+    per_layer = attention_params(d) + mlp_params(d) + 2 * d.d_model  # + the two output norms
+    total = embedding_params(d) + L * per_layer + head_params(d)
+    return total + sum(b.extra_params(o, d, L) for b, o in _blocks(a))
+
+
+def non_embedding_param_count(d: SizeDims, arch: ArchLike = None) -> int:
+    """OLMo-core's `num_non_embedding_params`: everything but the input embedding."""
+    return param_count(d, arch) - embedding_params(d)
+
+
+def _attention_scores(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
+    """Training FLOPs per token of one layer's attention scores and weighted sum (OLMo-core)."""
+    window = d.window_of(layer, n_layers)
+    return 12 * d.n_heads * d.head_dim * causal_pairs(seq_len, window) // seq_len
+
+
+def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
+    attn = 6 * attention_params(d) + _attention_scores(d, layer, n_layers, seq_len)
+    return attn + 6 * mlp_params(d)
+
+
+def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
+    from olmoablate.plan.arch import depth_extra_forward_flops
+
+    return 3 * depth_extra_forward_flops(len(da.sources(layer)), d)
+
+
+@functools.lru_cache(maxsize=64)
+def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int]]:
+    """Per physical layer: OLMo 3's training FLOPs per token, and the part of it a FLOP counter
+    sees as matrix products (without attention scores and QK-norm weights)."""
+    base = [_layer_flops(d, j, L, seq_len) for j in range(L)]
+    norms = 6 * (d.n_heads * d.head_dim + d.n_kv_heads * d.head_dim)  # QK-norm weights
+    return base, [base[j] - _attention_scores(d, j, L, seq_len) - norms for j in range(L)]
+
+
+def phase_at(arch: ArchLike, step: int) -> int | None:
+    """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
+    the loop count b), or None."""
+    for b, o in _blocks(_arch(arch)):
+        p = b.phase_at(o, step)
+        if p is not None:
+            return p
+    return None
+
+
+def unrolled(a: Architecture, L: int, phase: int | None, training: bool = True) -> Unrolled:
+    """How one forward applies the ``L`` physical layers (the one block that unrolls, if any)."""
+    for b, o in _blocks(a):
+        u = b.unroll(o, L, phase, training)
+        if u is not None:
+            return u
+    return Unrolled(tuple(LayerApp(j, j) for j in range(L)), readouts=1)
+
+
+@dataclass(frozen=True)
+class FlopsBreakdown:
+    """Training FLOPs per token (``total``) and the part of it a FLOP counter does not see as
+    matrix products (``unseen``: attention scores, QK-norm/final-norm weights that OLMo-core's
+    6 x params convention counts, a block's elementwise terms); the job proves ``total - unseen``
+    against torch's FLOP counter (:mod:`olmoablate.run.proof`)."""
+
+    total: int
+    unseen: int
+
+
+def flops_breakdown(
+    d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None, training: bool = True
+) -> FlopsBreakdown:
+    """Training (or, ``training=False``, inference x 3) FLOPs per token through the blocks' hooks.
+
+    Every layer application costs the OLMo 3 layer plus each block's ``layer_flops``; a
+    forward-only application a third of it (summed in thirds, so the result is exact);
+    ``readouts`` LM heads. ``phase``: the step-dependent setting (default: its final value).
+    """
+    a = _arch(arch)
+    blocks = _blocks(a)
+    L = a.n_physical_layers(d.n_layers)
+    base, seen_base = _layer_table(d, L, seq_len)
+    u = unrolled(a, L, phase, training)
+    # only the blocks that add layer FLOPs are asked, per application (a looped model has b*K)
+    adding = [(b, o) for b, o in blocks if type(b).layer_flops is not Block.layer_flops]
+    thirds = unseen_thirds = 0
+    for app in u.apps:
+        mult = 3 if app.grad else 1
+        thirds += mult * base[app.layer]
+        unseen_thirds += mult * (base[app.layer] - seen_base[app.layer])
+        for b, o in adding:
+            extra = mult * b.layer_flops(o, d, app, L, seq_len)
+            thirds += extra
+            if not b.layer_flops_counted:
+                unseen_thirds += extra
+            elif type(b).uncounted_layer_flops is not Block.uncounted_layer_flops:
+                unseen_thirds += mult * b.uncounted_layer_flops(o, d, app, L, seq_len)
+    head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in blocks)
+    readouts = u.readouts if training else 0
+    total = thirds // 3 + readouts * head + (0 if training else head // 3)
+    unseen = unseen_thirds // 3 + (readouts if training else 1) * 6 * d.d_model // (1 if training else 3)
+    return FlopsBreakdown(total=total, unseen=unseen)
+
+
+def train_flops_per_token(
+    d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
+) -> int:
+    """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
+
+    ``loops``: the step-dependent phase in force (Looped: the loop count b; default: the final).
+    """
+    return flops_breakdown(d, arch, seq_len, loops).total
+
+
+def inference_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int) -> int:
+    """Forward FLOPs per token of one inference pass (every layer application forward only,
+    one read-out): a third of the training convention's terms."""
+    return flops_breakdown(d, arch, seq_len, training=False).total
+
+
+def kv_cache_bytes_per_token(d: SizeDims, arch: ArchLike, dtype_bytes: int = 2) -> int:
+    """KV-cache bytes per decoded token: a key and a value per layer application (a looped
+    model caches every unrolled layer) plus each block's ``kv_cache_bytes``."""
+    a = _arch(arch)
+    blocks = _blocks(a)
+    L = a.n_physical_layers(d.n_layers)
+    apps = len(unrolled(a, L, None, training=False).apps)
+    per = 2 * d.n_kv_heads * d.head_dim * dtype_bytes + sum(
+        b.kv_cache_bytes(o, d, dtype_bytes) for b, o in blocks
+    )
+    return apps * per
+
+
+def decode_supported(arch: ArchLike) -> bool:
+    """Whether every block of the architecture supports incremental decoding."""
+    return all(b.decode_supported for b, _ in _blocks(_arch(arch)))
+
+
+def _phases(a: Architecture, steps: int) -> list[tuple[int | None, int]]:
+    for b, o in _blocks(a):
+        p = b.phases(o, steps)
+        if p is not None:
+            return list(p)
+    return [(None, steps)]
+
+
+def _has_phases(a: Architecture) -> bool:
+    return any(b.phase_at(o, 1) is not None for b, o in _blocks(a))
+
+
+@dataclass(frozen=True)
+class RunCost:
+    params: int
+    non_embedding_params: int
+    unique_params: int
+    train_flops_per_token: int  # average over the run (curriculum-aware)
+    final_train_flops_per_token: int
+    total_train_flops: int
+    gpu_hours: float
+    peak_memory_gb: float
+    optimizer_state_gb: float
+
+
+def total_train_flops(
+    d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, steps: int
+) -> int:
+    """Training FLOPs of the whole run, summed over the architecture's phases (a loop
+    curriculum's b per step)."""
+    a = _arch(arch)
+    return sum(
+        train_flops_per_token(d, a, seq_len, phase) * tokens_per_step * n
+        for phase, n in _phases(a, steps)
+    )
+
+
+def steps_for_flops(
+    d: SizeDims,
+    arch: ArchLike,
+    seq_len: int,
+    tokens_per_step: int,
+    target_flops: int,
+) -> int:
+    """The step count whose training FLOPs come closest to ``target_flops`` (>= 1)."""
+    a = _arch(arch)
+    final = train_flops_per_token(d, a, seq_len) * tokens_per_step
+    first = max(1, round(target_flops / final))
+    if not _has_phases(a):
+        return first
+    # Walk the phases' segments, then finish with the final phase.
+    total, steps = 0, 0
+    for phase, n in _phases(a, first * 4):  # enough steps to exceed the target
+        per = train_flops_per_token(d, a, seq_len, phase) * tokens_per_step
+        if total + per * n >= target_flops:
+            extra = max(0, round((target_flops - total) / per))
+            return max(1, steps + extra)
+        total += per * n
+        steps += n
+    return max(1, steps)
+
+
+def memory_estimate_gb(
+    d: SizeDims,
+    arch: ArchLike,
+    *,
+    seq_len: int,
+    microbatch_tokens: int,
+    world_size: int,
+    sharded: bool,
+    bf16: bool,
+    activation_checkpointing: bool = False,
+) -> tuple[float, float]:
+    """(peak memory per device, optimizer-state memory per device) in GB — a labelled estimate.
+
+    States: fp32 params + grads (4 + 4 bytes) and AdamW moments (8 bytes) per parameter, divided
+    by the data-parallel size under FSDP. Activations per layer and token: 34·d bytes at 16-bit
+    (Korthikanti et al., flash attention so no S² term) doubled for fp32, plus each block's
+    ``activation_bytes`` (SiameseNorm ~10·d: second stream and its norms; Depth-Attention the
+    mixed value), for the differentiated layer applications only (Looped: its T last loops; no_grad
+    loops free theirs) and one set of logits per read-out. Logits: fp32 logits + their gradient.
+    Full activation checkpointing keeps each differentiated layer application's input (d values
+    per token) and one layer's activations at a time (recomputed in backward).
+    """
+    a = _arch(arch)
+    blocks = _blocks(a)
+    P = param_count(d, a)
+    shard = world_size if sharded else 1
+    optim_bytes = 8 * P / shard
+    state_bytes = (4 + 4) * P / shard + optim_bytes
+    act_unit = 2 if bf16 else 4
+    per_layer_token = 17 * d.d_model * act_unit  # 34·d bytes at 16-bit
+    per_layer_token += sum(b.activation_bytes(o, d, act_unit) for b, o in blocks)
+    u = unrolled(a, a.n_physical_layers(d.n_layers), None, training=True)
+    layers_with_acts = sum(1 for app in u.apps if app.grad)
+    if activation_checkpointing:
+        acts = microbatch_tokens * (d.d_model * act_unit * layers_with_acts + per_layer_token)
+    else:
+        acts = microbatch_tokens * per_layer_token * layers_with_acts
+    logits = microbatch_tokens * d.vocab_size * 4 * 2 * u.readouts
+    peak = state_bytes + acts + logits
+    return peak / 1e9, optim_bytes / 1e9
+
+
+def run_cost(
+    d: SizeDims,
+    arch: ArchLike,
+    *,
+    seq_len: int,
+    tokens_per_step: int,
+    steps: int,
+    microbatch_tokens: int,
+    world_size: int,
+    sharded: bool,
+    bf16: bool,
+    gpu_peak_tflops: float,
+    assumed_mfu: float,
+    activation_checkpointing: bool = False,
+) -> RunCost:
+    arch = _arch(arch)  # validated once, not once per figure
+    total = total_train_flops(d, arch, seq_len, tokens_per_step, steps)
+    tokens = tokens_per_step * steps
+    peak, optim = memory_estimate_gb(
+        d,
+        arch,
+        seq_len=seq_len,
+        microbatch_tokens=microbatch_tokens,
+        world_size=world_size,
+        sharded=sharded,
+        bf16=bf16,
+        activation_checkpointing=activation_checkpointing,
+    )
+    params = param_count(d, arch)
+    return RunCost(
+        params=params,
+        non_embedding_params=non_embedding_param_count(d, arch),
+        unique_params=params,
+        train_flops_per_token=round(total / tokens),
+        final_train_flops_per_token=train_flops_per_token(d, arch, seq_len),
+        total_train_flops=total,
+        gpu_hours=total / (gpu_peak_tflops * 1e12 * assumed_mfu) / 3600.0,
+        peak_memory_gb=round(peak, 3),
+        optimizer_state_gb=round(optim, 3),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# What a plan costs in total — per size, per stage, per spec — and the spec's GPU-hour budget.
+#
+# Why in the contract: `plan` prints the totals, `validate` warns (``--strict``: fails) when the
+# budget is exceeded and `submit` refuses to launch over it; the same sums and the same rule must
+# serve all three stages. A *stage* is where a size stands in the gates' ladder: a gate's stage
+# size runs now, the sizes it promotes to run only after a ``proceed`` (so "gate stage" is what a
+# decision costs and "behind the gate" what the scale-up would). A/A baselines count like any run.
+# --------------------------------------------------------------------------------------------------
+
+
+GATE_STAGE = "gate stage"
+BEHIND_GATE = "behind the gate"
+UNGATED = "ungated"
+
+
+@dataclass
+class Total:
+    runs: int = 0
+    gpu_hours: float = 0.0
+    tokens: int = 0
+    #: Runs another spec of the store trains (same identity): counted, priced at 0 GPU-hours.
+    reused: int = 0
+
+    def add(self, run: RunEntry, reused: bool = False) -> None:
+        self.runs += 1
+        self.reused += int(reused)
+        self.gpu_hours += 0.0 if reused else run.gpu_hours
+        self.tokens += run.tokens
+
+    def as_json(self) -> dict[str, float | int]:
+        return {
+            "runs": self.runs,
+            "reused": self.reused,
+            "gpu_hours": round(self.gpu_hours, 3),
+            "tokens": self.tokens,
+        }
+
+
+@dataclass
+class Totals:
+    by_size: dict[str, Total] = field(default_factory=dict)
+    by_stage: dict[str, Total] = field(default_factory=dict)
+    stage_of: dict[str, str] = field(default_factory=dict)
+    total: Total = field(default_factory=Total)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "by_size": {k: {"stage": self.stage_of[k], **v.as_json()} for k, v in self.by_size.items()},
+            "by_stage": {k: v.as_json() for k, v in self.by_stage.items()},
+            "total": self.total.as_json(),
+        }
+
+
+def stage_of(plan: Plan) -> dict[str, str]:
+    """Each planned size's stage (see module docstring); a gate stage wins over behind-a-gate."""
+    stages = {e.gate.stage for e in plan.gates}
+    behind = {s for e in plan.gates for s in e.gate.promote_to}
+    return {
+        s: GATE_STAGE if s in stages else BEHIND_GATE if s in behind else UNGATED
+        for s in plan.sizes
+    }
+
+
+def totals(plan: Plan, runs: Iterable[RunEntry] | None = None) -> Totals:
+    """Runs, GPU-hours and tokens per size, stage and spec; a run the plan reuses from another
+    spec of the store (``plan.identity.reused``) costs this spec nothing."""
+    out = Totals(stage_of=stage_of(plan))
+    reused = plan.identity.reused if plan.identity is not None else {}
+    for s in plan.sizes:
+        out.by_size[s] = Total()
+    for run in plan.runs if runs is None else runs:
+        shared = run.run_id in reused
+        out.by_size.setdefault(run.size, Total()).add(run, shared)
+        out.by_stage.setdefault(out.stage_of.get(run.size, UNGATED), Total()).add(run, shared)
+        out.total.add(run, shared)
+    return out
+
+
+def budget_limits(plan: Plan) -> dict[str, float]:
+    """{"total" or a size: max GPU-hours} from ``budget.max_gpu_hours``."""
+    cap = plan.budget.max_gpu_hours
+    if cap is None:
+        return {}
+    return {"total": float(cap)} if not isinstance(cap, dict) else {k: float(v) for k, v in cap.items()}
+
+
+def over_budget(plan: Plan, sizes: set[str] | None = None) -> list[str]:
+    """One line per exceeded limit, naming the total and the limit (empty when within).
+
+    ``sizes``: only the per-size limits of these sizes (what `submit --size` launches); the
+    whole-spec limit always counts every planned run."""
+    t = totals(plan)
+    out = []
+    for key, limit in budget_limits(plan).items():
+        if sizes is not None and key != "total" and key not in sizes:
+            continue
+        got = t.total if key == "total" else t.by_size.get(key, Total())
+        if got.gpu_hours > limit:
+            what = "the whole spec" if key == "total" else f"size {key} ({t.stage_of.get(key, '?')})"
+            out.append(
+                f"budget exceeded: {what} needs {got.gpu_hours:,.1f} GPU-hours "
+                f"({got.runs} runs) > budget.max_gpu_hours{'' if key == 'total' else '.' + key} "
+                f"= {limit:,.1f}"
+            )
+    return out

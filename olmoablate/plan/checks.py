@@ -1,0 +1,479 @@
+"""Cross-field checks of one spec, after the schema (`olmoablate.plan.load` calls them).
+
+Why apart from loading: these are the rules that need more than one section at a time (the
+global batch against the data-parallel size, GPU settings against the topology, a gate's stage,
+metric and reference against the sizes, variants and evaluation of the spec). Each adds one
+problem per violation at the spec path it is about; `load` turns the path into a line number.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import user_cache_get, user_cache_put
+from olmoablate.plan import sizes as sizes_mod
+from olmoablate.plan import tokens as tk
+from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
+from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
+from olmoablate.plan.sizes import dolma2_tokenizer_file
+
+# --------------------------------------------------------------------------------------------------
+# Downstream-task availability, checked at `validate` time without importing olmo_eval or torch.
+#
+# Why: a spec that asks for `hellaswag` must fail in CI when the task name is misspelled or the
+# tokenizer is missing — not after hours of training. Importing `olmo_eval` would import torch,
+# which `validate` must not do, so the task list is read from the installed package's source with
+# `ast` (its `LABEL_TO_TASK_MAP_*` dict literals); where the `eval` extra is not installed (a light
+# CI install: .github/workflows/validate-specs.yml) the names are checked against the list shipped
+# for the pinned ai2-olmo-eval (`olmo_eval_tasks.json`, refreshed by scripts/refresh-eval-tasks.py;
+# tests/spec/test_downstream.py checks it against the real package). The shipped list also holds
+# each task's metric type, which names the metric suffixes a gate may use.
+# --------------------------------------------------------------------------------------------------
+
+
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def fix_extra_command() -> str:
+    """The one command that installs the eval extra (source checkout or installed package)."""
+    if (_REPO / "pyproject.toml").is_file() and (_REPO / "olmoablate").is_dir():
+        return f"cd {_REPO} && .venv/bin/pip install -e '.[eval]'"
+    return "pip install 'olmoablate[eval]'"
+
+
+FIX_TOKENIZER = "bash scripts/prepare-data.sh"
+
+
+def eval_extra_location() -> Path | None:
+    """Folder of the installed `olmo_eval` package, or None when the extra is not installed."""
+    try:
+        spec = importlib.util.find_spec("olmo_eval")
+    except (ImportError, ValueError):  # ValueError: blocked via sys.modules["olmo_eval"] = None
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+#: User cache folder of the parsed task lists (olmoablate.io.user_cache_path), keyed by tasks.py.
+_TASKS_CACHE = "olmo-eval-tasks-v3"
+
+
+@lru_cache(maxsize=4)
+def _tasks_in(tasks_py: Path) -> frozenset[str]:
+    """The task labels of ``tasks_py``, parsed once per version of the file.
+
+    Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget, so the
+    result is kept in the user cache keyed by the file's path, size and mtime (a best-effort
+    cache: unreadable or stale means parse again; a read-only home just never caches). Keyed per
+    file, so two checkouts with their own virtualenvs do not evict each other.
+    """
+    st = tasks_py.stat()
+    key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    hit = user_cache_get(_TASKS_CACHE, key)
+    if isinstance(hit, list):
+        return frozenset(str(t) for t in hit)
+    names = _parse_tasks(tasks_py)
+    user_cache_put(_TASKS_CACHE, key, sorted(names), keep=8)
+    return names
+
+
+def _parse_tasks(tasks_py: Path) -> frozenset[str]:
+    tree = ast.parse(tasks_py.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id.startswith("LABEL_TO_TASK_MAP")):
+            continue
+        if isinstance(node.value, ast.Dict):
+            for key in node.value.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    names.add(key.value)
+    return frozenset(names)
+
+
+#: The task list of the pinned ai2-olmo-eval, shipped with the package.
+SHIPPED_TASKS = Path(__file__).resolve().parent / "olmo_eval_tasks.json"
+
+
+@lru_cache(maxsize=1)
+def shipped() -> tuple[str, dict[str, str]]:
+    """(ai2-olmo-eval version, {task label: metric type}) of the shipped list."""
+    doc = json.loads(SHIPPED_TASKS.read_text(encoding="utf-8"))
+    return str(doc["version"]), {str(k): str(v) for k, v in doc["tasks"].items()}
+
+
+def installed_tasks() -> frozenset[str] | None:
+    """Task labels the installed `olmo_eval` offers (None when the extra is missing)."""
+    loc = eval_extra_location()
+    if loc is None or not (loc / "tasks.py").is_file():
+        return None
+    return _tasks_in(loc / "tasks.py")
+
+
+def known_tasks() -> frozenset[str]:
+    """Task labels to check names against: the installed `olmo_eval`'s, else the shipped list."""
+    installed = installed_tasks()
+    return installed if installed is not None else frozenset(shipped()[1])
+
+
+def task_source() -> str:
+    """Where :func:`known_tasks` came from, for `plan`'s output."""
+    if installed_tasks() is not None:
+        return "the installed ai2-olmo-eval"
+    return f"the task list shipped for ai2-olmo-eval {shipped()[0]} (the eval extra is not installed here; training needs it)"
+
+
+def metric_type(task: str) -> str | None:
+    """The task's ai2-olmo-eval metric type (acc, len_norm, bpb, ...) per the shipped list."""
+    return shipped()[1].get(task)
+
+
+def tokenizer_file() -> Path:
+    """The vendored dolma2 tokenizer.json (`olmoablate.plan.sizes.dolma2_tokenizer_file`)."""
+    return dolma2_tokenizer_file()
+
+
+def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
+    """[(index of the offending task or None, message)] for a list of requested tasks."""
+    if not tasks:
+        return []
+    out: list[tuple[int | None, str]] = []
+    available = known_tasks()
+    for i, task in enumerate(tasks):
+        if task not in available:
+            close = sorted(t for t in available if t.split("_")[0] == task.split("_")[0])[:8]
+            hint = f"; similar: {', '.join(close)}" if close else ""
+            out.append(
+                (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
+            )
+    if not tokenizer_file().is_file():
+        out.append(
+            (
+                None,
+                f"downstream tasks need the dolma2 tokenizer file {tokenizer_file()} (fix: {FIX_TOKENIZER})",
+            )
+        )
+    return out
+
+
+Path_ = tuple[str | int, ...]
+
+
+def origin_of(rpath: Path_, origin: dict[Path_, Path_]) -> Path_:
+    """Where in the spec file a resolved per-size field came from (its per-size block's path)."""
+    p = tuple(rpath)
+    tail: tuple[str | int, ...] = ()
+    while p and p not in origin:
+        tail = (p[-1], *tail)
+        p = p[:-1]
+    return (*origin.get(p, p), *tail)
+
+
+def check_batch(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> int | None:
+    """Global batch vs sequence length x data-parallel size; returns the per-rank microbatch."""
+    t, topo = settings.training, settings.topology
+    dp = topo.world_size
+    where = origin_of(("training", "global_batch_size"), origin)
+    if t.global_batch_size % (t.sequence_length * dp):
+        add(
+            where,
+            f"global_batch_size={t.global_batch_size} tokens is not divisible by "
+            f"sequence_length x data-parallel size = {t.sequence_length} x {dp} "
+            f"(allowed: multiples of {t.sequence_length * dp})",
+        )
+        return None
+    rank_batch = t.global_batch_size // dp
+    if t.microbatch_size is None:
+        mb = rank_batch if not topo.on_gpu else min(rank_batch, 2 * t.sequence_length)
+    else:
+        mb = t.microbatch_size
+    if rank_batch % mb:
+        add(
+            origin_of(("training", "microbatch_size"), origin),
+            f"microbatch_size={mb} must divide the per-rank batch {rank_batch} tokens "
+            f"(global_batch_size / data-parallel size {dp})",
+        )
+        return None
+    return mb
+
+
+def check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
+    """Precision x backend x parallelism combinations that could never start (or would train in
+    another precision than the spec says) are rejected here, not hours later at job start."""
+    t, topo = settings.training, settings.topology
+    gpu = topo.on_gpu
+    half = computes_in_bf16(t.precision, topo)
+    backend = topo.attention_backend
+    if backend.startswith("flash"):
+        where = origin_of(("topology", "attention_backend"), origin)
+        if not gpu:
+            add(where, f"{backend} needs CUDA GPUs (gpus_per_node=0; allowed on CPU: auto, torch)")
+        elif not half:
+            add(
+                where,
+                f"{backend} does not run in fp32 (training.precision={t.precision}; "
+                "allowed with fp32: auto, torch)",
+            )
+    if topo.data_parallel == "hsdp" and topo.nodes < 2:
+        add(
+            origin_of(("topology", "data_parallel"), origin),
+            f"hsdp replicates across nodes and shards within one: needs nodes >= 2 "
+            f"(nodes={topo.nodes}; allowed on one node: fsdp, ddp)",
+        )
+
+
+def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
+    """Each block's own check at this size (``Block.check_size``), e.g. a loop body deeper
+    than the size."""
+    from olmoablate.plan.blocks import get_block
+
+    for name, arch in spec.variants.items():
+        if arch.sizes is not None and dims.name not in arch.sizes:
+            continue
+        for key, opts in arch.blocks.items():
+            problem = get_block(key).check_size(opts, dims)
+            if isinstance(problem, tuple):  # (option, message): located at the option
+                add(("variants", name, key, problem[0]), problem[1])
+            elif problem:
+                add(("variants", name, key), problem)
+
+
+def check_budget(spec: Spec, add: Any) -> None:
+    cap = spec.budget.max_gpu_hours
+    for key in cap if isinstance(cap, dict) else ():
+        if key != "total" and key not in spec.sizes:
+            add(
+                ("budget", "max_gpu_hours", key),
+                f"unknown size key {key} (allowed: total, {', '.join(spec.sizes)})",
+            )
+    for name in spec.budget.variants:
+        if name not in spec.variants:
+            add(
+                ("budget", "variants", name),
+                f"unknown variant {name!r} (allowed: {', '.join(spec.variants)})",
+            )
+
+
+def check_gate(
+    spec: Spec, gate: Any, where: tuple[str | int, ...], per_size: dict[str, SizeSettings], add: Any
+) -> None:
+    """One gate block at field path ``where`` (``gate`` or ``gates.<name>``)."""
+    if gate.stage not in spec.sizes:
+        add(
+            (*where, "stage"),
+            f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
+        )
+    for i, s in enumerate(gate.promote_to):
+        if s not in spec.sizes:
+            add(
+                (*where, "promote_to", i),
+                f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
+            )
+        elif s == gate.stage:
+            add((*where, "promote_to", i), "cannot promote to the stage size itself")
+    for key in ("variant", "reference"):
+        val = getattr(gate, key)
+        if val is not None and val not in spec.variants:
+            add((*where, key), f"unknown variant {val!r} (allowed: {', '.join(spec.variants)})")
+    if gate.rule == "quality_per_param" and gate.reference in spec.variants:
+        ref = spec.variants[gate.reference]
+        if ref.looped is not None:
+            add(
+                (*where, "reference"),
+                "the parameter-matched reference must be a standard (non-looped) model, e.g. `layers: {n_layers: 4}`",
+            )
+        if not any(a.looped is not None for a in spec.variants.values()):
+            add(
+                (*where, "rule"),
+                "quality_per_param compares a looped variant with its reference, but no variant is looped",
+            )
+    settings = per_size.get(gate.stage)
+    if settings is not None:
+        allowed = gate_metrics(list(settings.evaluation.lm_sets))
+        ok = gate.metric in allowed or any(
+            gate.metric.startswith(f"{DOWNSTREAM_PREFIX}{t}")
+            for t in settings.evaluation.downstream
+        )
+        if not ok:
+            add(
+                (*where, "metric"),
+                f"no run records metric {gate.metric!r} (allowed: {', '.join(sorted(allowed))}"
+                + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
+                + ")",
+            )
+
+
+def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
+    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours.
+
+    Any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file.
+    """
+
+    for st in per_size.values():
+        for index, message in problems(st.evaluation.downstream):
+            path: Path_ = (
+                ("evaluation", "downstream")
+                if index is None
+                else ("evaluation", "downstream", index)
+            )
+            add(path, message)
+
+
+def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
+    """``training.compile: true`` on a CPU topology is a request the job cannot honour:
+    OLMo-core's train module compiles only on CUDA ("Skipping model compilation since CUDA is not
+    available") and the plan, its certificate and the cost would say ``compile: true`` for a run
+    that trained eagerly."""
+    if settings.training.compile is True and not settings.topology.on_gpu:
+        add(
+            origin_of(("training", "compile"), origin),
+            "compile=true needs CUDA GPUs: OLMo-core's train module compiles only on CUDA "
+            "(gpus_per_node=0; allowed on CPU: auto, false)",
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Paths in a spec: relative ones resolve against the spec file's folder, packaged files by name,
+# and every data/eval path is checked (`${VAR}` expanded when set, remote URLs by their form).
+#
+# Why the spec's folder: `olmoablate plan specs/demo.yaml` must mean the same files whether it is
+# run from the checkout, from `specs/` or from a CI runner's home; the working directory is an
+# accident of where the user stands. A spec written for the old rule (relative to the working
+# directory) still works: when the spec-relative file does not exist but the cwd-relative one does,
+# that one is used and a warning names the spelling that works from anywhere. The plan records the
+# resolved absolute path, so later stages never depend on the working directory either. Paths
+# holding ``$`` are kept as written (expanded by the job, on the cluster, where the variable is
+# set); URLs are kept as written.
+# --------------------------------------------------------------------------------------------------
+
+
+Path_ = tuple[str | int, ...]
+
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
+_VAR = re.compile(r"\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)")
+#: Remote schemes OLMo-core's data loading reads (cached_path / fsspec).
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "r2", "weka", "http", "https", "hf")
+
+
+def _relative(value: str) -> bool:
+    return not ("$" in value or "://" in value or value.startswith("~") or Path(value).is_absolute())
+
+
+def resolve(value: str, base: Path) -> tuple[str, str | None]:
+    """(the path as the plan records it, a warning or None); see the module docstring."""
+    if not _relative(value):
+        return value, None
+    here = Path(os.path.normpath(base / value))
+    if here.exists():
+        return str(here), None
+    old = Path(os.path.normpath(Path.cwd() / value))
+    if old.exists() and old != here:
+        better = os.path.relpath(old, base)
+        return str(old), (
+            f"{value} is resolved against the working directory (the old rule); relative paths "
+            f"resolve against the spec's folder {base}: write {better} (found there from anywhere)"
+        )
+    return str(here), None
+
+
+def resolve_settings(settings: SizeSettings, base: Path) -> list[tuple[Path_, str]]:
+    """Rewrite the size's data/eval/tokenizer paths to what the plan records; [(path, warning)]."""
+    out: list[tuple[Path_, str]] = []
+    data = settings.training.data
+
+    def one(value: str, where: Path_) -> str:
+        got, why = resolve(value, base)
+        if why:
+            out.append((where, why))
+        return got
+
+    if tk.packaged_tokenizer(data.tokenizer) is not None:
+        data.tokenizer = str(tk.packaged_tokenizer(data.tokenizer))
+    elif data.tokenizer != "dolma2":
+        data.tokenizer = one(data.tokenizer, ("training", "data", "tokenizer"))
+    if data.paths:
+        data.paths = [one(p, ("training", "data", "paths", i)) for i, p in enumerate(data.paths)]
+    if data.root:
+        data.root = one(data.root, ("training", "data", "root"))
+    ev = settings.evaluation
+    ev.lm_sets = {
+        name: [one(p, ("evaluation", "lm_sets", name, i)) for i, p in enumerate(paths)]
+        for name, paths in ev.lm_sets.items()
+    }
+    return out
+
+
+@dataclass(frozen=True)
+class PathCheck:
+    """One checked path: a warning (with its fix) or a note saying it is not checked here."""
+
+    where: Path_
+    warning: str | None = None
+    note: str | None = None
+
+
+def check(value: str, where: Path_, folder: bool = False) -> PathCheck | None:
+    """Check one (already resolved) path; None when it is a local file/folder that exists."""
+    expanded = value
+    for m in _VAR.finditer(value):
+        var = m.group("b") or m.group("p")
+        if var not in os.environ:
+            return PathCheck(
+                where,
+                warning=f"{value}: not checked, ${{{var}}} is not set here (fix: export "
+                f"{var}=<its folder> before validate, or --skip-paths where the data is not "
+                "reachable, e.g. CI)",
+            )
+    if "$" in value:
+        expanded = os.path.expandvars(value)
+    m = _SCHEME.match(expanded)
+    if m:
+        scheme, rest = m.group("scheme").lower(), m.group("rest")
+        bucket, _, key = rest.partition("/")
+        if scheme not in REMOTE_SCHEMES:
+            return PathCheck(
+                where, warning=f"{expanded}: unknown URL scheme {scheme}:// (allowed: "
+                f"{', '.join(s + '://' for s in REMOTE_SCHEMES)})",
+            )  # fmt: skip
+        if not bucket or (not key and not folder) or re.search(r"\s", rest):
+            return PathCheck(
+                where, warning=f"{expanded}: not a {scheme}:// URL of the form {scheme}://"
+                f"<bucket>/<path>",
+            )  # fmt: skip
+        return PathCheck(where, note=f"{expanded} (remote: not checked here)")
+    p = Path(expanded).expanduser()
+    ok = p.is_dir() if folder else p.is_file()
+    if ok:
+        return None
+    what = "folder" if folder else "file"
+    shown = expanded if expanded == value else f"{value} (= {expanded})"
+    return PathCheck(
+        where,
+        warning=f"{what} {shown} not found (fix: create it or correct the path; relative paths "
+        "resolve against the spec's folder; `olmoablate data prepare` makes the demo's files)",
+    )
+
+
+def check_settings(settings: SizeSettings) -> list[PathCheck]:
+    """Every data/eval path of one size (tokenizer files are checked by the loader itself)."""
+    data = settings.training.data
+    found: list[PathCheck | None] = []
+    for i, p in enumerate(data.paths or []):
+        found.append(check(p, ("training", "data", "paths", i)))
+    if data.root:
+        found.append(check(data.root, ("training", "data", "root"), folder=True))
+    for name, paths in settings.evaluation.lm_sets.items():
+        for i, p in enumerate(paths):
+            found.append(check(p, ("evaluation", "lm_sets", name, i)))
+    return [f for f in found if f is not None]

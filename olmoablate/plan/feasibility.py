@@ -1,0 +1,463 @@
+"""Will the plan run as asked? Per-device memory, wall time, eval points and paths, checked
+against what the spec says it has (`validate` and `plan`; warnings, errors under ``--strict``).
+
+Why: `plan` computes every number a user needs and used to compare none of them with anything —
+a 7B arm estimated at 203 GB per device on 80 GB GPUs, a 29-minute run under a 5-minute limit that
+is never requeued, a gate averaging the last three eval points of runs that have one, paths that
+exist only on another machine, a gate metric no run records. Each finding names the fix; the
+estimates are the plan's own (`olmoablate.plan.accounting`: memory is a labelled estimate,
+time is training compute at the spec's stated peak and MFU, evaluation excluded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from olmoablate.plan import accounting as acc
+from olmoablate.plan import checks as spec_paths
+from olmoablate.plan.gate import SequentialDesign
+from olmoablate.plan.load import LoadedSpec, Problem
+from olmoablate.plan.metrics import downstream_suffixes, is_eval, split_downstream
+from olmoablate.plan.planfile import GateRegistration, Plan, RunEntry
+from olmoablate.plan.schema import computes_in_bf16
+from olmoablate.plan.sizes import gpu_memory_gb
+from olmoablate.stats import mde
+
+
+@dataclass
+class Findings:
+    """Warnings (each with its fix) and notes (what was not checked here, and why)."""
+
+    warnings: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def check(ls: LoadedSpec, plan: Plan, *, check_paths: bool = True) -> Findings:
+    out = Findings()
+    firsts: dict[tuple[str, str], RunEntry] = {}
+    for r in plan.runs:  # seeds share every setting checked here: one run per (size, arm)
+        firsts.setdefault((r.size, r.arm), r)
+    for run in firsts.values():
+        _memory(ls, run, out)
+    for size in ls.spec.sizes:
+        runs = [r for (s, _), r in firsts.items() if s == size]
+        if runs:
+            _time(ls, max(runs, key=lambda r: r.total_train_flops), out)
+    _eval_points(ls, plan, out)
+    _gate_metrics(ls, out)
+    if check_paths:
+        _paths(ls, out)
+    else:
+        out.notes.append("paths not checked (--skip-paths)")
+    return out
+
+
+def _warn(out: Findings, ls: LoadedSpec, path: tuple[str | int, ...], size: str | None, msg: str) -> None:
+    out.warnings.append(ls.problem(path, f"warning: {msg}", size))
+
+
+def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
+    topo = run.topology
+    if not topo.on_gpu:
+        return
+    settings = ls.per_size[run.size]
+    gb, source = gpu_memory_gb(
+        settings.topology.gpu_memory_gb, run.slurm.constraint, topo.gpu_type
+    )
+    if gb is None:
+        note = f"size {run.size}: per-device memory not checked: {source}"
+        if note not in out.notes:
+            out.notes.append(note)
+        return
+    if run.peak_memory_gb <= gb:
+        return
+    dims = ls.dims[run.size]
+    t = run.training
+    kw: dict[str, Any] = dict(
+        seq_len=t.sequence_length,
+        microbatch_tokens=t.microbatch_size,
+        world_size=topo.world_size,
+        sharded=topo.data_parallel != "ddp",
+        bf16=computes_in_bf16(t.precision, topo),
+        activation_checkpointing=topo.activation_checkpointing == "full",
+    )
+
+    def est(**change: Any) -> float:
+        return acc.memory_estimate_gb(dims, run.architecture, **{**kw, **change})[0]
+
+    ws, ac_now, mb_now = topo.world_size, topo.activation_checkpointing == "full", t.microbatch_size
+    mbs = []  # smaller micro-batches: halvings down to one sequence
+    mb = mb_now
+    while mb > t.sequence_length:
+        mb = max(t.sequence_length, mb // 2)
+        mbs.append(mb)
+
+    def more_gpus(ac: bool, mb: int) -> tuple[int, float] | None:
+        for mult in (2, 4, 8, 16, 32, 64):  # only the sharded states shrink with more GPUs
+            e = est(world_size=ws * mult, sharded=True, activation_checkpointing=ac,
+                    microbatch_tokens=mb)  # fmt: skip
+            if e <= gb:
+                return ws * mult, e
+        return None
+
+    fixes: list[str] = []
+    g = more_gpus(ac_now, mb_now)
+    fixes.append(
+        f"more GPUs (world size {g[0]}, est. {g[1]:.0f} GB)" if g else
+        f"more GPUs (world size {ws * 64}: est. {est(world_size=ws * 64, sharded=True):.0f} GB, "
+        "not enough alone)"
+    )  # fmt: skip
+    alone = g is not None
+    if not ac_now:
+        e = est(activation_checkpointing=True)
+        alone |= e <= gb
+        fixes.append(f"topology.activation_checkpointing: full (est. {e:.0f} GB"
+                     + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
+    for mb in mbs:
+        e = est(microbatch_tokens=mb)
+        if e <= gb or mb == mbs[-1]:
+            alone |= e <= gb
+            fixes.append(f"a smaller micro-batch (training.microbatch_size: {mb}, est. {e:.0f} GB"
+                         + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
+            break
+    if not alone:
+        for ac in sorted({ac_now, True}):
+            for mb in [mb_now, *mbs]:
+                e = est(activation_checkpointing=ac, microbatch_tokens=mb)
+                g = (ws, e) if e <= gb else more_gpus(ac, mb)
+                if g is None:
+                    continue
+                parts = ([f"world size {g[0]}"] if g[0] != ws else []) + (
+                    ["activation_checkpointing: full"] if ac and not ac_now else []
+                ) + ([f"microbatch_size: {mb}"] if mb != mb_now else [])
+                fixes.append(f"together: {' + '.join(parts)} (est. {g[1]:.0f} GB)")
+                break
+            else:
+                continue
+            break
+    _warn(
+        out, ls, ("topology", "gpus_per_node"), run.size,
+        f"size {run.size}, arm {run.arm}: estimated {run.peak_memory_gb:.0f} GB per device "
+        f"(plan.json peak_memory_gb) > {gb:g} GB per GPU ({source}); fix: "
+        + ("; or ".join(fixes) if fixes else "a larger GPU (topology.gpu_memory_gb)"),
+    )  # fmt: skip
+
+
+def wall_hours(run: RunEntry) -> float | None:
+    """Training wall time at the spec's peak and MFU (None on CPU: no throughput model)."""
+    topo = run.topology
+    if not topo.on_gpu:
+        return None
+    return run.total_train_flops / (topo.world_size * topo.gpu_peak_tflops * 1e12 * topo.assumed_mfu) / 3600
+
+
+def _time(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
+    hours = wall_hours(run)
+    if hours is None:
+        out.notes.append(f"size {run.size}: wall time not checked (CPU topology: no throughput model)")
+        return
+    limit = run.slurm.time_min
+    attempts = run.slurm.max_num_timeout + 1
+    need = hours * 60
+    if need <= limit * attempts:
+        return
+    time_for = math.ceil(need / attempts)
+    requeues = math.ceil(need / limit) - 1
+    _warn(
+        out, ls, ("slurm", "time"), run.size,
+        f"size {run.size}: {run.run_id} needs ~{_dur(need)} of training (at "
+        f"{run.topology.gpu_peak_tflops:g} TFLOPS x MFU {run.topology.assumed_mfu:g} on "
+        f"{run.topology.world_size} GPUs) but gets {_dur(limit)} x {attempts} attempt(s) "
+        f"(slurm.time x (max_num_timeout + 1)); fix: slurm.time >= {time_for} minutes, or "
+        f"slurm.max_num_timeout >= {requeues} (each requeue resumes from the last checkpoint)",
+    )  # fmt: skip
+
+
+def _dur(minutes: float) -> str:
+    if minutes < 120:
+        return f"{minutes:.0f} min"
+    return f"{minutes / 60:.1f} h"
+
+
+def eval_points(steps: int, interval: int) -> int:
+    """Eval points of a run: every ``interval`` steps and at the end (OLMo-core's evaluator)."""
+    return steps // interval + (1 if steps % interval else 0)
+
+
+def _interim_short(gate: Any, steps: int, interval: int) -> list[str]:
+    """The sequential design's interim looks (fractions of the budget) that the eval schedule
+    cannot serve: fewer than ``last_n`` eval points at or before the fraction, or the last one
+    well before it (report/gate/sequential.py then decides on earlier data, losing power)."""
+    seq = getattr(gate, "sequential", None)
+    short = []
+    for frac in getattr(seq, "interim", None) or []:
+        have = int(frac * steps) // interval
+        if have < gate.last_n or have * interval < 0.9 * frac * steps:
+            short.append(f"{frac:.0%}")
+    return short
+
+
+def _interim_fix(gate: Any, steps: int) -> int:
+    """The largest evaluation.interval that serves every interim look (1 always does)."""
+    return next((i for i in range(steps, 1, -1) if not _interim_short(gate, steps, i)), 1)
+
+
+def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
+    for name, gate, where in ls.spec.all_gates():
+        if not is_eval(gate.metric) or gate.stage not in ls.per_size:
+            continue
+        runs = [r for r in plan.runs if r.size == gate.stage]
+        if not runs:
+            continue
+        run = min(runs, key=lambda r: r.steps)
+        interval = run.evaluation.interval
+        points = eval_points(run.steps, interval)
+        label = "the gate" if where == ("gate",) else "gate " + name
+        short = _interim_short(gate, run.steps, interval)
+        if short:
+            _warn(
+                out, ls, ("evaluation", "interval"), gate.stage,
+                f"{label}'s interim looks at {', '.join(short)} of tokens need {gate.last_n} eval "
+                f"points of {gate.metric!r} at or just before each, but {run.run_id} evaluates every "
+                f"{interval} of {run.steps} steps; fix: evaluation.interval <= {_interim_fix(gate, run.steps)}",
+            )  # fmt: skip
+        need = gate.last_n
+        if points >= need:
+            continue
+        why = f"averages the last {gate.last_n}"
+        _warn(
+            out, ls, ("evaluation", "interval"), gate.stage,
+            f"{label} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
+            f"({run.steps} steps, evaluation.interval {interval}); fix: evaluation.interval <= "
+            f"{max(1, run.steps // need)} (or {'gate.last_n' if where == ('gate',) else '.'.join(map(str, where)) + '.last_n'} <= {points})",
+        )  # fmt: skip
+
+
+def _gate_metrics(ls: LoadedSpec, out: Findings) -> None:
+    """A downstream gate metric must name a task of the stage size and a suffix it records."""
+    from olmoablate.plan import checks as downstream
+
+    for _name, gate, where in ls.spec.all_gates():
+        parts = split_downstream(gate.metric)
+        settings = ls.per_size.get(gate.stage)
+        if settings is None or not gate.metric.startswith("eval/downstream/"):
+            continue
+        tasks = settings.evaluation.downstream
+        if parts is None or parts[0] not in tasks:
+            _warn(
+                out, ls, (*where, "metric"), None,
+                f"{gate.metric!r} is not 'eval/downstream/<task> (<metric>)' for a task of size "
+                f"{gate.stage} (tasks: {', '.join(tasks)}); no run would record it",
+            )  # fmt: skip
+            continue
+        task, suffix = parts
+        allowed = downstream_suffixes(downstream.metric_type(task))
+        if suffix not in allowed:
+            _warn(
+                out, ls, (*where, "metric"), None,
+                f"task {task} records no metric '({suffix})'; fix: one of "
+                + ", ".join(f"'eval/downstream/{task} ({a})'" for a in allowed),
+            )
+
+
+def _paths(ls: LoadedSpec, out: Findings) -> None:
+    seen: set[tuple[str, str]] = set()
+    for size, settings in ls.per_size.items():
+        for found in spec_paths.check_settings(settings):
+            key = (str(found.where), found.warning or found.note or "")
+            if key in seen:
+                continue
+            seen.add(key)
+            if found.warning:
+                _warn(out, ls, found.where, size, found.warning)
+            elif found.note and found.note not in out.notes:
+                out.notes.append(found.note)
+
+
+# --------------------------------------------------------------------------------------------------
+# What a planned gate can resolve, said before any GPU time is spent (`validate` and `plan`).
+#
+# Why at plan time: a one-seed gate with no declared noise source cannot give proceed or stop,
+# whatever the runs show; finding that out after 180 GPU-hours per 1B run is the expensive way.
+# From plan.json alone this prints the noise source the report will use, the minimum detectable
+# effect (MDE) of the planned seeds, and what each way of getting a noise source costs.
+# MDE = (q_conf + q_power) * sd / sqrt(n): a true effect of ``min_effect + MDE`` gives proceed with
+# probability ``POWER``. Pure Python (login node): no numpy, torch or pandas.
+# --------------------------------------------------------------------------------------------------
+
+
+POWER = 0.8
+
+
+def _hours(plan: Plan, size: str, arm: str, aa: bool = False) -> float:
+    for r in plan.runs:
+        if r.size == size and r.arm == arm and r.is_aa == aa:
+            return r.gpu_hours
+    return 0.0
+
+
+def _cost(runs: int, hours: float) -> str:
+    """Extra runs and their GPU-hours (CPU runs have none)."""
+    return f"+{runs} run(s), {hours:.4g} GPU-h" if hours else f"+{runs} run(s)"
+
+
+def gated_variants(plan: Plan) -> list[str]:
+    """Variants the gate decides on at its stage: the primary, or every non-reference one."""
+    g = plan.gate
+    if g is None:
+        return []
+    at: list[str] = []
+    for p in plan.pairs:
+        if p.size == g.stage and p.variant not in at:
+            at.append(p.variant)
+    if g.variant:
+        return [g.variant] if g.variant in at else []
+    return [v for v in at if v != g.reference]
+
+
+#: Within-seed correlations of the two arms' run noise at which the A/A MDE is shown.
+RHOS = (0.0, 0.5, 0.9)
+
+
+def aa_mde_text(k: int, confidence: float) -> str:
+    """The A/A gate's MDE in sd_d (the sd of one seed's paired delta), as a function of the
+    within-seed correlation rho of the two arms: the gate bounds with sqrt(2) sd_run, while
+    sd_d = sqrt(2 (1 - rho)) sd_run, so its MDE is (q_conf + q_power) sd_d / sqrt(1 - rho)."""
+    base = mde(1.0, 1, confidence, POWER, dof=k)
+    vals = " / ".join(f"{base / math.sqrt(1.0 - r):.3g}" for r in RHOS)
+    rhos = " / ".join(f"{r:g}" for r in RHOS)
+    return f"MDE {vals} x sd_d at within-seed correlation {rhos}"
+
+
+def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: int) -> list[str]:
+    """The pre-registered looks and their boundaries, before any GPU time is spent."""
+    from olmoablate.stats import t_stage_levels  # numpy: only with a design
+
+    stages = list(design.seed_stages) or [n]
+    a = alpha / max(1, m)
+    levels = t_stage_levels(stages, a, design.spending)
+    looks = [
+        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if the "
+        f"{design.futility_confidence:.0%} upper bound < {bar:g}, never proceed"
+        for f in design.interim
+    ]
+    looks += [
+        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} (t, {k - 1} dof)"
+        for k, lv in zip(stages, levels, strict=True)
+    ]
+    head = (
+        f"sequential design ({design.spending} spending of alpha {a:.3g}"
+        + (f" = {alpha:.3g} / {m} variants" if m > 1 else "")
+        + "; futility is non-binding: `olmoablate watch SPEC` cancels, resuming is allowed): "
+    )
+    return [head + "; ".join(f"look {i} of {len(looks)}: {t}" for i, t in enumerate(looks, 1))]
+
+
+def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
+    """(information lines, warnings) about the planned gate's statistics and their costs."""
+    g = plan.gate
+    if g is None:
+        return [], []
+    stage, conf = g.stage, g.confidence
+    floor = g.noise.floor_sd
+    fdof = g.noise.floor_dof
+    k = g.noise.measure.aa_seeds if g.noise.measure is not None else 0
+    variants = gated_variants(plan)
+    seeds = {p.seed for p in plan.pairs if p.size == stage and p.variant in variants}
+    n = len(seeds)
+    base_h = _hours(plan, stage, "baseline")
+    pair_h = base_h + sum(_hours(plan, stage, v) for v in variants)
+    lines: list[str] = []
+    warnings: list[str] = []
+    me = g.min_effect
+    unit = "sd_d (the sd of one seed's paired delta)"
+    if n >= 2 and k:
+        warnings.append(
+            f"gate.noise.measure (A/A) is ignored: the stage {stage} has {n} seed pairs, whose "
+            "spread is the gate's noise; no A/A runs are planned (drop noise.measure)"
+        )
+    if n >= 2:
+        src = f"noise: paired seeds ({n} seeds at {stage}, Student t with {n - 1} dof)"
+        if floor is not None:
+            m = mde(floor, n, conf, POWER)
+            src += f"; MDE with the declared floor {floor:g}: {m:.3g} (proceeds at {me + m:.3g})"
+        else:
+            src += f"; MDE = {mde(1.0, n, conf, POWER):.3g} x {unit}"
+        lines.append(src)
+    elif n == 1 and floor is not None:
+        m = mde(floor, 1, conf, POWER, dof=fdof)
+        how = "known: normal bound" if math.isinf(fdof) else f"t bound with {fdof:g} dof"
+        lines.append(
+            f"noise: declared floor sd_d = {floor:g} (one seed, {how}); MDE {m:.3g}: a "
+            f"true effect of {me + m:.3g} proceeds with about {POWER:.0%} probability"
+        )
+    elif n == 1 and k:
+        lines.append(
+            f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
+            f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
+            f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
+            f"conservative); {aa_mde_text(k, conf)}"
+        )
+    elif n == 1:
+        warnings.append(
+            f"gate at {stage} has one seed pair and no gate.noise source: it cannot resolve "
+            "(the report will say inconclusive whatever the runs show); add "
+            "gate.noise.floor (measured earlier), gate.noise.measure: {aa_seeds: k}, or a seed"
+        )
+    if n == 1:
+        z = mde(1.0, 1, conf, POWER, 2.0)
+        opts = [f"floor from 3 seed pairs: free if measured earlier (MDE {z:.3g} x sd_d)"]
+        for kk in (1, 2, 4):
+            opts.append(f"aa_seeds {kk}: {_cost(kk, kk * base_h)} ({aa_mde_text(kk, conf)})")
+        opts.append(
+            f"one more seed pair: {_cost(1 + len(variants), pair_h)} "
+            f"(MDE {mde(1.0, 2, conf, POWER):.3g} x sd_d)"
+        )
+        lines.append("noise choices for one seed: " + "; ".join(opts))
+    if g.sequential is not None:
+        lines.extend(design_lines(g.sequential, n, g.min_effect, 1.0 - conf, len(variants)))
+    if len(variants) > 1:
+        lines.append(
+            f"several gated variants ({', '.join(variants)}) and no gate.variant: Holm "
+            f"family-wise correction at {1 - conf:.3g} (the best one is tested at "
+            f"{(1 - conf) / len(variants):.3g}); set gate.variant to let one primary decide"
+        )
+    elif g.variant:
+        others = [v for v in plan.variants if v not in (g.variant, g.reference)]
+        if others:
+            lines.append(
+                f"primary variant {g.variant} decides; {', '.join(others)}: exploratory "
+                "(shown uncorrected, never promoted)"
+            )
+    return lines, warnings
+
+
+def carry_registrations(old: Any, plan: Plan) -> Plan:
+    """``plan`` with each gate's earlier registrations from the plan.json it replaces (``old``,
+    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report.
+
+    A registration is kept when its seeds or gate hash differ from the new one; an old plan
+    without design records (an earlier release) counts with its top-level ``seeds``.
+    """
+    if not isinstance(old, dict) or not isinstance(old.get("gates"), list):
+        return plan
+    prior = {g.get("name"): g for g in old["gates"] if isinstance(g, dict)}
+    entries = []
+    for e in plan.gates:
+        o = prior.get(e.name)
+        hist = list(e.history)
+        if isinstance(o, dict):
+            hist = [GateRegistration.model_validate(h) for h in o.get("history") or []] + hist
+            seeds = o.get("seeds", old.get("seeds"))
+            if seeds != e.seeds or o.get("gate_sha256") != e.gate_sha256:
+                hist.append(
+                    GateRegistration(
+                        created=str(old.get("created", "")),
+                        seeds=list(seeds) if isinstance(seeds, list) else None,
+                        gate_sha256=o.get("gate_sha256"),
+                    )
+                )
+        entries.append(e.model_copy(update={"history": hist}))
+    return plan.model_copy(update={"gates": entries})

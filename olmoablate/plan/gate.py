@@ -1,0 +1,214 @@
+"""The spec's ``gate`` block (and ``budget``): what `plan` pre-registers and `report` decides with.
+
+Why its own module: the gate is read by three stages — `validate` checks it, `plan` hashes it
+into plan.json (pre-registration) and the report's statistics run on it — so its defaults (the
+step-time and memory limits, the confidence, the noise source) are defined here once.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
+
+from olmoablate.errors import NonNegInt, PosInt, Strict
+from olmoablate.plan.metrics import CE_LOSS
+
+
+class Budget(Strict):
+    match: Literal["tokens", "flops"] = "tokens"
+    variants: dict[str, Literal["tokens", "flops"]] = {}
+    #: GPU-hour cap (`olmoablate.plan.accounting`): a number for the whole spec, or per stage
+    #: (size) with an optional ``total``: ``{total: 30000, 1B: 2500}``. Not written when unset.
+    max_gpu_hours: Annotated[float, Field(gt=0)] | dict[str, Annotated[float, Field(gt=0)]] | None = Field(
+        None, exclude_if=lambda v: v is None
+    )
+
+
+class GateNoiseMeasure(Strict):
+    """Measure the run-to-run noise now: ``plan`` adds ``aa_seeds`` extra baselines at the stage
+    size with other seeds (A/A runs, priced like any run)."""
+
+    aa_seeds: PosInt
+
+
+#: Validation context under which a bare-number ``noise.floor`` is read (plan.json files written
+#: before floors carried their uncertainty): such a floor keeps its old meaning, known exactly.
+LEGACY_FLOOR = "legacy_floor"
+FLOOR_FORM = "{sd: <sd of the paired delta>, pairs: <seed pairs it was measured from>}"
+
+
+class NoiseFloor(Strict):
+    """A paired-delta sd measured earlier, with how much it is worth.
+
+    Why ``pairs``: an sd measured from n seed pairs is an estimate with n - 1 degrees of
+    freedom; treating it as exact gives a one-seed gate a false-proceed rate of 12% (3 pairs)
+    or 8.7% (5 pairs) at nominal 5%. The gate uses a t bound with n - 1 dof. ``known: true``
+    claims the sd is exact (normal bound) and the verdict says so.
+    """
+
+    sd: float = Field(gt=0)
+    pairs: int | None = Field(None, ge=2)
+    known: bool = False
+
+    @model_validator(mode="after")
+    def _dof(self) -> NoiseFloor:
+        if (self.pairs is None) == (not self.known):
+            raise ValueError(
+                "noise.floor needs `pairs` (how many seed pairs the sd was measured from: t bound "
+                "with pairs - 1 dof) or `known: true` (sd exact, normal bound), exactly one"
+            )
+        return self
+
+
+class GateNoise(Strict):
+    """Where a one-seed gate's noise comes from (docs/gate-statistics.md).
+
+    ``floor``: the standard deviation of the paired delta (variant - baseline, last_n mean)
+    across seeds for this recipe, measured earlier, with the number of seed pairs it was
+    measured from. ``measure``: A/A baselines measured now. Several paired seeds need neither
+    (their spread is used). A bare number as ``floor`` is only read from old plan.json files.
+    """
+
+    floor: NoiseFloor | float | None = None
+    measure: GateNoiseMeasure | None = None
+
+    @field_validator("floor", mode="before")
+    @classmethod
+    def _floor_form(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not (info.context or {}).get(LEGACY_FLOOR):
+                raise ValueError(
+                    f"a bare number ({v:g}) is no longer accepted: give {FLOOR_FORM} "
+                    f"(t bound with pairs - 1 dof), or {{sd: {v:g}, known: true}} to treat it "
+                    "as exact"
+                )
+            if not v > 0:
+                raise ValueError("noise.floor must be > 0")
+            return float(v)
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> GateNoise:
+        if self.floor is not None and self.measure is not None:
+            raise ValueError("give noise.floor (measured earlier) or noise.measure, not both")
+        return self
+
+    @property
+    def floor_sd(self) -> float | None:
+        f = self.floor
+        return f.sd if isinstance(f, NoiseFloor) else f
+
+    @property
+    def floor_dof(self) -> float:
+        """Degrees of freedom of the floor's sd: pairs - 1, inf when known (or legacy)."""
+        f = self.floor
+        if isinstance(f, NoiseFloor) and f.pairs is not None:
+            return float(f.pairs - 1)
+        return math.inf
+
+
+SPENDING = ("obrien_fleming", "pocock")
+
+
+class SequentialDesign(Strict):
+    """A pre-registered sequential gate (docs/gate-statistics.md, "Sequential designs").
+
+    ``seed_stages``: cumulative numbers of paired seeds at which the gate looks at the full token
+    budget (e.g. [2, 4]: look with the spec's first 2 seeds, add the next 2 only if that look is
+    inconclusive); the last is every seed of the stage. Alpha = 1 - confidence is spent across
+    them by a Lan-DeMets ``spending`` function, so adding the planned seeds keeps the
+    false-proceed rate. ``interim``: fractions of the token budget (eval points) where the gate
+    may only stop for futility (non-binding: overriding it never raises the false-proceed rate):
+    when the one-sided ``futility_confidence`` upper bound of the interim improvement is below
+    ``min_effect``. A proceed only ever comes from a full-budget look.
+    """
+
+    seed_stages: list[PosInt] = []
+    spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
+    interim: list[float] = []
+    futility_confidence: float = Field(0.5, ge=0.5, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> SequentialDesign:
+        st = self.seed_stages
+        if any(b <= a for a, b in pairwise(st)):
+            raise ValueError(f"seed_stages must increase (cumulative seeds), got {st}")
+        if st and st[0] < 2:
+            raise ValueError("seed_stages start at 2 seeds (a look needs their spread)")
+        fr = self.interim
+        if any(not 0 < f < 1 for f in fr) or any(b <= a for a, b in pairwise(fr)):
+            raise ValueError(f"interim must be increasing fractions in (0, 1), got {fr}")
+        if not st and not fr:
+            raise ValueError("a sequential design needs seed_stages, interim looks or both")
+        return self
+
+
+class GateStability(Strict):
+    max_loss_spikes: NonNegInt = 3
+    max_grad_norm: float | None = Field(None, gt=0)
+    allow_nonfinite: bool = False
+
+
+class Gate(Strict):
+    stage: str
+    promote_to: list[str] = []
+    rule: Literal["quality", "quality_per_param"] = "quality"
+    metric: str = CE_LOSS
+    direction: Literal["lower", "higher"] = "lower"
+    min_effect: float = Field(0.0, ge=0)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    last_n: PosInt = 3
+    variant: str | None = None
+    reference: str | None = None
+    tolerance: float = Field(0.02, ge=0)
+    noise: GateNoise = GateNoise()
+    stability: GateStability = GateStability()
+    max_step_time_overhead: float | None = Field(0.10, ge=0)
+    max_peak_memory_overhead: float | None = Field(0.10, ge=0)
+    max_decode_latency_overhead: float | None = Field(None, ge=0)
+    #: Let a pair whose completed arm logged fewer tokens than planned (a truncated
+    #: metrics.jsonl) into the gate, compared at the tokens both arms reached. Left out of the
+    #: gate's dump while False, so gates pre-registered before the field keep their sha256.
+    allow_partial_pairs: bool = Field(False, exclude_if=lambda v: v is False)
+    sequential: SequentialDesign | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """Without a sequential design the block is what earlier releases wrote (so the gate
+        hash of an old plan.json still verifies)."""
+        out = handler(self)
+        if out.get("sequential") is None:
+            out.pop("sequential", None)
+        return out
+
+    def check_seeds(self, n_seeds: int) -> str | None:
+        """Why the design does not fit a spec with ``n_seeds`` seeds (None when it does)."""
+        st = self.sequential.seed_stages if self.sequential else []
+        if st and st[-1] != n_seeds:
+            return (
+                f"sequential.seed_stages {st} must end at the spec's {n_seeds} seeds (the plan "
+                "holds every planned seed; later stages run only if the earlier looks are "
+                "inconclusive)"
+            )
+        return None
+
+    @model_validator(mode="after")
+    def _check(self) -> Gate:
+        if self.rule == "quality_per_param" and not self.reference:
+            raise ValueError(
+                "rule quality_per_param needs `reference`: the variant that is the "
+                "parameter-matched OLMo 3 model (e.g. `layers: {n_layers: 4}`)"
+            )
+        return self
+
+
+def design_record(block: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """The seeds a gate is registered with and the hash of block + seeds (plan.json's gate
+    entry). Why seeds are hashed with the gate: adding seeds after a look and re-testing at full
+    alpha raises the false-proceed rate to 8-10%; a plan whose seeds changed must say so."""
+    from olmoablate.io import sha256_of
+
+    return {"seeds": list(seeds), "design_sha256": sha256_of({"gate": block, "seeds": list(seeds)})}

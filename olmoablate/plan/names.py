@@ -1,0 +1,172 @@
+"""The name of every file that crosses a stage, defined once.
+
+Why a module with no imports: the shell-completion code and the login-node commands need these
+names without loading the plan model, and every stage that writes or reads one of these files
+must agree on its name. :mod:`olmoablate.plan.layout` builds the paths from them; nothing
+else spells a file name.
+
+Layout (see :class:`olmoablate.plan.layout.ResultsDir` for who writes what)::
+
+    results/<spec>/plan.json  ledger.json  gate.json  comparison.csv  report.md  report.html
+                   next_plan.json
+    results/<spec>/runs/<run_id>/status.json  summary.json  metrics.jsonl  metrics.arrow
+                   fingerprints.jsonl  proof.json  wandb.json  identity.json  reused.json
+    <prepared data folder>/manifest.json
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+# ------------------------------------------------------------------ a spec's results folder
+#: The plan (`olmoablate plan`; :class:`olmoablate.plan.planfile.Plan`).
+PLAN_FILE = "plan.json"
+#: What `submit` launched (launch's own record; :mod:`olmoablate.run.state`).
+LEDGER_FILE = "ledger.json"
+#: The report's outputs: the verdicts, the comparison table, the documents.
+GATE_FILE = "gate.json"
+COMPARISON_FILE = "comparison.csv"
+REPORT_MD_FILE = "report.md"
+REPORT_HTML_FILE = "report.html"
+#: The promoted runs of a proceed verdict, a plan `submit` accepts.
+NEXT_PLAN_FILE = "next_plan.json"
+
+# ------------------------------------------------------------------ a run's folder
+STATUS_FILE = "status.json"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.jsonl"
+#: The columnar copy of metrics.jsonl, its one cache (:mod:`olmoablate.run.columnar`).
+METRICS_COPY_FILE = "metrics.arrow"
+#: The copy releases before the metrics store wrote (read once to seed the new one).
+LEGACY_METRICS_COPY_FILE = "metrics.parquet"
+FINGERPRINTS_FILE = "fingerprints.jsonl"
+PROOF_FILE = "proof.json"
+#: The run's W&B id, project and URL (written by the job, read by the report and `results`).
+WANDB_FILE = "wandb.json"
+IDENTITY_FILE = "identity.json"
+REUSED_FILE = "reused.json"
+
+# ------------------------------------------------------------------ prepared token files
+#: What `olmoablate data prepare` tokenized, beside the token files it wrote.
+MANIFEST_FILE = "manifest.json"
+
+
+# --------------------------------------------------------------------------------------------------
+# The run states and the run files' timestamp format, defined once (no pydantic: `status`,
+# `--help` and the CLI's modules import these at start-up; the typed files that use them are
+# :mod:`olmoablate.run.files`).
+#
+# Why one vocabulary: launch, the training job, the store, `watch` and the report all decide from
+# a run's state; spelled out by hand in each (six copies in four files, before), a new state or a
+# renamed one drifted. Every stage compares against the members and groups below.
+# --------------------------------------------------------------------------------------------------
+
+
+class RunState(enum.StrEnum):
+    """Every state a run is in, wherever it is recorded (status.json, ledger.json, `status`).
+
+    A :class:`enum.StrEnum`: members compare equal to (and serialise as) their names, so files
+    written before this type read unchanged.
+    """
+
+    #: submitted, waiting for the scheduler (Slurm PENDING, a requeue)
+    PENDING = "pending"
+    #: held in the queue of a local `submit` (no process yet)
+    QUEUED = "queued"
+    RUNNING = "running"
+    #: `cancel` asked a started job to stop; it has not ended yet (launch's view only)
+    CANCELLING = "cancelling"
+    #: reached the planned step count
+    COMPLETED = "completed"
+    #: a NaN/Inf loss or too many loss spikes: final, never retried
+    DIVERGED = "diverged"
+    #: ended with an error (its one-line ``reason``); `submit --retry-failed` runs it again
+    FAILED = "failed"
+    #: stopped by `cancel`, `watch` or the user's Ctrl-C
+    CANCELLED = "cancelled"
+    #: stopped before the last step with a checkpoint; `submit` resumes it
+    INTERRUPTED = "interrupted"
+    #: launch cannot tell (a ledger entry, no run files, no live job)
+    UNKNOWN = "unknown"
+    #: no files at all for a planned run (the report's word for it)
+    MISSING = "missing"
+
+
+#: Final by the run's own word: nothing more will be trained (a run that is already one of these
+#: is returned as is by the training job and never resubmitted).
+DONE_STATES = frozenset({RunState.COMPLETED, RunState.DIVERGED})
+#: The job wrapper returns these as they are (no stop to decide on).
+TERMINAL_STATES = DONE_STATES | {RunState.FAILED}
+#: Ended, by the run's own status.json.
+ENDED_STATES = TERMINAL_STATES | {RunState.CANCELLED, RunState.INTERRUPTED}
+#: A job is (or will be) at work on the run.
+LIVE_STATES = frozenset(
+    {RunState.QUEUED, RunState.PENDING, RunState.RUNNING, RunState.CANCELLING}
+)
+#: Waiting or training: an ETA is meaningful.
+ACTIVE_STATES = frozenset({RunState.RUNNING, RunState.PENDING})
+#: Ended other than by completing.
+STOPPED_STATES = ENDED_STATES - {RunState.COMPLETED}
+#: States whose ``reason`` `status` shows (live and completed runs speak for themselves).
+EXPLAINED_STATES = STOPPED_STATES | {RunState.UNKNOWN}
+#: A run of another spec that may stand for this one (store reuse): done, or on its way.
+REUSABLE_STATES = frozenset(
+    {RunState.COMPLETED, RunState.RUNNING, RunState.PENDING, RunState.QUEUED}
+)
+
+
+# ---------------------------------------------------------------------------------- timestamps
+def recorded_state(status_path: Path) -> RunState | None:
+    """The state a run's status.json records, or None (no file, not JSON, no known state).
+
+    The store's one question about another spec's run (is this identity already trained?) is
+    answered here, below the plan; the typed file, with every other field, is
+    :class:`olmoablate.run.files.RunStatus`, which the job writes."""
+    try:
+        state = json.loads(status_path.read_text()).get("state")
+        return RunState(state)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def now_iso() -> str:
+    """Now, as every run file writes it: ``2026-12-01T13:12:42+00:00``."""
+    return format_time(datetime.datetime.now(datetime.timezone.utc))
+
+
+def format_time(when: datetime.datetime) -> str:
+    return when.isoformat(timespec="seconds")
+
+
+def parse_time(value: Any) -> datetime.datetime | None:
+    """A timestamp of a run file (either format ever written: ``+00:00`` or ``+0000``); None
+    for anything else. A time without an offset is taken as UTC."""
+    if isinstance(value, datetime.datetime):
+        when = value
+    elif isinstance(value, str) and value:
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            try:
+                when = datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S%z")
+            except ValueError:
+                return None
+    else:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------------
+# Where results folders live by default: the one name of the default and of its environment
+# variable. Plain constants (no pydantic), so the CLI's command modules can name them at import
+# time without slowing `--help`; `olmoablate.plan.layout` re-exports them.
+# --------------------------------------------------------------------------------------------------
+
+
+RESULTS_ROOT = Path("results")
+#: Environment variable every command reads as its --results-root default.
+RESULTS_ROOT_ENV = "OLMOABLATE_RESULTS_ROOT"

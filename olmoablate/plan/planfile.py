@@ -1,0 +1,525 @@
+"""The plan as typed models: what `plan` writes to ``results/<spec>/plan.json`` and every later
+stage reads.
+
+Why typed: launch, train and report each used to re-read the plan's dicts by hand and retype the
+spec's defaults with ``.get(key, default)``; the copies drifted (``max_num_timeout: 0`` became 3,
+a ``signal_delay_s`` fallback of 90 against the schema's 120). Here a plan is validated once, by
+:meth:`Plan.load`, and a stage reads attributes. The plan records *concrete* values (the spec's
+defaults already applied), so the plan-only models have no defaults at all: a missing field is a
+one-line error naming the file and the field, never a silent fallback. Sections the plan copies
+verbatim from the spec reuse the spec's models (``Optimizer``, ``Evaluation``, ``Topology``,
+``Gate``, ...); the resolved ones (``training``, ``slurm``) are derived from them by
+:mod:`olmoablate.plan.resolved`; so every field's type and default lives in
+:mod:`olmoablate.plan.schema` only.
+
+One source of truth per fact: the gate is stored once, in ``gates`` (format 2); format 1, which
+also held the first gate at the top level, is read through :mod:`olmoablate.plan.planfile`.
+Apart from that, the JSON form is the one the previous release wrote: field order, keys and values
+round-trip (:meth:`Plan.as_json`), so certificates and pre-registration hashes of existing
+results folders still match.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_serializer,
+    model_serializer,
+    model_validator,
+)
+
+from olmoablate.errors import NAME_RE, UserError, first_error
+from olmoablate.io import (
+    MAX_JSON_BYTES,
+    InputLimitError,
+    parse_json_bounded,
+    read_bytes_bounded,
+    write_json_atomic,
+)
+from olmoablate.plan.arch import Architecture
+from olmoablate.plan.gate import LEGACY_FLOOR
+from olmoablate.plan.identity import PlanIdentity, certificate_of
+from olmoablate.plan.names import PLAN_FILE
+from olmoablate.plan.resolved import PlanModel, RunSlurm, RunTraining
+from olmoablate.plan.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
+from olmoablate.plan.sizes import SizeDims
+
+# --------------------------------------------------------------------------------------------------
+# Reading plan.json documents written by earlier versions, and naming what is wrong in one.
+#
+# Why apart from the models: the models describe the current format (``PLAN_SCHEMA``); this module
+# is the reader's tolerance for older files — a plan from before several gates and A/A runs existed,
+# or one of format 1 that held its (first) gate twice, still loads — and the part of an error
+# message that names the run (by id, not by its index in ``runs``), so a user on a cluster knows
+# which entry to look at. An upgraded plan is the current format in memory (and when written).
+# --------------------------------------------------------------------------------------------------
+
+
+#: plan.json format version. 1: the first release's format (the first gate held twice, at the top
+#: level as ``gate``/``gate_sha256``/``gate_raw_sha256`` and as ``gates[0]``); 2: every gate once,
+#: in ``gates`` (a ``gate:`` spec is its one-entry case). Format 1 is read through :func:`upgrade`.
+PLAN_SCHEMA = 2
+
+#: The format-1 top-level copy of the first gate, and the key of ``gates[0]`` each copies.
+_GATE_COPY = ("gate", "gate_sha256", "gate_raw_sha256")
+
+
+def run_named(err: ValidationError, doc: dict[str, Any]) -> str:
+    """`` (run 1B-s0-looped)`` when the error is inside a run entry that has an id."""
+    loc = err.errors()[0]["loc"]
+    if len(loc) >= 2 and loc[0] == "runs" and isinstance(loc[1], int):
+        runs = doc.get("runs")
+        if isinstance(runs, list) and loc[1] < len(runs) and isinstance(runs[loc[1]], dict):
+            rid = runs[loc[1]].get("run_id")
+            if isinstance(rid, str):
+                return f" (run {rid})"
+    return ""
+
+
+def upgrade(doc: dict[str, Any], where: str = PLAN_FILE) -> dict[str, Any]:
+    """A format-1 plan (``doc`` as parsed) in the current format; a current one as it is.
+
+    Format 1 held the first gate twice: ``gate`` (with its two hashes) at the top level and
+    ``gates[0]``. The copy goes (``gates`` is the one source); two copies that differ are an
+    error naming the file and the field, since only one of them could be the pre-registered gate.
+    A plan from before several gates and A/A runs existed had its one gate only in ``gate``; it
+    becomes the only entry of ``gates`` (named after its variant), exactly what `plan` records
+    for a ``gate:`` spec today.
+    """
+    if doc.get("schema") != 1:
+        return doc
+    doc = _fill_v1(doc)
+    gates = doc.get("gates")
+    first = gates[0] if isinstance(gates, list) and gates and isinstance(gates[0], dict) else None
+    for key in _GATE_COPY:
+        if key not in doc:
+            continue
+        copy = doc[key]
+        if copy is None and first is None:
+            continue
+        if first is None or first.get(key) != copy:
+            raise UserError(
+                f"{where}: {key}: differs from gates[0].{key}, its second copy in this format-1 "
+                "plan (edited by hand?); make the two agree, or re-plan deliberately with "
+                "`olmoablate plan --replan`"
+            )
+    doc = {k: v for k, v in doc.items() if k not in _GATE_COPY}
+    doc["schema"] = PLAN_SCHEMA
+    return doc
+
+
+def _fill_v1(doc: dict[str, Any]) -> dict[str, Any]:
+    """Fill the keys a format-1 plan from before several gates and A/A runs existed lacks."""
+    if all(k in doc for k in ("gates", "aa_runs", "eval_sets")):
+        return doc
+    doc = dict(doc)
+    doc.setdefault("aa_runs", [])
+    doc.setdefault("eval_sets", {})
+    if "gates" not in doc:
+        g = doc.get("gate")
+        doc["gates"] = (
+            [
+                {
+                    "name": (g.get("variant") if isinstance(g, dict) else None) or "gate",
+                    "gate": g,
+                    "gate_sha256": doc.get("gate_sha256"),
+                    "gate_raw_sha256": doc.get("gate_raw_sha256"),
+                }
+            ]
+            if g
+            else []
+        )
+    return doc
+
+
+BudgetMatch = Literal["tokens", "flops"]
+
+
+def _size_dims(value: Any) -> Any:
+    """``size_dims`` (a JSON object) -> :class:`SizeDims`, every field present and an int/bool."""
+    if not isinstance(value, dict):
+        return value
+    names = [f.name for f in fields(SizeDims)]
+    missing = [n for n in names if n not in value]
+    unknown = [k for k in value if k not in names]
+    if missing or unknown:
+        raise ValueError(
+            f"size dimensions need exactly {', '.join(names)}"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    for n in names:
+        want = str if n == "name" else bool if n == "preset" else int
+        v = value[n]
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise ValueError(f"{n} must be {want.__name__}, got {v!r}")
+    return SizeDims(**value)
+
+
+class BlockCode(PlanModel):
+    """One block's code identity (:func:`olmoablate.plan.blocks.code_identity`): checked by
+    ``submit``, by the job at every (re)start and by the report."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    files: int
+    sha256: str
+
+
+class RunEntry(PlanModel):
+    """One training run: an arm of one or more pairs (a baseline serves every variant of its
+    size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
+
+    #: Part of a path (runs/<run_id>/): a name, never ``..`` or ``a/b`` (a hostile plan.json).
+    run_id: Annotated[str, Field(pattern=NAME_RE)]
+    group_id: str
+    pair_id: str
+    pairs: list[str]
+    size: str
+    arm: str
+    seed: int
+    architecture: Architecture
+    budget_match: BudgetMatch
+    size_dims: Annotated[SizeDims, BeforeValidator(_size_dims)]
+    params: int
+    non_embedding_params: int
+    unique_params: int
+    train_flops_per_token: int
+    final_train_flops_per_token: int
+    tokens: int
+    steps: int
+    total_train_flops: int
+    gpu_hours: float
+    peak_memory_gb: float
+    optimizer_state_gb: float
+    training: RunTraining
+    evaluation: Evaluation
+    topology: Topology
+    slurm: RunSlurm
+    #: Looped variants: the loop counts every eval point scores (always including the trained b).
+    loop_counts: list[int] | None = None
+    role: Literal["aa"] | None = None
+    #: Each block's code identity at plan time (absent for a baseline and in older plans).
+    code: dict[str, BlockCode] | None = None
+    certificate: str
+
+    @field_serializer("architecture")
+    def _arch(self, arch: Architecture) -> dict[str, Any]:
+        return arch.as_mapping()
+
+    @property
+    def bf16(self) -> bool:
+        """Whether this run computes in bf16 (the one rule, :func:`computes_in_bf16`)."""
+        return computes_in_bf16(self.training.precision, self.topology)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.arm == "baseline"
+
+    @property
+    def is_aa(self) -> bool:
+        return self.role == "aa"
+
+    def as_json(self) -> dict[str, Any]:
+        """The entry exactly as plan.json holds it (what the certificate hashes)."""
+        return _drop_absent(self.model_dump(mode="json"), ("loop_counts", "role", "code"))
+
+    def certificate_now(self, budget_match: str | None = None) -> str:
+        """The certificate recomputed from this entry (the job and the report compare it with
+        the recorded ``certificate`` to catch a hand-edited arm)."""
+        return certificate_of(self.as_json(), budget_match)
+
+
+class Pair(PlanModel):
+    pair_id: str
+    group_id: str
+    size: str
+    seed: int
+    variant: str
+    baseline_run: str
+    variant_run: str
+    budget_match: BudgetMatch
+    certificate: str
+    differs: list[str]
+
+
+class GateRegistration(PlanModel):
+    """An earlier pre-registration of a gate, kept by ``plan --replan`` (what it overwrote)."""
+
+    created: str
+    seeds: list[int] | None
+    gate_sha256: str | None
+
+
+class GateEntry(PlanModel):
+    """One pre-registered gate: its block and the hashes `report` checks it against.
+
+    ``seeds`` (the seeds the gate was registered with) and ``design_sha256`` (sha256 of the block
+    together with them) are absent in plans from before sequential designs: such a gate is
+    reported exactly as then. ``history``: earlier registrations a ``plan --replan`` replaced,
+    so seeds added after a look are visible to the report.
+    """
+
+    name: str
+    gate: Gate
+    gate_sha256: str
+    gate_raw_sha256: str | None
+    seeds: list[int] | None = None
+    design_sha256: str | None = None
+    history: list[GateRegistration] = []
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        """An old plan's entry round-trips as it was written (no design record)."""
+        out = handler(self)
+        for k in ("seeds", "design_sha256"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        if not out.get("history"):
+            out.pop("history", None)
+        return out
+
+
+class EvalSetInfo(PlanModel):
+    """What one LM eval set holds, measured from its files at plan time (None: not readable
+    then, e.g. a remote path)."""
+
+    files: int
+    tokens: int | None
+    documents: int | None
+    sequences: int | None
+    scored_tokens: int | None
+    unigram_entropy_nats: float | None
+
+
+class Plan(PlanModel):
+    """plan.json: every run and pair of a spec, their costs, certificates and gates."""
+
+    schema_version: int = Field(alias="schema")
+    spec_name: str
+    description: str
+    spec_path: str
+    workdir: str
+    spec_sha256: str
+    #: ``--set`` overrides applied to the spec file, in order (hashed into ``spec_sha256``);
+    #: not written when there are none, so plans without overrides read and write as before.
+    #: (A plain ``[]`` default: pydantic copies it per instance, and ``default_factory=list``
+    #: would make pydantic inspect the builtin's signature, ~3 ms of every `validate`.)
+    overrides: list[str] = Field([], exclude_if=lambda v: not v)
+    created: str
+    olmoablate_version: str
+    sizes: list[str]
+    seeds: list[int]
+    variants: dict[str, Architecture]
+    budget: Budget
+    eval_sets: dict[str, dict[str, EvalSetInfo]]
+    gates: list[GateEntry]
+    aa_runs: list[str]
+    accounting: dict[str, str]
+    pairs: list[Pair]
+    runs: list[RunEntry]
+    #: Run identities and reuse across specs of the store (`olmoablate.plan.identity`);
+    #: None in plans from before identities (the key is then not written).
+    identity: PlanIdentity | None = None
+    #: In a view of one gate (:meth:`gate_views`): that gate's name (its block in a ``gates:``
+    #: spec is ``gates.<name>``); None: the plan itself, whose gate is the first. Never written.
+    gate_name: str | None = Field(None, exclude=True)
+
+    _path: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _identity_fits(self) -> Plan:
+        """The identity section names exactly this plan's runs (a reuse only of its own runs)."""
+        if self.identity is not None:
+            ids = {r.run_id for r in self.runs}
+            odd = sorted(set(self.identity.runs) ^ ids) or sorted(set(self.identity.reused) - ids)
+            if odd:
+                raise ValueError(
+                    f"identity: names other runs than the plan's ({', '.join(odd[:4])})"
+                )
+        return self
+
+    @field_serializer("variants")
+    def _variants(self, variants: dict[str, Architecture]) -> dict[str, Any]:
+        return {k: v.as_mapping() for k, v in variants.items()}
+
+    # ------------------------------------------------------------------ reading and writing
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read and validate ``path`` (a plan.json or the results folder holding one).
+
+        Every problem is a one-line :class:`UserError` naming the file and the field.
+
+        Loaded once per content: a job start reads the plan in the launcher's wrapper and again
+        in the training job (the same process); the second load of unchanged bytes at the same
+        path returns the same validated, frozen plan (the last one loaded is kept).
+        """
+        p = Path(path)
+        plan_path = p / PLAN_FILE if p.is_dir() else p
+        if not plan_path.is_file():
+            raise UserError(f"{plan_path} not found: run `olmoablate plan SPEC` first")
+        try:
+            data = read_bytes_bounded(plan_path, MAX_JSON_BYTES)
+            key = (str(plan_path.resolve()), hashlib.sha256(data).hexdigest())
+            if _LAST_LOADED and _LAST_LOADED[0] == key:
+                return _at(_LAST_LOADED[1], plan_path)
+            doc = parse_json_bounded(data)
+        except InputLimitError as err:
+            raise UserError(f"{plan_path}: refused: {err}") from None
+        except (OSError, ValueError) as err:
+            raise UserError(f"{plan_path}: unreadable plan ({err})") from None
+        plan = cls.from_json(doc, where=str(plan_path))
+        plan._path = plan_path
+        _LAST_LOADED[:] = [key, plan]
+        return plan
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = PLAN_FILE) -> Plan:
+        """Validate a plan.json document (already parsed); ``where`` names it in errors."""
+        if not isinstance(doc, dict):
+            raise UserError(f"{where}: not a plan (expected a JSON object)")
+        version = doc.get("schema")
+        if isinstance(version, int) and version > PLAN_SCHEMA:
+            raise UserError(
+                f"{where}: schema: plan format {version} was written by a newer olmoablate "
+                f"(this one reads format {PLAN_SCHEMA}); upgrade olmoablate"
+            )
+        try:
+            return cls.model_validate(upgrade(doc, where), context={LEGACY_FLOOR: True})
+        except ValidationError as err:
+            raise UserError(
+                f"{where}: {first_error(err)}{run_named(err, doc)}; rerun `olmoablate plan SPEC`"
+            ) from None
+
+    def as_json(self) -> dict[str, Any]:
+        """The plan exactly as plan.json holds it."""
+        out = self.model_dump(mode="json", by_alias=True)
+        out["runs"] = [r.as_json() for r in self.runs]
+        return _drop_absent(out, ("identity",))
+
+    def write(self, path: str | Path) -> None:
+        """Write plan.json atomically (a reader never sees half a plan)."""
+        write_json_atomic(path, self.as_json())
+
+    @property
+    def path(self) -> Path | None:
+        """The plan.json this plan was loaded from (None when built in memory)."""
+        return self._path
+
+    # ------------------------------------------------------------------ lookups
+    @functools.cached_property
+    def runs_by_id(self) -> dict[str, RunEntry]:
+        """Runs keyed by run id, in plan order."""
+        return {r.run_id: r for r in self.runs}
+
+    @functools.cached_property
+    def pairs_by_id(self) -> dict[str, Pair]:
+        return {p.pair_id: p for p in self.pairs}
+
+    def run(self, run_id: str) -> RunEntry:
+        """The run ``run_id``; a one-line error listing the plan's runs when there is none."""
+        try:
+            return self.runs_by_id[run_id]
+        except KeyError:
+            raise UserError(
+                f"{self._where()}: no run {run_id!r} in this plan "
+                f"(allowed: {', '.join(self.runs_by_id) or '(none)'})"
+            ) from None
+
+    def pair(self, pair_id: str) -> Pair:
+        try:
+            return self.pairs_by_id[pair_id]
+        except KeyError:
+            raise UserError(
+                f"{self._where()}: no pair {pair_id!r} in this plan "
+                f"(allowed: {', '.join(self.pairs_by_id) or '(none)'})"
+            ) from None
+
+    def pairs_of(self, run_id: str) -> list[Pair]:
+        """The pairs run ``run_id`` is an arm of (a baseline may serve several)."""
+        return [p for p in self.pairs if run_id in (p.baseline_run, p.variant_run)]
+
+    def check_run_ids(self, run_ids: list[str] | None, option: str) -> list[str]:
+        """User-named run ids, checked against the plan (one-line error naming the allowed)."""
+        for rid in run_ids or []:
+            if rid not in self.runs_by_id:
+                allowed = ", ".join(self.runs_by_id) or "(none)"
+                raise UserError(f"{option} {rid}: not a run of this plan (allowed: {allowed})")
+        return list(run_ids or [])
+
+    # ------------------------------------------------------------------ gates
+    # The gate is stored once, in ``gates`` (a ``gate:`` spec is its one-entry case); ``gate``,
+    # ``gate_sha256`` and ``gate_raw_sha256`` read this plan's (or this view's) entry of it.
+    @property
+    def gate(self) -> Gate | None:
+        """The gate block of :meth:`gate_entry` (None: the spec has no gate)."""
+        e = self.gate_entry()
+        return e.gate if e is not None else None
+
+    @property
+    def gate_sha256(self) -> str | None:
+        """sha256 of that block as `plan` pre-registered it (the report and W&B show it)."""
+        e = self.gate_entry()
+        return e.gate_sha256 if e is not None else None
+
+    @property
+    def gate_raw_sha256(self) -> str | None:
+        """sha256 of that gate's block as written in the spec (before defaults)."""
+        e = self.gate_entry()
+        return e.gate_raw_sha256 if e is not None else None
+
+    def gate_views(self) -> list[tuple[str, Plan]]:
+        """(name, this plan viewed as that gate's: ``gate``/``gate_sha256`` are its) per gate.
+
+        Why views: every piece of the gate (pre-registration check, noise source, MDE lines, the
+        report's statistics) reads one gate from ``plan.gate``; a view puts each of several
+        pre-registered gates there in turn, so each is decided by the same code, independently.
+        """
+        out = []
+        for e in self.gates:
+            view = self.model_copy(update={"gate_name": e.name})
+            view._path = self._path
+            out.append((e.name, view))
+        return out
+
+    def gate_entry(self) -> GateEntry | None:
+        """The :class:`GateEntry` of ``gate`` (this view's gate, or the first gate)."""
+        for e in self.gates:
+            if self.gate_name is None or e.name == self.gate_name:
+                return e
+        return None
+
+    def _where(self) -> str:
+        return str(self._path) if self._path is not None else PLAN_FILE
+
+
+#: (path and sha256 of the bytes, plan) of the last :meth:`Plan.load` (see there).
+_LAST_LOADED: list[Any] = []
+
+
+def _at(plan: Plan, path: Path) -> Plan:
+    """``plan`` as loaded from ``path`` (the same file named another way: a shallow copy)."""
+    if plan.path == path:
+        return plan
+    other = plan.model_copy()
+    other._path = path
+    return other
+
+
+def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Optional keys the previous release left out when unset (not written as null)."""
+    for k in keys:
+        if d.get(k) is None:
+            d.pop(k, None)
+    return d

@@ -1,0 +1,147 @@
+"""The plan's run-entry sections, built from the spec's own models (one definition per field).
+
+Why derived, not re-typed: the run entry's ``training`` and ``slurm`` blocks are the spec's
+``Training``/``Slurm`` sections after `plan` resolved them for one size (per-size values picked,
+defaults applied, the warm-up in steps, the tokenizer's facts read). Typing them again by hand
+let one training field be declared in four places whose types and bounds drifted apart. Here each
+run-entry section is :func:`resolved` from the spec model: the same fields, in the same order,
+with the same annotations and bounds, and with only the declared differences:
+
+* ``required``: fields the spec may leave out (``None`` or a default) but the plan always records
+  concretely (``microbatch_size``, ``eos_token_id``, ...): the ``None`` is dropped from the type;
+* ``drop``: spec-only inputs consumed by resolution (``warmup_fraction``, ``vary_with_seed``);
+* ``rename``: the one key the plan spells differently (slurm ``time`` -> ``time_min``);
+* ``replace``/``add``: the nested sections resolved in turn and the facts `plan` adds
+  (``steps``, the tokenizer's ``vocab_size``/``tokenizer_sha256``/``dtype``).
+
+Every resolved field is required (no defaults: a plan records concrete values, so a missing field
+is a one-line error naming it, never a silent fallback), and the model is frozen and strict like
+every plan model. Nested sections copied verbatim (``optimizer``, ``stability``, ``wandb``) keep
+the spec's model itself.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
+
+from olmoablate.plan.schema import Data, Schedule, Slurm, Training
+
+
+class PlanModel(BaseModel):
+    """Frozen (a stage cannot edit the plan in memory), unknown keys are errors; validators are
+    built on first use (``defer_build``, see :class:`olmoablate.errors.Strict`)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, defer_build=True
+    )
+
+
+def _without_none(annotation: Any) -> Any:
+    """``X | None`` -> ``X`` (the resolved value is always concrete)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = tuple(a for a in typing.get_args(annotation) if a is not type(None))
+        if len(rest) == 1:
+            return rest[0]
+        return typing.Union[rest]  # noqa: UP007 - built from a tuple
+    return annotation
+
+
+def field_type(info: FieldInfo) -> Any:
+    """A field's annotation with its constraints (``Field(gt=0)``), without its default."""
+    ann = info.annotation
+    return Annotated[(ann, *info.metadata)] if info.metadata else ann
+
+
+def resolved(
+    spec_model: type[BaseModel],
+    name: str,
+    *,
+    required: tuple[str, ...] = (),
+    drop: tuple[str, ...] = (),
+    rename: dict[str, str] | None = None,
+    replace: dict[str, Any] | None = None,
+    add: dict[str, tuple[str | None, Any]] | None = None,
+    doc: str = "",
+) -> type[PlanModel]:
+    """The run-entry model of ``spec_model`` as `plan` records it (see the module docstring).
+
+    ``add``: new field -> (the field it follows, or None for the end; its type). A renamed field
+    moves to the end (where the plan has always written it).
+    """
+    rename, replace, add = rename or {}, replace or {}, add or {}
+    fields: dict[str, Any] = {}
+    moved: dict[str, Any] = {}
+    for key, info in spec_model.model_fields.items():
+        if key in drop:
+            continue
+        ann = replace[key] if key in replace else field_type(info)
+        if key in required:
+            ann = _without_none(ann)
+        (moved if key in rename else fields)[rename.get(key, key)] = (ann, ...)
+    fields.update(moved)
+    order = list(fields)
+    for new, (prev, ann) in add.items():  # each after its predecessor (a spec or added field)
+        order.insert(order.index(prev) + 1 if prev is not None else len(order), new)
+        fields[new] = (ann, ...)
+    fields = {k: fields[k] for k in order}
+    unknown = (set(required) | set(drop) | set(rename) | set(replace)) - set(
+        spec_model.model_fields
+    )
+    if unknown:  # a renamed spec field must not silently drop out of the plan's model
+        raise TypeError(f"{name}: {spec_model.__name__} has no field(s) {sorted(unknown)}")
+    model = create_model(name, __base__=PlanModel, __doc__=doc or None, **fields)
+    model.__module__ = __name__
+    return model
+
+
+RunSchedule = resolved(
+    Schedule,
+    "RunSchedule",
+    drop=("warmup_fraction",),
+    required=("warmup_steps",),
+    doc="``training.schedule`` as planned: the warm-up resolved to steps.",
+)
+
+RunData = resolved(
+    Data,
+    "RunData",
+    drop=("vary_with_seed",),
+    required=("eos_token_id", "pad_token_id"),
+    add={
+        "vocab_size": ("seed", Annotated[int, Field(gt=0)]),
+        "tokenizer_sha256": ("vocab_size", str | None),
+        "dtype": ("tokenizer_sha256", str),
+    },
+    doc="``training.data`` as planned: the spec's ``data`` with the seed offset applied and the "
+    "tokenizer's facts (vocab, EOS, PAD, file hash) and the token dtype resolved.",
+)
+
+RunTraining = resolved(
+    Training,
+    "RunTraining",
+    required=("microbatch_size",),
+    replace={"schedule": RunSchedule, "data": RunData},
+    add={"steps": ("microbatch_size", Annotated[int, Field(gt=0)])},
+    doc="``training`` as planned for one size and seed (tokens and steps of this arm).",
+)
+
+RunSlurm = resolved(
+    Slurm,
+    "RunSlurm",
+    rename={"time": "time_min"},
+    doc="``slurm`` as planned: the spec's block with the time limit in minutes (``time_min``).",
+)
+
+#: How each run-entry section differs from its spec model (read by tests/contract/test_plan.py,
+#: which checks every other field has the spec's type).
+RESOLUTIONS: dict[str, tuple[type[BaseModel], type[PlanModel]]] = {
+    "training": (Training, RunTraining),
+    "training.schedule": (Schedule, RunSchedule),
+    "training.data": (Data, RunData),
+    "slurm": (Slurm, RunSlurm),
+}

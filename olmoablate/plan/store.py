@@ -1,0 +1,359 @@
+"""The run store: a results root shared by several specs, and the identities that let them share runs.
+
+Owns: computing each planned run's identity (:mod:`.identify`, with token files named by content:
+:mod:`.fingerprint`), finding a run of another spec with the same identity (:mod:`.index`), and
+explaining why two runs are not the same (:mod:`.explain`). The hashing rules themselves are in
+:mod:`olmoablate.plan.identity`; the lease that stops two `submit`s from training one
+identity twice is launch's (:mod:`olmoablate.run.submit`). Login-node light: no torch, no pandas.
+
+::
+
+    <store>/                       the results root (default results/, --results-root/--store, $OLMOABLATE_RESULTS_ROOT)
+      <spec>/plan.json             its "identity" section: versions, data fingerprints, hashes, reuse
+      <spec>/runs/<id>/reused.json a run trained by another spec: where its files are (launch)
+      <spec>/runs/<id>/identity.json  the identity of the run trained here (launch)
+      .store/leases/<hash>.json    which spec's run trains that identity (launch, under .store/lock)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from olmoablate.errors import UserError
+from olmoablate.io import read_json, sha256_file, user_cache_get, user_cache_put
+from olmoablate.plan import identity as ident
+from olmoablate.plan.identity import PlanIdentity, short
+from olmoablate.plan.layout import PLAN_FILE, ResultsDir, RunDir
+from olmoablate.plan.names import (
+    IDENTITY_FILE,
+    RESULTS_ROOT,
+    RESULTS_ROOT_ENV,
+    REUSABLE_STATES,
+    RunState,
+    recorded_state,
+)
+from olmoablate.plan.planfile import Plan
+
+
+def default_store() -> str:
+    """The results root: ``$OLMOABLATE_RESULTS_ROOT`` or ``results``."""
+    return os.environ.get(RESULTS_ROOT_ENV) or str(RESULTS_ROOT)
+
+
+# --------------------------------------------------------------------------------------------------
+# Token files named by what they hold: a content fingerprint, cached per (path, size, mtime).
+#
+# Why not the path: the same file under another mount, a symlink or a copy trains the very same
+# numbers, and a path of one machine must never make two identical runs look different (Marin's
+# users hit exactly that with region bucket paths). Why not always the whole file's sha256: a 1B
+# run's token files are hundreds of GB, and `plan` must stay a login-node command. Files up to
+# :data:`FULL_HASH_BYTES` are hashed whole; larger ones by their size and :data:`SAMPLES` blocks of
+# 1 MiB spread evenly over the file (the first and the last included), and say so in the prefix.
+# A path that is not a local file (a URL, a file made later on the cluster) has no fingerprint:
+# it is named by where the job will read it (``$VAR`` expanded, relative to the plan's workdir:
+# :func:`name_of`), so it never matches different data by accident.
+# --------------------------------------------------------------------------------------------------
+
+
+FULL_HASH_BYTES = 1 << 28
+SAMPLES = 64
+BLOCK = 1 << 20
+_CACHE = "data-fingerprints-v1"
+#: Entries the fingerprint cache keeps: a few recipes' worth of token shards (each entry is one
+#: small file), so re-planning never re-reads hundreds of GB because the cache forgot them.
+CACHE_ENTRIES = 4096
+
+
+def where(path: str, workdir: str | Path) -> str:
+    """The file the job will read for ``path`` as written: environment variables expanded (as
+    the job does; here with `plan`'s environment), ``~`` expanded, relative to the plan's
+    workdir. A URL stays as written; a variable that is not set stays unexpanded (and a path
+    relative with it is still anchored at the workdir)."""
+    expanded = os.path.expandvars(path)
+    if "://" in expanded:
+        return expanded
+    p = Path(expanded).expanduser()
+    return os.path.normpath(p if p.is_absolute() else Path(workdir) / p)
+
+
+def name_of(path: str, workdir: str | Path = ".") -> str:
+    """What the identity calls a data path: its :func:`fingerprint`, or, for a file that is not
+    there (yet), ``path:`` and :func:`where` the job will read it: never the path as written,
+    which names another file from another folder or with another ``$VAR`` (a missed reuse,
+    never a wrong one)."""
+    return fingerprint(path, workdir) or f"path:{where(path, workdir)}"
+
+
+def _local(path: str, workdir: Path) -> Path | None:
+    p = Path(where(path, workdir))
+    if "://" in str(p) or "$" in str(p):
+        return None
+    return p if p.is_file() else None
+
+
+def fingerprint(path: str, workdir: str | Path = ".") -> str | None:
+    """``sha256:<hex>`` (whole file) or ``sampled-sha256:<size>:<hex>``; None if not local."""
+    p = _local(path, Path(workdir))
+    if p is None:
+        return None
+    real = p.resolve()
+    st = real.stat()
+    key = json.dumps([str(real), st.st_size, st.st_mtime_ns])
+    hit = user_cache_get(_CACHE, key)
+    if isinstance(hit, str):
+        return hit
+    if st.st_size <= FULL_HASH_BYTES:
+        out = f"sha256:{sha256_file(real)}"
+    else:
+        digest = hashlib.sha256()
+        step = (st.st_size - BLOCK) // (SAMPLES - 1)
+        with open(real, "rb") as fh:
+            for i in range(SAMPLES):
+                fh.seek(i * step)
+                digest.update(fh.read(BLOCK))
+        out = f"sampled-sha256:{st.st_size}:{digest.hexdigest()}"
+    user_cache_put(_CACHE, key, out, keep=CACHE_ENTRIES)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Each planned run's identity: its payload's hash, with the data fingerprinted at plan time.
+#
+# Why at plan time: the identity is what `plan` compares across specs to reuse a run, and what the
+# job and the report compare later; it must be recorded once, in plan.json, from the files as they
+# are when the plan is made (a file replaced later is caught by the fingerprints of the data each
+# step trained on, which the report compares across the arms of every pair).
+# --------------------------------------------------------------------------------------------------
+
+
+def data_paths(run: dict[str, Any]) -> list[str]:
+    """Every data path of one run entry (token files, then eval files), as written."""
+    out = list(run["training"]["data"].get("paths") or [])
+    for files in (run.get("evaluation", {}).get("lm_sets") or {}).values():
+        out.extend(files)
+    return out
+
+
+def identify(
+    plan: Plan, workdir: str | Path, versions: dict[str, str | None] | None = None
+) -> ident.PlanIdentity:
+    """The plan's ``identity`` section (no reuse yet: :func:`olmoablate.plan.store.find_reuse`).
+
+    Also checks the pairing rule in identity terms: both arms of every pair have the same
+    :func:`~olmoablate.plan.identity.pair_key` (a one-line error naming the pair otherwise).
+    """
+    versions = dict(versions if versions is not None else ident.installed_versions())
+    entries = [r.as_json() for r in plan.runs]
+    data: dict[str, str | None] = {}
+    for run in entries:
+        for p in data_paths(run):
+            if p not in data:
+                data[p] = name_of(p, workdir)
+    fps = {p: f for p, f in data.items() if f is not None}
+    payloads = {r["run_id"]: ident.payload(r, fps, versions) for r in entries}
+    for pair in plan.pairs:
+        base, var = plan.run(pair.baseline_run), plan.run(pair.variant_run)
+        depth = base.architecture.layers is not None or var.architecture.layers is not None
+        keys = [
+            ident.pair_key(payloads[r], pair.budget_match, depth)
+            for r in (pair.baseline_run, pair.variant_run)
+        ]
+        if keys[0] != keys[1]:
+            diff = ident.diff(payloads[pair.baseline_run], payloads[pair.variant_run])
+            allowed = set(ident.ARCH_KEYS)
+            where = [d[0] for d in diff if d[0].split(".")[0].split("[")[0] not in allowed]
+            raise UserError(
+                f"pair {pair.pair_id}: arms' identities differ beyond the architecture: "
+                f"{', '.join(where[:8])}"
+            )
+    return ident.PlanIdentity(
+        identity_schema=ident.IDENTITY_SCHEMA,
+        versions=versions,
+        data=data,
+        runs={rid: ident.identity_of(p) for rid, p in payloads.items()},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Is the run another spec lends still the identity this spec expects? One check for every stage.
+#
+# Why a check at all: a reuse is recorded as a place (``<spec>/runs/<id>``, by `plan` in plan.json
+# or by `submit` in reused.json), and what trains at a place can change after the reuse was
+# recorded: the owner spec is re-planned (``--replan`` keeps the run folders) or its token file is
+# rewritten in place (same spec, so no re-plan guard), and the same run id then means another
+# identity. The owner's folder holds ``identity.json`` (what `submit` sent it to train) and its
+# plan.json the identity it stands for now; a run is lent only while both equal the borrower's.
+# `plan` (:mod:`.index`), `submit`'s lease and `status` (`olmoablate.run`) and the report all
+# ask here, so a moved owner is never taken as the borrower's run by any of them.
+# --------------------------------------------------------------------------------------------------
+
+
+def recorded_identity(run_dir: Path) -> str | None:
+    """The identity ``run_dir`` was sent to train (its identity.json; None: none recorded)."""
+    try:
+        doc = read_json(run_dir / IDENTITY_FILE)
+    except (OSError, ValueError):
+        return None
+    return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None
+
+
+def owner_problem(
+    store: str | Path, where: str, identity: str, plans: dict[str, Plan | str] | None = None
+) -> str | None:
+    """Why the run at ``<store>/<where>`` is not a run of ``identity`` (None: it is).
+    ``plans``: a cache (spec -> its plan, or why it does not load) shared by calls of one view."""
+    spec, _, rid = where.partition("/runs/")
+    plans = {} if plans is None else plans
+    if spec not in plans:
+        try:
+            plans[spec] = Plan.load(ResultsDir(Path(store) / spec).plan_path)
+        except UserError as err:
+            plans[spec] = str(err)
+    plan = plans[spec]
+    if isinstance(plan, str):
+        return f"its plan cannot be read ({plan})"
+    theirs = plan.identity.runs.get(rid) if plan.identity is not None else None
+    if theirs != identity:
+        return (
+            f"it is identity {short(str(theirs))} in its plan now, not {short(identity)} "
+            "(`olmoablate explain` shows why)"
+        )
+    recorded = recorded_identity(Path(store) / where)
+    if recorded is not None and recorded != identity:
+        return f"it trained identity {short(recorded)} (identity.json), not {short(identity)}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Find, across the specs of a store, a run with the same identity as one of a new plan's.
+#
+# Why only runs that exist (completed, running, queued): a run another spec merely planned may
+# never be trained; reusing it would leave this spec waiting on nothing. Two specs planned before
+# either is submitted each plan their own run; their `submit`s then share it through the store's
+# lease (:mod:`olmoablate.run.submit`). A run that is itself reused points at its owner, which is
+# what is recorded (never a chain). A run whose identity.json names another identity than its
+# plan now does (the spec was re-planned, or its data rewritten in place) is not that identity's
+# run (:mod:`.owner`). Reads only plan.json, status.json and identity.json files under the store.
+# --------------------------------------------------------------------------------------------------
+
+
+#: Own states (status.json) of a run another spec may reuse: it exists and is not abandoned.
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRun:
+    """A run of the store that trains (or trained) in its own spec's folder."""
+
+    spec: str
+    run_id: str
+    identity: str
+    state: str | None
+
+    @property
+    def where(self) -> str:
+        """``<spec>/runs/<run_id>``, relative to the store (what plan.json records)."""
+        return f"{self.spec}/runs/{self.run_id}"
+
+
+def spec_dirs(store: str | Path) -> list[ResultsDir]:
+    """Every results folder (holding a plan.json) directly under the store, by name."""
+    root = Path(store)
+    if not root.is_dir():
+        return []
+    return [ResultsDir(p) for p in sorted(root.iterdir()) if (p / PLAN_FILE).is_file()]
+
+
+def stored_runs(store: str | Path, skip: str | None = None) -> dict[str, list[StoredRun]]:
+    """identity -> the runs trained under the store with it (other specs' plans that do not load
+    or have no identities are skipped: they cannot be shared)."""
+    out: dict[str, list[StoredRun]] = {}
+    for rd in spec_dirs(store):
+        if rd.root.name == skip:
+            continue
+        try:
+            plan = Plan.load(rd.plan_path)
+        except UserError:
+            continue
+        if plan.identity is None:
+            continue
+        for rid, h in plan.identity.runs.items():
+            if rid in plan.identity.reused:
+                continue
+            own = RunDir(rd.runs_dir / rid, rid)
+            if own.reused.exists():
+                continue  # submit found it trained by another spec: that one is the run
+            recorded = recorded_identity(own.path)
+            if recorded is not None and recorded != h:
+                continue  # trained as another identity (re-planned, or its data rewritten)
+            state = recorded_state(own.status)  # None for another spec's broken file
+            out.setdefault(h, []).append(StoredRun(rd.root.name, rid, h, state))
+    return out
+
+
+def find_reuse(store: str | Path, spec_name: str, identity: PlanIdentity) -> dict[str, StoredRun]:
+    """run_id of the new plan -> the run of another spec it reuses (completed ones first)."""
+    found = stored_runs(store, skip=spec_name)
+    out: dict[str, StoredRun] = {}
+    for rid, h in identity.runs.items():
+        usable = [r for r in found.get(h, []) if r.state in REUSABLE_STATES]
+        if usable:
+            usable.sort(key=lambda r: (r.state != RunState.COMPLETED, r.spec, r.run_id))
+            out[rid] = usable[0]
+    return out
+
+
+def with_reuse(identity: PlanIdentity, reuse: dict[str, StoredRun]) -> PlanIdentity:
+    return identity.model_copy(update={"reused": {rid: r.where for rid, r in reuse.items()}})
+
+
+# --------------------------------------------------------------------------------------------------
+# What `plan` adds for the store: the plan's identities, the runs it reuses, and how to say so.
+#
+# Why apart from spec/expand.py: expanding a spec is pure (validate runs it in CI, with no data);
+# identifying the runs reads the data files (fingerprints) and the other specs of the store.
+# --------------------------------------------------------------------------------------------------
+
+
+def attach_identity(plan: Plan, store: str | Path, workdir: str | Path | None = None) -> Plan:
+    """``plan`` with its ``identity`` section: every run's identity, and the runs of other specs
+    under ``store`` (completed, running or queued) it reuses instead of training its own."""
+    ident = identify(plan, workdir if workdir is not None else plan.workdir)
+    reuse = find_reuse(store, plan.spec_name, ident)
+    own = ResultsDir.for_spec(plan.spec_name, store)
+    # a run this spec already trains (or trained) itself stays its own when it is re-planned
+    reuse = {rid: r for rid, r in reuse.items() if not own.own_run(rid).status.exists()}
+    return plan.model_copy(update={"identity": with_reuse(ident, reuse)})
+
+
+def gpu_hours(plan: Plan) -> tuple[float, float]:
+    """(GPU-hours to train, GPU-hours saved by reused runs) of the plan's runs."""
+    reused = plan.identity.reused if plan.identity is not None else {}
+    spent = sum(r.gpu_hours for r in plan.runs if r.run_id not in reused)
+    saved = sum(r.gpu_hours for r in plan.runs if r.run_id in reused)
+    return spent, saved
+
+
+def reuse_lines(plan: Plan, store: str | Path) -> list[str]:
+    """One line per reused run and the GPU-hours total, as `plan` prints them."""
+    if plan.identity is None:
+        return []
+    lines = [
+        f"{rid}: reused from {Path(store) / where} (0 GPU-hours; identity "
+        f"{short(plan.identity.runs[rid])})"
+        for rid, where in plan.identity.reused.items()
+    ]
+    spent, saved = gpu_hours(plan)
+    lines.append(
+        f"GPU-hours: {spent:.4g} to train"
+        + (
+            f", {saved:.4g} saved by {len(plan.identity.reused)} reused run(s)"
+            if plan.identity.reused
+            else ""
+        )
+    )
+    return lines

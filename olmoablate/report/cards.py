@@ -1,0 +1,388 @@
+"""One verdict card per proposal (gate): what a reader needs first, built once for every renderer.
+
+Why a card: a reader opens the report to learn, per proposal, whether it goes to the next size
+and why. The card says that in four things (the verdict, the effect with its interval, the
+deciding reason in one sentence, the paired-delta plot); the full reasons, statistics and the
+per-variant table follow in the gate's details. The cards are plain data (no markup): the
+markdown, HTML and terminal templates format them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import write_bytes_atomic
+from olmoablate.report.build import Report
+from olmoablate.report.sequential import SequentialResult
+from olmoablate.report.verdict import Estimate, VariantVerdict
+
+# --------------------------------------------------------------------------------------------------
+# The gate's statistics in words, for every renderer (markdown, HTML, terminal).
+#
+# Why one function: the noise source, the seeds-needed line, Holm and the overhead interval are
+# what make a verdict checkable; all three outputs must say the same thing.
+# --------------------------------------------------------------------------------------------------
+
+
+def statistics_lines(report: Report) -> list[str]:
+    """One line per fact: per variant its role, noise source, seeds needed, step-time interval,
+    jitter diagnostic and timing conditions; then the family note and noise notes."""
+    out: list[str] = []
+    if report.results.prereg_broken:
+        out.append(report.results.prereg_broken)
+    if report.family_note:
+        out.append(report.family_note)
+    for v in report.variant_verdicts:
+        tag = f"[{v.variant}, {v.role}]"
+        if v.noise:
+            out.append(f"{tag} {v.noise}")
+        if v.checks and v.checks[0].seeds_line:
+            out.append(f"{tag} {v.checks[0].seeds_line}")
+        if v.step_time is not None:
+            out.append(f"{tag} {v.step_time.reason}")
+        if v.jitter:
+            out.append(f"{tag} {v.jitter}")
+        out.extend(f"{tag} {n}" for n in dict.fromkeys(v.notes))
+    for variant, res in report.sequential.items():
+        out.extend(f"[{variant}] {line}" for line in look_lines(res))
+    src = report.noise
+    if src is not None and src.runs:
+        vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
+        out.append(f"A/A baselines at matched tokens (last_n mean of the gate metric): {vals}")
+    out.extend(report.noise_notes)
+    return out
+
+
+def look_lines(res: SequentialResult) -> list[str]:
+    """The sequential design's look history: one line per look, then the flags and savings."""
+    out = []
+    for lk in res.looks:
+        est = (
+            f"; improvement {lk.mean:+.4g}, bounds [{lk.lower:+.4g}, {lk.upper:+.4g}]"
+            if lk.mean is not None and lk.lower is not None and lk.upper is not None
+            else ""
+        )
+        out.append(
+            f"look {lk.index} of {lk.of} ({lk.kind}, {lk.fraction:.0%} of tokens, {lk.seeds} "
+            f"seed(s)): {lk.decision}; boundary: {lk.boundary}{est}"
+            + (f"; {lk.note}" if lk.note else "")
+        )
+    out.extend(res.flags)
+    if res.gpu_hours_saved:
+        out.append(f"{res.status_line}: {res.gpu_hours_saved:.4g} GPU-hours of variant arms saved")
+    return out
+
+
+def gate_text(report: Report) -> str:
+    """The gate's settings in one plain sentence (no markup: every renderer formats it)."""
+    g = report.results.gate
+    txt = (
+        f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
+        f"metric {g.metric} ({g.direction} is better), min_effect {g.min_effect}, "
+        f"confidence {g.confidence}, last_n {g.last_n}"
+        + (f", reference {g.reference}" if g.reference else "")
+        + f"; pre-registered (sha256 {str(report.results.plan.gate_sha256)[:12]})."
+    )
+    if report.notes:
+        txt += " " + " ".join(f"{n}." for n in report.notes)
+    return txt
+
+
+def estimate_cells(est: Any) -> list[Any]:
+    """The effect, its one-sided bounds and the seed count of a check's estimate (a table's
+    four number cells; blank and 0 seeds when the check has no estimate)."""
+    if est is None:
+        return [None, None, None, 0]
+    return [est.mean, est.lower, est.upper, est.n_seeds]
+
+
+#: The per-variant table of a gate's details.
+VERDICT_HEADER = [
+    "variant",
+    "role",
+    "verdict",
+    "improvement",
+    "lower bound",
+    "upper bound",
+    "seeds",
+    "invalid pairs",
+    "noise",
+    "checks",
+]
+
+
+@dataclass(frozen=True)
+class Card:
+    """One gate's verdict at a glance, and its details."""
+
+    name: str
+    variant: str
+    rule: str
+    metric: str
+    stage: str
+    verdict: str
+    effect: float | None
+    lower: float | None
+    upper: float | None
+    seeds: int
+    confidence: float
+    #: the deciding reason, one sentence
+    reason: str
+    #: the paired-delta plot (``plots/gate__<name>.png``), when drawn
+    plot: Path | None
+    #: details: the gate's settings in words, every reason, the statistics, the variant table
+    description: str
+    reasons: list[str]
+    statistics: list[str]
+    table: tuple[list[str], list[list[Any]]]
+
+    @property
+    def title(self) -> str:
+        """The card's heading: the gate's name (``Gate`` for the unnamed gate of a ``gate:``)."""
+        return "Gate" if self.name == "gate" else self.name
+
+    @property
+    def details_title(self) -> str:
+        return "Gate" if self.name == "gate" else f"Gate {self.name}"
+
+    @property
+    def effect_text(self) -> str:
+        """``+0.21, one-sided 95% interval [+0.12, +0.30], 2 seeds`` (or why there is none)."""
+        if self.effect is None:
+            return "no estimate (no valid pair with the gate metric)"
+        lo = "-inf" if self.lower is None else f"{self.lower:+.4g}"
+        hi = "+inf" if self.upper is None else f"{self.upper:+.4g}"
+        return (
+            f"{self.effect:+.4g}, one-sided {self.confidence:.0%} interval [{lo}, {hi}], "
+            f"{self.seeds} seed{'s' if self.seeds != 1 else ''}"
+        )
+
+    @property
+    def comparison(self) -> str:
+        """``sn_da vs baseline at 1B, rule quality, metric eval/lm/x/CE loss``."""
+        return f"{self.variant} vs baseline at {self.stage}, rule {self.rule}, metric {self.metric}"
+
+
+def headline_variant(r: Report) -> VariantVerdict | None:
+    """The verdict that decides the gate: its ``gate.variant``, else the first gated one."""
+    g = r.results.gate
+    return next(
+        (x for x in r.variant_verdicts if x.variant == g.variant),
+        r.variant_verdicts[0] if r.variant_verdicts else None,
+    )
+
+
+_BOUNDS = re.compile(r"\s*\((?:one-sided|two-sided)[^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
+def one_sentence(reason: str) -> str:
+    """A reason without its bounds in parentheses (the card shows them) and cut at its first
+    clause: ``vs baseline: improvement +0.21 > min_effect 0.01.``"""
+    text = _BOUNDS.sub("", reason).split("; ")[0].strip()
+    text = re.sub(r"^\[[^\]]+\]\s*", "", text)  # the verdict's own [variant] tag
+    return text if not text or text.endswith(".") else text + "."
+
+
+def deciding_reason(r: Report, v: VariantVerdict | None) -> str:
+    """What decided: a broken pre-registration, else the variant's first stop, blocker or the
+    first quality check that did not pass (its first check when all passed)."""
+    if r.results.prereg_broken or v is None:
+        return one_sentence(r.reasons[0]) if r.reasons else "no reason recorded."
+    if v.stops:
+        return one_sentence(v.stops[0])
+    if v.blockers:
+        return one_sentence(v.blockers[0])
+    failing = [c for c in v.checks if c.outcome != "pass"]
+    chk = (failing or v.checks or [None])[0]
+    if chk is not None:
+        return one_sentence(chk.reason)
+    return one_sentence(v.reasons[0]) if v.reasons else "no reason recorded."
+
+
+def verdict_rows(report: Report) -> list[list[Any]]:
+    rows = []
+    for v in report.variant_verdicts:
+        est = v.checks[0].estimate if v.checks else None
+        rows.append(
+            [
+                v.variant,
+                v.role,
+                v.verdict.upper(),
+                *estimate_cells(est),
+                len(v.excluded_pairs),
+                est.source if est else "—",
+                "; ".join(c.outcome for c in v.checks) or "—",
+            ]
+        )
+    return rows
+
+
+def card_plot_name(gate_name: str) -> str:
+    return "gate__" + "".join(c if c.isalnum() or c in "-_." else "_" for c in gate_name) + ".png"
+
+
+def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Card]:
+    """One card per gate (``report.gates``; the report itself for a one-gate spec)."""
+    by_name = {p.name: p for p in plots}
+    out = []
+    for r in report.gates or [report]:
+        g = r.results.gate
+        v = headline_variant(r)
+        est = v.checks[0].estimate if v is not None and v.checks else None
+        effect, lower, upper, seeds = estimate_cells(est)
+        out.append(
+            Card(
+                name=r.gate_name,
+                variant=v.variant if v is not None else (g.variant or "(none)"),
+                rule=g.rule,
+                metric=g.metric,
+                stage=r.stage,
+                verdict=r.verdict,
+                effect=effect,
+                lower=lower,
+                upper=upper,
+                seeds=seeds,
+                confidence=g.confidence,
+                reason=deciding_reason(r, v),
+                plot=by_name.get(card_plot_name(r.gate_name)),
+                description=gate_text(r),
+                reasons=list(r.reasons),
+                statistics=statistics_lines(r),
+                table=(VERDICT_HEADER, verdict_rows(r)),
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Matplotlib (Agg) set-up and the PNG writer shared by the report's figures.
+# --------------------------------------------------------------------------------------------------
+
+
+def safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig: Any, path: Path, dpi: int = 72) -> Path:
+    import io
+
+    buf = io.BytesIO()
+    # zlib level 1: a few % larger PNGs, several times less encoding time
+    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
+    pyplot().close(fig)
+    write_bytes_atomic(path, buf.getvalue())
+    return path
+
+
+@functools.cache
+def _drawing_code(module_file: str) -> bytes:
+    import matplotlib
+
+    return (
+        Path(module_file).read_bytes()
+        + Path(__file__).read_bytes()  # the PNG writer's settings
+        + matplotlib.__version__.encode()
+    )
+
+
+def figure_hash(module_file: str) -> Any:
+    """A sha256 already fed with what draws a figure: the drawing module's source, this module's
+    and the matplotlib version. The plot cache's keys add the figure's data to it; equal keys
+    mean byte-identical figures."""
+    return hashlib.sha256(_drawing_code(module_file))
+
+
+# --------------------------------------------------------------------------------------------------
+# The paired-delta plot of a verdict card: what the gate decided on, per seed, with the bar.
+#
+# Why this plot on the card: the gate's number is the mean over seeds of the paired improvement at
+# the last eval points; drawing each seed's improvement at matched tokens (positive = the variant
+# is better), the estimate's one-sided interval and ``min_effect`` shows at a glance whether the
+# seeds agree, whether the curve has settled and how far the interval is from the bar.
+# --------------------------------------------------------------------------------------------------
+
+
+def _vs_baseline(v: VariantVerdict) -> Estimate | None:
+    """The estimate of the check against the baseline (not the reference's)."""
+    return next((c.estimate for c in v.checks if "reference" not in c.name), None)
+
+
+def card_key(r: Report) -> str:
+    """Hash of everything :func:`plot_card` draws for one gate, plus this module's source and
+    the matplotlib version: equal hashes mean byte-identical figures (the plot cache's key)."""
+    h = figure_hash(__file__)
+    v = headline_variant(r)
+    g = r.results.gate
+    est = _vs_baseline(v) if v is not None else None
+    head = [r.gate_name, g.metric, g.rule, g.min_effect, g.tolerance, v.variant if v else None]
+    head.append([est.mean, est.lower, est.upper] if est is not None else None)
+    for e in r.evidence.get(v.variant, []) if v is not None else []:
+        head.append([e.seed, e.valid, e.series_x, e.series, len(e.improvement)])
+    h.update(json.dumps(head, default=repr).encode())
+    return h.hexdigest()
+
+
+def plot_card(r: Report, out: Path) -> Path | None:
+    """``plots/gate__<name>.png`` for one gate's report; None without evidence to draw."""
+    v = headline_variant(r)
+    if v is None:
+        return None
+    evidence = [e for e in r.evidence.get(v.variant, []) if e.valid and e.series]
+    if not evidence:
+        return None
+    g = r.results.gate
+    # the plotted series is vs the baseline: its check's estimate (quality_per_param decides vs
+    # the reference first; its check vs the baseline is the tolerance one), and its bar
+    est = _vs_baseline(v)
+    qpp = g.rule == "quality_per_param"
+    bar, bar_label = (-g.tolerance, f"-tolerance {g.tolerance:g}") if qpp else (g.min_effect, "")
+    bar_label = bar_label or f"min_effect {g.min_effect:g}"
+    plt = pyplot()
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, e in enumerate(evidence):
+        c = colors[i % len(colors)]
+        ax.plot(e.series_x, e.series, "o-", color=c, ms=3, lw=1.2, label=f"seed {e.seed}")
+        n = len(e.improvement)
+        if n:
+            ax.plot(e.series_x[-n:], e.series[-n:], "o", color=c, ms=6, mfc="none")
+    if est is not None and math.isfinite(est.mean):
+        x0, x1 = min(e.series_x[0] for e in evidence), max(e.series_x[-1] for e in evidence)
+        label = "mean"
+        if math.isfinite(est.lower) and math.isfinite(est.upper):  # one seed: no interval
+            ax.axhspan(est.lower, est.upper, color="#1f6feb", alpha=0.12, lw=0)
+            label = "mean, one-sided interval"
+        ax.hlines(est.mean, x0, x1, color="#1f6feb", lw=1.5, label=label)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.axhline(bar, color="#cf222e", ls="--", lw=1, label=bar_label)
+    ax.set_title(
+        f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9
+    )
+    ax.set_xlabel("tokens (circled: the last_n points the gate averages)", fontsize=8)
+    ax.set_ylabel("improvement (+ = better)", fontsize=8)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.yaxis.set_major_locator(MaxNLocator(5))
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.subplots_adjust(left=0.13, right=0.98, bottom=0.17, top=0.88)
+    return save_png(fig, out / card_plot_name(r.gate_name), dpi=100)  # 640 px: the card's width

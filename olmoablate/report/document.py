@@ -1,0 +1,488 @@
+"""The report as a document, built once: verdict cards, then the details (sections of title,
+text and tables), the plots and the data issues; and the comparison rows.
+
+Why a document model apart from the writers: report.md, report.html and the terminal show the
+same cards, tables and lines in the same order, and comparison.csv (and
+``olmoablate.results.comparisons``) the same rows; each template (``templates/``) only formats
+what is built here, so the formats cannot drift apart. Every text here is plain (no markdown):
+the markdown template adds the markup, the HTML one escapes.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from olmoablate.io import write_json_atomic, write_text_atomic
+from olmoablate.plan.names import COMPARISON_FILE, GATE_FILE, REPORT_HTML_FILE, REPORT_MD_FILE
+from olmoablate.report.build import Report
+from olmoablate.report.cards import Card, cards
+from olmoablate.report.collect import wandb_section
+from olmoablate.report.plots import make_plots
+
+#: One table: (header, rows).
+Table = tuple[list[str], list[list[Any]]]
+#: One section: (title, text, tables).
+Section = tuple[str, str, list[Table]]
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+            return f"{v:.{digits}g}"
+        return f"{v:.{digits}f}".rstrip("0").rstrip(".") if "." in f"{v:.{digits}f}" else f"{v}"
+    return str(v)
+
+
+def comparison_rows(report: Report) -> list[dict[str, Any]]:
+    """One row per pair and metric (final eval/train values, stability, cost)."""
+    rows: list[dict[str, Any]] = []
+    for p in report.pairs:
+        base = {
+            "pair_id": p.pair_id,
+            "size": p.size,
+            "seed": p.seed,
+            "variant_name": p.variant_name,
+            "valid": p.valid,
+            "matched_tokens": p.matched_tokens,
+        }
+        for f in p.final:
+            rows.append({**base, **f})
+        for who, st in p.stability.items():
+            rows.append(
+                {
+                    **base,
+                    "metric": f"stability/{who} loss spikes",
+                    "kind": "stability",
+                    "variant": st.health.spikes if who == "variant" else None,
+                    "baseline": st.health.spikes if who == "baseline" else None,
+                }
+            )
+        sb, sv = p.stability.get("baseline"), p.stability.get("variant")
+        if sb and sv:
+            rows.append(
+                {
+                    **base,
+                    "metric": "stability/max grad norm",
+                    "kind": "stability",
+                    "baseline": sb.health.max_grad_norm,
+                    "variant": sv.health.max_grad_norm,
+                }
+            )
+        if p.divergence is not None:
+            rows.append(
+                {
+                    **base,
+                    "metric": "stability/max EMA loss excess over baseline",
+                    "kind": "stability",
+                    "delta": p.divergence,
+                }
+            )
+        for c in p.cost:
+            rows.append(
+                {
+                    **base,
+                    "metric": f"cost/{c['cost']}",
+                    "kind": "cost",
+                    "baseline": c["baseline"],
+                    "variant": c["variant"],
+                    "ratio": c["ratio"],
+                    "source": c["source"],
+                }
+            )
+    return rows
+
+
+#: Plots go after the Pairs and Consistency sections, before the per-pair details.
+PLOTS_AFTER = 2
+
+
+@dataclass(frozen=True)
+class Document:
+    """Everything a reader sees, in order, as plain data."""
+
+    spec_name: str
+    #: "Gate verdict at 1B: PROCEED" or "Gate verdicts: a PROCEED at 1B; b STOP at 1B"
+    headline: str
+    #: the gate's primary variant (one gate only)
+    primary: str | None
+    #: the one gate's verdict (the banner's colour); "" with several gates
+    verdict: str
+    warnings: list[str]
+    invalid: list[str]
+    cards: list[Card]
+    eval_lines: list[str]
+    next_steps: list[str]
+    sections: list[Section]
+    plots_after: int
+    #: the plots not on a card, in the order drawn
+    plots: list[Path]
+    issues: list[str]
+
+
+def headline(report: Report) -> str:
+    gates = report.gates or [report]
+    if len(gates) > 1:
+        return "Gate verdicts: " + "; ".join(
+            f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in gates
+        )
+    return f"Gate verdict at {report.stage}: {report.verdict.upper()}"
+
+
+def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
+    """The document of a built report and its drawn plots (``make_plots``)."""
+    cs = cards(report, list(plots))
+    on_cards = {c.plot for c in cs if c.plot is not None}
+    secs = sections(report)
+    return Document(
+        spec_name=report.results.spec_name,
+        headline=headline(report),
+        primary=report.primary if len(report.gates) <= 1 else None,
+        verdict=report.verdict if len(report.gates) <= 1 else "",
+        warnings=list(report.results.warnings),
+        invalid=[
+            f"INVALID PAIR {p.pair_id} (excluded from the gate): {'; '.join(p.invalid_reasons)}"
+            for p in report.invalid_pairs
+        ],
+        cards=cs,
+        eval_lines=list(report.eval_lines),
+        next_steps=list(report.next_steps),
+        sections=secs,
+        plots_after=min(PLOTS_AFTER, len(secs)),
+        plots=[p for p in plots if p not in on_cards],
+        issues=data_issues(report),
+    )
+
+
+def sections(
+    report: Report,
+) -> list[Section]:
+    """The details below the cards: (title, text, tables) per section."""
+    secs: list[Section] = []
+    pair_rows = []
+    for p in report.pairs:
+        st = p.stability.get("variant")
+        pair_rows.append(
+            [
+                p.pair_id,
+                p.size,
+                p.seed,
+                p.variant_name,
+                "VALID" if p.valid else "INVALID",
+                p.baseline.state,
+                p.variant.state,
+                p.matched_tokens,
+                st.health.spikes if st else None,
+                p.divergence,
+            ]
+        )
+    secs.append(
+        (
+            "Pairs",
+            "All comparisons are at matched tokens (up to the tokens both arms reached).",
+            [
+                (
+                    [
+                        "pair",
+                        "size",
+                        "seed",
+                        "variant",
+                        "certificate",
+                        "baseline state",
+                        "variant state",
+                        "matched tokens",
+                        "variant spikes",
+                        "max EMA loss excess",
+                    ],
+                    pair_rows,
+                )
+            ],
+        )
+    )
+    size_rows = [
+        [
+            r.variant,
+            r.size,
+            r.estimate.mean if r.estimate else None,
+            r.estimate.lower if r.estimate else None,
+            r.estimate.upper if r.estimate else None,
+            r.estimate.n_seeds if r.estimate else 0,
+            r.outside_noise,
+        ]
+        for r in report.size_rows
+    ]
+    cons = ", ".join(
+        f"{v}: {'consistent' if c else ('not consistent' if c is False else 'n/a (one size)')}"
+        for v, c in report.consistent.items()
+    )
+    secs.append(
+        (
+            "Consistency across sizes",
+            f"Gate metric improvement per size (positive = variant better). {cons}",
+            [
+                (
+                    ["variant", "size", "improvement", "lower", "upper", "seeds", "outside noise"],
+                    size_rows,
+                )
+            ],
+        )
+    )
+    for p in report.pairs:
+        tables: list[Table] = []
+        tables.append(
+            (
+                ["metric", "tokens", "baseline", "variant", "Δ (v−b)", "relative", "better"],
+                [
+                    [
+                        f["metric"],
+                        f["tokens"],
+                        f["baseline"],
+                        f["variant"],
+                        f["delta"],
+                        f["relative"],
+                        f["better"],
+                    ]
+                    for f in p.final
+                ],
+            )
+        )
+        stab = []
+        for who, s in p.stability.items():
+            stab.append(
+                [
+                    who,
+                    s.health.state,
+                    s.health.spikes,
+                    s.job_spikes,
+                    s.health.max_grad_norm,
+                    s.health.nonfinite,
+                    s.skipped_steps,
+                    s.health.diverged,
+                ]
+            )
+        tables.append(
+            (
+                [
+                    "arm",
+                    "state",
+                    "loss spikes",
+                    "spikes (job)",
+                    "max grad norm",
+                    "non-finite",
+                    "skipped steps",
+                    "diverged",
+                ],
+                stab,
+            )
+        )
+        tables.append(
+            (
+                ["cost", "baseline", "variant", "ratio v/b", "source"],
+                [[c["cost"], c["baseline"], c["variant"], c["ratio"], c["source"]] for c in p.cost],
+            )
+        )
+        if p.looped:
+            lrows = []
+            for key, s in p.looped["sets"].items():
+                for n, loss in zip(s["loops"], s["loss"], strict=False):
+                    pos = (
+                        "below"
+                        if n < p.looped["trained_loops"]
+                        else ("at" if n == p.looped["trained_loops"] else "beyond")
+                    )
+                    lrows.append([key, n, pos, loss, s["baseline_final"]])
+                lrows.append(
+                    [key, "post-horizon divergence", "", s["post_horizon_divergence"], None]
+                )
+            tables.append(
+                (["eval set", "loops", "vs trained b", "variant loss", "baseline loss"], lrows)
+            )
+            if p.looped["h_norm"]:
+                tables.append(
+                    (["loop t", "H norm"], [[t, v] for t, v in p.looped["h_norm"].items()])
+                )
+        head = (
+            ""
+            if p.valid
+            else "INVALID PAIR, excluded from the gate: " + "; ".join(p.invalid_reasons) + ". "
+        )
+        notes = "; ".join(
+            p.notes
+            + ([f"FLOPs axis: {p.flops_label}"] if p.flops_label else [])
+            + ([f"incomplete: {p.incomplete_reason}"] if p.incomplete_reason else [])
+        )
+        secs.append((f"Pair {p.pair_id}" + ("" if p.valid else " (INVALID)"), head + notes, tables))
+    wandb = wandb_section(report.results)
+    if wandb is not None:
+        secs.append(wandb)
+    return secs
+
+
+def data_issues(report: Report) -> list[str]:
+    return list(report.results.issues)
+
+
+# --------------------------------------------------------------------------------------------------
+# The report's Jinja2 environment: templates under ``templates/`` (package data), one per
+# format, and the filters they share.
+#
+# Why templates: the markdown, HTML and terminal outputs are three views of one
+# :class:`~olmoablate.report.document.Document`; a template shows a format's layout at a
+# glance and keeps markup out of the code that decides what is said. HTML autoescapes every value;
+# markdown and the terminal do not (their values are plain text, escaped by their own filters).
+# --------------------------------------------------------------------------------------------------
+
+
+VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
+VERDICT_STYLE = {"proceed": "bold green", "stop": "bold red", "inconclusive": "bold yellow"}
+
+
+def _md_cell(v: Any) -> str:
+    return fmt(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _rich(text: Any) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+@functools.cache
+def environment(kind: str) -> Any:
+    """The environment for ``kind`` ("html" autoescapes; "md" and "text" do not)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("olmoablate.report", "templates"),
+        autoescape=kind == "html",
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        fmt=fmt,
+        md_cell=_md_cell,
+        b64=_b64,
+        rich=_rich,
+        color=lambda v: VERDICT_COLOR.get(str(v), "#555"),
+        style=lambda v: VERDICT_STYLE.get(str(v), "bold"),
+    )
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    kind = "html" if template.endswith(".html.j2") else ("md" if ".md." in template else "text")
+    return environment(kind).get_template(template).render(**context)
+
+
+# --------------------------------------------------------------------------------------------------
+# Write a built report: report.md, self-contained report.html, comparison.csv and gate.json,
+# plus the terminal verdict block. The document is built once; each format is one template
+# (``templates/``, :mod:`olmoablate.report.document`).
+#
+# Why self-contained HTML: results are read on laptops, in air-gapped clusters, attached to issues.
+# Every plot is embedded as a base64 PNG and there is no script, font or stylesheet to fetch.
+# --------------------------------------------------------------------------------------------------
+
+
+#: The terminal block's width: it fits a 100-column terminal or CI log.
+TERMINAL_WIDTH = 100
+
+
+def _doc(report: Report | Document, plots: Sequence[Path]) -> Document:
+    return report if isinstance(report, Document) else build_document(report, plots)
+
+
+def render_markdown(report: Report | Document, plots: Sequence[Path], out: Path) -> str:
+    """report.md (plots linked relative to ``out``)."""
+    doc = _doc(report, plots)
+    text = render("report.md.j2", doc=doc, rel=lambda p: Path(p).relative_to(out).as_posix())
+    text = "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return re.sub(r"\n{3,}", "\n\n", text) + "\n"  # one blank line between blocks
+
+
+def render_html(report: Report | Document, plots: Sequence[Path]) -> str:
+    """report.html, self-contained: every plot embedded as a base64 PNG."""
+    return render("report.html.j2", doc=_doc(report, plots))
+
+
+def render_terminal(report: Report | Document, width: int = TERMINAL_WIDTH) -> str:
+    """The terminal block (rich markup; every value escaped): cards, warnings, next steps."""
+    return render("terminal.txt.j2", doc=_doc(report, []), width=width).rstrip("\n")
+
+
+def _csv_cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _csv_text(rows: Sequence[dict[str, Any]]) -> str:
+    """Rows as CSV, columns in first-seen order, empty cells for missing values and NaN (the
+    csv module, not pandas: importing pandas would cost more than the whole table)."""
+    import csv
+    import io
+
+    columns: dict[str, None] = {}
+    for r in rows:
+        columns.update(dict.fromkeys(r))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(list(columns))
+    for r in rows:
+        writer.writerow([_csv_cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Path]:
+    """Write the requested formats (md, html, csv, json) and plots; returns name -> path."""
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    write_json_atomic(out / GATE_FILE, report.gate_json())
+    written["json"] = out / GATE_FILE
+    if "csv" in formats:
+        write_text_atomic(out / COMPARISON_FILE, _csv_text(comparison_rows(report)))
+        written["csv"] = out / COMPARISON_FILE
+    if "md" in formats or "html" in formats:
+        doc = build_document(report, make_plots(report, out / "plots"))  # built once, for both
+        if "md" in formats:
+            write_text_atomic(out / REPORT_MD_FILE, render_markdown(doc, doc.plots, out))
+            written["md"] = out / REPORT_MD_FILE
+        if "html" in formats:
+            write_text_atomic(out / REPORT_HTML_FILE, render_html(doc, doc.plots))
+            written["html"] = out / REPORT_HTML_FILE
+    return written
+
+
+def print_terminal(report: Report, written: dict[str, Path]) -> None:
+    """The compact verdict block, then `gate verdict(s): ...` and the report's path (last)."""
+    from olmoablate.io import make_console
+
+    con = make_console()  # readable in CI logs too: the template wraps, rich does not
+    con.print(render_terminal(report))
+    path = written.get("html") or written.get("md") or written.get("json")
+    gates = report.gates or [report]
+    if len(gates) > 1:
+        shown = "; ".join(f"{r.gate_name}: {r.verdict}" for r in gates)
+        con.print(f"gate verdicts: {shown} ({path})", markup=False)
+    else:
+        con.print(f"gate verdict: {report.verdict} ({path})", markup=False)

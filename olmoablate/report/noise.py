@@ -1,0 +1,252 @@
+"""Where the gate's noise comes from: paired seeds, a declared floor, or A/A baselines.
+
+Why this module exists: the quantity a gate needs is the run-to-run standard deviation of one
+seed's *paired delta* (variant minus baseline, averaged over the last ``last_n`` matched evals),
+because that is what would change if the same pair were trained again with another seed (init
+draw, data order, trajectory). The last few eval points of *one* run share all of that, so their
+spread measures within-run eval jitter, not run-to-run noise; it is kept here only as a
+diagnostic (Signal & Noise's checkpoint-to-checkpoint noise), computed around a smooth fit so a
+trend is not mistaken for noise. See docs/gate-statistics.md.
+
+Sources, in the order the gate uses them:
+
+* >= 2 paired seeds: sd of the per-seed deltas, Student t with seeds-1 dof (``paired seeds``).
+* one seed and ``gate.noise.floor: {sd, pairs}``: that sd, measured earlier from ``pairs`` seed
+  pairs; a t bound with pairs - 1 dof (``known: true``, or a bare number in an old plan.json:
+  treated as exact, normal bound) (``declared floor``).
+* one seed and ``gate.noise.measure.aa_seeds: k``: ``plan`` added k baselines with other seeds.
+  The sample sd ``s`` of the k+1 baselines' metric (same last_n matched-token window) estimates
+  the run-level sd of one run; a paired delta of two *independent* runs then has sd ``s * sqrt(2)``
+  with k dof (t bound). The arms of a real pair share seed, data order and init, which correlates
+  them positively, so the true sd of the paired delta is at most this: the bound is conservative
+  (``A/A baselines``).
+* nothing: the sd is unknown and a one-seed gate is inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from olmoablate.plan.gate import NoiseFloor
+from olmoablate.stats import t_ppf
+
+PAIRED, FLOOR, AA, NONE = "paired seeds", "declared floor", "A/A baselines", "none"
+
+
+@dataclass
+class NoiseSource:
+    """The sd of one seed's paired delta, and how much it is worth (its degrees of freedom)."""
+
+    kind: str  # FLOOR | AA
+    sd: float  # sd of one paired delta (metric units)
+    dof: float  # inf for a declared (known) floor; k for k A/A seeds
+    detail: str
+    run_sd: float | None = None  # A/A: the run-level sd of one run
+    runs: list[str] = field(default_factory=list)
+    run_values: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _json_num(v) for k, v in asdict(self).items()}
+
+
+def floor_source(floor: float | NoiseFloor) -> NoiseSource:
+    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known.
+
+    A bare number is a floor read from an old plan.json: known, with the old wording.
+    """
+    if not isinstance(floor, NoiseFloor):
+        return NoiseSource(
+            FLOOR,
+            float(floor),
+            math.inf,
+            f"declared floor: sd of the paired delta across seeds = {floor:g} (gate.noise.floor, "
+            "treated as known: normal bound)",
+        )
+    if floor.pairs is None:
+        return NoiseSource(
+            FLOOR,
+            floor.sd,
+            math.inf,
+            f"declared floor: sd of the paired delta across seeds = {floor.sd:g} "
+            "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)",
+        )
+    dof = float(floor.pairs - 1)
+    return NoiseSource(
+        FLOOR,
+        floor.sd,
+        dof,
+        f"declared floor: sd of the paired delta across seeds = {floor.sd:g} measured from "
+        f"{floor.pairs} seed pairs (gate.noise.floor: Student t with {floor.pairs - 1} dof, the "
+        "uncertainty of the measured sd)",
+    )
+
+
+def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | None:
+    """Run-to-run sd from n >= 2 baselines with different seeds at matched tokens.
+
+    ``values`` are the baselines' metric averaged over the same last_n matched eval points.
+    Returns None with fewer than two usable baselines.
+    """
+    vals = [float(v) for v in values if math.isfinite(v)]
+    if len(vals) < 2:
+        return None
+    run_sd = float(np.std(vals, ddof=1))
+    dof = float(len(vals) - 1)
+    return NoiseSource(
+        AA,
+        run_sd * math.sqrt(2.0),
+        dof,
+        f"A/A baselines: run-level sd {run_sd:.3g} from {len(vals)} baselines with different "
+        f"seeds ({int(dof)} dof); sd of a paired delta = sd x sqrt(2) = {run_sd * math.sqrt(2):.3g}"
+        " (t bound). Conservative when the two arms of a pair are positively correlated "
+        "(shared seed, data order), and only if the variant is no noisier than the baseline: an "
+        "assumption one seed cannot check (variant run sd 1.5x the baseline's: 5.9-7.8% false "
+        "proceeds at nominal 5%, docs/gate-statistics.md)",
+        run_sd,
+        list(runs),
+        vals,
+    )
+
+
+def run_level_values(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]], last_n: int, window: int = 0
+) -> list[float]:
+    """Each run's metric averaged over the last ``last_n`` x-values common to *all* runs.
+
+    ``window`` > 0 (a per-step metric like train/CE loss): average over windows of that many
+    common steps first, as the paired gate series does, so "last n points" means the same thing.
+    """
+    if not curves:
+        return []
+    common = curves[0][0]
+    for x, _ in curves[1:]:
+        common = np.intersect1d(common, x)
+    if common.size == 0:
+        return [math.nan] * len(curves)
+    out: list[float] = []
+    for x, y in curves:
+        idx = np.searchsorted(x, common)
+        ys = np.asarray(y, dtype=float)[idx]
+        if window > 1 and ys.size >= window:
+            n_win = ys.size // window
+            ys = ys[ys.size - n_win * window :].reshape(n_win, window).mean(axis=1)
+        out.append(float(ys[-last_n:].mean()))
+    return out
+
+
+@dataclass
+class Jitter:
+    """Within-run eval jitter of the paired delta (a diagnostic, never the gate's noise)."""
+
+    sd: float  # residual sd of one eval point around the smooth fit
+    se_of_mean: float  # what it contributes to the mean of last_n points: sd / sqrt(last_n)
+    points: int
+    degree: int
+
+
+def jitter(x: Sequence[float], y: Sequence[float], last_n: int) -> Jitter | None:
+    """Residual sd of the last points of a delta series around a linear (>= 8 points:
+    quadratic) fit in tokens. None with fewer than 4 points (no residual dof worth the name)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
+    if xs.size < 4 or np.ptp(xs) == 0:
+        return None
+    degree = 2 if xs.size >= 8 else 1
+    t = (xs - xs.mean()) / np.ptp(xs)
+    coef = np.polyfit(t, ys, degree)
+    resid = ys - np.polyval(coef, t)
+    dof = xs.size - degree - 1
+    sd = float(math.sqrt(float(resid @ resid) / dof))
+    return Jitter(sd, sd / math.sqrt(max(1, last_n)), int(xs.size), degree)
+
+
+@dataclass
+class Estimate:
+    """Improvement of a variant over a comparator with its uncertainty (metric units)."""
+
+    mean: float
+    se: float
+    dof: float
+    lower: float  # one-sided lower confidence bound
+    upper: float  # one-sided upper confidence bound
+    sd: float  # sd of one seed's paired delta (across seeds, or from the noise source)
+    n_seeds: int
+    n_points: int
+    per_seed: list[float]
+    within_se: float  # within-run jitter of the last_n mean (diagnostic), nan when unknown
+    source: str = PAIRED
+    source_detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _json_num(v) for k, v in asdict(self).items()}
+
+
+def estimate(
+    per_seed_points: Sequence[Sequence[float]],
+    confidence: float,
+    noise: NoiseSource | None = None,
+    jitter_se: float = math.nan,
+) -> Estimate | None:
+    """Mean paired improvement over seeds and its one-sided bounds.
+
+    Per seed, the improvement is the mean of its last matched points. Several seeds: paired t on
+    the per-seed means (seeds-1 dof). One seed: the sd comes from ``noise`` (floor: z bound;
+    A/A: t with k dof); without a source the bounds are infinite (nothing can be concluded).
+    If the source claims less noise than the within-run jitter alone puts on the last_n mean
+    (``jitter_se``), the jitter is used instead: a floor below it cannot be right.
+    Returns None when there are no points at all.
+    """
+    seeds = [np.asarray(p, dtype=float) for p in per_seed_points if len(p)]
+    seeds = [p[np.isfinite(p)] for p in seeds]
+    seeds = [p for p in seeds if p.size]
+    if not seeds:
+        return None
+    per_seed = [float(p.mean()) for p in seeds]
+    n_points = int(sum(p.size for p in seeds))
+    n = len(seeds)
+    mean = float(np.mean(per_seed))
+    if n >= 2:
+        sd = float(np.std(per_seed, ddof=1))
+        se, dof = sd / math.sqrt(n), float(n - 1)
+        source = PAIRED
+        detail = f"paired seeds: sd of {n} per-seed deltas {sd:.3g}, Student t with {n - 1} dof"
+    elif noise is not None:
+        sd, dof, source, detail = noise.sd, noise.dof, noise.kind, noise.detail
+        if math.isfinite(jitter_se) and jitter_se > sd:
+            detail += (
+                f"; raised to the within-run jitter of the last-points mean {jitter_se:.3g} "
+                "(the declared noise cannot be smaller than that)"
+            )
+            sd = jitter_se
+        se = sd
+    else:
+        sd = se = math.nan
+        dof = 0.0
+        source = NONE
+        detail = (
+            "none: one seed and no gate.noise source, so the run-to-run noise of the paired "
+            "delta is unknown (the spread of one run's last eval points is within-run jitter, "
+            "not run-to-run noise)"
+        )
+    if math.isfinite(se) and dof >= 1:
+        q = t_ppf(confidence, dof)
+        lower, upper = mean - q * se, mean + q * se
+    else:
+        lower, upper = -math.inf, math.inf
+    return Estimate(
+        mean, se, dof, lower, upper, sd, n, n_points, per_seed, jitter_se, source, detail
+    )
+
+
+def _json_num(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_json_num(x) for x in v]
+    return v

@@ -1,0 +1,387 @@
+"""The pairing-certificate check: do two plan entries still form a valid pair?
+
+Why it lives in the report and not only in ``plan``: a pair whose arms differ in anything but the
+declared architecture measures the wrong thing, and plan.json can be edited after planning. The
+report recomputes the certificate (:mod:`olmoablate.plan.identity`, the same hash ``plan``
+wrote) and marks such a pair INVALID, kept out of the gate, instead of silently giving a delta.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from olmoablate.plan import metrics as names
+from olmoablate.plan.identity import differences, shared_settings
+from olmoablate.plan.names import RunState
+from olmoablate.plan.planfile import RunEntry
+from olmoablate.report.collect import WALL, Results, RunData
+from olmoablate.run.files import ProofRecord, RunSummary
+
+
+def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
+    """Why the two plan entries do not form a valid pair (empty list = valid).
+
+    Recomputes the pairing certificate (`olmoablate.plan.identity`, the same hash `plan`
+    wrote) of both arms under the pair's budget rule, and checks each entry still matches the
+    certificate recorded for it (a plan.json edited after planning is caught here).
+    """
+    problems: list[str] = []
+    if baseline.certificate_now(budget_match) != variant.certificate_now(budget_match):
+        diff = differences(
+            shared_settings(baseline.as_json(), budget_match),
+            shared_settings(variant.as_json(), budget_match),
+        )
+        diff = _allow_reference_depth(diff, baseline, variant)
+        if diff:
+            problems.append(f"settings differ beyond the architecture: {', '.join(diff[:8])}")
+    for who, entry in (("baseline", baseline), ("variant", variant)):
+        if entry.certificate and entry.certificate != entry.certificate_now():
+            problems.append(
+                f"{who} {entry.run_id}: plan entry no longer matches its recorded "
+                "certificate (plan.json edited after planning?)"
+            )
+    return problems
+
+
+def proof_problems(entry: RunEntry, record: ProofRecord | None) -> tuple[list[str], list[str]]:
+    """(problems, notes) from what the job proved at its last (re)start (proof.json).
+
+    A run that trained block code other than the plan recorded, or another parameter count than
+    planned, is no longer the planned arm: the pair is invalid. A run without a record (trained
+    by a job from before proofs) is compared, with a note that its costs are unverified. Only
+    for plans that record code identities (older plans predate both).
+    """
+    if record is None:
+        return [], [f"{entry.run_id}: costs not verified at job start (no proof.json)"]
+    problems = []
+    planned = {k: v.sha256 for k, v in (entry.code or {}).items()}
+    if entry.code is not None and record.code != planned:
+        problems.append(f"{entry.run_id}: trained block code other than the plan recorded")
+    if record.unique_params != entry.unique_params:
+        problems.append(
+            f"{entry.run_id}: built {record.unique_params:,} unique parameters, the plan says "
+            f"{entry.unique_params:,}"
+        )
+    return problems, []
+
+
+def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntry) -> list[str]:
+    """A `layers:` reference arm is declared to change the depth; that difference is allowed."""
+    if variant.architecture.layers is not None or baseline.architecture.layers is not None:
+        return [d for d in diff if d != "size_dims.n_layers"]
+    return diff
+
+
+def token_shortfall(arm: str, run: Any) -> str | None:
+    """Why a *completed* arm cannot be matched at its planned tokens (None when it can).
+
+    ``run`` is the report's RunData. A run whose status says completed but whose metrics end
+    before its planned token count (a truncated or partly copied metrics.jsonl) would make the
+    gate compare the arms at different points of their schedules; the pair is INVALID (out of
+    the gate) unless the gate sets ``allow_partial_pairs``. Runs still training are not judged
+    here: they are incomplete, not inconsistent.
+    """
+    planned = int(run.entry.tokens)
+    logged = float(run.max_tokens)
+    if run.state != RunState.COMPLETED or logged >= planned:
+        return None
+    return (
+        f"{arm} {run.run_id} is completed but its metrics end at {logged:,.0f} of "
+        f"{planned:,} planned tokens (metrics.jsonl truncated?); out of the gate unless "
+        "gate.allow_partial_pairs"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Execution parity of a pair: both arms must have run the same execution for their cost to
+# be compared.
+#
+# Why: ``topology.attention_backend: auto`` is resolved on each node at job start (flash_2 where
+# flash-attn imports, else torch SDPA with an explicit mask), and the arms of a pair may run on
+# different nodes, in different attempts, with another torch build. The pairing certificate fixes
+# what the plan *asked* for; ``summary.json``'s ``execution`` block (written by the training job)
+# records what *ran*. A kernel, dtype, compile or world-size difference between the arms would be
+# charged to the variant's step-time and memory overhead and could decide the gate, so a pair whose
+# records differ is flagged in the report and its measured cost is kept out of the gate.
+# --------------------------------------------------------------------------------------------------
+
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmoablate.run.files import RunSummary
+
+#: The fields of ``summary.json``'s ``execution`` block that must be equal in both arms of a
+#: pair for their measured cost (step time, tokens/s, memory, decode) to be compared.
+PARITY_KEYS = (
+    "device",
+    "world_size",
+    "data_parallel",
+    "param_dtype",
+    "autocast_dtype",
+    "compute_dtype",
+    "attention_backend",
+    "compile",
+    "gpu_model",
+)
+
+
+def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
+    """The ``execution`` block of a run's summary.json (None when the run has none yet), as
+    recorded: a field the job did not write stays absent (``not recorded``)."""
+    block = summary.execution if summary is not None else None
+    return block.as_json() if block is not None else None
+
+
+def execution_mismatch(
+    baseline: Mapping[str, Any] | None, variant: Mapping[str, Any] | None
+) -> list[str]:
+    """What differs between the two arms' execution records (empty: comparable).
+
+    Neither arm recorded yet (runs in progress, or older runs): nothing to compare, empty. One
+    arm recorded and the other not: the execution of the pair cannot be shown to match, which
+    is a difference too. A field missing from one record only is reported as ``not recorded``.
+    """
+    if baseline is None and variant is None:
+        return []
+    if baseline is None or variant is None:
+        who = "baseline" if baseline is None else "variant"
+        return [f"the {who} recorded no execution block (summary.json), the other arm did"]
+    out = []
+    for key in PARITY_KEYS:
+        b, v = baseline.get(key, _MISSING), variant.get(key, _MISSING)
+        if b != v:
+            out.append(f"{key}: baseline {_show(b)}, variant {_show(v)}")
+    return out
+
+
+_MISSING = object()
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "not recorded"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}={value[k]}" for k in sorted(value)) + "}"
+    return str(value)
+
+
+def parity_note(problems: list[str]) -> str:
+    """The report's one line for a pair whose arms ran different executions."""
+    return (
+        "arms ran different executions (" + "; ".join(problems) + "): measured cost not "
+        "comparable, kept out of the gate"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The cost rows of a pair: planned (plan.json) beside measured (summary.json, else metrics).
+#
+# Why both: a plan's FLOPs and parameter counts are exact but say nothing about the real step time
+# or memory; the measured values are what the gate's overhead limits are about. Each row names its
+# source, so a planned number is never read as a measurement.
+# --------------------------------------------------------------------------------------------------
+
+
+def _measured(run: RunData) -> dict[str, float | None]:
+    """Measured cost of one arm: summary.json first, metrics as the fallback."""
+    s = run.summary or RunSummary()
+
+    def col_stat(key: str, fn: Any) -> float | None:
+        c = run.column(key)
+        if c is None or not np.isfinite(c).any():
+            return None
+        return float(fn(c[np.isfinite(c)]))
+
+    step_time = s.mean_step_time_s
+    if step_time is None:
+        step_time = col_stat(WALL, lambda a: np.median(a[1:] if a.size > 1 else a))
+    peak = s.peak_memory_gb
+    if peak is None:
+        peak = col_stat(names.PEAK_MEMORY_GB, np.max)
+    tps = s.tokens_per_s
+    if tps is None:
+        tps = col_stat(names.DEVICE_TPS, np.median)
+    opt = s.optimizer_state_bytes
+    gpus, nodes = run.entry.topology.gpus_per_node, run.entry.topology.nodes
+    wall = s.wall_time_s
+    return {
+        names.STEP_TIME: num(step_time),
+        "peak_memory_gb": num(peak),
+        "tokens_per_s": num(tps),
+        "optimizer_state_gb": num(opt / 1e9) if isinstance(opt, int | float) else None,
+        "gpu_hours": num(wall * gpus * nodes / 3600.0) if wall and gpus else None,
+        "decode_latency_s": num(s.decode_latency_s),
+        "kv_cache_bytes": num(s.kv_cache_bytes),
+        "params": num(s.params),
+        "unique_params": num(s.unique_params),
+    }
+
+
+def num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _ratio(b: float | None, v: float | None) -> float | None:
+    if b is None or v is None or b == 0:
+        return None
+    return v / b
+
+
+def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    mb, mv = _measured(base), _measured(var)
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, b: float | None, v: float | None, source: str) -> None:
+        rows.append(
+            {"cost": name, "baseline": b, "variant": v, "ratio": _ratio(b, v), "source": source}
+        )
+
+    be, ve = base.entry, var.entry
+    for label, b, v in (
+        ("params", be.params, ve.params),
+        ("unique params", be.unique_params, ve.unique_params),
+        ("train FLOPs/token", be.train_flops_per_token, ve.train_flops_per_token),
+        ("total train FLOPs", be.total_train_flops, ve.total_train_flops),
+    ):
+        add(label, num(b), num(v), "plan")
+    add("tokens/s", mb["tokens_per_s"], mv["tokens_per_s"], "measured")
+    add("step time (s)", mb[names.STEP_TIME], mv[names.STEP_TIME], "measured")
+    add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
+    add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
+    add(
+        "optimizer state (GB, plan)",
+        num(be.optimizer_state_gb),
+        num(ve.optimizer_state_gb),
+        "plan",
+    )
+    add("GPU-hours", mb["gpu_hours"], mv["gpu_hours"], "measured")
+    add(
+        "GPU-hours (plan)",
+        num(be.gpu_hours),
+        num(ve.gpu_hours),
+        "plan",
+    )
+    if mb["decode_latency_s"] is not None or mv["decode_latency_s"] is not None:
+        add("decode latency (s)", mb["decode_latency_s"], mv["decode_latency_s"], "measured")
+    if mb["kv_cache_bytes"] is not None or mv["kv_cache_bytes"] is not None:
+        add("KV-cache bytes", mb["kv_cache_bytes"], mv["kv_cache_bytes"], "measured")
+
+    def over(key: str) -> float | None:
+        r = _ratio(mb[key], mv[key])
+        return None if r is None else r - 1.0
+
+    overhead = {
+        "step_time": over(names.STEP_TIME),
+        "peak_memory": over("peak_memory_gb"),
+        "decode_latency": over("decode_latency_s"),
+    }
+    return rows, overhead
+
+
+# --------------------------------------------------------------------------------------------------
+# Report lines: how much of each held-out set every arm scored, and its CE beside the unigram floor.
+#
+# Why: a held-out CE means little without (a) how many tokens it averages (the old eval scored 2.8%
+# of the demo's held-out tokens, all document openings) and (b) the held-out unigram entropy of the
+# vocabulary, the CE of a model that learned only token frequencies. The plan records both facts
+# per set (`plan.json` ``eval_sets``, measured from the token files at plan time); the runs record
+# ``eval/lm/<set>/tokens`` at every eval point (`olmoablate.run.eval`). Arms whose eval
+# points scored different token counts are flagged: their CEs average different text.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ArmCoverage:
+    """One (size, arm, set): final CE per seed and the token counts its eval points scored."""
+
+    size: str
+    arm: str
+    eval_set: str
+    final_ce: list[float] = field(default_factory=list)
+    tokens_per_point: set[int] = field(default_factory=set)
+    points: int = 0
+    missing_tokens: bool = False  # a run without the tokens metric (older olmoablate)
+
+
+def coverage(results: Results) -> list[ArmCoverage]:
+    """Per (size, arm, set), from every run with metrics, in plan order."""
+    out: dict[tuple[str, str, str], ArmCoverage] = {}
+    for rd in results.runs.values():
+        if rd.metrics is None:
+            continue
+        size, arm = rd.entry.size, rd.entry.arm
+        for name in rd.entry.evaluation.lm_sets:
+            cov = out.setdefault((size, arm, name), ArmCoverage(size, arm, name))
+            ce = rd.column(names.lm_eval(name, "CE loss"))
+            if ce is None:
+                continue
+            ok = np.isfinite(ce)
+            if not ok.any():
+                continue
+            cov.final_ce.append(float(ce[ok][-1]))
+            cov.points += int(ok.sum())
+            tok = rd.column(names.lm_eval(name, "tokens"))
+            if tok is None or not np.isfinite(tok[ok]).all():
+                cov.missing_tokens = True
+            else:
+                cov.tokens_per_point |= {int(t) for t in tok[ok]}
+    return list(out.values())
+
+
+def coverage_lines(results: Results) -> list[str]:
+    """Human lines for the terminal and the markdown report (warnings start with WARNING)."""
+    facts = results.plan.eval_sets
+    lines: list[str] = []
+    warnings: list[str] = []
+    rows = coverage(results)
+    for cov in rows:
+        # measured at plan time; a plan from before eval_sets existed has none
+        sets = facts[cov.size] if cov.size in facts else {}
+        fact = sets[cov.eval_set] if cov.eval_set in sets else None
+        scorable = fact.scored_tokens if fact is not None else None
+        entropy = fact.unigram_entropy_nats if fact is not None else None
+        if not cov.final_ce:
+            continue
+        ce = sum(cov.final_ce) / len(cov.final_ce)
+        seeds = f"{len(cov.final_ce)} seed{'s' if len(cov.final_ce) != 1 else ''}"
+        parts = [f"final CE {ce:.3f} ({seeds})"]
+        if isinstance(entropy, (int, float)) and math.isfinite(entropy):
+            parts.append(f"held-out unigram entropy {entropy:.3f} ({entropy - ce:+.2f} nats below)")
+        if cov.missing_tokens:
+            parts.append("eval tokens per point not recorded")
+        else:
+            toks = sorted(cov.tokens_per_point)
+            txt = "/".join(f"{t:,}" for t in toks)
+            if isinstance(scorable, int) and scorable:
+                txt += f" of {scorable:,} scorable ({100 * toks[0] / scorable:.1f}%" + (
+                    ")" if len(toks) == 1 else f"-{100 * toks[-1] / scorable:.1f}%)"
+                )
+            parts.append(f"eval tokens per point {txt}")
+            if len(toks) > 1:
+                warnings.append(
+                    f"WARNING: {cov.size} {cov.arm} {cov.eval_set}: eval points scored different "
+                    f"token counts ({txt}); CEs average different text"
+                )
+        lines.append(f"eval {cov.eval_set} @ {cov.size} {cov.arm}: " + "; ".join(parts))
+    by_set: dict[tuple[str, str], dict[str, frozenset[int]]] = {}
+    for cov in rows:
+        if cov.final_ce and not cov.missing_tokens:
+            by_set.setdefault((cov.size, cov.eval_set), {})[cov.arm] = frozenset(
+                cov.tokens_per_point
+            )
+    for (size, name), arms in by_set.items():
+        if len(set(arms.values())) > 1:
+            detail = ", ".join(
+                f"{a} {'/'.join(f'{t:,}' for t in sorted(v))}" for a, v in arms.items()
+            )
+            warnings.append(
+                f"WARNING: {size} {name}: arms scored different eval token counts ({detail}); "
+                "their CEs are not on the same text"
+            )
+    return warnings + lines

@@ -1,0 +1,422 @@
+"""The report's plots (matplotlib, Agg): per (size, variant) curves at matched tokens, the
+FLOPs-matched and looped views, quality-vs-cost trade-offs and consistency across sizes.
+
+Why a plot cache and forked workers: matplotlib spends ~0.2-0.5 s per figure and a ladder has
+dozens; a figure whose inputs hash the same as when it was last drawn is not drawn again, and the
+rest are drawn in parallel by forked processes that share the report copy-on-write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import multiprocessing
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from olmoablate.io import write_json_atomic
+from olmoablate.report.build import Report
+from olmoablate.report.cards import card_key, figure_hash, plot_card, pyplot, safe_name, save_png
+from olmoablate.report.compare import LOSS, PairResult
+
+#: A fixed title height: matplotlib's automatic one measures every tick label of the axes
+#: to dodge them (about a fifth of a figure's drawing time).
+_TITLE_Y = 1.03
+
+
+def _decimate(x: np.ndarray, y: np.ndarray, n: int = 500) -> tuple[np.ndarray, np.ndarray]:
+    if x.size <= n:
+        return x, y
+    idx = np.linspace(0, x.size - 1, n).astype(np.int64)
+    return x[idx], y[idx]
+
+
+def _gate_eval_key(report: Report, pairs: Sequence[PairResult]) -> str | None:
+    metric = report.results.gate.metric
+    for p in pairs:
+        if metric in p.evals:
+            return metric
+    for p in pairs:
+        for k in p.evals:
+            if "CE loss" in k:
+                return k
+    return next((k for p in pairs for k in p.evals), None)
+
+
+def plot_group(
+    report: Report, size: str, variant: str, pairs: Sequence[PairResult], out: Path
+) -> list[Path]:
+    """Train loss, train-loss delta, eval metric and eval delta of every seed of one
+    (size, variant): EMA lines over faint raw values, all at matched tokens."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    (a_loss, a_dloss), (a_eval, a_deval) = axes
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    eval_key = _gate_eval_key(report, pairs)
+    for i, p in enumerate(pairs):
+        c = colors[i % len(colors)]
+        tag = f"seed {p.seed}" + ("" if p.valid else " INVALID")
+        if len(p.train):
+            x, yb = _decimate(p.train.x, p.train.baseline)
+            _, yv = _decimate(p.train.x, p.train.variant)
+            a_loss.plot(x, yb, color="0.6", alpha=0.25, lw=0.6)
+            a_loss.plot(x, yv, color=c, alpha=0.25, lw=0.6)
+            a_dloss.plot(x, yv - yb, color=c, alpha=0.2, lw=0.6)
+        if len(p.train_smooth):
+            x, yb = _decimate(p.train_smooth.x, p.train_smooth.baseline)
+            _, yv = _decimate(p.train_smooth.x, p.train_smooth.variant)
+            a_loss.plot(x, yb, color="0.3", lw=1.2, label="baseline" if i == 0 else None)
+            # one legend entry per arm here; the seeds' colours are listed on the eval-delta panel
+            # (legends are the costliest artists to draw: ~0.1 s for ten entries)
+            a_loss.plot(
+                x, yv, color=c, lw=1.4, label=f"{variant} (colour: seed)" if i == 0 else None
+            )
+            a_dloss.plot(x, yv - yb, color=c, lw=1.4, label=tag)
+        if eval_key and eval_key in p.evals:
+            al = p.evals[eval_key]
+            a_eval.plot(al.x, al.baseline, "o-", color="0.3", ms=3, lw=1)
+            a_eval.plot(al.x, al.variant, "o-", color=c, ms=3, lw=1.2)
+            a_deval.plot(al.x, al.delta, "o-", color=c, ms=3, label=tag if i < 8 else None)
+    for ax in (a_dloss, a_deval):
+        ax.axhline(0.0, color="k", lw=0.8)
+    a_loss.set_title(f"{LOSS} (EMA over raw), matched tokens", y=_TITLE_Y)
+    a_dloss.set_title(f"Δ {LOSS}: {variant} − baseline (EMA over raw)", y=_TITLE_Y)
+    a_eval.set_title(f"{eval_key or 'no eval metric'} at matched tokens", y=_TITLE_Y)
+    a_deval.set_title(f"Δ {eval_key or 'eval'}: {variant} − baseline", y=_TITLE_Y)
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    for ax in axes.ravel():
+        ax.set_xlabel("tokens")
+        ax.xaxis.set_major_formatter(EngFormatter())
+        # ~5 ticks per axis: every tick is three artists (mark, grid line, label) to draw
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.yaxis.set_major_locator(MaxNLocator(5))
+        ax.grid(alpha=0.3)
+    # a fixed corner: "best" searches every line's points for the emptiest spot
+    for ax in (a_loss, a_deval):
+        if ax.get_legend_handles_labels()[0]:  # no metrics yet: no lines, no legend (a warning)
+            ax.legend(fontsize=7, loc="upper right")
+    invalid = any(not p.valid for p in pairs)
+    fig.suptitle(
+        f"{size}: {variant} vs baseline" + ("  —  CONTAINS INVALID PAIRS" if invalid else ""),
+        color="#cf222e" if invalid else "black",
+    )
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.08, top=0.9, wspace=0.22, hspace=0.4)
+    paths = [save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}.png")]
+    flops = [p for p in pairs if p.train_flops is not None and len(p.train_flops)]
+    if flops:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+        for i, p in enumerate(flops):
+            c = colors[i % len(colors)]
+            assert p.train_flops is not None
+            x, yb = _decimate(p.train_flops.x, p.train_flops.baseline)
+            _, yv = _decimate(p.train_flops.x, p.train_flops.variant)
+            a1.plot(x, yb, color="0.3", lw=1, label=f"baseline seed {p.seed}")
+            a1.plot(x, yv, color=c, lw=1.2, label=f"{variant} seed {p.seed}")
+            if eval_key and eval_key in p.evals_flops:
+                al = p.evals_flops[eval_key]
+                a2.plot(al.x, al.delta, "o-", color=c, ms=3, label=f"seed {p.seed}")
+        a1.set_title(f"{LOSS} at matched training FLOPs", y=_TITLE_Y)
+        a2.set_title(f"Δ {eval_key or 'eval'} at matched FLOPs (variant interpolated)", y=_TITLE_Y)
+        a2.axhline(0.0, color="k", lw=0.8)
+        for ax in (a1, a2):
+            ax.set_xlabel("training FLOPs")
+            ax.xaxis.set_major_formatter(EngFormatter())
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+        fig.suptitle(f"{size}: {variant} — FLOPs-matched view ({flops[0].flops_label})", fontsize=9)
+        fig.subplots_adjust(left=0.09, right=0.97, bottom=0.15, top=0.86, wspace=0.25)
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}__flops.png"))
+    looped = [p for p in pairs if p.looped]
+    # a panel only where there is a curve to see: one loop count at eval is one point per seed
+    # (the eval table says it), one H norm is one number
+    by_loops = any(len(s["loops"]) > 1 for p in looped for s in (p.looped or {})["sets"].values())
+    by_t = any(len((p.looped or {})["h_norm"] or {}) > 1 for p in looped)
+    if by_loops or by_t:
+        n_ax = int(by_loops) + int(by_t)
+        fig, axs = plt.subplots(1, n_ax, figsize=(5.5 * n_ax, 3.8), squeeze=False)
+        a1 = axs[0][0] if by_loops else None
+        a2 = axs[0][-1] if by_t else None
+        for i, p in enumerate(looped):
+            c = colors[i % len(colors)]
+            info = p.looped or {}
+            if a1 is not None:
+                for key, s in info["sets"].items():
+                    a1.plot(s["loops"], s["loss"], "o-", color=c, label=f"seed {p.seed} {key}")
+                    if s.get("baseline_final") is not None:
+                        a1.axhline(s["baseline_final"], color="0.4", ls="--", lw=0.8)
+                a1.axvline(info["trained_loops"], color="k", ls=":", lw=1)
+            if a2 is not None and info["h_norm"]:
+                a2.plot(
+                    list(info["h_norm"]),
+                    list(info["h_norm"].values()),
+                    "o-",
+                    color=c,
+                    label=f"seed {p.seed}",
+                )
+        if a1 is not None:
+            a1.set_title("eval loss vs loop count (dotted: trained b; dashed: baseline)", y=_TITLE_Y)
+            a1.set_xlabel("loops at eval")
+        if a2 is not None:
+            a2.set_title("H norm per loop (end of training)", y=_TITLE_Y)
+            a2.set_xlabel("loop t")
+        for ax in (a for a in (a1, a2) if a is not None):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper right")
+        fig.subplots_adjust(left=0.09, right=0.97, bottom=0.15, top=0.86, wspace=0.25)
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{safe_name(variant)}__loops.png"))
+    return paths
+
+
+def tradeoff_points(
+    report: Report, pairs: Sequence[PairResult]
+) -> dict[str, dict[str, list[float]]]:
+    """What :func:`plot_tradeoffs` draws: per arm, the gate metric at the last matched point and
+    the arm's unique parameters and total training FLOPs, one entry per valid pair."""
+    metric = report.results.gate.metric
+    points: dict[str, dict[str, list[float]]] = {}
+    for p in pairs:
+        if not p.valid:
+            continue
+        for run in (p.baseline, p.variant):
+            col = run.column(metric)
+            if col is None or not np.isfinite(col).any():
+                continue
+            tok = run.tokens
+            assert tok is not None
+            ok = np.isfinite(col) & (tok <= p.matched_tokens)
+            if not ok.any():
+                continue
+            arm = run.entry.arm
+            d = points.setdefault(arm, {"q": [], "params": [], "flops": []})
+            d["q"].append(float(col[ok][-1]))
+            d["params"].append(float(run.entry.unique_params or run.entry.params))
+            d["flops"].append(float(run.entry.total_train_flops))
+    return points
+
+
+def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: Path) -> list[Path]:
+    """Quality vs unique parameters and quality vs training FLOPs: two separate plots, so a
+    parameter saving is never read as a compute saving."""
+    points = tradeoff_points(report, pairs)
+    if len(points) < 2:
+        return []
+    plt = pyplot()
+    metric = report.results.gate.metric
+    paths = []
+    for key, label, fname in (
+        ("params", "unique parameters", "quality_vs_unique_params"),
+        ("flops", "training FLOPs (total, plan)", "quality_vs_train_flops"),
+    ):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for arm, d in points.items():
+            xs = [x for x in d[key] if x > 0]
+            if not xs:
+                continue
+            ax.scatter(np.mean(xs), np.mean(d["q"]), s=40, label=arm)
+            ax.annotate(
+                arm,
+                (np.mean(xs), np.mean(d["q"])),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric, fontsize=7)
+        ax.set_title(
+            f"{size}: quality vs {label}\n(last matched point, mean over seeds)", fontsize=8
+        )
+        ax.grid(alpha=0.3)
+        fig.subplots_adjust(left=0.17, right=0.96, bottom=0.13, top=0.9)
+        paths.append(save_png(fig, out / f"{safe_name(size)}__{fname}.png"))
+    return paths
+
+
+def consistency_rows(report: Report) -> list[Any]:
+    """What :func:`plot_consistency` draws: the size rows that have an estimate."""
+    return [r for r in report.size_rows if r.estimate is not None]
+
+
+def plot_consistency(report: Report, out: Path) -> Path | None:
+    rows = consistency_rows(report)
+    if not rows:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    order = {s: i for i, s in enumerate(report.sizes)}
+    variants = sorted({r.variant for r in rows})
+    for j, v in enumerate(variants):
+        mine = sorted((r for r in rows if r.variant == v), key=lambda r: order.get(r.size, 99))
+        xs = [order.get(r.size, 99) + 0.08 * j for r in mine]
+        ys = [r.estimate.mean for r in mine if r.estimate]
+        lo = [
+            r.estimate.mean - r.estimate.lower if math.isfinite(r.estimate.lower) else 0
+            for r in mine
+            if r.estimate
+        ]
+        hi = [
+            r.estimate.upper - r.estimate.mean if math.isfinite(r.estimate.upper) else 0
+            for r in mine
+            if r.estimate
+        ]
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=v)
+    ax.axhline(0.0, color="k", lw=0.8)
+    me = report.results.gate.min_effect
+    if me:
+        ax.axhline(me, color="#1a7f37", ls="--", lw=0.8, label="min_effect")
+    ax.set_xticks(range(len(report.sizes)), report.sizes)
+    ax.set_ylabel(f"improvement in {report.results.gate.metric}")
+    ax.set_title("gate metric improvement by size (one-sided CI bounds)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.subplots_adjust(left=0.17, right=0.96, bottom=0.13, top=0.9)
+    return save_png(fig, out / "consistency.png")
+
+
+#: The report being plotted, shared with forked plot workers (no pickling of curves).
+_FORK_REPORT: Report | None = None
+
+
+def _worker_init() -> None:
+    """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
+    installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
+    kind, size, variant, out_s = job
+    report = _FORK_REPORT
+    assert report is not None
+    out = Path(out_s)
+    if kind == "group":
+        ps = [p for p in report.pairs if p.size == size and p.variant_name == variant]
+        return plot_group(report, size, variant, ps, out)
+    if kind == "tradeoff":
+        return plot_tradeoffs(report, size, [p for p in report.pairs if p.size == size], out)
+    if kind == "card":
+        gate = next(r for r in report.gates or [report] if r.gate_name == size)
+        card = plot_card(gate, out)
+        return [] if card is None else [card]
+    c = plot_consistency(report, out)
+    return [] if c is None else [c]
+
+
+def _group_key(report: Report, size: str, variant: str) -> str:
+    """Hash of everything ``plot_group`` draws for one (size, variant), plus this module's
+    source and the matplotlib version: equal hashes mean byte-identical figures."""
+    h = figure_hash(__file__)
+    pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
+    h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
+    for p in pairs:
+        head = [p.pair_id, p.seed, p.valid, p.flops_label, p.looped, sorted(p.evals)]
+        h.update(json.dumps(head, sort_keys=True, default=repr).encode())
+        curves = [p.train, p.train_smooth, *p.evals.values(), *p.evals_flops.values()]
+        curves.append(p.train_flops)
+        for al in curves:
+            if al is None:
+                h.update(b"none")
+                continue
+            for arr in (al.x, al.baseline, al.variant):
+                a = np.ascontiguousarray(arr, dtype=np.float64)
+                h.update(len(a).to_bytes(8, "little"))
+                h.update(a.tobytes())
+    return h.hexdigest()
+
+
+_PLOT_CACHE = ".plot-cache.json"
+
+
+def _cache_name(job: tuple[str, str, str, str]) -> str:
+    """A job's entry in the plot cache: ``size\tvariant`` (as before cards), else
+    ``<kind>\t<size or gate>`` (``card``, ``tradeoff``, ``consistency``)."""
+    return f"{job[1]}\t{job[2]}" if job[0] == "group" else f"{job[0]}\t{job[1]}"
+
+
+def _data_key(report: Report, data: Any) -> str:
+    """Hash of what a figure draws (its data, as JSON), this module's source, the PNG writer's
+    and the matplotlib version: equal hashes mean byte-identical figures."""
+    h = figure_hash(__file__)
+    gate = report.results.gate
+    h.update(json.dumps([gate.metric, gate.min_effect, report.sizes, data], default=repr).encode())
+    return h.hexdigest()
+
+
+def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
+    """Every plot of the report; figures are drawn in parallel (fork) when there are many,
+    because matplotlib spends ~0.2-0.5 s per figure and a ladder has dozens. A (size, variant)
+    figure whose inputs hash the same as when it was last drawn here is not drawn again."""
+    global _FORK_REPORT
+    jobs: list[tuple[str, str, str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for p in report.pairs:
+        if (p.size, p.variant_name) not in seen:
+            seen.add((p.size, p.variant_name))
+            jobs.append(("group", p.size, p.variant_name, str(out)))
+    for size in report.sizes:
+        if any(p.looped for p in report.pairs if p.size == size):
+            jobs.append(("tradeoff", size, "", str(out)))
+    jobs.append(("consistency", "", "", str(out)))
+    # the verdict cards' paired-delta plots (the job's "size" slot names the gate)
+    jobs.extend(("card", r.gate_name, "", str(out)) for r in report.gates or [report])
+    try:
+        cache = json.loads((out / _PLOT_CACHE).read_text(encoding="utf-8"))
+        cache = cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        cache = {}
+    keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
+    gates = {r.gate_name: r for r in report.gates or [report]}
+    keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
+    for j in jobs:  # the tradeoff and consistency figures, keyed by the data they draw
+        if j[0] == "tradeoff":
+            ps = [p for p in report.pairs if p.size == j[1]]
+            keys[j] = _data_key(report, [j[1], tradeoff_points(report, ps)])
+        elif j[0] == "consistency":
+            rows = consistency_rows(report)
+            keys[j] = _data_key(
+                report, [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in rows]
+            )
+    done: dict[tuple[str, str, str, str], list[Path]] = {}
+    for j, key in keys.items():
+        hit = cache.get(_cache_name(j))
+        if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
+            paths = [out / str(name) for name in hit[1]]
+            if all(path.is_file() for path in paths):
+                done[j] = paths
+    todo = [j for j in jobs if j not in done]
+    n = workers if workers is not None else min(os.cpu_count() or 1, 4)
+    _FORK_REPORT = report
+    try:
+        if n > 1 and len(todo) > 3 and "fork" in multiprocessing.get_all_start_methods():
+            pyplot()  # import matplotlib once, before forking
+            # the report's objects are shared copy-on-write with the workers; keep the workers'
+            # garbage collector from walking (and so copying) every page of them
+            gc.freeze()
+            try:
+                with multiprocessing.get_context("fork").Pool(n, _worker_init) as pool:
+                    nested = pool.map(_plot_job, todo, chunksize=1)
+            finally:
+                gc.unfreeze()
+        else:
+            nested = [_plot_job(j) for j in todo]
+    finally:
+        _FORK_REPORT = None
+    done.update(zip(todo, nested, strict=True))
+    new_cache = {
+        _cache_name(j): [key, [p.relative_to(out).as_posix() for p in done[j]]]
+        for j, key in keys.items()
+    }
+    if new_cache != cache:
+        try:
+            write_json_atomic(out / _PLOT_CACHE, new_cache)
+        except OSError:
+            pass
+    return [path for j in jobs for path in done[j]]

@@ -1,0 +1,697 @@
+"""OLMo-core callbacks that turn a training run into the files of ``runs/<run_id>/``.
+
+Every side effect of the job lives here, as OLMo-core :class:`Callback` subclasses, so the
+training loop itself stays OLMo-core's. What each one is for:
+
+* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`.
+* :class:`FingerprintCallback` -> ``fingerprints.jsonl``: sha256 of each global batch, the
+  evidence that both arms of a pair saw the same tokens in the same order.
+* :class:`LoopCurriculumCallback`: drives a looped model's loop count b(step) and records the
+  per-loop hidden-state norms.
+* :class:`StabilityCallback`: counts loss spikes, stops on NaN/Inf and marks the run diverged.
+
+The records and the numeric guards live in :mod:`olmoablate.run.records` and
+:mod:`olmoablate.run.guards` (re-exported here); this module keeps the rest.
+* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (Slurm/submitit's pre-timeout warning) both
+  become OLMo-core's graceful cancel (final checkpoint, normal return).
+* :class:`StatusCallback` -> ``status.json`` while training.
+* :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
+  the same held-out loss at every loop count of the run entry's ``loop_counts``.
+* :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
+  (ai2-olmo-eval) evaluator: every task at every extra loop count.
+* W&B logging is its own module, :mod:`olmoablate.run.callbacks` (optional, never required).
+
+Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
+the checkpoint of step *k*, each file is first rewritten atomically without its rows of step > *k*
+(rows written after that checkpoint by the interrupted attempt), then the new attempt appends.
+Records the trainer re-emits for steps <= *k* on resume (its dry-run/bookkeeping record) are
+dropped. So every step appears exactly once. OLMo-core may deliver one step's metrics in two
+``log_metrics`` calls (e.g. split by a checkpoint save); rows are buffered and merged by step and a
+step is written when a later step arrives or at close. A hard kill (SIGKILL) can therefore lose
+the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from olmo_core.distributed.utils import barrier, get_rank, get_world_size, is_distributed
+from olmo_core.train.callbacks import (
+    Callback,
+    DownstreamEvaluatorCallbackConfig,
+    EvaluatorCallback,
+)
+
+from olmoablate.io import write_json_atomic
+from olmoablate.plan import metrics as metric_names
+from olmoablate.plan.metrics import CE_LOSS, GRAD_NORM
+from olmoablate.plan.names import STATUS_FILE, RunState, now_iso
+from olmoablate.plan.planfile import RunEntry
+from olmoablate.run import resume as ck
+from olmoablate.run import resume as faults
+from olmoablate.run.eval import WholeSetLMEvaluatorCallbackConfig
+from olmoablate.run.files import RunStatus
+from olmoablate.run.guards import ComputeDtypeCallback, StabilityCallback, nonfinite_flags
+from olmoablate.run.records import (
+    FingerprintCallback,
+    MetricsJSONLCallback,
+    _model_of,
+    batch_sha256,
+    collect_due,
+    cuda_timing,
+    gather_global_digests,
+    global_batch_sha256,
+    instance_digests,
+    interleave_rank_batches,
+    peak_memory_gb,
+    read_jsonl,
+    truncate_jsonl_after,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmo_core.train import Trainer
+
+__all__ = [
+    "CE_LOSS",
+    "GRAD_NORM",
+    "ComputeDtypeCallback",
+    "FingerprintCallback",
+    "MetricsJSONLCallback",
+    "StabilityCallback",
+    "batch_sha256",
+    "collect_due",
+    "cuda_timing",
+    "gather_global_digests",
+    "global_batch_sha256",
+    "instance_digests",
+    "interleave_rank_batches",
+    "nonfinite_flags",
+    "now_iso",
+    "peak_memory_gb",
+    "read_jsonl",
+    "truncate_jsonl_after",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoopCurriculumCallback(Callback):
+    """Keeps a looped model's loop count on its curriculum and records per-loop state norms.
+
+    The trainer counts a batch's FLOPs right after fetching it, before ``pre_step``, so b(step) is
+    set in ``pre_load_batch`` (and again in ``pre_step``, ahead of OLMo-core's SpeedMonitor), and
+    the train module's cached ``num_flops_per_token`` is cleared whenever b changes: throughput,
+    MFU and total FLOPs all use the loop count actually trained. A model
+    without the hooks is left alone, so the callback is harmless on non-looped arms.
+    """
+
+    priority: ClassVar[int] = 10
+
+    _loops: Any = None
+
+    def _set(self, step: int) -> None:
+        """``step`` is OLMo-core's 1-based step about to run, the convention of
+        :meth:`olmoablate.plan.arch.Looped.loops_at_step` (the first step trains with
+        ``loops_at_step(1)``), which the model's ``set_train_step`` applies."""
+        model = _model_of(self.trainer)
+        hook = getattr(model, "set_train_step", None)
+        if not callable(hook):
+            return
+        hook(step)
+        loops = getattr(model, "current_loops", None)
+        if loops != self._loops:
+            # TransformerTrainModule.num_flops_per_token is lru_cached; drop the stale value.
+            cached = getattr(type(self.trainer.train_module), "num_flops_per_token", None)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()  # type: ignore[union-attr]
+            self._loops = loops
+
+    def pre_train(self) -> None:
+        self._set(self.trainer.global_step + 1)
+
+    def pre_step(self, batch: dict[str, Any]) -> None:
+        del batch
+        self._set(self.step)
+
+    def pre_load_batch(self) -> None:
+        # After every post_step hook (evals see the b of the step they follow).
+        self._set(self.trainer.global_step + 1)
+
+    def post_train_batch(self) -> None:
+        # The norms stay device tensors: float() here would add b host syncs per step to the
+        # looped arms only (the other arms' metrics are synced once per metrics interval).
+        model = _model_of(self.trainer)
+        norms = getattr(model, "last_h_norm_tensors", None)
+        if norms is None:
+            return
+        for t, v in enumerate(norms):
+            self.trainer.record_metric(metric_names.h_norm(t + 1), v.detach())
+        loops = getattr(model, "current_loops", None)
+        if loops is not None:
+            self.trainer.record_metric(metric_names.LOOPS, float(loops))
+
+
+@dataclass
+class InterruptCallback(Callback):
+    """SIGTERM/SIGUSR2 -> OLMo-core's graceful cancel (checkpoint, then ``fit`` returns).
+
+    OLMo-core already handles SIGTERM; Slurm (``--signal``) and submitit send SIGUSR2 before a
+    time limit or preemption, so USR2 gets the same treatment. The previous handlers (e.g.
+    submitit's requeue handler) are restored in ``close``. Every signal is recorded in
+    ``signals`` (a preemption sends SIGTERM then SIGUSR2), so the job wrapper
+    (olmoablate.run.task) can tell a user's stop from a requeue; ``signal_received`` is the last.
+    """
+
+    signal_received: str | None = None
+    signals: list[str] = field(default_factory=list)
+    _previous: dict[int, Any] = field(default_factory=dict)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        del frame
+        name = signal.Signals(signum).name
+        self.signal_received = name
+        self.signals.append(name)
+        log.warning(f"{name} received: saving a checkpoint and stopping")
+        self.trainer.cancel_run(f"{name} received")
+
+    def pre_train(self) -> None:
+        # Tells the job wrapper that from now on a stop is a checkpoint, not a bare exit.
+        os.environ["OLMOABLATE_FIT_STARTED"] = "1"
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. some in-process executors)
+                pass
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, TypeError):
+                pass
+        self._previous.clear()
+
+
+@dataclass
+class StatusCallback(Callback):
+    """Writes ``status.json`` (state ``running``) every ``interval`` steps, atomically, rank 0."""
+
+    path: str = STATUS_FILE
+    base: dict[str, Any] = field(default_factory=dict)
+    interval: int = 5
+    total_steps: int = 0
+    global_batch_size: int = 0
+    _last_loss: float | None = None
+    _t0: float = 0.0
+    _s0: int = 0
+
+    def _write(self, step: int) -> None:
+        if get_rank() != 0:
+            return
+        elapsed = time.perf_counter() - self._t0
+        tps = (step - self._s0) * self.global_batch_size / elapsed if elapsed > 0 else None
+        RunStatus.model_validate(
+            {
+                **self.base,
+                "state": RunState.RUNNING,
+                "step": step,
+                "total_steps": self.total_steps,
+                "tokens": step * self.global_batch_size,
+                "last_loss": self._last_loss,
+                "tokens_per_s": tps if step > self._s0 else None,
+            }
+        ).write(Path(self.path))
+
+    def pre_train(self) -> None:
+        self._t0 = time.perf_counter()
+        self._s0 = self.trainer.global_step
+        self._write(self.trainer.global_step)
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if CE_LOSS in metrics:
+            self._last_loss = float(metrics[CE_LOSS])
+            if step % self.interval == 0:
+                self._write(step)
+
+
+class LoopedEvaluatorCallback(EvaluatorCallback):
+    """OLMo-core's evaluator, plus the held-out loss at each extra loop count of a looped model.
+
+    The standard pass (the model's own loop count) keeps OLMo-core's names
+    (``eval/lm/<set>/CE loss``); each extra pass is recorded as
+    ``eval/lm/<set>/CE loss (loops=<n>)`` (and PPL). Both arms evaluate at the same steps because
+    the interval comes from the plan entry.
+    """
+
+    loop_counts: list[int]
+    #: Do not record the loop count the model trains with under ``(loops=n)`` names: its numbers
+    #: are the standard pass's (plain names). The downstream evaluator skips it; the LM evaluator
+    #: records the standard pass's numbers under that name too (the report's loop-horizon table
+    #: reads every count from the ``(loops=n)`` columns). Neither scores the set twice.
+    skip_trained_loops: bool = False
+
+    def perform_eval(self, prefix: str = "eval") -> None:
+        for evaluator in self.evaluators:
+            if hasattr(evaluator, "last_metrics"):
+                evaluator.last_metrics = None  # filled again by this standard pass
+        super().perform_eval(prefix)
+        model = _model_of(self.trainer)
+        if not self.loop_counts or not hasattr(model, "current_loops"):
+            return
+        from olmo_core.data.utils import get_labels
+        from olmo_core.utils import get_default_device, move_to_device
+
+        # OLMo-core's own pass counts every DP rank's tokens (numel x dp world size) against
+        # eval_duration: the extra passes must too, or on W ranks they would score W times the
+        # tokens of the standard pass (a different token set per loop count).
+        dp_world_size = get_world_size(self.trainer.dp_process_group)
+        trained_loops = int(model.current_loops)
+        counts = [int(n) for n in self.loop_counts]
+        standard = [getattr(ev, "last_metrics", None) for ev in self.evaluators]
+        if trained_loops in counts and (self.skip_trained_loops or None not in standard):
+            # The standard pass just scored the model at this very loop count (same weights, same
+            # data): a second pass would only reproduce its numbers, at the cost of a whole eval.
+            counts.remove(trained_loops)
+            if not self.skip_trained_loops:  # every evaluator kept its numbers (checked above)
+                for evaluator, last in zip(self.evaluators, standard, strict=True):
+                    for name, value in last.items():  # type: ignore[union-attr]
+                        self.trainer.record_metric(
+                            metric_names.with_loops(
+                                f"{prefix}/{evaluator.name}/{name}", trained_loops
+                            ),
+                            value,
+                        )
+        try:
+            for n in counts:
+                model.current_loops = n  # forward() uses it when n_loops is not given
+                for evaluator in self.evaluators:
+                    evaluator.reset_metrics()
+                    eval_tokens = 0
+                    for i, batch in enumerate(evaluator, start=1):
+                        eval_tokens += batch["input_ids"].numel() * dp_world_size
+                        batch = move_to_device(batch, get_default_device())
+                        with torch.no_grad():
+                            out = self.trainer.train_module.eval_batch(  # type: ignore[attr-defined]
+                                batch, labels=get_labels(batch)
+                            )
+                            logits, _, ce_loss, _ = out
+                            evaluator.update_metrics(batch, ce_loss, logits)
+                        if self.eval_duration.due(step=i, tokens=eval_tokens, epoch=1):
+                            break
+                    for name, value in evaluator.compute_metrics().items():
+                        self.trainer.record_metric(
+                            metric_names.with_loops(f"{prefix}/{evaluator.name}/{name}", n), value
+                        )
+        finally:
+            model.current_loops = trained_loops
+
+
+@dataclass
+class LoopedLMEvaluatorCallbackConfig(WholeSetLMEvaluatorCallbackConfig):
+    """The whole-set LM evaluator (`olmoablate.run.eval`), as a
+    :class:`LoopedEvaluatorCallback` for looped arms."""
+
+    loop_counts: list[int] = field(default_factory=list)
+
+    def build(self, trainer: Trainer) -> Callback | None:
+        return _with_loop_counts(super().build(trainer), self.loop_counts)
+
+
+@dataclass
+class LoopedDownstreamEvaluatorCallbackConfig(DownstreamEvaluatorCallbackConfig):
+    """:class:`DownstreamEvaluatorCallbackConfig` whose callback also scores a looped model at
+    each extra loop count: ``eval/downstream/<task> (<metric>) (loops=<n>)``. The trained count
+    is the standard pass (plain names), so it is not scored twice."""
+
+    loop_counts: list[int] = field(default_factory=list)
+
+    def build(self, trainer: Trainer) -> Callback | None:
+        return _with_loop_counts(super().build(trainer), self.loop_counts, skip_trained=True)
+
+
+def _with_loop_counts(
+    base: Callback | None, loop_counts: list[int], skip_trained: bool = False
+) -> Callback | None:
+    """OLMo-core's evaluator callback as a :class:`LoopedEvaluatorCallback` (same evaluators and
+    schedule) when there are loop counts to evaluate; else unchanged."""
+    if base is None or not loop_counts:
+        return base
+    assert isinstance(base, EvaluatorCallback)
+    cb = LoopedEvaluatorCallback(
+        evaluators=base.evaluators,
+        eval_interval=base.eval_interval,
+        fixed_steps=base.fixed_steps,
+        eval_on_startup=base.eval_on_startup,
+        eval_on_finish=base.eval_on_finish,
+        cancel_after_first_eval=base.cancel_after_first_eval,
+        eval_duration=base.eval_duration,
+        log_interval=base.log_interval,
+    )
+    cb.loop_counts = list(loop_counts)
+    cb.skip_trained_loops = skip_trained
+    return cb
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights & Biases logging, the way W&B users read an ablation: on tokens, grouped by pair.
+#
+# Why these choices:
+#
+# * Every comparison the tool makes is at matched tokens, so every metric's x-axis is ``tokens``
+#   (``define_metric("*", step_metric="tokens")``, W&B's convention for a custom x-axis), and the
+#   cumulative ``train FLOPs`` is logged with every row so a chart can switch to a compute axis
+#   (FLOPs-matched pairs). ``train FLOPs`` comes from `olmoablate.plan.accounting`, the plan's own
+#   FLOPs convention, curriculum-aware, so the axis means the same as the plan's numbers.
+# * group = spec/group (a baseline and all the variants compared with it: same size and seed),
+#   job_type = arm, tags for spec, size, seed and arm: the W&B table groups and filters a whole
+#   ablation without custom columns. config = the plan entry, certificate included.
+# * One W&B run per arm across requeues: the id is derived from spec name and run id and
+#   ``resume="allow"``, so every attempt of the run continues the same W&B run.
+# * Optional and offline by default: ``WANDB_MODE`` in the environment wins over the plan, and any
+#   failure to import or talk to wandb only logs a warning. ``runs/<id>/wandb.json`` records the
+#   id, project and (online) URL, which `report` and `olmoablate.results` link to.
+# --------------------------------------------------------------------------------------------------
+
+
+log = logging.getLogger(__name__)
+
+#: W&B-only axis names (never in metrics.jsonl): tokens seen and cumulative training FLOPs.
+TOKENS = "tokens"
+TRAIN_FLOPS = "train FLOPs"
+
+
+def wandb_id(spec_name: str, run_id: str) -> str:
+    """Stable W&B id, so a requeued job resumes the same W&B run."""
+    return hashlib.sha1(f"{spec_name}/{run_id}".encode()).hexdigest()[:16]
+
+
+def tags_of(spec_name: str, run: RunEntry) -> list[str]:
+    """Filterable tags: spec, size, seed, arm (W&B caps a tag at 64 characters)."""
+    tags = [f"spec:{spec_name}", f"size:{run.size}", f"seed:{run.seed}", f"arm:{run.arm}"]
+    return [t[:64] for t in tags]
+
+
+class FlopsAxis:
+    """Cumulative training FLOPs after ``step`` steps, from the plan entry (curriculum-aware)."""
+
+    def __init__(self, run: RunEntry) -> None:
+        self.dims = run.size_dims
+        self.arch = run.architecture
+        self.seq = run.training.sequence_length
+        self.gbs = run.training.global_batch_size
+
+    def __call__(self, step: int) -> float:
+        from olmoablate.plan.accounting import total_train_flops
+
+        return float(total_train_flops(self.dims, self.arch, self.seq, self.gbs, step))
+
+
+@dataclass
+class WandBLoggerCallback(Callback):
+    """One W&B run per arm (rank 0 only); see the module docstring."""
+
+    priority: ClassVar[int] = 3
+
+    run_id: str = ""
+    wandb_id: str = ""
+    project: str = "olmoablate"
+    entity: str | None = None
+    group: str | None = None
+    job_type: str | None = None
+    tags: list[str] = field(default_factory=list)
+    mode: str = "offline"
+    directory: str = "."
+    #: where the id/project/URL are recorded for `report` (None: not recorded)
+    link_path: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    global_batch_size: int = 0
+    #: cumulative train FLOPs after a step (None: not logged)
+    flops: Any = None
+    _run: Any = None
+
+    def pre_train(self) -> None:
+        if get_rank() != 0:
+            return
+        mode = os.environ.get("WANDB_MODE") or self.mode
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+
+            Path(self.directory).mkdir(parents=True, exist_ok=True)
+            run = wandb.init(
+                id=self.wandb_id,
+                name=self.run_id,
+                resume="allow",
+                project=self.project,
+                entity=self.entity,
+                group=self.group,
+                job_type=self.job_type,
+                tags=self.tags,
+                config=self.config,
+                mode=mode,  # type: ignore[arg-type]
+                dir=self.directory,
+                reinit="create_new",  # several arms trained in one process (tests, local pool)
+            )
+            run.define_metric(TOKENS)
+            run.define_metric(TRAIN_FLOPS, step_metric=TOKENS)
+            run.define_metric("*", step_metric=TOKENS)
+            self._run = run
+            self._write_link(mode)
+        except Exception as err:  # noqa: BLE001 - wandb is optional by design
+            log.warning(f"wandb disabled for this run ({type(err).__name__}: {err})")
+            self._run = None
+
+    def _write_link(self, mode: str) -> None:
+        run = self._run
+        if self.link_path is None:
+            return
+        url = getattr(run, "url", None) if mode == "online" else None
+        write_json_atomic(
+            self.link_path,
+            {
+                "id": run.id,
+                "project": self.project,
+                "entity": getattr(run, "entity", None) or self.entity,
+                "group": self.group,
+                "job_type": self.job_type,
+                "mode": mode,
+                "url": url or None,
+            },
+        )
+
+    def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        if self._run is None:
+            return
+        row = {k: float(v) for k, v in metrics.items()}
+        row[TOKENS] = float(step * self.global_batch_size)
+        if self.flops is not None:
+            row[TRAIN_FLOPS] = self.flops(step)
+        try:
+            self._run.log(row, step=step)
+        except Exception as err:  # noqa: BLE001
+            log.warning(f"wandb logging failed, disabling ({err})")
+            self._run = None
+
+    def close(self) -> None:
+        if self._run is not None:
+            try:
+                self._run.finish()
+            except Exception as err:  # noqa: BLE001
+                log.warning(f"wandb finish failed ({err})")
+            self._run = None
+
+
+# --------------------------------------------------------------------------------------------------
+# Checkpoints that fail safe (the rule is :mod:`olmoablate.run.resume`).
+#
+# * :class:`CheckpointManifestCallback` writes the completion manifest of every checkpoint once
+#   OLMo-core reports it saved (``post_checkpoint_saved``: after the last byte of an async save
+#   too), on rank 0 only.
+# * :func:`choose_resume_point`, called by the job before the trainer is built, picks the newest
+#   checkpoint that counts; newer, incomplete ones are moved to ``checkpoints/.broken/`` (kept as
+#   evidence, never deleted) so OLMo-core's own ``latest_checkpoint`` resumes from the chosen one,
+#   and the job says so in status.json and in the first metrics row of the attempt. When
+#   checkpoints exist but none counts it raises :class:`NoUsableCheckpoint` with the one line
+#   that names the checkpoint and the way out: the run is not silently restarted from step 0.
+# * :func:`failure_reason`: the one-line root cause of a failed attempt for status.json
+#   (:mod:`olmoablate.run.resume`), its traceback appended to ``runs/<id>/error.log``.
+# --------------------------------------------------------------------------------------------------
+
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from olmoablate.run.runplan import RunContext
+
+log = logging.getLogger(__name__)
+
+
+class NoUsableCheckpoint(RuntimeError):
+    """Checkpoints exist but none is complete; ``str`` is the one-line reason."""
+
+
+@dataclass
+class CheckpointManifestCallback(Callback):
+    """Marks each saved checkpoint complete (``stepN/.olmoablate-complete.json``)."""
+
+    #: After OLMo-core's checkpointer (priority 1) in every hook.
+    priority: ClassVar[int] = 0
+
+    def post_checkpoint_saved(self, path: Any) -> None:
+        if get_rank() != 0:
+            return
+        folder = Path(str(path))
+        if folder.is_dir():  # a remote (URL) save folder has no local files to list
+            ck.write_manifest(folder)
+
+
+def shard_index_problem(checkpoint: Path) -> str | None:
+    """Why torch's own index of the model/optimizer shards (``model_and_optim/.metadata``: for
+    every tensor the file, offset and length it was written to) does not fit the files on disk
+    (None: it fits). Independent of the manifest, so it also catches a truncated shard of a
+    checkpoint written before manifests existed."""
+    import pickle
+
+    index = checkpoint / "model_and_optim" / ".metadata"
+    try:
+        with open(index, "rb") as fh:
+            storage = pickle.load(fh).storage_data  # noqa: S301 - the run's own checkpoint
+        need: dict[str, int] = {}
+        for info in storage.values():
+            end = int(info.offset) + int(info.length)
+            need[info.relative_path] = max(need.get(info.relative_path, 0), end)
+    except Exception as err:  # noqa: BLE001 - an unreadable index is a refused checkpoint
+        return f"model_and_optim/.metadata unreadable ({type(err).__name__})"
+    for rel, size in sorted(need.items()):
+        try:
+            actual = (index.parent / rel).stat().st_size
+        except OSError:
+            return f"model_and_optim/{rel} missing"
+        if actual < size:
+            return f"model_and_optim/{rel} is {actual} of {size} bytes torch's index needs"
+    return None
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A resume that skipped incomplete newer checkpoints."""
+
+    step: int | None  # the checkpoint resumed from (None: from scratch)
+    refused: list[tuple[int, str]]  # (step, why) of each checkpoint moved aside
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The fields of the attempt's first metrics row that record the fallback."""
+        return {
+            ck.FALLBACK_FROM_METRIC: float(max(s for s, _ in self.refused)),
+            ck.RESUMED_FROM_METRIC: float(self.step or 0),
+        }
+
+    @property
+    def line(self) -> str:
+        skipped = "; ".join(f"step{s}: {why}" for s, why in self.refused)
+        return (
+            f"incomplete checkpoint(s) moved to checkpoints/{ck.BROKEN_DIR}/ ({skipped}); "
+            f"resumed from checkpoint step {self.step}"
+        )
+
+
+def choose_resume_point(checkpoints: Path, *, way_out: str) -> Fallback | None:
+    """Make the newest complete checkpoint the one OLMo-core resumes from (module docstring).
+
+    Returns None when nothing was refused. ``way_out`` is the command that starts the run over
+    (named in the error when no checkpoint counts). Rank 0 decides and moves; all ranks wait.
+    """
+    result: Fallback | None = None
+    error: str | None = None
+    if get_rank() == 0:
+        sel = ck.select_checkpoint(checkpoints, extra_check=shard_index_problem)
+        if sel.refused and sel.step is None:
+            newest, path, why = sel.refused[0]
+            error = (
+                f"corrupt checkpoint: step{newest} under {path.parent} is incomplete ({why}) and "
+                f"no older checkpoint is complete; start the run over: {way_out}"
+            )
+        elif sel.refused:
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            for step, path, why in sel.refused:
+                dest = checkpoints / ck.BROKEN_DIR / f"{path.name}-{stamp}"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                path.rename(dest)
+                log.warning(f"checkpoint step{step} refused ({why}); moved to {dest}")
+            result = Fallback(sel.step, [(s, why) for s, _, why in sel.refused])
+            log.warning(result.line)
+    if is_distributed():
+        from olmo_core.distributed.utils import broadcast_object
+
+        error, result = broadcast_object((error, result))
+        barrier()
+    if error is not None:
+        raise NoUsableCheckpoint(error)
+    return result
+
+
+def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
+    """Make the newest *complete* checkpoint the one OLMo-core resumes from
+    (:mod:`olmoablate.run.callbacks`); a fallback is recorded in ``base`` (every status.json
+    of the run from now on) and returned for the attempt's first metrics row."""
+    results = ctx.run_dir.path.parent.parent
+    fallback = choose_resume_point(
+        ctx.run_dir.checkpoints, way_out=f"olmoablate submit {results} --redo {ctx.run_id}"
+    )
+    base["recovery"] = fallback.line if fallback is not None else previous.recovery
+    return fallback
+
+
+def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> str:
+    """The one-line root cause of a failed attempt (:mod:`olmoablate.run.resume`); the full
+    traceback goes to ``runs/<id>/error.log`` (or, on a full disk, stays in the job's log)."""
+    results = ctx.run_dir.path.parent.parent
+    log_path = ctx.run_dir.path / faults.ERROR_LOG
+    header = f"{now_iso()} {ctx.run_id} step {step}"
+    kept = faults.write_traceback(log_path, error, header)
+    if not kept:
+        log.error("traceback of the failure (not written to %s)", log_path, exc_info=error)
+    return faults.classify(
+        error,
+        step=step,
+        resume=f"olmoablate submit {results} --retry-failed",
+        where=str(ctx.run_dir.checkpoints),
+        log=str(log_path) if kept else "the job's log",
+    )
+
+
+def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra: Any) -> None:
+    """``write("failed", step, reason=...)``, and on a full disk make room first.
+
+    Why: a save that fails with ENOSPC leaves its partial ``stepN`` folder filling the disk, so
+    the status write that says so fails too and the run looks alive. Checkpoint folders newer
+    than the newest complete one are incomplete by definition (no completion marker): they are
+    deleted, once, and the write retried; complete checkpoints are never touched.
+    """
+    try:
+        write(RunState.FAILED, step, reason=reason, **extra)
+        return
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        full = err
+    freed = False
+    for _, path in ck.checkpoint_steps(ctx.run_dir.checkpoints):
+        if ck.problem(path) is None:
+            break  # the newest complete checkpoint: it and everything older stay
+        shutil.rmtree(path, ignore_errors=True)
+        freed = True
+    if not freed:
+        raise full
+    write(RunState.FAILED, step, reason=reason, **extra)

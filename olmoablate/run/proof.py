@@ -1,0 +1,149 @@
+"""What the job proves before the first step: the blocks' code is the code the plan recorded,
+and the model it built costs what the plan says.
+
+Why at job start: the plan's parameter and FLOP figures come from each block's analytic
+formulas (:mod:`olmoablate.plan.accounting`), and the report compares arms with them; a
+formula that disagrees with the module it describes would silently skew every comparison, and a
+block edited between ``plan`` and a (re)start would train code the certificate does not cover.
+Both checks fail the run with one line naming the block(s) and the two numbers.
+
+* Code: :func:`olmoablate.plan.blocks.code_changes` against ``run.code`` (a plan from before
+  code identities has none; nothing to check then).
+* Parameters: the built model's unique parameter count must equal ``run.unique_params`` exactly.
+* FLOPs: torch's FLOP counter (``torch.utils.flop_counter``) over one training step (forward +
+  backward) of a replica of the model built under ``FakeTensorMode`` (no memory, no arithmetic:
+  shapes only, so it costs the same on a login-sized CPU and for a 7B model) on one sequence of
+  ``PROOF_SEQ_LEN`` tokens. The counter sees matrix products; the formula's part it cannot see
+  (attention scores, which SDPA kernels compute under a causal/windowed mask; the QK-/final-norm
+  weights OLMo-core's 6 x params convention counts; a block's declared elementwise terms) is
+  :attr:`~olmoablate.plan.accounting.FlopsBreakdown.unseen` and left out of the match. The
+  rest must agree within ``FLOPS_TOLERANCE``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from olmoablate.errors import UserError
+from olmoablate.plan import accounting as acc
+from olmoablate.plan.blocks import code_changes
+from olmoablate.plan.planfile import RunEntry
+from olmoablate.run.files import ProofRecord
+from olmoablate.run.runplan import RunContext
+
+log = logging.getLogger(__name__)
+
+#: Relative tolerance of the FLOP match (counted matrix-product FLOPs vs the formula's).
+FLOPS_TOLERANCE = 0.01
+#: Sequence length of the counted step (the per-token matrix-product FLOPs do not depend on it).
+PROOF_SEQ_LEN = 16
+
+
+def blocks_label(run: RunEntry) -> str:
+    names = list(run.architecture.blocks)
+    return "block " + " + ".join(names) if names else "baseline (OLMo 3)"
+
+
+def check_code(run: RunEntry, *, resuming: bool) -> None:
+    """Refuse to (re)start a run whose blocks' code changed since ``plan``."""
+    if run.code is None:
+        return
+    recorded = {k: v.model_dump() for k, v in run.code.items()}
+    changes = code_changes(recorded, run.architecture.as_mapping())
+    if changes:
+        verb = "resume" if resuming else "start"
+        raise UserError(
+            f"run {run.run_id}: refusing to {verb}: {changes[0]}; rerun `olmoablate plan --replan "
+            "SPEC` and `olmoablate submit --redo " + run.run_id + "` to train the new code"
+        )
+
+
+def check_params(run: RunEntry, model: Any) -> int:
+    """The built model's unique parameters must be the plan's, exactly."""
+    from olmoablate.models.config import unique_param_count
+
+    built = unique_param_count(model)
+    if built != run.unique_params:
+        raise UserError(
+            f"run {run.run_id}: {blocks_label(run)}: the built model has {built:,} unique "
+            f"parameters, the plan (the blocks' formula) says {run.unique_params:,}"
+        )
+    return built
+
+
+def measured_flops_per_token(model_config: Any, seq_len: int = PROOF_SEQ_LEN) -> float:
+    """Matrix-product training FLOPs per token of one step, counted on a fake-tensor replica."""
+    import torch
+    from olmo_core.nn.attention import AttentionBackendName
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = copy.deepcopy(model_config)
+    mixer = getattr(config.block, "sequence_mixer", None)
+    if getattr(mixer, "backend", None) is not None:  # flash kernels need real CUDA tensors; the
+        mixer.backend = AttentionBackendName.torch  # backend changes no counted matrix product
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        replica = config.build(init_device="cpu")
+        replica.train()
+        ids = torch.zeros(1, seq_len, dtype=torch.long)
+        with FlopCounterMode(display=False) as counter:
+            out = replica(ids, labels=ids)
+            out.loss.backward()
+    return counter.get_total_flops() / seq_len
+
+
+def check_flops(run: RunEntry, model_config: Any) -> tuple[float, int]:
+    """The counted FLOPs per token must match the formula's counted part within tolerance."""
+    seq = min(PROOF_SEQ_LEN, run.training.sequence_length)
+    phase = acc.phase_at(run.architecture, 1)
+    split = acc.flops_breakdown(run.size_dims, run.architecture, seq, phase)
+    want = split.total - split.unseen
+    got = measured_flops_per_token(model_config, seq)
+    if abs(got - want) > FLOPS_TOLERANCE * want:
+        raise UserError(
+            f"run {run.run_id}: {blocks_label(run)}: counted {got:,.0f} matrix-product training "
+            f"FLOPs per token at seq {seq}, the blocks' formula says {want:,} (tolerance "
+            f"{FLOPS_TOLERANCE:.0%})"
+        )
+    return got, want
+
+
+def at_start(ctx: RunContext, model: Any, model_config: Any, attempt: int = 1) -> ProofRecord:
+    """Every check, before the first step of every (re)start; records them in proof.json."""
+    from olmo_core.distributed.utils import get_rank
+
+    run = ctx.run
+    t0 = time.process_time()
+    ckpts = ctx.run_dir.checkpoints
+    check_code(run, resuming=ckpts.is_dir() and any(ckpts.glob("step*")))
+    proved = prove(run, model, model_config)
+    log.info(
+        f"{run.run_id}: proved {blocks_label(run)}: {proved['unique_params']:,} unique params, "
+        f"{proved['counted_flops_per_token']:,.0f} counted matrix-product FLOPs/token (formula "
+        f"{proved['formula_flops_per_token']:,}; {time.process_time() - t0:.2f} s CPU)"
+    )
+    record = ProofRecord(
+        run_id=run.run_id,
+        code={k: v.sha256 for k, v in (run.code or {}).items()},
+        unique_params=proved["unique_params"],
+        counted_flops_per_token=float(proved["counted_flops_per_token"]),
+        formula_flops_per_token=proved["formula_flops_per_token"],
+        flops_tolerance=FLOPS_TOLERANCE,
+        seq_len=min(PROOF_SEQ_LEN, run.training.sequence_length),
+        attempt=attempt,
+        checked=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    if get_rank() == 0:
+        record.write(ctx.run_dir.proof)
+    return record
+
+
+def prove(run: RunEntry, model: Any, model_config: Any) -> dict[str, Any]:
+    """Both cost checks; returns what was proved."""
+    params = check_params(run, model)
+    got, want = check_flops(run, model_config)
+    return {"unique_params": params, "counted_flops_per_token": got, "formula_flops_per_token": want}

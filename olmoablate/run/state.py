@@ -1,0 +1,565 @@
+"""`results/<spec>/ledger.json`: which job ran which run, so `submit` never sends a run twice.
+
+Layout::
+
+    {"schema": 1, "spec_name": ..., "spec_sha256": ..., "updated": ISO,
+     "runs": {run_id: {"executor": "slurm|local", "state": ..., "attempts": n,
+                       "job_ids": [..], "jobs": [{"job_id", "executor", "submitted", "attempt",
+                                                  "host", "identity" (local jobs)}],
+                       "updated": ISO, "reason": str|None,
+                       "owner_pid", "owner_identity", "host" (runs queued by a local `submit`)}}}
+
+Every read-decide-write happens under ``file_lock(results/<spec>/.ledger.lock)`` (see
+``Ledger.locked``) and every write is atomic, so two concurrent `submit` calls serialize and a
+reader never sees half a file. The ledger is launch's own record (no other stage reads it; the
+report learns where a run executed from the run's own summary.json): the rest of launch reads it
+through :meth:`Ledger.record`, typed by the contract
+(:class:`olmoablate.run.files.LedgerRun`); :meth:`Ledger.save` is its one writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from olmoablate.errors import UserError
+from olmoablate.io import file_lock, read_json, write_json_atomic
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.names import ENDED_STATES, EXPLAINED_STATES, RunState, now_iso
+from olmoablate.plan.store import owner_problem
+from olmoablate.run import slurm as sl
+from olmoablate.run.files import LedgerFile, LedgerJob, LedgerRun, RunStatus
+from olmoablate.run.resume import latest_checkpoint_step, own_status
+
+#: Held for every read-decide-write of the ledger (launch's own file, next to ledger.json).
+LOCK_FILE = ".ledger.lock"
+SCHEMA = 1
+
+
+#: What the ledger knows of one run and of one of its jobs (the contract's typed entries).
+RunRecord, JobRecord = LedgerRun, LedgerJob
+
+
+class Ledger:
+    """In-memory view of ledger.json; mutate only inside ``Ledger.locked``."""
+
+    def __init__(self, results: ResultsDir, data: dict[str, Any]) -> None:
+        self.results = results
+        self.data = data
+
+    @property
+    def path(self) -> Path:
+        return self.results.ledger
+
+    @classmethod
+    def read(cls, results: ResultsDir) -> Ledger:
+        """Read without the lock (for `status`): atomic writes make this safe."""
+        path = results.ledger
+        if not path.exists():
+            return cls(results, {"schema": SCHEMA, "spec_sha256": None, "runs": {}})
+        try:
+            data = read_json(path)
+        except (OSError, ValueError) as err:
+            raise UserError(
+                f"{path}: unreadable ledger ({err}); move it aside to start over"
+            ) from None
+        LedgerFile.check(data, str(path))  # a one-line error naming the field
+        return cls(results, data)
+
+    @classmethod
+    @contextlib.contextmanager
+    def locked(cls, results: ResultsDir) -> Iterator[Ledger]:
+        """Hold the ledger lock for a whole read-decide-write; saves on clean exit."""
+        with file_lock(results.root / LOCK_FILE):
+            ledger = cls.read(results)
+            yield ledger
+            ledger.save()
+
+    def save(self) -> None:
+        self.data["schema"] = SCHEMA
+        self.data["updated"] = now_iso()
+        write_json_atomic(self.path, self.data)
+
+    @property
+    def runs(self) -> dict[str, dict[str, Any]]:
+        return self.data["runs"]
+
+    @property
+    def spec_sha256(self) -> str | None:
+        """The spec hash the ledger's jobs were submitted for."""
+        return LedgerFile.check(self.data, str(self.path)).spec_sha256
+
+    def entry(self, run_id: str) -> dict[str, Any] | None:
+        return self.runs.get(run_id)
+
+    def record(self, run_id: str) -> RunRecord | None:
+        """The run's entry, typed (None: never submitted, or forgotten by --redo)."""
+        entry = self.entry(run_id)
+        return None if entry is None else LedgerRun.of(entry, f"{self.path}: runs.{run_id}")
+
+    def mark_queued(
+        self, run_id: str, owner_pid: int, host: str, owner_identity: dict[str, Any] | None = None
+    ) -> None:
+        """A local `submit` (process ``owner_pid`` on ``host``) holds the run in its queue."""
+        entry = self.runs.setdefault(
+            run_id, {"executor": "local", "attempts": 0, "job_ids": [], "jobs": []}
+        )
+        entry.update(
+            executor="local",
+            state=RunState.QUEUED,
+            owner_pid=owner_pid,
+            owner_identity=owner_identity,
+            reason=None,
+            updated=now_iso(),
+            host=host,
+        )
+
+    def record_submission(
+        self,
+        run_id: str,
+        job_id: str,
+        executor: str,
+        state: str,
+        host: str | None = None,
+        identity: dict[str, Any] | None = None,
+    ) -> None:
+        """A job was started for the run (``host``, ``identity``: the machine and the process's
+        identity, launch/procid.py, for local jobs)."""
+        entry = self.runs.setdefault(
+            run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
+        )
+        entry["attempts"] = LedgerRun.of(entry, str(self.path)).attempts + 1
+        entry["executor"] = executor
+        entry["state"] = state
+        entry["reason"] = None
+        entry.setdefault("job_ids", []).append(job_id)
+        job = {
+            "job_id": job_id,
+            "executor": executor,
+            "submitted": now_iso(),
+            "attempt": entry["attempts"],
+        }
+        if host is not None:
+            job["host"] = host
+        if identity is not None:
+            job["identity"] = identity
+        entry.setdefault("jobs", []).append(job)
+        entry["updated"] = now_iso()
+
+    def set_state(self, run_id: str, state: str, reason: str | None = None) -> None:
+        entry = self.runs.get(run_id)
+        if entry is None:
+            return
+        entry["state"] = state
+        entry["reason"] = reason
+        entry["updated"] = now_iso()
+
+    def forget(self, run_id: str) -> None:
+        """Drop a run's history (for --redo): its old jobs belong to a superseded spec."""
+        old = self.runs.pop(run_id, None)
+        if old is not None:
+            self.data.setdefault("superseded", {}).setdefault(run_id, []).append(old)
+
+
+# --------------------------------------------------------------------------------------------------
+# One line of reason for every run that is not running or completed (`olmoablate status`).
+#
+# Two sources, in this order: the training job's own word (``status.json`` ``reason``, written by the
+# training loop or the job wrapper: a signal, a cancel, a divergence, the requeue budget spent, an
+# exception before training started), and, when the job ended outside the training loop (SIGKILL,
+# out of memory, node failure: the run never wrote a final state), Slurm's accounting record: its
+# state and exit code or signal. Either way the line ends with where the run would resume and the
+# command that resumes it, because that is what the user wants to do next. No torch, no submitit.
+# --------------------------------------------------------------------------------------------------
+
+
+#: Run states the training job writes only from inside the job: anything else means the job
+#: ended without writing its final word.
+OWN_FINAL_STATES = ENDED_STATES
+
+
+def exit_text(record: dict[str, str]) -> str:
+    """``signal 9`` / ``exit code 1`` from a sacct record (ExitCode, DerivedExitCode and the
+    steps' StepExitCodes are ``code:signal``; a killed task's signal shows in its step, while the
+    batch script's own ExitCode then reads ``9:0``): a signal wins over an exit code."""
+    codes: list[int] = []
+    signals: list[int] = []
+    values = [str(record.get(f) or "") for f in ("ExitCode", "DerivedExitCode")]
+    values += str(record.get("StepExitCodes") or "").split(",")
+    for value in values:
+        code, _, sig = value.partition(":")
+        if code.isdigit():
+            codes.append(int(code))
+        if sig.isdigit():
+            signals.append(int(sig))
+    if any(signals):
+        return f"signal {max(signals)}"
+    if any(codes):
+        return f"exit code {max(codes)}"
+    return "exit code 0"
+
+
+def resume_hint(results: ResultsDir, run_id: str, state: str, command: bool = True) -> str:
+    """Where the run resumes and (unless ``command`` is False: the reason names it already)
+    the command that does it."""
+    step = latest_checkpoint_step(results.run(run_id).checkpoints)
+    flag = " --retry-failed" if state == RunState.FAILED else ""
+    cmd = f": olmoablate submit {results.root}{flag}" if command else ""
+    if state == RunState.DIVERGED:
+        return ""  # final: never retried (use --redo to start over)
+    if step is None:
+        return f"; no checkpoint, restarts from step 0{cmd}"
+    return f"; resumable from checkpoint step {step}{cmd}"
+
+
+def reason_for(
+    results: ResultsDir,
+    run_id: str,
+    state: str,
+    own: RunStatus,
+    sacct: dict[str, str] | None,
+    ledger_reason: str | None,
+) -> str | None:
+    """The reason line of one run in state ``state`` (None for running/completed/pending runs).
+
+    ``own`` is the run's status.json, ``sacct`` Slurm's record of its last job (None when there
+    is none), ``ledger_reason`` what the launcher recorded (local jobs, cancels).
+    """
+    if state not in EXPLAINED_STATES:
+        return None
+    step = own.step
+    at = f" at step {step}" if step is not None and step > 0 else " before training started"
+    cause: str | None = None
+    if own.state == state or (own.state in OWN_FINAL_STATES and own.reason):
+        cause = own.reason
+    if cause is None and sacct is not None and sacct.get("State"):
+        # The job ended outside the training loop: Slurm's word.
+        slurm_state = str(sacct["State"]).split()[0]
+        cause = f"{slurm_state}, {exit_text(sacct)}{at}"
+    if cause is None:
+        cause = own.reason or ledger_reason
+    if cause is None:
+        cause = f"job ended{at} without a final state"
+    if "--redo" in cause:
+        return cause  # the job's own way out: only starting over helps
+    # the job's own line (contract/faults.py) may name the command already: then only where
+    return f"{cause}{resume_hint(results, run_id, state, 'olmoablate submit' not in cause)}"
+
+
+def requeued_reason(results: ResultsDir, run_id: str, own: RunStatus) -> str | None:
+    """The reason of a run pending again after its job failed and Slurm requeued it (a node
+    failure: ``NODE_FAIL`` with ``JobRequeue``): the job's own cause, without its way out (the
+    requeue is the way out), and where it resumes. None when the run's last word is no failure.
+    """
+    if own.state != RunState.FAILED or not own.reason:
+        return None
+    cause = own.reason.split("; ")[0]
+    step = latest_checkpoint_step(results.run(run_id).checkpoints)
+    where = f"checkpoint step {step}" if step is not None else "step 0"
+    return f"requeued by Slurm after: {cause}; resumes from {where} once its nodes are up"
+
+
+# --------------------------------------------------------------------------------------------------
+# Who a pid is: a local job is identified by pid *and* start time *and* command line.
+#
+# A pid alone names a process only until it exits: after a reboot, or in a results folder copied
+# to another machine of the same hostname, the ledger's pid may belong to an unrelated process,
+# and `cancel` would signal it. So the launcher records, when it starts a local job, the
+# process's start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), the boot id
+# (``/proc/sys/kernel/random/boot_id``: start times restart at every boot) and its command line;
+# a process counts as the job only when all three still match. Anything else - another process,
+# no recorded identity and not our command, no ``/proc`` - is "not running", and is never
+# signalled. No torch, no submitit.
+# --------------------------------------------------------------------------------------------------
+
+
+#: What every local job's controller runs (launch/localpool.py): the fallback identity of jobs
+#: recorded before identities were (their pid must at least run this).
+LOCAL_JOB_COMMAND = "submitit.local._local"
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def boot_id() -> str | None:
+    data = _read("/proc/sys/kernel/random/boot_id")
+    return data.decode().strip() if data else None
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks) of ``pid`` from /proc/<pid>/stat, or None."""
+    data = _read(f"/proc/{pid}/stat")
+    if not data:
+        return None
+    try:
+        fields = data.decode(errors="replace").rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])  # fields 3 and 22 of proc(5)
+    except (IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str | None:
+    data = _read(f"/proc/{pid}/cmdline")
+    return data.replace(b"\0", b" ").decode(errors="replace").strip() if data else None
+
+
+def identity(pid: int) -> dict[str, Any] | None:
+    """What makes ``pid`` this process and no other (None: it does not run, or no /proc).
+
+    A process caught between fork and exec (just started) has no command line yet: asked again
+    for up to half a second, so the launcher records the command it started.
+    """
+    stat, cmd = _stat(pid), _cmdline(pid)
+    for _ in range(50):
+        if cmd or stat is None:
+            break
+        time.sleep(0.01)
+        stat, cmd = _stat(pid), _cmdline(pid)
+    if stat is None or cmd is None or stat[0] in ("Z", "X"):
+        return None
+    return {
+        "start_ticks": stat[1],
+        "boot_id": boot_id(),
+        "cmdline_sha256": hashlib.sha256(cmd.encode()).hexdigest()[:16],
+    }
+
+
+def is_same_process(pid: int, recorded: dict[str, Any] | None) -> bool:
+    """Whether ``pid`` is alive and is the process ``recorded`` describes (:func:`identity`).
+
+    Without a recorded identity (ledgers of older versions) the pid must at least run a local
+    job's command line.
+    """
+    now = identity(pid)
+    if now is None:
+        return False
+    if not recorded:
+        return LOCAL_JOB_COMMAND in (_cmdline(pid) or "")
+    return all(now.get(k) == recorded.get(k) for k in ("start_ticks", "boot_id", "cmdline_sha256"))
+
+
+# --------------------------------------------------------------------------------------------------
+# The state of every run: what the scheduler says, reconciled with what the run itself wrote.
+#
+# State of a run = what the scheduler says (squeue for live jobs, sacct for ended ones, the pid for
+# local jobs) reconciled with the run's own status.json. The run's own word wins for
+# `completed`/`diverged` (completion is decided by the step count, not by an exit code); the
+# scheduler wins for liveness. `submit`, `cancel` and `status` all decide from these views, so the
+# rules live here once. No torch, no submitit: `status` must be fast on a login node.
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RunView:
+    """One line of `olmoablate status`."""
+
+    run_id: str
+    group_id: str
+    state: str
+    executor: str | None = None
+    job_id: str | None = None
+    attempts: int = 0
+    step: int | None = None
+    total_steps: int | None = None
+    tokens: int | None = None
+    total_tokens: int | None = None
+    last_loss: float | None = None
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    scheduler_state: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if pid runs and is not a zombie (PID 1 may reap late)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def local_job_alive(job: JobRecord) -> bool:
+    """Whether the local job still runs: same host, and its pid is still the process the
+    launcher started (start time, boot and command line, launch/procid.py), not a reused pid."""
+    if job.host and job.host != socket.gethostname():
+        return False  # another machine's job: we cannot see it; treat as ended
+    try:
+        return is_same_process(int(job.job_id), job.identity)
+    except ValueError:
+        return False
+
+
+def _eta(own: RunStatus, total_tokens: int) -> float | None:
+    if not own.tokens_per_s or own.tokens is None or not total_tokens:
+        return None
+    return max(0.0, (total_tokens - own.tokens) / own.tokens_per_s)
+
+
+def reconcile(
+    results: ResultsDir,
+    ledger: Ledger,
+    *,
+    sacct_max_age_s: float = 10.0,
+    require_scheduler: bool = False,
+    follow_reuse: bool = True,
+) -> dict[str, RunView]:
+    """Current state of every run of the plan (see the module docstring for the rules).
+
+    A run this spec reuses from another spec of the store (``ResultsDir.run``) has that run's
+    state, with the reason saying where it is (``follow_reuse``: one level, never a loop), while
+    that run is still the identity this plan expects; otherwise it is ``missing`` (trained here
+    by the next `submit`) and the reason says what moved (`olmoablate.plan.store`)."""
+    runs = results.plan.runs_by_id
+    records = {rid: ledger.record(rid) for rid in runs}
+    slurm_jobs = {
+        rid: rec.last_job
+        for rid, rec in records.items()
+        if rec is not None and rec.last_job is not None and rec.last_job.executor == "slurm"
+    }
+    slurm_ids = [job.job_id for job in slurm_jobs.values()]
+    live = sl.squeue_states(slurm_ids) if slurm_ids else {}
+    if live is None and require_scheduler:
+        raise UserError("cannot reach the Slurm controller (squeue failed); is the cluster up?")
+    acct = sl.sacct_states(results, slurm_ids, max_age_s=sacct_max_age_s) if slurm_ids else {}
+    views: dict[str, RunView] = {}
+    for rid, run in runs.items():
+        status = own_status(results.run(rid))
+        rec = records[rid]
+        job = rec.last_job if rec is not None else None
+        view = RunView(
+            run_id=rid,
+            group_id=run.group_id,
+            state=RunState.MISSING,
+            executor=rec.executor if rec is not None else None,
+            job_id=job.job_id if job is not None else None,
+            attempts=rec.attempts if rec is not None else 0,
+            step=status.step,
+            total_steps=status.total_steps or run.steps,
+            tokens=status.tokens,
+            total_tokens=run.tokens,
+            last_loss=status.last_loss,
+            tokens_per_s=status.tokens_per_s,
+            eta_s=_eta(status, run.tokens),
+        )
+        views[rid] = view
+        own = status.state
+        step, total = status.step, view.total_steps
+        reached_end = step is not None and isinstance(total, int) and total > 0 and step >= total
+        ledger_state = rec.state if rec is not None else None
+        cancelled = ledger_state == RunState.CANCELLED
+
+        # Is a job for this run alive right now?
+        sched: str | None = None
+        if job is not None and job.executor == "slurm":
+            jid = job.job_id
+            if live and jid in live:
+                view.scheduler_state = live[jid]
+                sched = sl.map_slurm_state(live[jid])
+            elif acct and jid in acct:
+                view.scheduler_state = acct[jid].get("State")
+                sched = sl.map_slurm_state(view.scheduler_state)
+            elif live is not None:
+                sched = "ended"  # the controller no longer has it and accounting forgot it
+            # else: nobody to ask; fall back to status.json below
+        elif job is not None and job.executor == "local":
+            sched = RunState.RUNNING if local_job_alive(job) else "ended"
+            view.scheduler_state = "alive" if sched == RunState.RUNNING else "exited"
+        elif rec is not None and ledger_state == RunState.QUEUED:
+            owner = rec.owner_pid
+            alive = owner and (
+                is_same_process(owner, rec.owner_identity)
+                if rec.owner_identity
+                else pid_alive(owner)
+            )
+            sched = RunState.QUEUED if alive else "ended"
+
+        live_now = sched in (RunState.PENDING, RunState.RUNNING, RunState.QUEUED)
+        if own == RunState.COMPLETED or (
+            reached_end and not live_now and own not in (RunState.DIVERGED, RunState.FAILED)
+        ):
+            # The step count decides completion, but only once the job has let go of the run:
+            # the last step is logged before metrics are flushed and the final status written.
+            view.state = RunState.COMPLETED
+        elif own == RunState.DIVERGED:
+            view.state = RunState.DIVERGED
+        elif live_now:
+            view.state = RunState.CANCELLING if cancelled else sched
+            if sched == RunState.RUNNING and own == RunState.PENDING:
+                view.state = RunState.RUNNING
+        elif cancelled or own == RunState.CANCELLED or sched == RunState.CANCELLED:
+            view.state = RunState.CANCELLED
+        elif own == RunState.FAILED or sched == RunState.FAILED or ledger_state == RunState.FAILED:
+            view.state = RunState.FAILED
+        elif rec is not None:
+            # The job ended (or nobody can tell us about it) before the run reached its last step:
+            # it was interrupted and can resume from its checkpoint.
+            view.state = RunState.INTERRUPTED if sched is not None or own else RunState.UNKNOWN
+        elif status.present:
+            view.state = RunState.INTERRUPTED  # trained before, without a ledger (e.g. ledger moved)
+        sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
+        reason = rec.reason if rec is not None else None
+        view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+        if view.reason is None and view.state == RunState.PENDING:
+            view.reason = requeued_reason(results, rid, status)
+        if view.reason is None and status.recovery:
+            view.reason = status.recovery  # e.g. a completed run that skipped a broken checkpoint
+    if follow_reuse:
+        _reused_views(results, views, sacct_max_age_s)
+    return views
+
+
+def _reused_views(results: ResultsDir, views: dict[str, RunView], sacct_max_age_s: float) -> None:
+    owners: dict[str, dict[str, RunView]] = {}
+    plans: dict[str, Any] = {}  # the owners' plans, loaded once per view
+    for rid, view in views.items():
+        where = results.run(rid).reused_from
+        if where is None:
+            continue
+        spec, _, owner_rid = where.partition("/runs/")
+        if spec not in owners:
+            owner = ResultsDir(results.store / spec)
+            try:
+                owners[spec] = reconcile(
+                    owner, Ledger.read(owner), sacct_max_age_s=sacct_max_age_s, follow_reuse=False
+                )
+            except UserError:
+                owners[spec] = {}
+        got = owners[spec].get(owner_rid)
+        note = f"reused from {results.store / where}"
+        if got is None:
+            view.state, view.reason = RunState.MISSING, f"{note}: that run is not in its plan"
+            continue
+        mine = results.plan.identity.runs.get(rid) if results.plan.identity is not None else None
+        moved = owner_problem(results.store, where, mine, plans) if mine is not None else None
+        if moved is not None:  # not this run any more: `submit` trains it here
+            views[rid] = RunView(
+                run_id=rid,
+                group_id=view.group_id,
+                state=RunState.MISSING,
+                total_steps=results.plan.run(rid).steps,
+                total_tokens=view.total_tokens,
+                reason=f"{note}, but {moved}",
+            )
+            continue
+        views[rid] = dataclasses.replace(
+            got,
+            run_id=rid,
+            group_id=view.group_id,
+            reason=f"{note}" + (f"; {got.reason}" if got.reason else ""),
+        )

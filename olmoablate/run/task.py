@@ -1,0 +1,331 @@
+"""The callable submitit runs on the compute node (local or Slurm): one training run.
+
+Signal interplay (why this class exists; the table is in docs/slurm.md). submitit installs, before
+calling us, a SIGUSR2 handler that calls ``checkpoint()``, dumps the returned DelayedSubmission,
+requeues the job (``scontrol requeue`` / local exit code 144) and exits; SIGTERM is only logged.
+The training job ``run_job`` installs its *own* SIGTERM/SIGUSR2 handlers while it trains, because
+the model state must be saved by OLMo-core at a step boundary, not inside a signal handler: any
+of the two makes it save a checkpoint and return ``state="interrupted"`` with the signals seen.
+Then this class decides, from what the job can observe, what the stop meant:
+
+* SIGUSR2 seen (time-limit warning, preemption, submitit's own signal): hand over to submitit's
+  handler (captured before ``run_job`` replaced it) for the requeue bookkeeping exactly as it
+  would have done: the timeout countdown (``max_num_timeout``), the new pickle, the requeue. When
+  the budget is spent the run ends ``failed`` with that reason.
+* Slurm's restart count for this job grew since we started (``scontrol requeue``, a node failure
+  with requeue, ``PreemptMode=REQUEUE``): Slurm requeues the job itself; the run stays
+  ``interrupted`` and the next start resumes from the checkpoint. We never requeue it again.
+* SIGTERM alone (``scancel``, ``scancel --signal=TERM``, ``olmoablate cancel``, Ctrl-C): the user
+  stopped it. The run ends ``cancelled`` with its checkpoint and is never requeued; ``submit``
+  resumes it later. A preemption that sends SIGTERM then SIGUSR2 is told apart by waiting
+  ``USR2_GRACE_S`` for the USR2 while Slurm still says RUNNING.
+
+A run that ends ``completed``, ``diverged`` or ``failed`` is never requeued.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+import submitit
+
+from olmoablate.plan.layout import ResultsDir, RunDir
+from olmoablate.plan.names import TERMINAL_STATES, RunState
+from olmoablate.plan.planfile import Plan, RunEntry
+from olmoablate.run import slurm as sl
+from olmoablate.run.files import RunStatus
+from olmoablate.run.resume import (
+    DEFAULT_TARGET,
+    FIT_STARTED_ENV,
+    JobTarget,
+    classify,
+    mark_status,
+    own_status,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEUES_WITHOUT_PROGRESS = 3
+#: After a SIGTERM while Slurm still says RUNNING, how long to wait for the SIGUSR2 that would make
+#: it a preemption (submitit and Slurm's send_user_signal send it right after the SIGTERM).
+USR2_GRACE_S = 3.0
+
+
+def resolve_target(target: JobTarget) -> Any:
+    """``"package.module:function"`` -> the function (imported on the compute node)."""
+    if callable(target):
+        return target
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr or "run_job")
+
+
+def setup_distributed_env(on_gpu: bool) -> dict[str, str]:
+    """Export torch.distributed env:// variables for one task per GPU (or per CPU process).
+
+    submitit's TorchDistributedEnvironment gives RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*; OLMo-core's
+    ``init_distributed`` additionally validates LOCAL_WORLD_SIZE or NUM_NODES and wants to know the
+    checkpoint folder is on a shared filesystem (OLMO_SHARED_FS=1). The training job then picks
+    NCCL on GPU and gloo on CPU. Single-task jobs get nothing: OLMo-core bootstraps a one-process
+    environment itself.
+
+    Device placement follows `olmoablate.run.slurm`: ``CUDA_VISIBLE_DEVICES`` is left as the
+    scheduler/launcher set it (all of the node's GPUs of this job) and local rank r uses
+    ``cuda:r``, which is what OLMo-core's ``init_distributed`` selects.
+    """
+    from olmoablate.run.slurm import task_device
+
+    env = submitit.JobEnvironment()
+    if env.num_tasks <= 1:
+        return {}
+    dist = submitit.helpers.TorchDistributedEnvironment().export(
+        set_cuda_visible_devices=False, overwrite=True
+    )
+    if on_gpu:
+        task_device(dist.local_rank, dist.local_world_size, os.environ)
+    extra = {
+        "LOCAL_WORLD_SIZE": str(dist.local_world_size),
+        "NUM_NODES": str(env.num_nodes),
+        "OLMO_SHARED_FS": "1",
+    }
+    if env.num_nodes == 1:
+        # A single node talks to itself; the node's name may not resolve (dev clusters, containers).
+        extra["MASTER_ADDR"] = "127.0.0.1"
+    os.environ.update(extra)
+    return {
+        "RANK": str(dist.rank),
+        "WORLD_SIZE": str(dist.world_size),
+        "MASTER_ADDR": os.environ["MASTER_ADDR"],
+        "MASTER_PORT": str(dist.master_port),
+        **extra,
+    }
+
+
+class StopDecision:
+    """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
+    itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        self.action = action
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"StopDecision({self.action!r}, {self.reason!r})"
+
+
+def decide_stop(
+    signals: list[str],
+    cancel_requested: bool,
+    slurm_job: dict[str, Any] | None,
+    restarts_at_start: int,
+) -> StopDecision:
+    """The meaning of a stop, from what the job can observe (see the module docstring).
+
+    ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` for this job (None off Slurm or
+    when the controller cannot be asked); ``restarts_at_start`` is SLURM_RESTART_COUNT at start.
+    """
+    if cancel_requested:
+        return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
+    if "SIGUSR2" in signals:
+        return StopDecision("requeue", "SIGUSR2 (time limit or preemption): requeued")
+    if slurm_job is not None and int(slurm_job.get("Restarts") or 0) > restarts_at_start:
+        return StopDecision(
+            "slurm", f"requeued by Slurm (restart {slurm_job['Restarts']}); resumes from checkpoint"
+        )
+    if "SIGTERM" in signals:
+        if slurm_job is None:
+            return StopDecision("cancel", "SIGTERM received: stopped by user")
+        state = str(slurm_job.get("JobState") or "UNKNOWN")
+        if state == "RUNNING":
+            return StopDecision(
+                "cancel", "SIGTERM received (scancel --signal=TERM): stopped by user"
+            )
+        return StopDecision("cancel", "cancelled by scancel")  # Slurm: COMPLETING/CANCELLED
+    return StopDecision("stop", "training stopped before the last step")
+
+
+class TrainRun(submitit.helpers.Checkpointable):
+    """One run of the plan, as a requeueable submitit job.
+
+    Holds only paths and counters, so the pickle submitit re-dumps at each requeue stays tiny;
+    all training state lives in the OLMo-core checkpoint folder. The run's plan entry is read
+    (``Plan.load``, typed) on the compute node at every start: a plan that does not validate
+    fails the run with the one-line reason in its status.json.
+    """
+
+    def __init__(
+        self, plan_path: str, run_id: str, results_dir: str, target: JobTarget = DEFAULT_TARGET
+    ) -> None:
+        self.plan_path = str(plan_path)
+        self.run_id = run_id
+        self.results_dir = str(results_dir)
+        self.target = target
+        self.attempt = 0
+        self.requeues = 0
+        self.stalled_requeues = 0
+        self.last_step = -1
+        self.restarts_at_start = 0
+        self._signals: list[str] = []  # signals that reached this class's own handlers
+
+    @property
+    def run_dir(self) -> RunDir:
+        return ResultsDir(self.results_dir).run(self.run_id)
+
+    def entry(self) -> RunEntry:
+        """This run's plan entry, validated."""
+        return Plan.load(self.plan_path).run(self.run_id)
+
+    def cancel_requested(self) -> bool:
+        return self.run_dir.cancel_marker.exists()
+
+    def __call__(self) -> dict[str, Any]:
+        # Slurm's own requeues rerun the same pickle: count them from SLURM_RESTART_COUNT.
+        self.restarts_at_start = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        self.attempt = max(self.attempt + 1, self.restarts_at_start + 1)
+        self._signals = []
+        os.environ["OLMOABLATE_ATTEMPT"] = str(self.attempt)
+        os.environ.pop(FIT_STARTED_ENV, None)
+        rank0 = submitit.JobEnvironment().global_rank == 0
+        if rank0:
+            import olmoablate
+
+            # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
+            # environment export); one line in the job log.
+            # (print: logging is configured only later, by the training job)
+            print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
+        if self.cancel_requested():
+            return self._cancelled(
+                {"state": RunState.CANCELLED, "run_id": self.run_id}, rank0, "cancelled by user"
+            )
+        # Until the training job installs its own handlers (imports take seconds) and after it
+        # restored ours, a SIGTERM lands here (submitit's own handler would only log it).
+        signal.signal(signal.SIGTERM, self._outside_training)
+        submitit_usr2 = signal.getsignal(signal.SIGUSR2)
+        try:
+            setup_distributed_env(self.entry().topology.on_gpu)
+            result = resolve_target(self.target)(self.plan_path, self.run_id)
+        except Exception as err:
+            # Errors before the training job could write its own status (bad plan entry, import
+            # error, missing data) must still show up in `status` with their one-line reason.
+            if rank0:
+                own = own_status(self.run_dir)
+                if own.state != RunState.FAILED or not own.reason:  # the job's own line wins
+                    why = classify(
+                        err,
+                        resume=f"olmoablate submit {self.results_dir} --retry-failed",
+                        where=str(self.run_dir.path),
+                    )
+                    if not os.environ.get(FIT_STARTED_ENV):
+                        why = f"failed before training started: {why}"
+                    mark_status(self.run_dir.status, state=RunState.FAILED, reason=why)
+            raise
+        if not isinstance(result, dict):
+            result = {"state": RunState.FAILED, "reason": f"job returned {type(result).__name__}"}
+        if _said(result).state in TERMINAL_STATES:
+            return result
+        return self._interrupted(result, submitit_usr2)
+
+    def _interrupted(self, result: dict[str, Any], submitit_usr2: Any) -> dict[str, Any]:
+        """Decide what the stop meant (module docstring) and act on it; the decision is final."""
+        rank = int(os.environ.get("RANK", "0"))
+        signals = [*(_said(result).signals or []), *self._signals]
+        record = self._record
+        signal.signal(signal.SIGTERM, record)
+        signal.signal(signal.SIGUSR2, record)
+        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        decision = decide_stop(signals, self.cancel_requested(), slurm_job, self.restarts_at_start)
+        if decision.action == "cancel" and slurm_job is not None:
+            deadline = time.monotonic() + USR2_GRACE_S
+            while slurm_job.get("JobState") == "RUNNING" and time.monotonic() < deadline:
+                if "SIGUSR2" in self._signals:  # a preemption: SIGTERM, then USR2
+                    break
+                time.sleep(0.1)
+            signals = [*(_said(result).signals or []), *self._signals]
+            decision = decide_stop(
+                signals, self.cancel_requested(), slurm_job, self.restarts_at_start
+            )
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        log.info(f"{self.run_id} stopped after signals {signals}: {decision}")
+        if decision.action == "cancel":
+            return self._cancelled(result, rank == 0, decision.reason)
+        if decision.action in ("slurm", "stop"):
+            if rank == 0:
+                mark_status(self.run_dir.status, state=RunState.INTERRUPTED, reason=decision.reason)
+            return result
+        step = _said(result).step or 0
+        if step <= self.last_step:
+            self.stalled_requeues += 1
+        else:
+            self.stalled_requeues = 0
+        self.last_step = step
+        if self.stalled_requeues >= MAX_REQUEUES_WITHOUT_PROGRESS:
+            if rank == 0:
+                mark_status(
+                    self.run_dir.status,
+                    state=RunState.FAILED,
+                    reason=f"interrupted {self.stalled_requeues} times without progress",
+                )
+            return {**result, "state": RunState.FAILED}
+        if callable(submitit_usr2) and rank == 0:
+            self.requeues += 1
+            # submitit's own handler: checkpoint() -> dump -> requeue -> sys.exit. It raises
+            # UncompletedJobError instead when the timeout budget (max_num_timeout) is spent.
+            try:
+                submitit_usr2(signal.SIGUSR2, None)
+            except submitit.core.utils.UncompletedJobError as err:
+                mark_status(
+                    self.run_dir.status,
+                    state=RunState.FAILED,
+                    reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
+                )
+                raise
+        return result
+
+    def _record(self, signum: int, frame: Any) -> None:
+        del frame
+        self._signals.append(signal.Signals(signum).name)
+
+    def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
+        if rank0:
+            mark_status(self.run_dir.status, state=RunState.CANCELLED, reason=reason)
+        return {**result, "state": RunState.CANCELLED}
+
+    def _outside_training(self, signum: int, frame: Any) -> None:
+        """SIGTERM while the training job's handlers are not installed.
+
+        After training (``fit`` returned, status not written yet): only recorded, the decision
+        follows in ``_interrupted``. Before training started there is nothing to save: decide now
+        and stop at once (Slurm's own requeue or a cancel), except that a preemption's SIGUSR2
+        may follow within ``USR2_GRACE_S`` (submitit's handler then requeues the job).
+        """
+        self._record(signum, frame)
+        if os.environ.get(FIT_STARTED_ENV):
+            return
+        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        if slurm_job is not None and slurm_job.get("JobState") == "RUNNING":
+            time.sleep(USR2_GRACE_S)  # a USR2 arriving now runs submitit's requeue handler
+        decision = decide_stop(
+            self._signals, self.cancel_requested(), slurm_job, self.restarts_at_start
+        )
+        if os.environ.get("RANK", "0") == "0":
+            state = RunState.CANCELLED if decision.action == "cancel" else RunState.INTERRUPTED
+            mark_status(self.run_dir.status, state=state, reason=decision.reason)
+        raise SystemExit(0)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """Requeue this same callable; the training job resumes from its own checkpoint."""
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _said(result: dict[str, Any]) -> RunStatus:
+    """What the training job returned (its final status.json), typed."""
+    return RunStatus.of(result, "the training job's result") or RunStatus()
+
+
+def _on_slurm() -> bool:
+    return os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and bool(os.environ.get("SLURM_JOB_ID"))

@@ -1,0 +1,358 @@
+"""Small statistics the gate needs: Student-t quantiles and confidence bounds, without scipy.
+
+Why not scipy: it is not a dependency of olmoablate (the report must run wherever results are
+copied, with the package's own requirements). The t CDF is the regularized incomplete beta
+function, evaluated with the standard continued fraction; the quantile is found by bisection,
+which is plenty fast for the handful of calls a report makes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction for the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    front = math.exp(ln)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, dof: float) -> float:
+    """P(T <= t) for Student's t with ``dof`` degrees of freedom (normal when dof is inf)."""
+    if math.isinf(dof):
+        return NormalDist().cdf(t)
+    x = dof / (dof + t * t)
+    tail = 0.5 * betainc(dof / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_ppf(p: float, dof: float) -> float:
+    """Quantile of Student's t: the t with P(T <= t) = p."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    if math.isinf(dof):
+        return NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -t_ppf(1.0 - p, dof)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, dof) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, dof) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def quantile(p: float, dof: float) -> float:
+    """t quantile, or the normal one when the sd is known (``dof`` = inf)."""
+    return t_ppf(p, dof)
+
+
+def p_above(mean: float, se: float, bar: float, dof: float) -> float:
+    """One-sided p-value of H0: effect <= bar against H1: effect > bar (t with ``dof``)."""
+    if not (math.isfinite(se) and se > 0):
+        if math.isfinite(se) and se == 0:
+            return 0.0 if mean > bar else 1.0
+        return 1.0
+    return 1.0 - t_cdf((mean - bar) / se, dof)
+
+
+def holm(p_values: list[float], alpha: float) -> tuple[list[bool], list[float]]:
+    """Holm's step-down procedure: which hypotheses are rejected at family-wise level ``alpha``,
+    and the Holm-adjusted p-values (same order as given).
+
+    Why Holm: it controls the probability of promoting *any* null variant at ``alpha`` whatever
+    the dependence between the tests (the variants share baselines, so they are correlated), and
+    is uniformly more powerful than Bonferroni.
+    """
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    rejected = [False] * m
+    adjusted = [1.0] * m
+    running = 0.0
+    still = True
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+        if still and p_values[i] <= alpha / (m - rank):
+            rejected[i] = True
+        else:
+            still = False
+    return rejected, adjusted
+
+
+def seeds_needed(
+    mean: float,
+    sd: float,
+    threshold: float,
+    confidence: float,
+    limit: int = 1000,
+    known_sd: bool = False,
+) -> int | None:
+    """Smallest n >= 2 with q_{conf} * sd / sqrt(n) < |mean - threshold|, either direction.
+
+    Why both directions: when the interval straddles ``min_effect`` the useful answer is "how
+    many paired seeds would separate the observed effect from the bar" -- toward proceed when the
+    observed mean is above it, toward stop when below. ``sd`` is the spread of one seed's paired
+    delta; q is Student's t with n-1 dof (the spread will be estimated from those seeds), or the
+    normal quantile when ``known_sd`` (a declared noise floor). None when the mean sits exactly on
+    the bar, the spread is unknown, or more than ``limit`` seeds would be needed.
+    """
+    gap = abs(mean - threshold)
+    if not math.isfinite(sd) or not math.isfinite(gap) or gap == 0.0:
+        return None
+    if sd == 0.0:
+        return 2
+    for n in range(2, limit + 1):
+        q = t_ppf(confidence, math.inf if known_sd else n - 1)
+        if q * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
+def mde(
+    sd: float, n: int, confidence: float, power: float = 0.8, dof: float | None = None
+) -> float:
+    """Minimum detectable effect above the bar: (q_conf + q_power) * sd / sqrt(n).
+
+    An effect this far above ``min_effect`` is declared (lower bound > bar) with probability
+    ``power`` when one paired delta has sd ``sd``. ``dof`` None: t with n-1 dof (sd estimated from
+    the seeds); ``math.inf``: known sd (normal).
+    """
+    d = (n - 1) if dof is None else dof
+    if n < 1 or d < 1 or not math.isfinite(sd):
+        return math.inf
+    return (t_ppf(confidence, d) + t_ppf(power, d)) * sd / math.sqrt(n)
+
+
+def nct_sf(c: float, dof: float, nc: float) -> float:
+    """P(T > c) for the noncentral t with ``dof`` degrees of freedom and noncentrality ``nc``.
+
+    T = (Z + nc) / sqrt(V / dof) with V ~ chi^2_dof, so P(T > c) = E_W[1 - Phi(c W / sqrt(dof)
+    - nc)] with W ~ chi_dof; the expectation is one Simpson integral over W (no scipy). ``dof``
+    inf: the normal case 1 - Phi(c - nc).
+    """
+    nd = NormalDist()
+    if math.isinf(dof):
+        return 1.0 - nd.cdf(c - nc)
+    lo = max(0.0, math.sqrt(dof) - 12.0)
+    hi = math.sqrt(dof) + 12.0
+    m = 800
+    h = (hi - lo) / m
+    log_norm = (1.0 - dof / 2.0) * math.log(2.0) - math.lgamma(dof / 2.0)
+    total = 0.0
+    for i in range(m + 1):
+        w = lo + i * h
+        if w <= 0.0:
+            dens = math.sqrt(2.0 / math.pi) if dof == 1 else 0.0
+        else:
+            dens = math.exp(log_norm + (dof - 1.0) * math.log(w) - w * w / 2.0)
+        val = dens * (1.0 - nd.cdf(c * w / math.sqrt(dof) - nc))
+        total += val * (1 if i in (0, m) else (4 if i % 2 else 2))
+    return min(1.0, max(0.0, total * h / 3.0))
+
+
+def resolve_power(gap: float, sd: float, n: int, confidence: float) -> float:
+    """Chance that ``n`` paired seeds resolve the gate (paired t, n - 1 dof, the gate's test)
+    when the true effect is ``gap`` away from the bar and one paired delta has sd ``sd``.
+
+    Toward proceed (gap > 0): P(lower bound > bar); toward stop (gap < 0): P(upper bound < bar);
+    the same number by symmetry. Plug-in: at the observed effect and spread it is an estimate of
+    the chance, not a promise.
+    """
+    if n < 2 or not (math.isfinite(sd) and sd > 0) or not math.isfinite(gap):
+        return math.nan
+    return nct_sf(t_ppf(confidence, n - 1), n - 1, abs(gap) / sd * math.sqrt(n))
+
+
+def seeds_for_power(
+    gap: float, sd: float, confidence: float, power: float = 0.8, start: int = 2, limit: int = 200
+) -> tuple[int, float] | None:
+    """Smallest n >= ``start`` whose :func:`resolve_power` reaches ``power``, with that power."""
+    if not (math.isfinite(sd) and sd > 0) or not math.isfinite(gap) or gap == 0:
+        return None
+    lo = max(2, start)
+    if resolve_power(gap, sd, limit, confidence) < power:
+        return None
+    hi = limit  # the power grows with n: bisect for the smallest n that reaches it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if resolve_power(gap, sd, mid, confidence) >= power:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, resolve_power(gap, sd, lo, confidence)
+
+
+# --------------------------------------------------------------------------------------------------
+# Group-sequential boundaries for the gate's seed stages: Lan-DeMets alpha spending.
+#
+# Why here (the contract): `plan` prints the boundaries a design will use and `report` decides
+# with them, so both compute them with this one function.
+#
+# Approximation (stated in docs/gate-statistics.md): the boundaries are computed on the z scale,
+# where the cumulative statistics Z_1..Z_K of looks at information fractions t_k = n_k / n_K are
+# jointly normal with Corr(Z_i, Z_j) = sqrt(t_i / t_j) (independent increments of a Brownian
+# motion). c_k solves P(Z_1 < c_1, ..., Z_{k-1} < c_{k-1}, Z_k >= c_k) = a(t_k) - a(t_{k-1}) for
+# the spending function a(t), by recursive numerical integration (Armitage, McPherson & Rowe 1969)
+# on a grid. Futility stops are ignored in this computation (non-binding), so overriding one never
+# raises the false-proceed rate. The paired t at look k has n_k - 1 dof and an estimated sd, so each
+# c_k is applied as a matched tail probability: proceed when the one-sided t p-value with n_k - 1
+# dof is <= 1 - Phi(c_k). bench/gate_calibration.py checks the resulting level by simulation.
+# --------------------------------------------------------------------------------------------------
+
+
+OBRIEN_FLEMING, POCOCK = "obrien_fleming", "pocock"
+_N = NormalDist()
+
+
+def spent(t: float, alpha: float, kind: str) -> float:
+    """Cumulative one-sided alpha spent by information fraction ``t`` (Lan & DeMets 1983).
+
+    O'Brien-Fleming type: 2 (1 - Phi(z_{1 - alpha/2} / sqrt(t))) -- almost nothing early.
+    Pocock type: alpha ln(1 + (e - 1) t) -- roughly even across looks.
+    """
+    t = min(max(t, 0.0), 1.0)
+    if t == 0.0:
+        return 0.0
+    if kind == OBRIEN_FLEMING:
+        return 2.0 * (1.0 - _N.cdf(_N.inv_cdf(1.0 - alpha / 2.0) / math.sqrt(t)))
+    if kind == POCOCK:
+        return alpha * math.log(1.0 + (math.e - 1.0) * t)
+    raise ValueError(f"unknown spending function {kind!r} (allowed: {OBRIEN_FLEMING}, {POCOCK})")
+
+
+def z_boundaries(fractions: Sequence[float], alpha: float, kind: str) -> list[float]:
+    """Upper z boundaries c_1..c_K for looks at ``fractions`` (increasing, the last 1)."""
+    t = [float(f) for f in fractions]
+    if not t or any(b <= a for a, b in zip(t, t[1:], strict=False)) or t[0] <= 0:
+        raise ValueError(f"fractions must increase in (0, 1], got {t}")
+    dx = 0.0025
+    x = np.arange(-9.0, 9.0 + dx / 2, dx)  # grid of B(t) = Z sqrt(t); sd <= 1
+    prev_spent = 0.0
+    bounds: list[float] = []
+    dens = np.exp(-0.5 * x**2 / t[0]) / math.sqrt(2 * math.pi * t[0])
+    for k, tk in enumerate(t):
+        if k > 0:
+            dt = tk - t[k - 1]
+            cont = np.where(x < bounds[-1] * math.sqrt(t[k - 1]), dens, 0.0)
+            half = int(math.ceil(9.0 * math.sqrt(dt) / dx))
+            kx = np.arange(-half, half + 1) * dx
+            kern = np.exp(-0.5 * kx**2 / dt) / math.sqrt(2 * math.pi * dt) * dx
+            dens = np.convolve(cont, kern, mode="same")
+        inc = max(spent(tk, alpha, kind) - prev_spent, 1e-15)
+        prev_spent = spent(tk, alpha, kind)
+        # P(B >= x_i, still continuing): trapezoid rule on the grid
+        tail = np.cumsum((dens * dx)[::-1])[::-1] - 0.5 * dens * dx
+        # smallest x with tail <= inc, interpolated; on the z scale c = x / sqrt(t)
+        i = int(np.searchsorted(-tail, -inc))
+        if i <= 0:
+            xb = x[0]
+        elif i >= len(x):
+            xb = x[-1]
+        else:
+            t0, t1 = tail[i - 1], tail[i]
+            w = (t0 - inc) / (t0 - t1) if t0 != t1 else 0.0
+            xb = x[i - 1] + w * dx
+        bounds.append(float(xb / math.sqrt(tk)))
+    return bounds
+
+
+def nominal_levels(fractions: Sequence[float], alpha: float, kind: str) -> list[float]:
+    """One-sided nominal p-value thresholds 1 - Phi(c_k) of each look (z scale)."""
+    return [1.0 - _N.cdf(c) for c in z_boundaries(fractions, alpha, kind)]
+
+
+#: Draws of the fixed-seed simulation that calibrates the paired-t levels of seed stages.
+T_REPS = 400_000
+
+
+def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float]:
+    """One-sided nominal levels of the paired t at cumulative seed stages ``stages``.
+
+    Why not only the z-scale levels: matching tail probabilities is an approximation, and with
+    few seeds it is off (2 then 4 seeds, O'Brien-Fleming: 5.2% false proceed at nominal 5%,
+    measured). At the bar the vector of stage t statistics is pivotal (its law depends only on
+    the stage sizes), so the exact boundaries are found on it: the first stage's level is its
+    spend (the marginal t is exact); each later boundary is the quantile, among draws that did
+    not cross earlier, leaving exactly that stage's spend above it -- a fixed-seed simulation of
+    ``T_REPS`` draws (deterministic; MC error about 0.0003 on the total level).
+    """
+
+    st = [int(n) for n in stages]
+    if len(st) == 1:  # one full-budget look (any noise source): the whole alpha
+        return [alpha]
+    if any(n < 2 for n in st) or any(b <= a for a, b in zip(st, st[1:], strict=False)):
+        raise ValueError(f"seed stages must increase from >= 2 seeds, got {st}")
+    fr = stage_fractions(st)
+    cum = [spent(f, alpha, kind) for f in fr]
+    inc = [cum[0]] + [b - a for a, b in zip(cum, cum[1:], strict=False)]
+    levels = [inc[0]]
+    if len(st) == 1:
+        return levels
+    rng = np.random.default_rng(20231)
+    z = rng.standard_normal((T_REPS, st[-1]))
+    csum, csq = np.cumsum(z, axis=1), np.cumsum(z * z, axis=1)
+    alive = np.ones(T_REPS, dtype=bool)
+    for k, n in enumerate(st):
+        mean = csum[:, n - 1] / n
+        var = (csq[:, n - 1] - n * mean**2) / (n - 1)
+        t = mean / np.sqrt(var / n)
+        if k == 0:
+
+            c = t_ppf(1.0 - inc[0], n - 1)
+        else:
+            live = np.sort(t[alive])[::-1]
+            m = int(round(inc[k] * T_REPS))
+            c = float(live[m]) if 0 <= m < live.size else math.inf
+            levels.append(max(1e-12, 1.0 - t_cdf(c, n - 1)))
+        alive &= t < c
+    return levels
+
+
+def stage_fractions(stages: Sequence[int]) -> list[float]:
+    """Information fractions of seed stages (cumulative seeds / the last stage's seeds)."""
+    return [n / stages[-1] for n in stages]
