@@ -8,8 +8,6 @@ Every `UserError` becomes one line on stderr and exit code 2 — never a traceba
 
 from __future__ import annotations
 
-import atexit
-import gc
 import importlib
 import os
 import sys
@@ -36,9 +34,6 @@ COMMANDS: dict[str, str] = {
 }
 #: Command groups (a Typer app of sub-commands), the same way.
 GROUPS: dict[str, str] = {"data": "olmoablate.data.prepare:data_app"}
-#: Cyclic-GC thresholds while a command runs (mypy's): a pass per 200,000 net allocations
-#: instead of 700 (see :func:`main`).
-GC_THRESHOLDS = (200_000, 30, 30)
 #: Click's shell-completion variable for this program (set while a shell asks for completions).
 COMPLETE_VAR = "_OLMOABLATE_COMPLETE"
 
@@ -117,20 +112,6 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Console-script entry point: run the app, turning UserError into a one-line error."""
-    # Start-up and exit are dominated by the cyclic garbage collector, not by the command
-    # (bench/cli.py): a command allocates in bursts (imports, pydantic's validators) and leaves
-    # little garbage in cycles, yet every default pass re-walks every long-lived object.
-    # - mypy's thresholds (mypy/main.py): far fewer passes, the collector still on (~25 ms of
-    #   `validate specs/`);
-    # - at exit, gc.freeze(): the interpreter's last pass over everything alive (~80 ms after
-    #   `validate`'s imports, on memory the OS takes back anyway) is skipped; atexit handlers,
-    #   stream flushes and every refcount-driven finalizer still run.
-    # Both are undone or deferred for an in-process caller (a test): the thresholds are restored
-    # on return and the freeze waits for that caller's own interpreter exit.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLDS)
-    atexit.unregister(gc.freeze)  # once, however often an in-process caller runs main()
-    atexit.register(gc.freeze)
     try:
         build_app(invoked(sys.argv[1:]))()
     except UserError as err:
@@ -145,8 +126,6 @@ def main() -> None:
         line, code = unexpected_error_line(err)
         typer.echo(line, err=True)
         sys.exit(code)
-    finally:
-        gc.set_threshold(*thresholds)
 
 
 if __name__ == "__main__":

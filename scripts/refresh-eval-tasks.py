@@ -7,7 +7,7 @@ Run in an environment with the `eval` extra installed (it imports olmo_eval, hen
     python scripts/refresh-eval-tasks.py          # rewrite the file
     python scripts/refresh-eval-tasks.py --check  # exit 1 if the shipped file is stale
 
-tests/spec/test_downstream.py runs the same comparison against the installed package.
+tests/plan/test_checks_downstream.py runs the same comparison against the installed package.
 """
 
 from __future__ import annotations

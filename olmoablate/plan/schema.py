@@ -91,7 +91,7 @@ class Topology(Strict):
         return self
 
     # The derived facts every stage asks of a topology, decided here only (a grep test in
-    # tests/contract/test_plan.py keeps ``gpus_per_node > 0`` out of every other module).
+    # tests/plan/test_planfile.py keeps ``gpus_per_node > 0`` out of every other module).
     @property
     def on_gpu(self) -> bool:
         """Whether the run trains on CUDA GPUs (``gpus_per_node: 0`` = CPU processes)."""
@@ -132,7 +132,7 @@ class Slurm(Strict):
         return minutes
 
 
-#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/spec/test_load.py;
+#: OLMo-core 3.0 `olmo_core.data.DataMix` values (checked against the library in tests/plan/test_load.py;
 #: kept as text so `validate` never imports olmo_core/torch).
 OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "OLMoE-mix-0824",

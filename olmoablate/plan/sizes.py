@@ -2,7 +2,7 @@
 
 Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
 login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
-(`tests/contract/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
+(`tests/plan/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
 cannot silently drift from the library.
 """
 
@@ -29,7 +29,7 @@ DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6d
 #: The demo's 4,096-entry byte-level BPE, shipped as ``olmoablate/data/python_docs_bpe4096.json``
 #: (trained by `olmoablate.data.tokenizers.train_bpe` on the python-docs train split of Debian
 #: python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2). Its ids and hash are stated here, like
-#: dolma2's, so `validate` need not parse the file (tests/contract/test_tokens.py reads the file
+#: dolma2's, so `validate` need not parse the file (tests/plan/test_tokens.py reads the file
 #: and checks every one of them).
 BPE_FILENAME = "python_docs_bpe4096.json"
 BPE_VOCAB_SIZE = 4096  # special tokens included

@@ -64,7 +64,7 @@ class TokenizerInfo:
 
 class PackagedTokenizer(NamedTuple):
     """A tokenizer file shipped in the package, with its ids and hash stated like dolma2's so
-    `validate` never parses the file (tests/contract/test_tokens.py reads each file and checks)."""
+    `validate` never parses the file (tests/plan/test_tokens.py reads each file and checks)."""
 
     file: str
     vocab_size: int

@@ -1,4 +1,4 @@
-"""Helpers shared by the launcher tests (tests/launch/test_submit.py and the tests against the real local
+"""Helpers shared by the launcher tests (tests/run/test_submit.py and the tests against the real local
 Slurm cluster, tests/test_slurm_*.py): the CLI with a return-code check, plans through the real
 `plan` command, polling `status --json`, Slurm accounting, killing a job's training processes."""
 

@@ -1,12 +1,11 @@
 """The layering is a checked rule, not a convention (issue 13, item 5).
 
-`lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]): cli/results on top,
-the stages as independent siblings, models below train only, the contract, then the base modules;
-torch/OLMo-core only under train and models; no pandas/matplotlib on the validate/plan/status
-paths; no cycles. The cycle test repeats the last rule with grimp (import-linter's own graph
-library) so a failure names the modules and lines. The mutation test proves the contracts are
-wired to the right modules: a lazy `import torch` inside a function of the spec stage, or a
-stage importing another stage, breaks them.
+`lint-imports` checks the contracts in pyproject.toml ([tool.importlinter]): the pipeline
+(report -> run -> models -> plan -> base), the login-node commands free of torch, pandas and
+matplotlib, torch only in the training job, the report's own stack, and no cycles. The cycle test
+repeats the last rule with grimp (import-linter's own graph library) so a failure names the
+modules and lines. The mutation tests prove each contract is wired to the right modules: a lazy
+import that breaks it, in a copy of the package, makes lint-imports fail naming the import.
 """
 
 from __future__ import annotations
@@ -116,38 +115,72 @@ def test_no_import_cycle() -> None:
     assert not problems, "import cycles:\n" + "\n".join(problems)
 
 
-def test_contracts_catch_lazy_and_cross_stage_imports(tmp_path: Path) -> None:
+def _copy(tmp_path: Path, edits: dict[str, str]) -> Path:
+    """A copy of the package with ``edits`` (module path -> code appended to it)."""
     shutil.copytree(
         REPO / "olmoablate",
         tmp_path / "olmoablate",
         ignore=lambda _d, names: [n for n in names if n.endswith((".json", ".txt", ".pyc"))],
     )
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    # package __init__ files: they exist whatever the stages' modules are called
-    with (tmp_path / "olmoablate" / "spec" / "__init__.py").open("a") as f:
-        f.write("\n\ndef _late() -> None:\n    import torch  # noqa: F401\n")
-    with (tmp_path / "olmoablate" / "launch" / "__init__.py").open("a") as f:
-        f.write("\n\ndef _peek() -> None:\n    import olmoablate.report  # noqa: F401\n")
-    out = _lint(tmp_path, "no-torch", "layers")
-    text = out.stdout + out.stderr
+    for rel, code in edits.items():
+        with (tmp_path / "olmoablate" / rel).open("a") as f:
+            f.write("\n\n" + code)
+    return tmp_path
+
+
+def test_pipeline_order_is_enforced(tmp_path: Path) -> None:
+    """A stage importing a later stage (lazily, inside a function) breaks the pipeline layers."""
+    copy = _copy(
+        tmp_path,
+        {"plan/store.py": "def _peek() -> None:\n    import olmoablate.run.state  # noqa: F401\n"},
+    )
+    text = (out := _lint(copy, "pipeline")).stdout + out.stderr
     assert out.returncode == 1, text
-    assert "olmoablate.plan -> torch" in text
-    assert "olmoablate.run is not allowed to import olmoablate.report" in text
-    assert "- olmoablate.run -> olmoablate.report (l." in text
+    assert "olmoablate.plan is not allowed to import olmoablate.run" in text
+    assert "olmoablate.plan.store -> olmoablate.run.state (l." in text
+
+
+def test_login_node_commands_stay_light(tmp_path: Path) -> None:
+    """pandas reached from `validate`'s module, or torch from `status`'s, breaks the login-node
+    contract; torch reached from the launcher side of run/ breaks torch-only-in-the-job."""
+    copy = _copy(
+        tmp_path,
+        {
+            "plan/validate.py": "def _frame() -> None:\n    import pandas  # noqa: F401\n",
+            "run/state.py": "def _late() -> None:\n    import torch  # noqa: F401\n",
+        },
+    )
+    text = (out := _lint(copy, "login-node", "torch-only-in-the-job")).stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "olmoablate.plan.validate -> pandas" in text
+    assert "olmoablate.run.state -> torch" in text  # status (run.launch) reaches run.state
+    assert text.count("BROKEN") == 2, text
+
+
+def test_report_stack_is_enforced(tmp_path: Path) -> None:
+    """Reading a results folder never depends on the gate's decision."""
+    copy = _copy(
+        tmp_path,
+        {
+            "report/collect.py": "def _peek() -> None:\n    import olmoablate.report.verdict  # noqa: F401\n"
+        },
+    )
+    text = (out := _lint(copy, "report-stack")).stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "olmoablate.report.collect -> olmoablate.report.verdict (l." in text
 
 
 def test_the_product_may_not_import_the_test_support(tmp_path: Path) -> None:
     """olmoablate.testing (synthetic results, tiny plans) is for tests/ and bench/ only: a lazy
     import of it from a stage breaks both the forbidden contract and the top layer."""
-    shutil.copytree(
-        REPO / "olmoablate",
-        tmp_path / "olmoablate",
-        ignore=lambda _d, names: [n for n in names if n.endswith((".json", ".txt", ".pyc"))],
+    copy = _copy(
+        tmp_path,
+        {
+            "report/__init__.py": "def _fake() -> None:\n    import olmoablate.testing.synthetic  # noqa: F401\n"
+        },
     )
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    with (tmp_path / "olmoablate" / "report" / "__init__.py").open("a") as f:
-        f.write("\n\ndef _fake() -> None:\n    import olmoablate.testing.synthetic  # noqa: F401\n")
-    out = _lint(tmp_path, "testing-not-in-product", "layers")
+    out = _lint(copy, "testing-not-in-product", "pipeline")
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "olmoablate.report is not allowed to import olmoablate.testing" in text

@@ -174,7 +174,7 @@ def test_report_without_pyarrow(tmp_path: Path) -> None:
     repo = REPO
     env = {**os.environ, "PYTHONPATH": f"{shadow.parent}{os.pathsep}{repo}"}
     code = (
-        "from olmoablate.contract import columnar; assert not columnar.available(); "
+        "from olmoablate.run import columnar; assert not columnar.available(); "
         "import sys; assert columnar.update_copy(sys.argv[1]) is None"
     )
     metrics = next((tmp_path / "results" / "synth" / "runs").glob("*/metrics.jsonl"))

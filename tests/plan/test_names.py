@@ -51,7 +51,7 @@ def test_each_file_name_is_spelled_once() -> None:
     assert len(set(names.values())) == len(names), "two constants name the same file"
     found = _literals(set(names.values()))
     for value in names.values():
-        assert found[value] == [f for f in found[value] if f.startswith("contract/filenames.py")]
+        assert found[value] == [f for f in found[value] if f.startswith("plan/names.py")]
         assert len(found[value]) == 1, (value, found[value])
 
 
@@ -70,6 +70,6 @@ def test_each_metric_name_is_spelled_once() -> None:
     )
     found = _literals(set(names.values()))
     odd = {
-        v: w for v, w in found.items() if any(not f.startswith("contract/metrics.py") for f in w)
+        v: w for v, w in found.items() if any(not f.startswith("plan/metrics.py") for f in w)
     }
     assert not odd, odd

@@ -17,7 +17,6 @@ import pytest
 from olmoablate.plan import identity as ident
 from olmoablate.plan.planfile import Plan
 from olmoablate.plan.store import fingerprint, identify
-from olmoablate.testing import MINIMAL_SPEC
 from olmoablate.testing.plans import run_entry, write_tokens
 
 VERSIONS = {"olmoablate": "0.1.0", "ai2-olmo-core": "3.0.0", "torch": "2.13.0"}
@@ -181,41 +180,6 @@ def test_identity_section_round_trips_and_old_plans_have_none(tmp_path: Path) ->
     with_id = plan.model_copy(update={"identity": identify(plan, plan.workdir, VERSIONS)})
     again = Plan.from_json(with_id.as_json())
     assert again.identity == with_id.identity
-
-
-def test_plan_explain_and_board_stay_light(tmp_path: Path) -> None:
-    """`plan` (identities, data fingerprints, the store's lookup), `explain` and `board` import
-    neither torch/OLMo-core nor pandas/matplotlib (login-node commands)."""
-    import subprocess
-    import sys
-
-    import numpy as np
-
-    ids = np.random.default_rng(0).integers(70_000, 100_000, 5_000, dtype=np.uint32)
-    (tmp_path / "x.bin").write_bytes(ids.tobytes())  # dolma2 ids (uint32)
-    spec = MINIMAL_SPEC
-    (tmp_path / "minimal.yaml").write_text(spec.read_text())
-    heavy_roots = {"torch", "olmo_core", "pandas", "matplotlib"}
-    for args in (
-        ["plan", "minimal.yaml"],
-        ["explain", "results/minimal", "minimal.yaml"],
-        ["board", "results"],
-    ):
-        proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "olmoablate", *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
-        assert proc.returncode == 0, (args, proc.stdout, proc.stderr[-2000:])
-        modules = {
-            line.rsplit("|", 1)[-1].strip()
-            for line in proc.stderr.splitlines()
-            if line.startswith("import time:")
-        }
-        assert "olmoablate.cli" in modules
-        heavy = {m for m in modules if m.split(".")[0] in heavy_roots}
-        assert not heavy, (args, sorted(heavy)[:10])
 
 
 def _leaves(doc: Any, prefix: str = "") -> list[tuple[str, Any]]:
