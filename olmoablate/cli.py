@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from olmoablate import __version__
 from olmoablate.errors import TRACEBACK_ENV, UserError, unexpected_error_line
 
 #: Every command: the function that implements it, as ``module:attribute``. Only the command a
@@ -45,8 +46,6 @@ def _load(target: str) -> Any:
 
 def _version(value: bool) -> None:
     if value:
-        from olmoablate import __version__
-
         typer.echo(f"olmoablate {__version__}")
         raise typer.Exit()
 

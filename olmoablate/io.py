@@ -8,6 +8,7 @@ file in the same directory, is fsynced, then renamed over the target (atomic on 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -86,7 +87,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 
     Used by the ledger so two concurrent `submit` calls serialize their read-modify-write.
     """
-    import fcntl
 
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)

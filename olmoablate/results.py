@@ -37,6 +37,7 @@ stay fast on a login node).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Iterable
@@ -48,6 +49,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from olmoablate.report import board, track
+from olmoablate.report.board import build_board
 from olmoablate.report.build import Report, build_all
 from olmoablate.report.collect import Results, collect, resolve_results_dir, wandb_links
 from olmoablate.report.compare import LOSS
@@ -365,9 +368,6 @@ class Campaign:
 
 
 def _fields(name: str) -> list[str]:
-    import dataclasses
-
-    from olmoablate.report import board, track
 
     cls = getattr(board, name, None) or getattr(track, name)
     return [f.name for f in dataclasses.fields(cls)]
@@ -375,7 +375,6 @@ def _fields(name: str) -> list[str]:
 
 def load_all(root: str | Path = "results") -> Campaign:
     """Every spec under the store ``root`` as DataFrames (the board: `olmoablate board ROOT`)."""
-    from olmoablate.report.board import build_board
 
     board = build_board(root)
     return Campaign(Path(root), json.loads(json.dumps(board.as_json())))

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from olmoablate.plan.blocks import get_block, load_ref
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
     from olmo_core.nn.transformer import TransformerConfig
@@ -50,7 +52,6 @@ class BlockModel:
 
 def model_part(key: str) -> BlockModel:
     """The torch half of block ``key`` (its ``model`` reference, imported now)."""
-    from olmoablate.plan.blocks import get_block, load_ref
 
     block = get_block(key)
     part = load_ref(block.model, f"block {key!r}.model")

@@ -7,6 +7,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from olmoablate.models.blocks import BlockModel
+from olmoablate.models.config import AblationTransformerConfig
+from olmoablate.models.depth_attention import DepthAttentionConfig
+from olmoablate.models.siamese import SiameseNormBlockConfig
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -24,7 +27,6 @@ def fields_of(config: Any) -> dict[str, Any]:
 def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> TransformerConfig:
     """``config`` as an :class:`~olmoablate.models.config.AblationTransformerConfig` carrying
     ``arch`` (its model runs SiameseNorm's streams, Looped's loops, Depth-Attention's state)."""
-    from olmoablate.models.config import AblationTransformerConfig
 
     if isinstance(config, AblationTransformerConfig):
         return config
@@ -35,8 +37,6 @@ class SiameseNormModel(BlockModel):
     def configure(
         self, config: TransformerConfig, opts: Any, dims: SizeDims, arch: dict[str, Any]
     ) -> TransformerConfig:
-        from olmoablate.models.siamese import SiameseNormBlockConfig
-
         block = config.block
         assert not isinstance(block, dict)
         config = ablation_config(config, arch)
@@ -60,8 +60,6 @@ class DepthAttentionModel(BlockModel):
     def configure(
         self, config: TransformerConfig, opts: Any, dims: SizeDims, arch: dict[str, Any]
     ) -> TransformerConfig:
-        from olmoablate.models.depth_attention import DepthAttentionConfig
-
         block = config.block
         assert not isinstance(block, dict)
         mixer = block.sequence_mixer

@@ -68,8 +68,6 @@ class AblationTransformerConfig(TransformerConfig):
 
     @property
     def num_params(self) -> int:
-        from olmoablate.models.blocks import model_part
-
         settings = parse_architecture(self.arch)
         extra = sum(model_part(k).extra_model_params(o, self) for k, o in settings.blocks.items())
         return super().num_params + extra

@@ -38,6 +38,7 @@ from olmo_core.nn.lm_head import LMOutputWithLoss
 from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
+from olmoablate.models.blocks import model_part
 from olmoablate.models.depth_attention import (
     DepthState,
     depth_extra_forward_flops,
@@ -249,7 +250,6 @@ class AblationTransformer(Transformer):
         the remaining layers eagerly)."""
         import torch._dynamo
 
-        from olmoablate.models.blocks import model_part
 
         super().apply_compile()
         for key, opts in self.arch.blocks.items():

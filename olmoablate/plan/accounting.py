@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from olmoablate.plan.arch import Architecture, parse_architecture
+from olmoablate.plan.arch import Architecture, depth_extra_forward_flops, parse_architecture
 from olmoablate.plan.blocks import Block, LayerApp, Unrolled, get_block
 from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.plan.sizes import SizeDims
@@ -105,8 +105,6 @@ def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
 
 
 def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
-    from olmoablate.plan.arch import depth_extra_forward_flops
-
     return 3 * depth_extra_forward_flops(len(da.sources(layer)), d)
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
 from olmoablate.errors import PosInt, Strict, UserError, first_error
-from olmoablate.plan.blocks import Block, LayerApp, Unrolled
+from olmoablate.plan.blocks import Block, LayerApp, Unrolled, get_block, is_block_key
 from olmoablate.plan.sizes import ATTENTION_CYCLE, SizeDims
 
 #: The bundled blocks (the keys of ``architecture`` in the plan; installed packages add more,
@@ -142,7 +142,6 @@ class Architecture(Strict):
         inner = data.get("blocks")
         if isinstance(inner, Mapping) and all(isinstance(v, BaseModel) for v in inner.values()):
             return handler(data)  # an Architecture's own fields (model_copy, a dump)
-        from olmoablate.plan.blocks import get_block
 
         errors: list[InitErrorDetails] = []
         found: dict[str, tuple[int, Any]] = {}
@@ -169,8 +168,6 @@ class Architecture(Strict):
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("_"):
-            from olmoablate.plan.blocks import is_block_key
-
             blocks = self.__dict__.get("blocks")
             if blocks is not None and (name in blocks or is_block_key(name)):
                 return blocks.get(name)
@@ -179,7 +176,6 @@ class Architecture(Strict):
     @classmethod
     def field_model(cls, key: str) -> type | None:
         """The options model of block ``key`` (spec errors name its allowed fields)."""
-        from olmoablate.plan.blocks import get_block
 
         try:
             return get_block(key).Options
@@ -202,7 +198,6 @@ class Architecture(Strict):
 
     def n_physical_layers(self, size_layers: int) -> int:
         """Blocks with their own weights: the loop body, the ``layers`` depth or the size's."""
-        from olmoablate.plan.blocks import get_block
 
         n = size_layers
         for key, opts in self.blocks.items():
@@ -212,7 +207,6 @@ class Architecture(Strict):
 
 def _combination_problem(keys: list[str]) -> str | None:
     """The first pair of blocks one of which excludes the other (its reason), or None."""
-    from olmoablate.plan.blocks import get_block
 
     for key in keys:
         for other, why in get_block(key).excludes.items():
@@ -225,8 +219,6 @@ def _combination_problem(keys: list[str]) -> str | None:
 
 
 def _base_unroll() -> Any:
-    from olmoablate.plan.blocks import Block
-
     return Block.unroll
 
 

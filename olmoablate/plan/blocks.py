@@ -40,13 +40,16 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from pydantic import BaseModel
 
+from olmoablate import __version__
 from olmoablate.errors import UserError
+from olmoablate.io import make_console, print_whole
 
 # --------------------------------------------------------------------------------------------------
 # Checks of a block as it is loaded and how its option types read (for ``olmoablate blocks``).
@@ -293,8 +296,6 @@ def installed_entry_points() -> dict[str, Any]:
     """The ``olmoablate.blocks`` entry points (scanned once, only when a name is not bundled)."""
     global _entry_points
     if _entry_points is None:
-        from importlib.metadata import entry_points
-
         _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return _entry_points
 
@@ -393,8 +394,6 @@ _origins: dict[str, tuple[str | None, str | None]] = {}
 
 
 def _olmoablate_version() -> str:
-    from olmoablate import __version__
-
     return __version__
 
 
@@ -514,7 +513,6 @@ def blocks_command(
         return
     from rich.table import Table
 
-    from olmoablate.io import make_console, print_whole
 
     table = Table("block", "from", "options (default)", "cannot combine with", "decode")
     for r in rows:

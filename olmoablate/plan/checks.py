@@ -21,6 +21,7 @@ from typing import Any
 from olmoablate.io import user_cache_get, user_cache_put
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as tk
+from olmoablate.plan.blocks import get_block
 from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
@@ -236,7 +237,6 @@ def check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]
 def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
     """Each block's own check at this size (``Block.check_size``), e.g. a loop body deeper
     than the size."""
-    from olmoablate.plan.blocks import get_block
 
     for name, arch in spec.variants.items():
         if arch.sizes is not None and dims.name not in arch.sizes:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olmoablate.plan import accounting as acc
+from olmoablate.plan import checks as downstream
 from olmoablate.plan import checks as spec_paths
 from olmoablate.plan.gate import SequentialDesign
 from olmoablate.plan.load import LoadedSpec, Problem
@@ -23,7 +24,7 @@ from olmoablate.plan.metrics import downstream_suffixes, is_eval, split_downstre
 from olmoablate.plan.planfile import GateRegistration, Plan, RunEntry
 from olmoablate.plan.schema import computes_in_bf16
 from olmoablate.plan.sizes import gpu_memory_gb
-from olmoablate.stats import mde
+from olmoablate.stats import mde, t_stage_levels
 
 
 @dataclass
@@ -237,7 +238,6 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
 
 def _gate_metrics(ls: LoadedSpec, out: Findings) -> None:
     """A downstream gate metric must name a task of the stage size and a suffix it records."""
-    from olmoablate.plan import checks as downstream
 
     for _name, gate, where in ls.spec.all_gates():
         parts = split_downstream(gate.metric)
@@ -333,7 +333,6 @@ def aa_mde_text(k: int, confidence: float) -> str:
 
 def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: int) -> list[str]:
     """The pre-registered looks and their boundaries, before any GPU time is spent."""
-    from olmoablate.stats import t_stage_levels  # numpy: only with a design
 
     stages = list(design.seed_stages) or [n]
     a = alpha / max(1, m)

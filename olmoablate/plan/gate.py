@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from olmoablate.errors import NonNegInt, PosInt, Strict
+from olmoablate.io import sha256_of
 from olmoablate.plan.metrics import CE_LOSS
 
 
@@ -209,6 +210,5 @@ def design_record(block: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """The seeds a gate is registered with and the hash of block + seeds (plan.json's gate
     entry). Why seeds are hashed with the gate: adding seeds after a look and re-testing at full
     alpha raises the false-proceed rate to 8-10%; a plan whose seeds changed must say so."""
-    from olmoablate.io import sha256_of
 
     return {"seeds": list(seeds), "design_sha256": sha256_of({"gate": block, "seeds": list(seeds)})}

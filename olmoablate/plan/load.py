@@ -8,13 +8,14 @@ just the first, because a CI run that reports one typo at a time wastes everyone
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -73,7 +74,6 @@ def loader_class() -> type:
 def parse_value(text: str) -> Any:
     """One override's value as YAML (an empty value is null), within the limits every spec is
     parsed with (olmoablate.io: size, nesting, alias expansion; an InputLimitError)."""
-    from olmoablate.io import compose_yaml_bounded
 
     return compose_yaml_bounded(text, loader_class())[1]
 
@@ -283,7 +283,6 @@ def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
         allowed = _allowed_fields(model, err.get("loc", ())[:-1])
         if not allowed:
             return "unknown field"
-        import difflib
 
         loc = err.get("loc", ())
         close = difflib.get_close_matches(str(loc[-1]) if loc else "", allowed, n=1, cutoff=0.6)
@@ -327,7 +326,6 @@ def _allowed_fields(model: type | None, loc: tuple[Any, ...]) -> list[str]:
 
 def _model_in(annotation: Any) -> Any:
     """The BaseModel class inside ``X | None`` / ``dict[str, X]`` / ``list[X]`` annotations."""
-    from typing import get_args
 
     from pydantic import BaseModel
 

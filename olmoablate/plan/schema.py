@@ -19,6 +19,7 @@ from olmoablate.errors import NAME_RE, NonNegInt, PosInt, Strict, parse_count, p
 from olmoablate.plan.arch import (
     Architecture,
 )
+from olmoablate.plan.blocks import known_names
 from olmoablate.plan.gate import Budget, Gate
 from olmoablate.plan.metrics import DEFAULT_FACTOR, DEFAULT_MIN_RELATIVE_JUMP, DEFAULT_WINDOW
 
@@ -469,8 +470,6 @@ class Spec(Strict):
 
 
 def _block_names() -> str:
-    from olmoablate.plan.blocks import known_names
-
     return ", ".join(known_names())
 
 

@@ -282,7 +282,6 @@ def promoted_plan(
     """next_plan.json: a real plan (``Plan.from_json`` reads it; `olmoablate submit` of it
     submits its runs), the plan restricted to the promoted runs; what promoted them is said in
     its ``description`` (sizes not in the plan are in the report's next steps)."""
-    from olmoablate.plan.planfile import Plan
 
     ids = {r.run_id for r in runs}
     ident = plan.identity

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import math
 import re
@@ -280,8 +281,6 @@ def pyplot() -> Any:
 
 
 def save_png(fig: Any, path: Path, dpi: int = 72) -> Path:
-    import io
-
     buf = io.BytesIO()
     # zlib level 1: a few % larger PNGs, several times less encoding time
     fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})

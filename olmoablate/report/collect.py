@@ -12,6 +12,7 @@ the report while runs train parses only what was appended since the last report.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -235,8 +236,6 @@ def load_metrics_many(
     total = sum(t[1].stat().st_size for t in todo)
     fn = _rebuild_job if use_cache else _parse_job
     if n_workers > 1 and len(todo) > 1 and total >= min_parallel_bytes:
-        import multiprocessing
-
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
             futures = {t[0]: pool.submit(fn, str(t[1]), t[2], t[3]) for t in todo}

@@ -17,7 +17,12 @@ from typing import Any
 import numpy as np
 
 from olmoablate.plan import metrics as names
-from olmoablate.plan.metrics import DEFAULT_FACTOR, DEFAULT_MIN_RELATIVE_JUMP, DEFAULT_WINDOW
+from olmoablate.plan.metrics import (
+    DEFAULT_FACTOR,
+    DEFAULT_MIN_RELATIVE_JUMP,
+    DEFAULT_WINDOW,
+    spike_indices,
+)
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Pair
 from olmoablate.report.collect import Curve, Results, RunData, cumulative_flops
@@ -157,7 +162,6 @@ def loss_spikes(
 ) -> np.ndarray:
     """Indices of loss spikes under the project's one rule (`olmoablate.plan.metrics`), the same
     rule the training job's StabilityCallback counts with, so report and job agree."""
-    from olmoablate.plan.metrics import spike_indices
 
     return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 

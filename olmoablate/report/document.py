@@ -11,7 +11,9 @@ the markdown template adds the markup, the HTML one escapes.
 from __future__ import annotations
 
 import base64
+import csv
 import functools
+import io
 import math
 import re
 from collections.abc import Sequence
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from olmoablate.io import write_json_atomic, write_text_atomic
+from olmoablate.io import make_console, write_json_atomic, write_text_atomic
 from olmoablate.plan.names import COMPARISON_FILE, GATE_FILE, REPORT_HTML_FILE, REPORT_MD_FILE
 from olmoablate.report.build import Report
 from olmoablate.report.cards import Card, cards
@@ -439,8 +441,6 @@ def _csv_cell(v: Any) -> str:
 def _csv_text(rows: Sequence[dict[str, Any]]) -> str:
     """Rows as CSV, columns in first-seen order, empty cells for missing values and NaN (the
     csv module, not pandas: importing pandas would cost more than the whole table)."""
-    import csv
-    import io
 
     columns: dict[str, None] = {}
     for r in rows:
@@ -475,7 +475,6 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
 
 def print_terminal(report: Report, written: dict[str, Path]) -> None:
     """The compact verdict block, then `gate verdict(s): ...` and the report's path (last)."""
-    from olmoablate.io import make_console
 
     con = make_console()  # readable in CI logs too: the template wraps, rich does not
     con.print(render_terminal(report))

@@ -17,9 +17,11 @@ and runs the checks in a forked worker while the metrics load (:class:`Backgroun
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -203,9 +205,6 @@ class Background:
         pairs: list[tuple[Path, Path]],
         min_bytes: int | None = None,
     ) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         self._future = None
         todo = [
             (pb, pv)

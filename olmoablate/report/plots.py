@@ -14,6 +14,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -287,7 +288,6 @@ _FORK_REPORT: Report | None = None
 def _worker_init() -> None:
     """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
     installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
-    import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

@@ -23,10 +23,11 @@ from olmoablate.io import (
 )
 from olmoablate.plan import identity as ident
 from olmoablate.plan.layout import ResultsDir
-from olmoablate.plan.load import spec_sha256
+from olmoablate.plan.load import apply_overrides, loader_class, spec_sha256
 from olmoablate.plan.names import PLAN_FILE
 from olmoablate.plan.planfile import Pair, Plan
 from olmoablate.plan.schema import Gate
+from olmoablate.plan.sizes import PRESET_NAMES
 from olmoablate.plan.store import recorded_identity
 
 
@@ -82,14 +83,11 @@ def _spec_doc(path: Path, plan: Plan) -> Any:
     """The spec file as plan read it: parsed within the limits every spec is parsed with
     (olmoablate.io: the file may have changed since planning, and the gate hash walks the
     expanded tree), with the plan's ``--set`` overrides applied."""
-    from olmoablate.plan.load import apply_overrides, loader_class
 
     data = path.read_bytes()
     check_size(data, MAX_YAML_BYTES, "the spec")
     doc = compose_yaml_bounded(data.decode("utf-8"), loader_class())[1]
     if plan.overrides and isinstance(doc, dict):
-        from olmoablate.plan.sizes import PRESET_NAMES
-
         doc, _ = apply_overrides(doc, plan.overrides, set(PRESET_NAMES) | set(plan.sizes))
     return doc
 

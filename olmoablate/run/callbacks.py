@@ -37,6 +37,7 @@ import errno
 import hashlib
 import logging
 import os
+import pickle
 import shutil
 import signal
 import time
@@ -54,6 +55,7 @@ from olmo_core.train.callbacks import (
 
 from olmoablate.io import write_json_atomic
 from olmoablate.plan import metrics as metric_names
+from olmoablate.plan.accounting import total_train_flops
 from olmoablate.plan.metrics import CE_LOSS, GRAD_NORM
 from olmoablate.plan.names import STATUS_FILE, RunState, now_iso
 from olmoablate.plan.planfile import RunEntry
@@ -412,8 +414,6 @@ class FlopsAxis:
         self.gbs = run.training.global_batch_size
 
     def __call__(self, step: int) -> float:
-        from olmoablate.plan.accounting import total_train_flops
-
         return float(total_train_flops(self.dims, self.arch, self.seq, self.gbs, step))
 
 
@@ -560,7 +560,6 @@ def shard_index_problem(checkpoint: Path) -> str | None:
     every tensor the file, offset and length it was written to) does not fit the files on disk
     (None: it fits). Independent of the manifest, so it also catches a truncated shard of a
     checkpoint written before manifests existed."""
-    import pickle
 
     index = checkpoint / "model_and_optim" / ".metadata"
     try:

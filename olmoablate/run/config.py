@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from olmoablate.errors import UserError
+from olmoablate.models.config import build_model_config
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.plan.schema import computes_in_bf16 as precision_rule
+from olmoablate.plan.sizes import dolma2_tokenizer_file
+from olmoablate.run.callbacks import LoopedDownstreamEvaluatorCallbackConfig
+from olmoablate.run.eval import WholeSetEvalDatasetConfig
 from olmoablate.run.runplan import RunContext
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -76,7 +80,6 @@ def tokenizer_config(run: RunEntry) -> TokenizerConfig:
 def model_config(run: RunEntry, env: Environment) -> TransformerConfig:
     """The model of this arm (:func:`olmoablate.models.build_model_config`), with the pair's
     shared ``init_seed`` and the attention backend of :func:`attention_backend`."""
-    from olmoablate.models.config import build_model_config
 
     init_seed = run.training.init_seed
     cfg = build_model_config(
@@ -258,7 +261,6 @@ def data_loader_config(ctx: RunContext) -> NumpyDataLoaderConfig:
 def eval_dataset_config(ctx: RunContext) -> Any | None:
     """All held-out LM sets as one dataset scored whole (`olmoablate.run.eval`); each file
     carries its set name as label."""
-    from olmoablate.run.eval import WholeSetEvalDatasetConfig
 
     sets = ctx.evaluation.lm_sets
     if not sets:
@@ -280,7 +282,6 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
 
 def downstream_tokenizer_file(ctx: RunContext) -> str:
     """The tokenizer.json the downstream tasks are tokenized with: the one the run trained on."""
-    from olmoablate.plan.sizes import dolma2_tokenizer_file
 
     name = ctx.training.data.tokenizer
     return str(dolma2_tokenizer_file()) if name == "dolma2" else ctx.resolve(name)
@@ -304,7 +305,6 @@ def downstream_evaluator_config(
     from olmo_core.data import TokenizerConfig
     from olmo_core.train import Duration
 
-    from olmoablate.run.callbacks import LoopedDownstreamEvaluatorCallbackConfig
 
     data = ctx.training.data
     interval = ctx.evaluation.interval

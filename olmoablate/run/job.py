@@ -40,9 +40,23 @@ from typing import Any
 from olmo_core.train.callbacks import Callback
 
 from olmoablate.errors import UserError
+from olmoablate.models.config import param_counts
 from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.names import DONE_STATES, RunState
+from olmoablate.run import callbacks as cbs
+from olmoablate.run import callbacks as wandb_log
+from olmoablate.run import config as cfgs
+from olmoablate.run import proof
+from olmoablate.run.callbacks import (
+    CheckpointManifestCallback,
+    failure_reason,
+    peak_memory_gb,
+    record_failure,
+    resume_point,
+)
+from olmoablate.run.config import Environment
 from olmoablate.run.files import RunStatus, RunSummary
+from olmoablate.run.proof import check_code
 from olmoablate.run.records import _model_of
 from olmoablate.run.runplan import RunContext, load_run
 from olmoablate.run.summary import decode_figures, execution_record, where_record
@@ -135,7 +149,6 @@ def _environment(ctx: RunContext) -> Any:
     """
     import torch
 
-    from olmoablate.run.config import Environment
 
     gpus = ctx.run.topology.gpus_per_node
     if ctx.run.topology.on_gpu and not torch.cuda.is_available():
@@ -184,11 +197,6 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         ConsoleLoggerCallback,
     )
 
-    from olmoablate.run import callbacks as cbs
-    from olmoablate.run import callbacks as wandb_log
-    from olmoablate.run import config as cfgs
-    from olmoablate.run import proof
-    from olmoablate.run.callbacks import CheckpointManifestCallback
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps, gbs = tr.steps, tr.global_batch_size
@@ -290,9 +298,6 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 def _summary(
     trainer: Any, own: dict[str, Any], wall_s: float, steps_done: int, ctx: RunContext, env: Any
 ) -> dict[str, Any]:
-    from olmoablate.models.config import param_counts
-    from olmoablate.run.callbacks import peak_memory_gb
-
     model = trainer.train_module.model
     counts = param_counts(model)
     metrics_cb = own["metrics"]
@@ -349,8 +354,6 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     from olmo_core.distributed.utils import get_rank
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
-    from olmoablate.run.callbacks import failure_reason, record_failure, resume_point
-    from olmoablate.run.proof import check_code
 
     env = _environment(ctx)
     if env.device_type == "cpu":

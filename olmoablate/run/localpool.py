@@ -34,6 +34,7 @@ from olmoablate.run import slurm as sl
 from olmoablate.run.resume import JobTarget, mark_status, own_status
 from olmoablate.run.slurm import local_slot_devices, visible_gpus
 from olmoablate.run.state import Ledger, RunView, identity, reconcile
+from olmoablate.run.task import TrainRun
 
 # --------------------------------------------------------------------------------------------------
 # How runs look to a person: the `olmoablate status` table, its JSON form, and the number
@@ -303,8 +304,6 @@ class LocalPool:
         self.slots: dict[str, int] = {}
 
     def _start(self, rid: str) -> None:
-        from olmoablate.run.task import TrainRun
-
         run = self.runs[rid]
         with Ledger.locked(self.results) as ledger:
             rec = ledger.record(rid)

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from olmoablate.errors import UserError
+from olmoablate.models.config import unique_param_count
 from olmoablate.plan import accounting as acc
 from olmoablate.plan.blocks import code_changes
 from olmoablate.plan.planfile import RunEntry
@@ -64,7 +65,6 @@ def check_code(run: RunEntry, *, resuming: bool) -> None:
 
 def check_params(run: RunEntry, model: Any) -> int:
     """The built model's unique parameters must be the plan's, exactly."""
-    from olmoablate.models.config import unique_param_count
 
     built = unique_param_count(model)
     if built != run.unique_params:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olmoablate.errors import UserError
+from olmoablate.plan.identity import installed_versions, version_mismatch
 from olmoablate.plan.layout import ResultsDir, RunDir
 from olmoablate.plan.planfile import Plan, RunEntry, RunTraining
 from olmoablate.plan.schema import Evaluation
@@ -112,7 +113,6 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
     it saw): otherwise another spec would reuse these numbers as that identity's."""
     if plan.identity is None:
         return
-    from olmoablate.plan.identity import installed_versions, version_mismatch
 
     bad = version_mismatch(run.as_json(), plan.identity.versions, installed_versions())
     if bad:

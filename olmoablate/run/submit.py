@@ -32,6 +32,7 @@ from olmoablate.run.localpool import LocalPool
 from olmoablate.run.resume import DEFAULT_TARGET, JobTarget, mark_status
 from olmoablate.run.slurm import check_local_capacity, check_local_topology, visible_gpus
 from olmoablate.run.state import Ledger, RunView, identity, now_iso, reconcile
+from olmoablate.run.task import TrainRun
 
 # --------------------------------------------------------------------------------------------------
 # The store's leases: `submit` never trains one run identity twice, whichever spec asks.
@@ -374,8 +375,6 @@ def _submit_slurm(
     only: list[str] | None,
     target: JobTarget,
 ) -> SubmitResult:
-    from olmoablate.run.task import TrainRun
-
     plan_path = str(results.plan_path.resolve())
     root = str(results.root.resolve())
     folder = results.submitit.resolve()

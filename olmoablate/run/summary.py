@@ -6,9 +6,14 @@ recorded here is what must be equal for two arms' cost to be compared."""
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
 import time
 from typing import Any
 
+from olmoablate.models.generate import IncrementalDecoder
+from olmoablate.run import config as cfgs
 from olmoablate.run.runplan import RunContext
 
 
@@ -57,8 +62,6 @@ def where_record() -> dict[str, Any]:
     the job (``nodes``: Slurm's node list, else this one) and who started it (``executor``:
     submitit's ``SUBMITIT_EXECUTOR``, ``slurm`` or ``local``; None when started by hand). The
     report reads these from the run's own summary, never from launch's ledger."""
-    import os
-    import socket
 
     host = socket.gethostname()
     nodes = expand_nodelist(os.environ.get("SLURM_JOB_NODELIST") or "") or [host]
@@ -67,7 +70,6 @@ def where_record() -> dict[str, Any]:
 
 def expand_nodelist(text: str) -> list[str]:
     """Slurm's compressed node list (``gpu[01-03,07],login1``) -> ``[gpu01, gpu02, ...]``."""
-    import re
 
     out: list[str] = []
     for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
@@ -103,7 +105,6 @@ def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
     compute precision, so the KV cache and latency are those of the trained setup."""
     import torch
 
-    from olmoablate.run import config as cfgs
 
     model = trainer.train_module.model
     if not env.distributed:
@@ -155,7 +156,6 @@ def _measure_decode(
     """
     import torch
 
-    from olmoablate.models.generate import IncrementalDecoder
 
     prompt_len = max(1, min(prompt_tokens, ctx.training.sequence_length - new_tokens))
     vocab = ctx.training.data.vocab_size

@@ -34,6 +34,7 @@ from typing import Any
 
 import submitit
 
+import olmoablate
 from olmoablate.plan.layout import ResultsDir, RunDir
 from olmoablate.plan.names import TERMINAL_STATES, RunState
 from olmoablate.plan.planfile import Plan, RunEntry
@@ -47,6 +48,7 @@ from olmoablate.run.resume import (
     mark_status,
     own_status,
 )
+from olmoablate.run.slurm import task_device
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,6 @@ def setup_distributed_env(on_gpu: bool) -> dict[str, str]:
     scheduler/launcher set it (all of the node's GPUs of this job) and local rank r uses
     ``cuda:r``, which is what OLMo-core's ``init_distributed`` selects.
     """
-    from olmoablate.run.slurm import task_device
 
     env = submitit.JobEnvironment()
     if env.num_tasks <= 1:
@@ -191,8 +192,6 @@ class TrainRun(submitit.helpers.Checkpointable):
         os.environ.pop(FIT_STARTED_ENV, None)
         rank0 = submitit.JobEnvironment().global_rank == 0
         if rank0:
-            import olmoablate
-
             # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
             # environment export); one line in the job log.
             # (print: logging is configured only later, by the training job)
