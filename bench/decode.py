@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from olmoablate.models.config import build_model
+from olmoablate.models.build import build_model
 from olmoablate.models.generate import IncrementalDecoder
 
 SIZE = {

@@ -34,7 +34,7 @@ def parity(
     import torch
     from olmo_core.nn.attention import flash_attn_api
 
-    from olmoablate.models.config import build_model
+    from olmoablate.models.build import build_model
 
     if not flash_attn_api.has_flash_attn_2():
         return False, "flash-attn 2 is not installed: the GPU default (auto = flash_2) unshown", {}
@@ -75,7 +75,7 @@ def kv_cache(
     """Incremental decode == full forward, sequence 640 > window 256 (sliding-window masking)."""
     import torch
 
-    from olmoablate.models.config import build_model
+    from olmoablate.models.build import build_model
     from olmoablate.models.generate import IncrementalDecoder
 
     seq = 640
@@ -108,7 +108,7 @@ def compiled_vs_eager(
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    from olmoablate.models.config import build_model
+    from olmoablate.models.build import build_model
     from olmoablate.run.callbacks import ComputeDtypeCallback, LoopCurriculumCallback
 
     class _Trainer:

@@ -50,8 +50,8 @@ import pandas as pd
 import pyarrow as pa
 
 from olmoablate.report import board, track
+from olmoablate.report.assemble import Report, build_all
 from olmoablate.report.board import build_board
-from olmoablate.report.build import Report, build_all
 from olmoablate.report.collect import Results, collect, resolve_results_dir, wandb_links
 from olmoablate.report.compare import LOSS
 from olmoablate.report.document import comparison_rows

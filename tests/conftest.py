@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from olmoablate.testing import REPO
+from olmoablate.testing.cluster import SLURM_NODES
 from olmoablate.testing.plans import PAIR, PAIR_STEPS, ce_losses, make_pair_plan, read_status
-from olmoablate.testing.slurm import SLURM_NODES
 
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
 

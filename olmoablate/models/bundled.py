@@ -1,13 +1,13 @@
 """The bundled blocks' torch halves (SiameseNorm, Depth-Attention, Looped, ``layers``), written
-against :class:`olmoablate.models.blocks.BlockModel` like any installed block."""
+against :class:`olmoablate.models.block_model.BlockModel` like any installed block."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from olmoablate.models.blocks import BlockModel
-from olmoablate.models.config import AblationTransformerConfig
+from olmoablate.models.block_model import BlockModel
+from olmoablate.models.build import AblationTransformerConfig
 from olmoablate.models.depth_attention import DepthAttentionConfig
 from olmoablate.models.siamese import SiameseNormBlockConfig
 
@@ -25,7 +25,7 @@ def fields_of(config: Any) -> dict[str, Any]:
 
 
 def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> TransformerConfig:
-    """``config`` as an :class:`~olmoablate.models.config.AblationTransformerConfig` carrying
+    """``config`` as an :class:`~olmoablate.models.build.AblationTransformerConfig` carrying
     ``arch`` (its model runs SiameseNorm's streams, Looped's loops, Depth-Attention's state)."""
 
     if isinstance(config, AblationTransformerConfig):

@@ -38,7 +38,7 @@ from olmo_core.nn.lm_head import LMOutputWithLoss
 from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
-from olmoablate.models.blocks import model_part
+from olmoablate.models.block_model import model_part
 from olmoablate.models.depth_attention import (
     DepthState,
     depth_extra_forward_flops,

@@ -261,7 +261,7 @@ def parse_architecture(
 #
 # Their options (and the rules the model, the training callback and the accounting share, e.g.
 # ``DepthAttention.sources``, ``Looped.loops_at_step``) are in :mod:`olmoablate.plan.arch`;
-# the torch halves in :mod:`olmoablate.models.blocks`. The cost formulas (exact, checked against
+# the torch halves in :mod:`olmoablate.models.block_model`. The cost formulas (exact, checked against
 # OLMo-core and the built models in tests/plan/test_accounting.py):
 #
 # * SiameseNorm: per layer γ + four RMSNorm weights (5·d), OLMo 3's two output norms (2·d) removed
@@ -282,9 +282,9 @@ _CONTRACT = (
     "olmoablate.plan.blocks",
 )
 _MODELS = (
-    "olmoablate.models.blocks",
+    "olmoablate.models.block_model",
     "olmoablate.models.bundled",
-    "olmoablate.models.config",
+    "olmoablate.models.build",
     "olmoablate.models.transformer",
 )
 

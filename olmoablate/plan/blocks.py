@@ -11,7 +11,7 @@ costs what the plan said. So a block is one object with two halves:
   depth, added parameters, how the layers are applied (``unroll``: a looped model applies its
   body b times), extra training FLOPs per layer application, activation and KV-cache bytes,
   whether incremental decoding is supported;
-* the torch half (:class:`olmoablate.models.blocks.BlockModel`), named by ``model`` as a
+* the torch half (:class:`olmoablate.models.block_model.BlockModel`), named by ``model`` as a
   ``"module:attr"`` string and imported only by the models/the training job: how the block edits
   OLMo-core's ``TransformerConfig`` (or which module it supplies), its explicit init, and its
   compile/FSDP units.
@@ -71,7 +71,7 @@ def check_block(block: Any, ref: str, where: str) -> None:
             ("Options", isinstance(options, type) and issubclass(options, BaseModel),
              "a pydantic model of its options"),
             ("model", isinstance(model, str) and ":" in model,
-             "'module:attr' of its olmoablate.models.blocks.BlockModel"),
+             "'module:attr' of its olmoablate.models.block_model.BlockModel"),
         )
         if not ok
     ]
@@ -165,7 +165,7 @@ class Block:
     Options: ClassVar[type[BaseModel]]
     #: One line for ``olmoablate blocks``.
     summary: ClassVar[str] = ""
-    #: ``"module:attr"`` of the torch half (a :class:`olmoablate.models.blocks.BlockModel`).
+    #: ``"module:attr"`` of the torch half (a :class:`olmoablate.models.block_model.BlockModel`).
     model: ClassVar[str]
     #: Blocks this one cannot be combined with: name -> why (checked in both directions).
     excludes: ClassVar[Mapping[str, str]] = {}

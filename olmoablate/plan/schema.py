@@ -283,7 +283,7 @@ class Wandb(Strict):
 
 
 #: ``training.compile``'s default: compile on CUDA (as OLMo-core's official OLMo 3 scripts do),
-#: eager on CPU (see ``olmoablate.run.config.compile_enabled`` for why).
+#: eager on CPU (see ``olmoablate.run.trainer.compile_enabled`` for why).
 COMPILE_DEFAULT: Literal["auto"] = "auto"
 
 

@@ -5,7 +5,7 @@ The last stage (docs/design.md). A straight stack, each layer importing only tho
 
 - render: ``document`` (the document built once; templates and writers), ``cards`` (one verdict
   card per gate, its plot, the statistics in words), ``plots``;
-- orchestration: ``build`` (measure every pair once, decide each pre-registered gate, plan the
+- orchestration: ``assemble`` (measure every pair once, decide each pre-registered gate, plan the
   next sizes) and ``board`` (every spec of a store; the ``board`` command);
 - the gate's decision: ``verdict`` (fixed-sample verdict of one variant), ``sequential``
   (pre-registered designs, Holm), ``evidence`` (what the gate reads off a comparison),

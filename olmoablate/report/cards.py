@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import write_bytes_atomic
-from olmoablate.report.build import Report
+from olmoablate.report.assemble import Report
 from olmoablate.report.sequential import SequentialResult
 from olmoablate.report.verdict import Estimate, VariantVerdict
 

@@ -73,7 +73,7 @@ def report_command(
     if blocker is not None:
         what = "is a file" if blocker == Path(out) else f"is under a file ({blocker})"
         raise UserError(f"--out {out}: {what}; give a folder (created if missing)")
-    from olmoablate.report.build import build_all, write_next_plans
+    from olmoablate.report.assemble import build_all, write_next_plans
     from olmoablate.report.collect import collect, resolve_results_dir
     from olmoablate.report.document import print_terminal, write_all
 
@@ -139,7 +139,7 @@ def _read_state(results: ResultsDir) -> dict[str, Any]:
 def watch_once(results: ResultsDir) -> list[str]:
     """One round: evaluate every gate's design, cancel variants stopped for futility (once).
     Returns one line per action."""
-    from olmoablate.report.build import build_all
+    from olmoablate.report.assemble import build_all
     from olmoablate.report.collect import collect
     from olmoablate.report.sequential import FUTILITY
     from olmoablate.run.files import STATUS_KEY, WATCH_FILE, FutilityStop

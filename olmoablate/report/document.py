@@ -23,7 +23,7 @@ from typing import Any
 
 from olmoablate.io import make_console, write_json_atomic, write_text_atomic
 from olmoablate.plan.names import COMPARISON_FILE, GATE_FILE, REPORT_HTML_FILE, REPORT_MD_FILE
-from olmoablate.report.build import Report
+from olmoablate.report.assemble import Report
 from olmoablate.report.cards import Card, cards
 from olmoablate.report.collect import wandb_section
 from olmoablate.report.plots import make_plots

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from olmoablate.io import write_json_atomic
-from olmoablate.report.build import Report
+from olmoablate.report.assemble import Report
 from olmoablate.report.cards import card_key, figure_hash, plot_card, pyplot, safe_name, save_png
 from olmoablate.report.compare import LOSS, PairResult
 

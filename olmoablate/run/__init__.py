@@ -9,7 +9,7 @@ The second stage (docs/design.md). Two sides, one package:
   ``resume`` (what a restart resumes from), ``faults`` (one line per failure), ``files`` (the
   run's typed files), ``metricsfile`` and ``columnar`` (metrics.jsonl and its Arrow copy);
 * the training job (torch, OLMo-core): ``job`` (:func:`olmoablate.run.job.run_job`), ``runplan``
-  (one run entry, checked), ``config`` (OLMo-core configs), ``callbacks``, ``guards``,
+  (one run entry, checked), ``trainer`` (OLMo-core configs), ``callbacks``, ``guards``,
   ``records`` (metrics.jsonl, fingerprints), ``eval`` (whole held-out sets), ``proof`` (what the
   job proves before step 1) and ``summary`` (summary.json's measured cost).
 

@@ -5,7 +5,7 @@ through submitit (it is a picklable module-level function) and by ``torchrun``/`
 (``python -m olmoablate.run.job PLAN RUN_ID``). It
 
 1. loads and checks the run entry (certificate included) - bad input is a one-line UserError;
-2. builds OLMo-core configs from the entry only (:mod:`olmoablate.run.config`): model, train
+2. builds OLMo-core configs from the entry only (:mod:`olmoablate.run.trainer`): model, train
    module (optimizer, schedule, clipping, z-loss, precision, DDP/FSDP), numpy dataset and loader,
    trainer with checkpointing into ``runs/<run_id>/checkpoints`` and our callbacks;
 3. runs ``trainer.fit()``, which resumes from the latest checkpoint in that folder by itself;
@@ -40,13 +40,13 @@ from typing import Any
 from olmo_core.train.callbacks import Callback
 
 from olmoablate.errors import UserError
-from olmoablate.models.config import param_counts
+from olmoablate.models.build import param_counts
 from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.names import DONE_STATES, RunState
 from olmoablate.run import callbacks as cbs
 from olmoablate.run import callbacks as wandb_log
-from olmoablate.run import config as cfgs
 from olmoablate.run import proof
+from olmoablate.run import trainer as cfgs
 from olmoablate.run.callbacks import (
     CheckpointManifestCallback,
     failure_reason,
@@ -54,12 +54,12 @@ from olmoablate.run.callbacks import (
     record_failure,
     resume_point,
 )
-from olmoablate.run.config import Environment
 from olmoablate.run.files import RunStatus, RunSummary
 from olmoablate.run.proof import check_code
 from olmoablate.run.records import _model_of
 from olmoablate.run.runplan import RunContext, load_run
 from olmoablate.run.summary import decode_figures, execution_record, where_record
+from olmoablate.run.trainer import Environment
 
 # --------------------------------------------------------------------------------------------------
 # Fault-injection hooks for tests: environment variables, never plan fields.

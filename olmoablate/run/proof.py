@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from olmoablate.errors import UserError
-from olmoablate.models.config import unique_param_count
+from olmoablate.models.build import unique_param_count
 from olmoablate.plan import accounting as acc
 from olmoablate.plan.blocks import code_changes
 from olmoablate.plan.planfile import RunEntry

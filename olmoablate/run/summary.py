@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from olmoablate.models.generate import IncrementalDecoder
-from olmoablate.run import config as cfgs
+from olmoablate.run import trainer as cfgs
 from olmoablate.run.runplan import RunContext
 
 

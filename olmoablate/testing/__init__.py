@@ -9,7 +9,7 @@
   ``olmoablate.results`` frames against what ``report`` wrote;
 * :mod:`.slurm` -- helpers of the launcher tests against the local Slurm cluster, and a job
   target that records each task's device environment;
-* :mod:`.blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.blocks:ATTR``.
+* :mod:`.blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.bad_blocks:ATTR``.
 
 Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests),
 never the product (import-linter's ``testing-not-in-product`` contract).

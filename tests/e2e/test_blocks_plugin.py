@@ -83,7 +83,7 @@ def test_no_line_of_olmoablate_names_the_example() -> None:
 def test_layerscale_model_is_the_equation_and_costs_its_formula() -> None:
     import torch
 
-    from olmoablate.models.config import build_model, param_counts
+    from olmoablate.models.build import build_model, param_counts
     from olmoablate.models.generate import greedy_decode
 
     d = resolve(DIMS)

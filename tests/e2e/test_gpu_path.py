@@ -23,8 +23,8 @@ import torch
 from olmoablate.errors import UserError
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.run import callbacks as cbs
-from olmoablate.run import config as cfgs
 from olmoablate.run import slurm as devices
+from olmoablate.run import trainer as cfgs
 from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry, typed
 
@@ -118,7 +118,7 @@ def test_local_executor_parallel_gpu_jobs_get_their_own_gpus(
         ResultsDir(plan_path.parent),
         "local",
         parallel=2,
-        target="olmoablate.testing.slurm:record",
+        target="olmoablate.testing.cluster:record",
         progress=False,
     )
     slots = []
@@ -158,7 +158,7 @@ def test_ddp_on_cuda_trains_in_bf16_autocast() -> None:
 
 def test_single_process_bf16_autocast_config_builds() -> None:
     """The autocast dtype must be an OLMo-core DType (a torch.dtype crashed in build())."""
-    from olmoablate.models.config import build_model_config
+    from olmoablate.models.build import build_model_config
 
     run = typed(run_entry("r", "baseline", {}, training={"precision": "bf16"}))
     tm = cfgs.train_module_config(run, cfgs.Environment("cpu"))
@@ -466,7 +466,7 @@ def _saved_bytes(model: Any, ids: torch.Tensor) -> tuple[int, list[torch.Tensor]
 def test_depth_attention_activation_checkpointing_saves_memory_same_grads() -> None:
     from olmo_core.nn.transformer.config import TransformerActivationCheckpointingMode
 
-    from olmoablate.models.config import build_model_config
+    from olmoablate.models.build import build_model_config
 
     dims = {
         "d_model": 64,

@@ -22,15 +22,7 @@ from olmoablate.plan.layout import ResultsDir
 from olmoablate.run.launch import cancel
 from olmoablate.run.state import Ledger, reconcile
 from olmoablate.run.submit import submit
-from olmoablate.testing.plans import (
-    PAIR,
-    PAIR_STEPS,
-    ce_losses,
-    make_pair_plan,
-    read_status,
-    wait_for,
-)
-from olmoablate.testing.slurm import (
+from olmoablate.testing.cluster import (
     CLI,
     SLURM_NODES,
     assert_same_as_reference,
@@ -38,6 +30,14 @@ from olmoablate.testing.slurm import (
     plan_from_spec,
     status_json,
     wait_states,
+)
+from olmoablate.testing.plans import (
+    PAIR,
+    PAIR_STEPS,
+    ce_losses,
+    make_pair_plan,
+    read_status,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

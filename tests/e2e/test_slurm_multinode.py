@@ -25,16 +25,7 @@ from olmoablate.plan.layout import ResultsDir
 from olmoablate.run.state import Ledger
 from olmoablate.run.submit import submit
 from olmoablate.testing import REPO
-from olmoablate.testing.plans import (
-    PAIR,
-    PAIR_STEPS,
-    ce_losses,
-    make_plan,
-    pair_runs,
-    read_status,
-    wait_for,
-)
-from olmoablate.testing.slurm import (
+from olmoablate.testing.cluster import (
     SLURM_NODES,
     assert_same_as_reference,
     cli,
@@ -43,6 +34,15 @@ from olmoablate.testing.slurm import (
     status_json,
     wait_mid_run,
     wait_states,
+)
+from olmoablate.testing.plans import (
+    PAIR,
+    PAIR_STEPS,
+    ce_losses,
+    make_plan,
+    pair_runs,
+    read_status,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

@@ -21,8 +21,7 @@ from olmoablate.plan.layout import ResultsDir
 from olmoablate.run.resume import latest_checkpoint_step
 from olmoablate.run.state import Ledger
 from olmoablate.run.submit import submit
-from olmoablate.testing.plans import PAIR, make_plan, pair_runs, read_status, run_entry, wait_for
-from olmoablate.testing.slurm import (
+from olmoablate.testing.cluster import (
     assert_same_as_reference,
     cli,
     job_log,
@@ -32,6 +31,7 @@ from olmoablate.testing.slurm import (
     wait_mid_run,
     wait_states,
 )
+from olmoablate.testing.plans import PAIR, make_plan, pair_runs, read_status, run_entry, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ def _on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_value_residual_is_the_equation_and_costs_its_formula() -> None:
     import torch
 
-    from olmoablate.models.config import build_model, build_model_config, param_counts
+    from olmoablate.models.build import build_model, build_model_config, param_counts
     from olmoablate.models.generate import greedy_decode
     from olmoablate.run.proof import PROOF_SEQ_LEN, measured_flops_per_token
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from olmoablate.errors import UserError
-from olmoablate.models.config import build_model, build_model_config, param_counts
+from olmoablate.models.build import build_model, build_model_config, param_counts
 
 VOCAB = 64
 SEQ = 12

@@ -69,7 +69,7 @@ def _worker(root: str, dp: str) -> None:
         TransformerTrainModuleConfig,
     )
 
-    from olmoablate.models.config import build_model_config
+    from olmoablate.models.build import build_model_config
 
     torch.set_num_threads(1)
     prepare_training_environment(seed=0, backend=None if dp == "none" else "gloo")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from olmoablate.models.config import build_model
+from olmoablate.models.build import build_model
 from olmoablate.models.generate import IncrementalDecoder, greedy_decode
 
 VOCAB = 64

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from olmoablate.models.config import build_model
+from olmoablate.models.build import build_model
 from olmoablate.models.transformer import block_signatures, compile_graph_bound
 
 pytestmark = pytest.mark.slow

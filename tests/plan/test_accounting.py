@@ -138,7 +138,7 @@ VARIANTS = {
 @pytest.mark.parametrize("name", VARIANTS)
 def test_variant_counts_equal_the_built_model(name: str) -> None:
     """The plan's numbers are the trained model's numbers (GQA, SWA narrower than the sequence)."""
-    from olmoablate.models.config import build_model
+    from olmoablate.models.build import build_model
 
     size = {
         "d_model": 64,

@@ -53,7 +53,7 @@ def test_fields_are_olmo_core_config_fields_with_olmo_core_values() -> None:
     ],
 )
 def test_accounting_is_exact_against_the_built_model(fields: dict, extra: dict) -> None:
-    from olmoablate.models.config import build_model_config, unique_param_count
+    from olmoablate.models.build import build_model_config, unique_param_count
     from olmoablate.run import proof
 
     arch = {"olmo_core": fields, **extra}
@@ -70,7 +70,7 @@ def test_accounting_is_exact_against_the_built_model(fields: dict, extra: dict) 
 
 
 def test_rope_theta_and_block_name_reach_olmo_core() -> None:
-    from olmoablate.models.config import build_model_config
+    from olmoablate.models.build import build_model_config
 
     cfg = build_model_config(TINY, {"olmo_core": {"rope_theta": 10_000, "block_name": "default"}})
     assert cfg.block.sequence_mixer.rope.theta == 10_000 and cfg.block.name == "default"

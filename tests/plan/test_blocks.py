@@ -15,7 +15,8 @@ from olmoablate.plan import accounting as acc
 from olmoablate.plan.arch import parse_architecture
 from olmoablate.plan.blocks import code_identity, get_block
 from olmoablate.plan.sizes import resolve
-from olmoablate.testing import REPO, blocks, run_cli
+from olmoablate.testing import REPO, run_cli
+from olmoablate.testing import bad_blocks as blocks
 
 
 def test_validate_of_bundled_blocks_does_not_scan_entry_points() -> None:
@@ -44,13 +45,13 @@ def test_unknown_block_lists_bundled_and_installed_blocks() -> None:
 
 
 def test_module_attr_key_and_located_option_errors(tmp_path: Path) -> None:
-    a = parse_architecture({"olmoablate.testing.blocks:OFF_BY_ONE": {}})
-    assert list(a.as_mapping()) == ["olmoablate.testing.blocks:OFF_BY_ONE"]
+    a = parse_architecture({"olmoablate.testing.bad_blocks:OFF_BY_ONE": {}})
+    assert list(a.as_mapping()) == ["olmoablate.testing.bad_blocks:OFF_BY_ONE"]
     d = resolve({"d_model": 32, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 64,
                  "sliding_window": 16, "vocab_size": 512})
     assert acc.param_count(d, a) == acc.param_count(d, {}) + 1
     with pytest.raises(UserError, match=r"olmoablate\.testing\.blocks:OFF_BY_ONE\.x: unknown key"):
-        parse_architecture({"olmoablate.testing.blocks:OFF_BY_ONE": {"x": 1}})
+        parse_architecture({"olmoablate.testing.bad_blocks:OFF_BY_ONE": {"x": 1}})
     with pytest.raises(UserError, match="cannot load block 'nosuchmod:B'"):
         parse_architecture({"nosuchmod:B": {}})
     with pytest.raises(UserError, match=r"layerscale\.init: .*greater than 0"):
@@ -127,21 +128,21 @@ def test_code_identity_of_a_block_in_a_namespace_package_hashes_its_files(
 @pytest.mark.parametrize(
     ("attr", "message"),
     [
-        ("NO_MODEL", "does not set model ('module:attr' of its olmoablate.models.blocks"),
+        ("NO_MODEL", "does not set model ('module:attr' of its olmoablate.models.block_model"),
         ("MODEL_TYPO", "its torch half 'olmoablate.testing.block:UNCHANGED' cannot be found"),
     ],
 )
 def test_a_block_without_a_torch_half_is_a_spec_error(attr: str, message: str) -> None:
     # was an internal AttributeError (no `model`), or passed validate and plan (a typo)
     with pytest.raises(UserError, match=re.escape(message)):
-        parse_architecture({f"olmoablate.testing.blocks:{attr}": {}})
+        parse_architecture({f"olmoablate.testing.bad_blocks:{attr}": {}})
 
 
 def test_code_change_names_the_file_the_block_was_loaded_from() -> None:
     # a job whose cwd shadows the planned module loads other code: say which file it loaded
     from olmoablate.plan.blocks import code_changes
 
-    key = "olmoablate.testing.blocks:OFF_BY_ONE"
+    key = "olmoablate.testing.bad_blocks:OFF_BY_ONE"
     (msg,) = code_changes({key: {"sha256": "0" * 64, "version": None}}, {key: {}})
     assert "changed since plan" in msg
     assert msg.endswith(f"loaded here from {blocks.__file__}")

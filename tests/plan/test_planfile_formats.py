@@ -212,7 +212,7 @@ def test_on_gpu_is_decided_in_one_place() -> None:
 
 def test_precision_rule_is_one_property(one_gate_doc: dict[str, Any]) -> None:
     from olmoablate.plan.schema import computes_in_bf16
-    from olmoablate.run.config import computes_in_bf16 as job_rule
+    from olmoablate.run.trainer import computes_in_bf16 as job_rule
 
     cpu, gpu = Topology(gpus_per_node=0), Topology(gpus_per_node=8)
     rule = {

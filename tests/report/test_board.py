@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from olmoablate.report import track
+from olmoablate.report.assemble import build_all
 from olmoablate.report.board import build_board
-from olmoablate.report.build import build_all
 from olmoablate.report.collect import collect
 from olmoablate.report.document import write_all
 from olmoablate.testing import run_cli as _cli

@@ -119,7 +119,7 @@ def test_gate_change_after_planning_is_flagged(tmp_path: Path) -> None:
 
 
 def test_fingerprint_cache_follows_file_changes(tmp_path: Path) -> None:
-    from olmoablate.report.build import build
+    from olmoablate.report.assemble import build
 
     root = tmp_path / "synth"
     make_results(root, SynthSpec(), {"sn_da": ArmTruth(offset=-0.05)})
@@ -223,7 +223,7 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
     """While runs train, only the appended fingerprint lines are compared; the answers equal a
     check from scratch (no cache), including the step of a first mismatch."""
     import olmoablate.report.fingerprints as fingerprints_mod
-    from olmoablate.report.build import build
+    from olmoablate.report.assemble import build
 
     full_checks = {"n": 0}
     real = fingerprints_mod._full_check
@@ -279,7 +279,7 @@ def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path
     """A spec may leave `gate:` out; the report then decides at 1B with the schema's gate
     defaults (`collect.UNGATED`), never with a second copy of them."""
     from olmoablate.plan.schema import Gate
-    from olmoablate.report.build import build
+    from olmoablate.report.assemble import build
     from olmoablate.report.collect import UNGATED
 
     root = tmp_path / "synth"
@@ -324,7 +324,7 @@ def test_each_fingerprints_file_is_read_once_per_report(tmp_path: Path, monkeypa
     """A baseline serves every variant of its (size, seed): its fingerprints are read once per
     report, yet a file that changes between two pairs' checks is read again."""
     from olmoablate.report import fingerprints as fpm
-    from olmoablate.report.build import build
+    from olmoablate.report.assemble import build
 
     root = tmp_path / "synth"
     spec = SynthSpec(steps=60, variants={v: {"siamese_norm": {}} for v in ("a", "b", "c")})

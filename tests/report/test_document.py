@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from olmoablate.report.build import build, write_next_plan
+from olmoablate.report.assemble import build, write_next_plan
 from olmoablate.report.collect import collect
 from olmoablate.report.document import write_all
 from olmoablate.testing import REPO

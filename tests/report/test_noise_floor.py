@@ -13,7 +13,7 @@ import yaml
 from olmoablate.errors import UserError
 from olmoablate.plan.gate import LEGACY_FLOOR, GateNoise, NoiseFloor
 from olmoablate.plan.load import load_spec
-from olmoablate.report.build import build
+from olmoablate.report.assemble import build
 from olmoablate.report.collect import collect
 from olmoablate.report.noise import estimate, floor_source
 from olmoablate.stats import t_ppf

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from olmoablate.io import read_json, write_json_atomic
-from olmoablate.report.build import build
+from olmoablate.report.assemble import build
 from olmoablate.report.collect import collect
 from olmoablate.report.pairing import coverage_lines
 from olmoablate.testing.synthetic import SynthSpec, make_results

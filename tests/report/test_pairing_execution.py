@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from olmoablate.report.build import Report, build
+from olmoablate.report.assemble import Report, build
 from olmoablate.report.collect import collect
 from olmoablate.report.pairing import PARITY_KEYS, execution_mismatch
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from olmoablate.plan.planfile import Plan
 from olmoablate.plan.store import identify
-from olmoablate.report.build import build
+from olmoablate.report.assemble import build
 from olmoablate.report.collect import collect
 from olmoablate.testing.synthetic import (
     ArmTruth,

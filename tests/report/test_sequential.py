@@ -11,7 +11,7 @@ import pytest
 
 from olmoablate.plan.gate import NoiseFloor
 from olmoablate.plan.schema import Gate
-from olmoablate.report.build import Report, build
+from olmoablate.report.assemble import Report, build
 from olmoablate.report.cards import statistics_lines
 from olmoablate.report.collect import collect
 from olmoablate.report.noise import floor_source

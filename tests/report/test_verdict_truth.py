@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from olmoablate.report.build import Report, build
+from olmoablate.report.assemble import Report, build
 from olmoablate.report.collect import collect
 from olmoablate.stats import t_ppf
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results

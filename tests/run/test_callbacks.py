@@ -129,7 +129,7 @@ def test_loop_state_norms_are_recorded_without_a_host_sync() -> None:
     """Issue 27, 7: the looped arm's per-loop state norms used to be ``float()``-ed every step
     (b host syncs per step that no other arm pays). Norms on the meta device stand in for CUDA
     tensors: any conversion to a Python number raises."""
-    from olmoablate.models.config import build_model
+    from olmoablate.models.build import build_model
     from olmoablate.plan import metrics as names
     from olmoablate.run.callbacks import LoopCurriculumCallback
 

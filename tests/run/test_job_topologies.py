@@ -25,7 +25,7 @@ import pytest
 
 from olmoablate.errors import UserError
 from olmoablate.plan.planfile import RunEntry
-from olmoablate.run import config as cfgs
+from olmoablate.run import trainer as cfgs
 from olmoablate.run.job import run_job
 from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry, typed

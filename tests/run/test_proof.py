@@ -23,8 +23,8 @@ from olmoablate.run.job import run_job
 from olmoablate.run.submit import submit
 from olmoablate.testing.plans import certify, make_plan, run_entry
 
-OFF_BY_ONE = "olmoablate.testing.blocks:OFF_BY_ONE"
-FLOPS_OFF = "olmoablate.testing.blocks:FLOPS_OFF"
+OFF_BY_ONE = "olmoablate.testing.bad_blocks:OFF_BY_ONE"
+FLOPS_OFF = "olmoablate.testing.bad_blocks:FLOPS_OFF"
 
 
 def _status(plan: Path, run_id: str) -> dict:
@@ -77,7 +77,7 @@ def test_flops_formula_off_beyond_tolerance_fails_at_job_start(tmp_path: Path) -
 )
 def test_bundled_blocks_pass_the_proof(arch: dict) -> None:
     """The bundled formulas match the built models: params exactly, counted FLOPs exactly."""
-    from olmoablate.models.config import build_model_config
+    from olmoablate.models.build import build_model_config
 
     entry = run_entry("tiny-s0-x", "x", arch, steps=2)
     run = proof.RunEntry.model_validate(entry)
@@ -90,7 +90,7 @@ def test_bundled_blocks_pass_the_proof(arch: dict) -> None:
 BLOCK_SRC = '''
 from olmoablate.errors import Strict
 from olmoablate.plan.blocks import Block
-from olmoablate.models.blocks import BlockModel
+from olmoablate.models.block_model import BlockModel
 
 
 class Opts(Strict):

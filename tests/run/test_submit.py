@@ -21,6 +21,7 @@ from olmoablate.run import slurm as sl
 from olmoablate.run.job import DEBUG_STEP_SECONDS_ENV
 from olmoablate.run.state import Ledger, identity, reconcile
 from olmoablate.run.submit import check_spec, decide, submit
+from olmoablate.testing.cluster import plan_from_spec
 from olmoablate.testing.plans import (
     PAIR,
     PAIR_STEPS,
@@ -29,7 +30,6 @@ from olmoablate.testing.plans import (
     read_status,
     wait_for,
 )
-from olmoablate.testing.slurm import plan_from_spec
 
 CLI = [sys.executable, "-m", "olmoablate"]
 

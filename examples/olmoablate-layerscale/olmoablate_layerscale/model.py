@@ -22,8 +22,8 @@ from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.nn.transformer.block import ReorderedNormTransformerBlock
 from olmo_core.nn.transformer.config import TransformerBlockConfig, TransformerBlockType
 
+from olmoablate.models.block_model import BlockModel
 from olmoablate.plan.sizes import SizeDims
-from olmoablate.models.blocks import BlockModel
 
 
 class LayerScaleBlock(ReorderedNormTransformerBlock):

@@ -24,8 +24,8 @@ from olmo_core.nn.buffer_cache import BufferCache
 from olmo_core.nn.transformer import TransformerConfig
 from olmo_core.nn.transformer.config import TransformerBlockConfig
 
+from olmoablate.models.block_model import BlockModel
 from olmoablate.plan.sizes import SizeDims
-from olmoablate.models.blocks import BlockModel
 
 
 class _V1:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from olmoablate.errors import UserError
-from olmoablate.models.config import build_model_config
+from olmoablate.models.build import build_model_config
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.plan.schema import computes_in_bf16 as precision_rule
 from olmoablate.plan.sizes import dolma2_tokenizer_file

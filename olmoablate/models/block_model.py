@@ -59,6 +59,6 @@ def model_part(key: str) -> BlockModel:
         part = part()
     if not isinstance(part, BlockModel):
         raise TypeError(
-            f"block {key!r}: {block.model!r} is not an olmoablate.models.blocks.BlockModel"
+            f"block {key!r}: {block.model!r} is not an olmoablate.models.block_model.BlockModel"
         )
     return part

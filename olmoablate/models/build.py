@@ -23,7 +23,7 @@ from olmo_core.nn.feed_forward import FeedForwardConfig
 from olmo_core.nn.transformer import TransformerBlockType, TransformerConfig, TransformerType
 
 from olmoablate.errors import UserError
-from olmoablate.models.blocks import model_part
+from olmoablate.models.block_model import model_part
 from olmoablate.models.transformer import AblationTransformer
 from olmoablate.plan.arch import Architecture, parse_architecture
 from olmoablate.plan.sizes import SizeDims, resolve

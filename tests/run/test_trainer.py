@@ -1,4 +1,4 @@
-"""Tests of olmoablate.run.config: the run entry -> OLMo-core config translation."""
+"""Tests of olmoablate.run.trainer: the run entry -> OLMo-core config translation."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from olmo_core.optim import (
 )
 
 from olmoablate.errors import UserError
-from olmoablate.run import config as cfgs
+from olmoablate.run import trainer as cfgs
 from olmoablate.run.runplan import load_run
 from olmoablate.testing.plans import certify, make_plan, run_entry, typed
 

@@ -10,7 +10,7 @@ import pytest
 
 from olmoablate.io import read_json
 from olmoablate.plan.planfile import Plan
-from olmoablate.report.build import Report, build, write_next_plan
+from olmoablate.report.assemble import Report, build, write_next_plan
 from olmoablate.report.collect import collect
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 

@@ -141,7 +141,7 @@ def test_gates_are_preregistered_independently(tmp_path: Path) -> None:
 def test_pairs_are_measured_once_and_shared_by_every_gate(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from olmoablate.report import build as gates
+    from olmoablate.report import assemble as gates
     from olmoablate.report import compare as pair
     from olmoablate.report.collect import collect
 
