@@ -50,7 +50,7 @@ def test_module_attr_key_and_located_option_errors(tmp_path: Path) -> None:
     d = resolve({"d_model": 32, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 64,
                  "sliding_window": 16, "vocab_size": 512})
     assert acc.param_count(d, a) == acc.param_count(d, {}) + 1
-    with pytest.raises(UserError, match=r"olmoablate\.testing\.blocks:OFF_BY_ONE\.x: unknown key"):
+    with pytest.raises(UserError, match=r"olmoablate\.testing\.bad_blocks:OFF_BY_ONE\.x: unknown key"):
         parse_architecture({"olmoablate.testing.bad_blocks:OFF_BY_ONE": {"x": 1}})
     with pytest.raises(UserError, match="cannot load block 'nosuchmod:B'"):
         parse_architecture({"nosuchmod:B": {}})
