@@ -1,11 +1,13 @@
-"""Cold-start time of `olmoablate --help` (goal <= 0.2 s) and `olmoablate validate specs/`
-(goal <= 0.3 s): what a user waits for on a login node.
+"""Cold-start time of `olmoablate --help` (goal <= 0.5 s) and `olmoablate validate specs/`
+(goal <= 1 s): what a user waits for on a login node.
 
 Runs each command ``--runs`` times in fresh processes and prints the median and the fastest wall
 time, the median's ratio to the goal, and the median CPU time of the child (user + system, from
 its rusage), the steadier figure when other jobs share the machine. Two floors put them in
 context: the bare interpreter start-up, and the libraries `validate` cannot do without (Typer,
-pydantic with its first validator, PyYAML), which no change here can beat.
+pydantic with its first validator, PyYAML), which no change here can beat. The product does no
+start-up tuning of its own (no collector settings, no import tricks): the login-node commands stay
+light because an import-linter contract keeps torch, pandas and matplotlib off their path.
 
 ``--baseline-rev REV`` also times the code of a git revision (checked out into a temporary
 worktree, imported through PYTHONPATH with this checkout's virtualenv), alternating old and new
@@ -26,17 +28,14 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from olmoablate.cli import GC_THRESHOLDS  # noqa: E402
 
-GOALS_S = {"--help": 0.2, "validate": 0.3}
+GOALS_S = {"--help": 0.5, "validate": 1.0}
 COMMANDS = (
     ("olmoablate --help", ["--help"]),
     ("olmoablate validate specs/", ["validate", "specs/"]),
 )
-#: The libraries' share, with the collector settings `olmoablate.cli.main` runs commands under.
+#: The libraries' share: what any Typer + pydantic + YAML command pays before doing anything.
 LIBRARIES = (
-    f"import atexit, gc\ngc.set_threshold{GC_THRESHOLDS}\natexit.register(gc.freeze)\n"
     "import typer, typer._adapters, pydantic.main, pydantic.plugin._loader, yaml\n"
     "from pydantic import BaseModel\n"
     "class M(BaseModel):\n    x: int = 1\n"

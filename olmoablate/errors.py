@@ -47,13 +47,11 @@ def parse_choices(values: list[str] | None, allowed: tuple[str, ...], option: st
     return chosen
 
 
-# --------------------------------------------------------------------------------------------------
 # The pydantic base every contract model shares, and the small types they reuse.
 #
 # Why strict: a typo in a 7B spec (``learning_rate`` instead of ``lr``) must fail `validate` in CI,
 # not silently train with a default for days; the same strictness makes a hand-edited plan.json
 # fail `Plan.load` with the field's name instead of a KeyError ten minutes into a Slurm job.
-# --------------------------------------------------------------------------------------------------
 
 
 #: Names of specs, variants, gates and eval sets (they become file and run names).

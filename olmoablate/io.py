@@ -277,13 +277,6 @@ def _line(node: Any) -> int:
     return mark.line + 1 if mark is not None else 1
 
 
-def read_json_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> Any:
-    """:func:`read_json` within limits: at most ``limit`` bytes read, and nesting within
-    Python's recursion limit. Raises OSError, ValueError (bad JSON, bad UTF-8) or
-    :class:`InputLimitError`."""
-    return parse_json_bounded(read_bytes_bounded(path, limit))
-
-
 def read_bytes_bounded(path: str | os.PathLike[str], limit: int = MAX_JSON_BYTES) -> bytes:
     """At most ``limit`` bytes of ``path`` (:class:`InputLimitError` beyond)."""
     with open(path, "rb") as fh:
@@ -301,7 +294,6 @@ def parse_json_bounded(data: bytes) -> Any:
         raise InputLimitError("nested too deeply") from None
 
 
-# --------------------------------------------------------------------------------------------------
 # Tables and progress lines that stay whole in a terminal, a Slurm log, CI or ``| tee``.
 #
 # Why: rich sizes a table to the console, and a console that is not a terminal is 80 columns wide,
@@ -309,7 +301,6 @@ def parse_json_bounded(data: bytes) -> Any:
 # table of the CLI is printed through :func:`print_whole`, which widens the output to what the
 # table needs instead of cutting cells. rich is imported inside the functions: ``plan`` and
 # ``status`` import this module on a login node.
-# --------------------------------------------------------------------------------------------------
 
 
 #: Widest output a table may ask for (a safety cap, far beyond any real table of ours).

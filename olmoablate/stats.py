@@ -86,11 +86,6 @@ def t_ppf(p: float, dof: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def quantile(p: float, dof: float) -> float:
-    """t quantile, or the normal one when the sd is known (``dof`` = inf)."""
-    return t_ppf(p, dof)
-
-
 def p_above(mean: float, se: float, bar: float, dof: float) -> float:
     """One-sided p-value of H0: effect <= bar against H1: effect > bar (t with ``dof``)."""
     if not (math.isfinite(se) and se > 0):
@@ -227,7 +222,6 @@ def seeds_for_power(
     return lo, resolve_power(gap, sd, lo, confidence)
 
 
-# --------------------------------------------------------------------------------------------------
 # Group-sequential boundaries for the gate's seed stages: Lan-DeMets alpha spending.
 #
 # Why here (the contract): `plan` prints the boundaries a design will use and `report` decides
@@ -242,7 +236,6 @@ def seeds_for_power(
 # raises the false-proceed rate. The paired t at look k has n_k - 1 dof and an estimated sd, so each
 # c_k is applied as a matched tail probability: proceed when the one-sided t p-value with n_k - 1
 # dof is <= 1 - Phi(c_k). bench/gate_calibration.py checks the resulting level by simulation.
-# --------------------------------------------------------------------------------------------------
 
 
 OBRIEN_FLEMING, POCOCK = "obrien_fleming", "pocock"

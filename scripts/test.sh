@@ -2,7 +2,7 @@
 # The test command (README's second command; .ci/run calls exactly this):
 # installs what it needs, starts the local 2-node Slurm dev cluster (root only), validates the shipped
 # specs, checks ruff and the import layering (lint-imports, contracts in pyproject.toml), runs the
-# whole pytest suite, and stops the cluster again.
+# whole pytest suite on two workers, and stops the cluster again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -35,8 +35,10 @@ echo "== ruff"
 ruff check olmoablate tests bench scripts || exit 1
 echo "== lint-imports (layers: cli -> stages -> contract -> base; no torch on light paths; no cycles)"
 lint-imports --no-cache || exit 1
-echo "== pytest"
-python -m pytest -q -p no:cacheprovider --durations=30 "$@"
+# Two workers (pytest-xdist) on the 2-core box; the Slurm tests share the one cluster, so they run
+# in order on one worker (xdist_group "slurm", tests/conftest.py) while the other takes the rest.
+echo "== pytest (2 workers)"
+python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"
 rc=$?
 [ $rc -eq 5 ] && { echo "test: pytest collected no tests" >&2; exit 1; }
 exit $rc

@@ -28,6 +28,14 @@ from olmoablate.testing.plans import PAIR, PAIR_STEPS, ce_losses, make_pair_plan
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Slurm tests share one cluster: under pytest-xdist's ``--dist loadgroup`` they run in
+    order on one worker (scripts/test.sh), while the other workers take everything else."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def _skip_or_fail(reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but the Slurm dev cluster is unavailable: {reason}")

@@ -129,14 +129,12 @@ def batched(items: list[Document], size: int) -> Iterator[list[Document]]:
         yield items[start : start + size]
 
 
-# --------------------------------------------------------------------------------------------------
 # The prepared demo folder's ``manifest.json``, and the check that a folder is what it says.
 #
 # Why apart from the preparing code: the training job, `data check` and `validate` read and verify
 # prepared folders on machines that never tokenize anything, so this module imports neither
 # tokenizers nor numpy. What the files are (OLMo-core's raw token-file format, the dtype rule, the
 # held-out split) is described in :mod:`olmoablate.data.prepare`, which writes them.
-# --------------------------------------------------------------------------------------------------
 
 
 MANIFEST_SCHEMA = 2

@@ -290,12 +290,10 @@ def _bpe_provenance(vocab: Vocab, bpe_texts: list[str], heldout_every: int) -> d
     }
 
 
-# --------------------------------------------------------------------------------------------------
 # `olmoablate data prepare|check`: build and verify the offline demo token files.
 #
 # Imported by the CLI at start-up, so only light modules at top level: the preparing and checking
 # code (and through it numpy and tokenizers) is imported inside the commands.
-# --------------------------------------------------------------------------------------------------
 
 
 data_app = typer.Typer(

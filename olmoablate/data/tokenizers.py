@@ -94,7 +94,6 @@ def to_json_bytes(tok: Tokenizer) -> bytes:
     )
 
 
-# --------------------------------------------------------------------------------------------------
 # The vendored dolma2 tokenizer (OLMo 2/3), loadable with no network access.
 #
 # Why vendored: OLMo-core's ``TokenizerConfig.dolma2()`` only names the Hugging Face hub id, and
@@ -104,7 +103,6 @@ def to_json_bytes(tok: Tokenizer) -> bytes:
 # is detected instead of producing token ids that disagree with real OLMo 3 data.
 #
 # This module imports nothing heavy at top level: the CLI imports it at start-up.
-# --------------------------------------------------------------------------------------------------
 
 
 if TYPE_CHECKING:
@@ -189,7 +187,6 @@ def load_tokenizer(*, encode_special_tokens: bool = True) -> Tokenizer:
     return tok
 
 
-# --------------------------------------------------------------------------------------------------
 # The tokenizers `data prepare` can write token files with: dolma2 (real runs) and a 4,096-entry BPE.
 #
 # A :class:`Vocab` says everything the token files depend on: the tokenizer file and its pinned
@@ -202,7 +199,6 @@ def load_tokenizer(*, encode_special_tokens: bool = True) -> Tokenizer:
 # training documents and checks that it reproduces the shipped file byte for byte (the provenance
 # check recorded in the manifest); a different corpus or ``tokenizers`` version gives a warning and
 # the shipped file is used, so token files and specs always agree.
-# --------------------------------------------------------------------------------------------------
 
 
 if TYPE_CHECKING:

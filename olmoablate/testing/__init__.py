@@ -24,13 +24,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# --------------------------------------------------------------------------------------------------
 # Where the test support's files are: the tiny spec it ships, and the checkout it runs from.
 #
 # ``MINIMAL_SPEC`` is package data (it travels with ``olmoablate.testing``, so a block package's own
 # tests can plan it too). ``REPO`` and ``TESTS`` name the source checkout this ``olmoablate`` was
 # imported from: only meaningful in a checkout (the test suite, ``bench/``), never in an install.
-# --------------------------------------------------------------------------------------------------
 
 
 HERE = Path(__file__).resolve().parent
@@ -43,12 +41,10 @@ REPO = HERE.parents[1]
 TESTS = REPO / "tests"
 
 
-# --------------------------------------------------------------------------------------------------
 # Run the real `olmoablate` command line in a fresh process, as a user would.
 #
 # Wide terminal (``COLUMNS=200``, so rich tables are not wrapped in the assertions' text) and one
 # intra-op thread (the tests share 2 cores); no return-code check, the caller asserts on it.
-# --------------------------------------------------------------------------------------------------
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -62,9 +58,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-# --------------------------------------------------------------------------------------------------
 # plan.json as earlier releases wrote it, built from a current plan (for the upgrade tests).
-# --------------------------------------------------------------------------------------------------
 
 
 def as_format_1(doc: dict[str, Any]) -> dict[str, Any]:

@@ -138,14 +138,12 @@ def kill_training_processes(job_id: str) -> list[int]:
     return killed
 
 
-# --------------------------------------------------------------------------------------------------
 # A job target for tests/e2e/test_gpu_path.py: records the device environment each task gets.
 #
 # Imported by the local executor's job processes (``"olmoablate.testing.cluster:record"``,
 # importable wherever olmoablate is, with no tests/ folder on ``PYTHONPATH``), so it must not
 # need pytest. Every task writes what it sees, waits until all tasks of its job have written (the
 # local controller stops the other tasks as soon as one returns), and rank 0 marks the run done.
-# --------------------------------------------------------------------------------------------------
 
 
 def record(plan_path: str, run_id: str) -> dict[str, Any]:

@@ -283,10 +283,8 @@ def make_results(
     return plan.as_json()
 
 
-# --------------------------------------------------------------------------------------------------
 # Checks `olmoablate.results` frames against the files `report` wrote (shared by the synthetic
 # test in test_results.py and the real end-to-end folder in e2e/test_pipeline.py).
-# --------------------------------------------------------------------------------------------------
 
 
 def _same(a: Any, b: Any) -> bool:
