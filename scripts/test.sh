@@ -33,7 +33,7 @@ echo "== olmoablate validate --strict --skip-paths specs/ (as the CI template)"
 olmoablate validate --strict --skip-paths specs/ || exit 1
 echo "== ruff"
 ruff check olmoablate tests bench scripts || exit 1
-echo "== lint-imports (layers: cli -> stages -> contract -> base; no torch on light paths; no cycles)"
+echo "== lint-imports (pipeline report -> run -> models -> plan -> base; login-node commands light; no cycles)"
 lint-imports --no-cache || exit 1
 # Two workers (pytest-xdist) on the 2-core box; the Slurm tests share the one cluster, so they run
 # in order on one worker (xdist_group "slurm", tests/conftest.py) while the other takes the rest.

@@ -7,9 +7,9 @@
   token files the training and launch tests run, and the tiny baseline/variant pair;
 * :mod:`.synthetic` -- synthetic results folders with known truth, and the check of
   ``olmoablate.results`` frames against what ``report`` wrote;
-* :mod:`.slurm` -- helpers of the launcher tests against the local Slurm cluster, and a job
+* :mod:`.cluster` -- helpers of the launcher tests against the local Slurm cluster, and a job
   target that records each task's device environment;
-* :mod:`.blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.bad_blocks:ATTR``.
+* :mod:`.bad_blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.bad_blocks:ATTR``.
 
 Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests),
 never the product (import-linter's ``testing-not-in-product`` contract).
