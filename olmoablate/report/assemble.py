@@ -346,16 +346,8 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------------------
-# One verdict per proposal: measure every pair once, then decide each pre-registered gate.
-#
-# Why per gate with the single-gate code: each gate (``gates:`` in the spec) has its own rule,
-# variant, reference, metric and hash; deciding each with exactly the code a one-gate spec uses
-# (pre-registration check, noise source, statistics) means two gates can never influence each
-# other's verdict, and a spec with ``gate:`` is the one-gate case of the same path. The pairs'
-# comparisons (alignment at matched tokens, stability, cost) do not depend on the gate: they are
-# computed once (:func:`~olmoablate.report.compare.measure_all`) and handed to every gate.
-# --------------------------------------------------------------------------------------------------
+# One verdict per proposal: the pairs are measured once (gate-independent), then each gate is
+# decided by exactly the one-gate code, so two gates can never influence each other's verdict.
 
 
 def results_for_gate(results: Results, view: Plan) -> Results:

@@ -22,20 +22,18 @@ import dataclasses
 import html
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError
-from olmoablate.io import file_in_the_way, read_json
+from olmoablate.io import file_in_the_way, make_console, print_whole, read_json, write_text_atomic
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.names import DONE_STATES, GATE_FILE, LIVE_STATES, PLAN_FILE
 from olmoablate.plan.planfile import Plan
-from olmoablate.plan.store import spec_dirs
+from olmoablate.plan.store import default_store, spec_dirs
 from olmoablate.report import track
 from olmoablate.run.files import RunStatus
-
-LIVE, FINAL = LIVE_STATES, DONE_STATES
 
 
 @dataclasses.dataclass
@@ -120,10 +118,10 @@ def _spec_costs(rd: ResultsDir, plan: Plan, futility: float) -> tuple[SpecRow, s
             continue
         planned += run.gpu_hours
         step = status.step
-        done = 1.0 if state in FINAL else (min(1.0, step / run.steps) if step else 0.0)
+        done = 1.0 if state in DONE_STATES else (min(1.0, step / run.steps) if step else 0.0)
         spent += run.gpu_hours * done
-    n_done = sum(s in FINAL for s in states)
-    if any(s in LIVE for s in states):
+    n_done = sum(s in DONE_STATES for s in states)
+    if any(s in LIVE_STATES for s in states):
         state = "training"
     elif n_done == len(states):
         state = "trained"
@@ -197,7 +195,7 @@ def _newer_than(rd: ResultsDir, plan: Plan, path: Path) -> list[str]:
     for run in plan.runs:
         rdir = rd.run(run.run_id)
         doc = _status(rdir)
-        if doc.state in FINAL and _written(doc, rdir.status) > written:
+        if doc.state in DONE_STATES and _written(doc, rdir.status) > written:
             out.append(run.run_id)
     return out
 
@@ -345,14 +343,8 @@ def _groups(share: dict[str, list[str]]) -> dict[str, int]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# `olmoablate board [ROOT]`: the board (:mod:`olmoablate.report.board`) as a terminal table,
-# markdown, HTML or JSON. Login-node light: rich only, no pandas or matplotlib.
-# --------------------------------------------------------------------------------------------------
+# `olmoablate board [ROOT]`: the board as a terminal table, markdown, HTML or JSON (rich only).
 
-
-if TYPE_CHECKING:  # the board reads plans (pydantic models): loaded when the command runs
-    pass
 
 FORMATS = ("table", "md", "html", "json")
 COLUMNS = (
@@ -455,8 +447,6 @@ def print_table(board: Board) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from olmoablate.io import make_console, print_whole
-
     console = make_console()
     table = Table(title=f"board: {board.root}")
     for c in COLUMNS:
@@ -487,8 +477,6 @@ def board_command(
     """One table of every spec under the store: verdicts, effects, noise, costs, track record.
 
     ROOT is the store (the folder holding results/<spec>/ folders), not one spec's folder."""
-    from olmoablate.plan.store import default_store
-
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -508,8 +496,6 @@ def board_command(
         if f == "table":
             print_table(board)
         elif out is not None:
-            from olmoablate.io import write_text_atomic
-
             path = out / f"board.{f}"
             write_text_atomic(path, text[f](board))
             typer.echo(f"wrote {path}")

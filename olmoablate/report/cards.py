@@ -21,15 +21,12 @@ from typing import Any
 
 from olmoablate.io import write_bytes_atomic
 from olmoablate.report.assemble import Report
+from olmoablate.report.noise import Estimate
 from olmoablate.report.sequential import SequentialResult
-from olmoablate.report.verdict import Estimate, VariantVerdict
+from olmoablate.report.verdict import VariantVerdict
 
-# --------------------------------------------------------------------------------------------------
-# The gate's statistics in words, for every renderer (markdown, HTML, terminal).
-#
-# Why one function: the noise source, the seeds-needed line, Holm and the overhead interval are
-# what make a verdict checkable; all three outputs must say the same thing.
-# --------------------------------------------------------------------------------------------------
+# The gate's statistics in words, one function for every renderer: the noise source, seeds
+# needed, Holm and the overhead interval make a verdict checkable, and all outputs must agree.
 
 
 def statistics_lines(report: Report) -> list[str]:
@@ -106,17 +103,9 @@ def estimate_cells(est: Any) -> list[Any]:
 
 #: The per-variant table of a gate's details.
 VERDICT_HEADER = [
-    "variant",
-    "role",
-    "verdict",
-    "improvement",
-    "lower bound",
-    "upper bound",
-    "seeds",
-    "invalid pairs",
-    "noise",
-    "checks",
-]
+    "variant", "role", "verdict", "improvement", "lower bound", "upper bound", "seeds",
+    "invalid pairs", "noise", "checks",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,21 +201,14 @@ def verdict_rows(report: Report) -> list[list[Any]]:
     for v in report.variant_verdicts:
         est = v.checks[0].estimate if v.checks else None
         rows.append(
-            [
-                v.variant,
-                v.role,
-                v.verdict.upper(),
-                *estimate_cells(est),
-                len(v.excluded_pairs),
-                est.source if est else "—",
-                "; ".join(c.outcome for c in v.checks) or "—",
-            ]
-        )
+            [v.variant, v.role, v.verdict.upper(), *estimate_cells(est), len(v.excluded_pairs),
+             est.source if est else "—", "; ".join(c.outcome for c in v.checks) or "—"]
+        )  # fmt: skip
     return rows
 
 
 def card_plot_name(gate_name: str) -> str:
-    return "gate__" + "".join(c if c.isalnum() or c in "-_." else "_" for c in gate_name) + ".png"
+    return f"gate__{safe_name(gate_name)}.png"
 
 
 def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Card]:
@@ -262,9 +244,7 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
     return out
 
 
-# --------------------------------------------------------------------------------------------------
 # Matplotlib (Agg) set-up and the PNG writer shared by the report's figures.
-# --------------------------------------------------------------------------------------------------
 
 
 def safe_name(name: str) -> str:
@@ -307,14 +287,8 @@ def figure_hash(module_file: str) -> Any:
     return hashlib.sha256(_drawing_code(module_file))
 
 
-# --------------------------------------------------------------------------------------------------
-# The paired-delta plot of a verdict card: what the gate decided on, per seed, with the bar.
-#
-# Why this plot on the card: the gate's number is the mean over seeds of the paired improvement at
-# the last eval points; drawing each seed's improvement at matched tokens (positive = the variant
-# is better), the estimate's one-sided interval and ``min_effect`` shows at a glance whether the
-# seeds agree, whether the curve has settled and how far the interval is from the bar.
-# --------------------------------------------------------------------------------------------------
+# The card's paired-delta plot: each seed's improvement at matched tokens, the interval and the
+# bar, so a reader sees whether the seeds agree, the curve has settled, and how far the bar is.
 
 
 def _vs_baseline(v: VariantVerdict) -> Estimate | None:

@@ -35,13 +35,8 @@ from olmoablate.run import columnar
 from olmoablate.run.files import RunFile, RunStatus, RunSummary
 from olmoablate.run.metricsfile import Metrics, append, read_metrics, read_part
 
-# --------------------------------------------------------------------------------------------------
-# One arm's curve: y(x), finite points only, sorted by x; and a run's cumulative-FLOPs axis.
-#
-# Why in ``read``: the loader builds one per metric of a run (``RunData.curve``); every comparison
-# (:mod:`olmoablate.report.compare`) and the notebook frames
-# (:mod:`olmoablate.report.frames`) then read them, on the same FLOPs axis.
-# --------------------------------------------------------------------------------------------------
+# One arm's curve (finite, sorted by x) and a run's cumulative-FLOPs axis: built once per metric
+# of a run, read by every comparison and by the notebook frames on the same axis.
 
 
 @dataclass
@@ -92,41 +87,14 @@ def cumulative_flops(
     return None, "unavailable"
 
 
-# --------------------------------------------------------------------------------------------------
-# The training job's per-step timing columns, as the report reads them from metrics files.
-#
-# Why in ``read``: the loader keeps these columns of every run; the overhead statistic
-# (:mod:`olmoablate.report.overhead`) and the cost rows read them back by these names.
-# --------------------------------------------------------------------------------------------------
+#: The job's per-step timing columns (named in plan.metrics): wall time, process CPU time, and the
+#: step's index within its attempt (1 after a resume); the overhead statistic reads them back.
+WALL, CPU, ATTEMPT = names.STEP_TIME, names.STEP_CPU_TIME, names.STEP_IN_ATTEMPT
 
 
-#: The training job's per-step timing columns (named once, in the contract): wall time, process
-#: CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = names.STEP_TIME, names.STEP_CPU_TIME
-ATTEMPT = names.STEP_IN_ATTEMPT
-#: Steps of every attempt (start or resume) that are warm-up (defined once, in the contract).
-ATTEMPT_WARMUP_STEPS = names.ATTEMPT_WARMUP_STEPS
-
-
-# --------------------------------------------------------------------------------------------------
-# The metrics store: each run's ``metrics.jsonl`` read through its one cache, the columnar copy.
-#
-# Why one cache: the training job already keeps ``metrics.arrow`` next to ``metrics.jsonl``
-# (:mod:`olmoablate.run.columnar`: the parse of the file's first ``offset`` bytes, every key,
-# column-wise, vouched for by a probe of those bytes). The report and ``olmoablate.results`` read
-# that copy (only the columns they want) and parse only the lines after its offset; where a copy
-# is missing, stale (a resumed job rewrote the file: a new inode, other bytes) or far behind, the
-# store rebuilds it (:func:`olmoablate.run.columnar.refresh`), so the next reader, whichever
-# command it is, finds it current. There is no second cache of the same rows.
-#
-# Why incremental: metrics.jsonl is append-only while a run trains, so a re-run parses only the
-# rows appended since the copy; rows whose steps do not come strictly after the copy's (a copied
-# file with requeue duplicates) make the file be parsed again in full (per-key last-row-wins needs
-# every row). An unterminated last line is joined to the answer but never stored (the writer may
-# be completing it). Every answer equals :func:`olmoablate.run.metricsfile.read_metrics` of the
-# whole file. Files parsed from scratch go through a process pool (one process per core). A
-# read-only results folder keeps no copy and is parsed each time.
-# --------------------------------------------------------------------------------------------------
+# The metrics store: each metrics.jsonl is read through its one cache, the job's columnar copy
+# (olmoablate.run.columnar), plus only the rows appended since; a stale or far-behind copy is
+# rebuilt for the next reader. Every answer equals read_metrics of the whole file.
 
 
 #: One metrics file to load: (run id, metrics.jsonl, wanted keys, wanted key prefixes).
@@ -247,13 +215,8 @@ def load_metrics_many(
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
-    "tokens",
-    names.CE_LOSS,
-    names.GRAD_NORM,
-    names.STEP_SKIPPED,
-    names.TOTAL_PFLOPS,
-    names.LOOPS,
-)
+    "tokens", names.CE_LOSS, names.GRAD_NORM, names.STEP_SKIPPED, names.TOTAL_PFLOPS, names.LOOPS,
+)  # fmt: skip
 PREFIXES = (names.EVAL_PREFIX, names.H_NORM_PREFIX)
 #: Always read: steady-state step times give the step-time overhead its interval.
 STEP_TIME_KEYS = (WALL, CPU, ATTEMPT)
@@ -472,13 +435,7 @@ def collect(
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# Where each run lives outside the results folder: its W&B run (``runs/<id>/wandb.json``).
-#
-# Why a file written by the job and not a W&B API call: the report must work on a laptop from a
-# copied results folder, offline; the training job records the id, project and (when online) the
-# URL once, and `report` and `olmoablate.results` only read it.
-# --------------------------------------------------------------------------------------------------
+# Each run's W&B record (runs/<id>/wandb.json), written by the job: the report works offline.
 
 
 def wandb_links(results: Results) -> dict[str, dict[str, Any]]:

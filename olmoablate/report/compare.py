@@ -39,15 +39,8 @@ from olmoablate.report.pairing import (
 from olmoablate.report.prereg import pair_identity_problems
 from olmoablate.run.files import ProofRecord, RunStatus, RunSummary
 
-# --------------------------------------------------------------------------------------------------
-# Matched-token (and matched-FLOP) alignment of two arms' curves.
-#
-# Why a separate module: every number the report prints compares the arms *at the same amount of
-# training*, never "at the end of whatever each run reached". Train loss is interpolated onto one
-# token grid that stops where the shorter arm stops; eval points are only paired at identical token
-# counts (both arms evaluate at the same steps, so no interpolation is needed or allowed). Under
-# FLOPs matching the same is done on a cumulative-FLOPs axis, labelled as such.
-# --------------------------------------------------------------------------------------------------
+# Alignment: the arms are compared at the same amount of training, never "at the end": train loss
+# on one grid that stops where the shorter arm stops, eval points only at identical token counts.
 
 
 @dataclass
@@ -166,13 +159,8 @@ def loss_spikes(
     return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
 
-# --------------------------------------------------------------------------------------------------
-# Looped-variant extras of a pair: eval loss against the loop count at eval, and H norms.
-#
-# Why separate: only a ``looped:`` variant logs per-loop-count evals (``... (loops=n)``) and
-# ``train/H norm (loop t)``; the report shows how the loss behaves below, at and beyond the trained
-# loop count ``b`` (post-horizon divergence), beside the baseline's final loss.
-# --------------------------------------------------------------------------------------------------
+# Looped variants: eval loss against the loop count at eval (below, at and beyond the trained
+# count) and H norms; only a ``looped:`` variant logs these.
 
 
 def loop_eval(name: str) -> tuple[str, int] | None:
@@ -324,8 +312,8 @@ class PairResult:
     cost: list[dict[str, Any]] = field(default_factory=list)
     overhead: dict[str, float | None] = field(default_factory=dict)
     looped: dict[str, Any] | None = None
-    #: What differs between the arms' summary.json execution blocks (report.compare.execution); when
-    #: non-empty the measured cost is shown but not compared and stays out of the gate.
+    #: What differs between the arms' execution records (:func:`.pairing.execution_mismatch`):
+    #: when non-empty the measured cost is shown but not compared and stays out of the gate.
     execution_mismatch: list[str] = field(default_factory=list)
     complete: bool = False
     incomplete_reason: str = ""
@@ -415,15 +403,6 @@ def _eval_keys(run: RunData) -> list[str]:
     if run.metrics is None:
         return []
     return sorted(k for k in run.metrics.columns if names.is_eval(k))
-
-
-def compare_pair(results: Results, pair: Pair) -> PairResult | None:
-    """All comparisons of one pair under ``results.gate`` (None when the plan does not know one
-    of its runs): :func:`measure_pair` then :func:`for_gate`."""
-    res = measure_pair(results, pair)
-    if res is None:
-        return None
-    return for_gate(res, bool(getattr(results.gate, "allow_partial_pairs", False)))
 
 
 def measure_all(results: Results) -> list[PairResult]:

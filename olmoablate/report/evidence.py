@@ -13,11 +13,18 @@ from dataclasses import dataclass
 
 from olmoablate.plan import metrics as names
 from olmoablate.plan.schema import Gate
-from olmoablate.report.collect import Results, RunData
+from olmoablate.report.collect import ATTEMPT, CPU, WALL, Results, RunData
 from olmoablate.report.compare import Aligned, PairResult, improvement_sign, match_points
-from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
-from olmoablate.report.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
-from olmoablate.report.verdict import Estimate, PairEvidence, estimate
+from olmoablate.report.noise import (
+    Estimate,
+    NoiseSource,
+    aa_source,
+    estimate,
+    floor_source,
+    run_level_values,
+)
+from olmoablate.report.overhead import ArmTiming, arm_timing
+from olmoablate.report.verdict import PairEvidence
 
 
 def gate_series(
@@ -156,13 +163,8 @@ def consistency(
     return rows, verdict
 
 
-# --------------------------------------------------------------------------------------------------
-# What the gate needs from a results folder beyond the pairs: its noise source, the cheapest way
-# out of an unresolvable one-seed gate, and each pair's steady-state step times.
-#
-# Why separate from `olmoablate.report.verdict`: the gate stays a pure function of numbers; this
-# module reads runs (A/A baselines, ledger, summaries) and turns them into those numbers.
-# --------------------------------------------------------------------------------------------------
+# From the results folder to the gate's numbers (so the gate stays a pure function of numbers):
+# the noise source, the cheapest way out of a one-seed gate, and each pair's step times.
 
 
 def stage_baselines(results: Results, stage: str) -> list[RunData]:

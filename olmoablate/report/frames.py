@@ -28,18 +28,9 @@ from olmoablate.run.metricsfile import Metrics
 
 #: The long frame's columns, in order.
 LONG_COLUMNS = [
-    "run",
-    "pair",
-    "group",
-    "size",
-    "seed",
-    "arm",
-    "step",
-    "tokens",
-    "train_flops",
-    "metric",
+    "run", "pair", "group", "size", "seed", "arm", "step", "tokens", "train_flops", "metric",
     "value",
-]
+]  # fmt: skip
 #: Keys that are axes, not metrics.
 AXES = ("step", "tokens")
 

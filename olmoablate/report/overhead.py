@@ -27,13 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.plan.metrics import ATTEMPT_WARMUP_STEPS
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.plan.schema import Gate
-from olmoablate.report.collect import ATTEMPT, ATTEMPT_WARMUP_STEPS, CPU, WALL
+from olmoablate.report.collect import ATTEMPT, CPU, WALL
 from olmoablate.run.files import RunStatus, RunSummary
 from olmoablate.stats import t_ppf
-
-__all__ = ["ATTEMPT", "ATTEMPT_WARMUP_STEPS", "CPU", "WALL"]
 
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 

@@ -97,18 +97,9 @@ def token_shortfall(arm: str, run: Any) -> str | None:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Execution parity of a pair: both arms must have run the same execution for their cost to
-# be compared.
-#
-# Why: ``topology.attention_backend: auto`` is resolved on each node at job start (flash_2 where
-# flash-attn imports, else torch SDPA with an explicit mask), and the arms of a pair may run on
-# different nodes, in different attempts, with another torch build. The pairing certificate fixes
-# what the plan *asked* for; ``summary.json``'s ``execution`` block (written by the training job)
-# records what *ran*. A kernel, dtype, compile or world-size difference between the arms would be
-# charged to the variant's step-time and memory overhead and could decide the gate, so a pair whose
-# records differ is flagged in the report and its measured cost is kept out of the gate.
-# --------------------------------------------------------------------------------------------------
+# Execution parity: the certificate fixes what the plan asked for, summary.json's ``execution``
+# block what ran (``attention_backend: auto`` resolves per node). A kernel, dtype, compile or
+# world-size difference would be charged to the variant's cost, so it keeps the cost out of the gate.
 
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -117,16 +108,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 #: The fields of ``summary.json``'s ``execution`` block that must be equal in both arms of a
 #: pair for their measured cost (step time, tokens/s, memory, decode) to be compared.
 PARITY_KEYS = (
-    "device",
-    "world_size",
-    "data_parallel",
-    "param_dtype",
-    "autocast_dtype",
-    "compute_dtype",
-    "attention_backend",
-    "compile",
-    "gpu_model",
-)
+    "device", "world_size", "data_parallel", "param_dtype", "autocast_dtype", "compute_dtype",
+    "attention_backend", "compile", "gpu_model",
+)  # fmt: skip
 
 
 def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
@@ -177,13 +161,8 @@ def parity_note(problems: list[str]) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# The cost rows of a pair: planned (plan.json) beside measured (summary.json, else metrics).
-#
-# Why both: a plan's FLOPs and parameter counts are exact but say nothing about the real step time
-# or memory; the measured values are what the gate's overhead limits are about. Each row names its
-# source, so a planned number is never read as a measurement.
-# --------------------------------------------------------------------------------------------------
+# Cost rows: planned (plan.json, exact FLOPs and parameters) beside measured (summary.json, else
+# metrics; what the overhead limits are about), each naming its source.
 
 
 def _measured(run: RunData) -> dict[str, float | None]:
@@ -284,16 +263,9 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     return rows, overhead
 
 
-# --------------------------------------------------------------------------------------------------
-# Report lines: how much of each held-out set every arm scored, and its CE beside the unigram floor.
-#
-# Why: a held-out CE means little without (a) how many tokens it averages (the old eval scored 2.8%
-# of the demo's held-out tokens, all document openings) and (b) the held-out unigram entropy of the
-# vocabulary, the CE of a model that learned only token frequencies. The plan records both facts
-# per set (`plan.json` ``eval_sets``, measured from the token files at plan time); the runs record
-# ``eval/lm/<set>/tokens`` at every eval point (`olmoablate.run.eval`). Arms whose eval
-# points scored different token counts are flagged: their CEs average different text.
-# --------------------------------------------------------------------------------------------------
+# Eval coverage: a held-out CE needs how many tokens it averages and the set's unigram entropy
+# (the CE of token frequencies alone), both recorded by the plan; arms whose eval points scored
+# different token counts are flagged (their CEs average different text).
 
 
 @dataclass

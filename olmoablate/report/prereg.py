@@ -174,17 +174,9 @@ def check_gate_unchanged(plan: Plan) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# The report's checks of run identities: reused runs are what the plan says, pairs pair.
-#
-# Why the report checks again: a run reused from another spec is read from that spec's folder
-# (`olmoablate.plan.layout.ResultsDir.run`); the report takes its numbers as its own only if
-# that run's recorded identity equals the identity this plan expects (a re-planned or edited other
-# spec fails here, loudly, instead of lending a different run). And a pair is valid only if its
-# arms' identities are equal except the architecture (`olmoablate.plan.identity.pair_key`),
-# recomputed from plan.json, so a hand-edited arm is caught in identity terms as well as by the
-# pairing certificate. Plans from before identities get neither check (the certificate still runs).
-# --------------------------------------------------------------------------------------------------
+# Run identities, checked again by the report: a run reused from another spec counts only if its
+# recorded identity is the one this plan expects, and a pair's arms must have equal identities
+# except the architecture (plan.identity.pair_key). Plans from before identities skip both.
 
 
 def reuse_problems(layout: ResultsDir, plan: Plan) -> dict[str, list[str]]:

@@ -282,15 +282,9 @@ def evaluate_design(
     return SequentialResult(looks, decision, reason, saved, status, flags)
 
 
-# --------------------------------------------------------------------------------------------------
-# The gate's pre-registered design applied to its fixed-sample verdicts.
-#
-# Why apart from `olmoablate.report.sequential`: the fixed gate tests once at full alpha; a
-# sequential design (``gate.sequential``) replaces that test by its looks
-# (`olmoablate.report.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
-# gate entry keeps the earlier registrations) are never tested at full alpha. This module takes the
-# family's verdicts and rewrites their quality check accordingly, with the reason.
-# --------------------------------------------------------------------------------------------------
+# The design applied to the fixed-sample verdicts: a sequential design replaces the one test at
+# full alpha by its looks, and seeds added by an unplanned ``plan --replan`` are never tested at
+# full alpha (Bonferroni over the registrations).
 
 
 def earlier_registrations(entry: GateEntry | None) -> int:
@@ -377,14 +371,8 @@ def apply_design(
     return [revised.get(id(v), v) for v in verdicts], out
 
 
-# --------------------------------------------------------------------------------------------------
-# Several variants under one gate: a primary decides, or Holm controls the family-wise error.
-#
-# Why: gating k variants each at its own 95% bound promotes a null variant with probability up to
-# 1 - 0.95^k. With ``gate.variant`` set, that one variant decides (the others are *exploratory*:
-# shown uncorrected, never promoted). Without it, every gated variant is in the family and Holm's
-# step-down procedure keeps the chance of promoting any null variant at 1 - confidence.
-# --------------------------------------------------------------------------------------------------
+# Several variants under one gate: ``gate.variant`` decides alone (the others exploratory), or
+# Holm over every gated variant keeps P(promoting any null variant) at 1 - confidence.
 
 
 def apply_holm(

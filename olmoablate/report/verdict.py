@@ -38,8 +38,7 @@ from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
 from olmoablate.report.pairing import parity_note
 from olmoablate.stats import p_above, resolve_power, seeds_for_power, seeds_needed
 
-__all__ = ["ArmHealth", "Estimate", "estimate"]
-
+#: The verdict words (a gate's and a variant's), spelled here only.
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
