@@ -46,7 +46,6 @@ class Report:
     consistent: dict[str, bool | None]
     sizes: list[str]
     next_steps: list[str] = field(default_factory=list)
-    next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     #: eval coverage / unigram-entropy lines (`olmoablate.report.pairing`)
     eval_lines: list[str] = field(default_factory=list)
@@ -175,20 +174,12 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         ev: list[PairEvidence] = []
         for r in mine:
             ref_pair = None
-            if g.rule == "quality_per_param":
-                ref_pair = next(
-                    (
-                        x
-                        for x in at_stage
-                        if x.variant_name == reference
-                        and x.seed == r.seed
-                        and x.baseline.run_id == r.baseline.run_id
-                    ),
-                    None,
-                )
+            if g.rule == "quality_per_param":  # the reference's pair of the same baseline run
+                same = (x for x in at_stage if x.variant_name == reference and x.seed == r.seed)
+                ref_pair = next((x for x in same if x.baseline.run_id == r.baseline.run_id), None)
             e = evidence_for(r, results, ref_pair)
-            # arms that ran different executions (report.compare.execution): cost kept out of the gate
-            e.timing = None if r.execution_mismatch else pair_timing(results, r)
+            # arms that ran different executions: their cost is kept out of the gate
+            e.timing = None if r.execution_mismatch else pair_timing(r)
             e.execution_mismatch = list(r.execution_mismatch)
             if g.rule == "quality_per_param" and ref_pair is None:
                 e.valid = False
@@ -215,24 +206,11 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     )
     notes = _tradeoff_notes(at_stage, family, reference) if g.rule == "quality_per_param" else []
     report = Report(
-        results,
-        pair_results,
-        stage,
-        verdict,
-        reasons,
-        verdicts,
-        evidence,
-        primary,
-        size_rows,
-        consistent,
-        sizes,
-        notes=notes,
-        eval_lines=coverage_lines(results),
-        family_note=outcome.family_note,
-        noise_notes=noise_notes,
-        noise=noise,
+        results, pair_results, stage, verdict, reasons, verdicts, evidence, primary, size_rows,
+        consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
+        family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
         sequential=outcome.sequential,
-    )
+    )  # fmt: skip
     results.save_cache()
     return report
 
@@ -335,7 +313,6 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
     missing = [s for s in promote if s not in present]
     path = out_dir / NEXT_PLAN_FILE
     write_json_atomic(path, promoted_plan(plan, runs, pairs, report, keep_arms, str(path)))
-    report.next_plan_path = path
     spec = plan.spec_path or results.spec_name
     for s in present:
         report.next_steps.append(f"olmoablate submit {shlex.quote(spec)} --size {shlex.quote(s)}")

@@ -1,19 +1,11 @@
 """`olmoablate board`: every proposal (spec) of a store in one table, and the gate's track record.
 
-Why from the files only: the board is read by whoever decides which proposal gets a 3B/7B run,
-often on a laptop with a copy of the store; it reads each spec's plan.json, its runs'
-status.json and the gate.json its last `report` wrote (never rebuilding a report, so it stays
-fast and shows exactly the verdicts the reports published). A spec never reported shows its
-state and costs with no verdict.
-
-Costs: ``spent`` is the planned GPU-hours of the runs the spec trains itself, times the share of
-their steps done; ``saved_reuse`` the planned GPU-hours of the runs it reuses from other specs;
-``saved_futility`` what a futility stop saved, read from the optional gate.json field
-``futility: {"stopped": bool, "gpu_hours_saved": float}`` of a gate record (absent: 0).
-
-Independence: two proposals whose pairs use one baseline run (the same identity) are not
-independent comparisons; ``shares_baseline_with`` names the other specs, and the track record
-(:mod:`olmoablate.report.track`) counts them as one group.
+From the files only (each spec's plan.json, its runs' status.json and the gate.json its last
+report wrote, never rebuilding a report): fast on a laptop with a copy of the store, and exactly
+the verdicts the reports published. ``spent``: planned GPU-hours of the runs a spec trains itself
+times their share of steps done; ``saved_reuse``: those of the runs it reuses; ``saved_futility``:
+gate.json's optional ``futility.gpu_hours_saved``. Proposals sharing a baseline run are named in
+``shares_baseline_with`` and count as one group in the track record.
 """
 
 from __future__ import annotations
@@ -50,9 +42,6 @@ class SpecRow:
     reused_runs: list[str]
     shares_baseline_with: list[str]
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass
 class ProposalRow:
@@ -79,9 +68,6 @@ class ProposalRow:
     def proposal(self) -> str:
         return f"{self.spec}/{self.gate}/{self.variant}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass
 class Board:
@@ -95,9 +81,9 @@ class Board:
     def as_json(self) -> dict[str, Any]:
         return {
             "root": str(self.root),
-            "specs": [s.as_dict() for s in self.specs],
-            "proposals": [p.as_dict() for p in self.proposals],
-            "track_record": [t.as_dict() for t in self.track],
+            "specs": [dataclasses.asdict(s) for s in self.specs],
+            "proposals": [dataclasses.asdict(p) for p in self.proposals],
+            "track_record": [dataclasses.asdict(t) for t in self.track],
             "summary": self.summary,
             "problems": self.problems,
         }

@@ -1,10 +1,6 @@
-"""One verdict card per proposal (gate): what a reader needs first, built once for every renderer.
-
-Why a card: a reader opens the report to learn, per proposal, whether it goes to the next size
-and why. The card says that in four things (the verdict, the effect with its interval, the
-deciding reason in one sentence, the paired-delta plot); the full reasons, statistics and the
-per-variant table follow in the gate's details. The cards are plain data (no markup): the
-markdown, HTML and terminal templates format them.
+"""One verdict card per proposal (gate): the verdict, the effect with its interval, the deciding
+reason in one sentence and the paired-delta plot, as plain data for every renderer; the full
+reasons, statistics and per-variant table follow in the gate's details.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Load one results folder: ``plan.json`` plus each run's files, tolerating every gap.
 
-Why only these files: results are often copied off a cluster (``rsync results/demo``) and reported
-on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
-gate block (:mod:`olmoablate.report.prereg`). Missing runs, missing files, truncated lines and
-requeue duplicates become "data issues" in the report, never an exception. Metrics files are
-read through the metrics store (:mod:`olmoablate.report.collect`), and pairs' data
-fingerprints compared through their cache (:mod:`olmoablate.report.fingerprints`), so re-running
-the report while runs train parses only what was appended since the last report.
+Results are often copied off a cluster and reported on a laptop, so nothing here touches Slurm,
+W&B or the spec beyond an optional re-read of the gate block (:mod:`.prereg`). Missing runs and
+files, truncated lines and requeue duplicates become data issues, never an exception.
 """
 
 from __future__ import annotations
@@ -252,13 +248,16 @@ class RunData:
     def column(self, key: str) -> np.ndarray | None:
         return None if self.metrics is None else self.metrics.get(key)
 
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per run: a baseline serves every variant of its (size,
+        seed), and each pair asks for the same curves and statistics several times."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
     def curve(self, key: str, x: str = "tokens") -> Curve:
-        """``key`` against ``x`` (finite points), computed once per run: a baseline serves every
-        variant of its (size, seed), and each pair asks for the same curves several times."""
-        memo_key = f"curve:{x}:{key}"
-        if memo_key not in self.memo:
-            self.memo[memo_key] = Curve.of(self.column(x), self.column(key))
-        return self.memo[memo_key]
+        """``key`` against ``x`` (finite points)."""
+        return self.once(f"curve:{x}:{key}", lambda: Curve.of(self.column(x), self.column(key)))
 
     @property
     def tokens(self) -> np.ndarray | None:

@@ -1,10 +1,8 @@
 """Per-pair comparisons at matched tokens: curves, final deltas, stability, cost, looped extras.
 
-Why one comparison object per pair (`PairResult`): every renderer, the gate evidence
-(:mod:`olmoablate.report.evidence`) and the notebook API read the same aligned curves, so a
-plot, a table and the verdict can never disagree about what was compared. Validity comes from
-the pairing certificate (:mod:`olmoablate.report.pairing`) and the data fingerprints
-(:mod:`olmoablate.report.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
+One comparison object per pair (`PairResult`): every renderer, the gate evidence and the notebook
+read the same aligned curves, so a plot, a table and the verdict cannot disagree. A pair failing
+its certificate or data fingerprints is INVALID: kept out of the gate and said loudly.
 """
 
 from __future__ import annotations
@@ -357,20 +355,11 @@ def _span_alpha(n: int) -> float:
 
 
 def _smoothed(run: RunData, key: str) -> Curve:
-    memo_key = f"ema:{key}"
-    if memo_key not in run.memo:
-        c = run.curve(key)
-        run.memo[memo_key] = Curve(c.x, ema(c.y, _span_alpha(len(c))))
-    return run.memo[memo_key]
+    c = run.curve(key)
+    return run.once(f"ema:{key}", lambda: Curve(c.x, ema(c.y, _span_alpha(len(c)))))
 
 
 def _arm_stats(run: RunData) -> ArmStats:
-    if "arm_stats" not in run.memo:
-        run.memo["arm_stats"] = _compute_arm_stats(run)
-    return run.memo["arm_stats"]
-
-
-def _compute_arm_stats(run: RunData) -> ArmStats:
     stab = run.entry.training.stability
     loss = run.column(LOSS)
     spikes = (
@@ -483,7 +472,10 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
                 "train",
             )
         )
-    res.stability = {"baseline": _arm_stats(base), "variant": _arm_stats(var)}
+    res.stability = {
+        "baseline": base.once("arm_stats", lambda: _arm_stats(base)),
+        "variant": var.once("arm_stats", lambda: _arm_stats(var)),
+    }
     if len(train_s):
         res.divergence = float(np.max(train_s.delta))
     res.cost, res.overhead = cost_rows(base, var)

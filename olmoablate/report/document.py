@@ -1,11 +1,9 @@
-"""The report as a document, built once: verdict cards, then the details (sections of title,
-text and tables), the plots and the data issues; and the comparison rows.
+"""The report as a document, built once: verdict cards, details, plots, data issues; and the
+comparison rows.
 
-Why a document model apart from the writers: report.md, report.html and the terminal show the
-same cards, tables and lines in the same order, and comparison.csv (and
-``olmoablate.results.comparisons``) the same rows; each template (``templates/``) only formats
-what is built here, so the formats cannot drift apart. Every text here is plain (no markdown):
-the markdown template adds the markup, the HTML one escapes.
+report.md, report.html and the terminal show the same things in the same order, comparison.csv
+(and ``olmoablate.results.comparisons``) the same rows: each template only formats what is built
+here, so the formats cannot drift apart. Texts are plain; the templates add markup or escape.
 """
 
 from __future__ import annotations

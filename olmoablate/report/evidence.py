@@ -1,8 +1,7 @@
 """Gate evidence of a compared pair, and the consistency of the improvement across sizes.
 
-Why separate from the comparison: these turn a pair's curves into the numbers the gate
-(:mod:`olmoablate.report.verdict`) decides on (the sign-adjusted improvement over the last eval
-intervals), so what the gate sees is defined in one place, apart from what the report shows.
+What the gate sees (the sign-adjusted improvement over the last eval intervals) is defined here,
+in one place, apart from what the report shows.
 """
 
 from __future__ import annotations
@@ -231,35 +230,19 @@ def way_out(results: Results, cfg: Gate, variants: list[str]) -> str:
     )
 
 
-def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
-    """One arm's steady-state times, computed once per run: a baseline serves every variant
-    of its (size, seed)."""
-    memo_key = f"timing:{use_cpu}"
-    if memo_key not in rd.memo:
-        rd.memo[memo_key] = _compute_timing(results, rd, use_cpu)
-    return rd.memo[memo_key]
-
-
-def _compute_timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
+def _timing(rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
     cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}
-    return arm_timing(
-        rd.run_id,
-        rd.metrics.steps,
-        cols,
-        rd.entry,
-        use_cpu,
-        (rd.summary, rd.status),
-    )
+    return arm_timing(rd.run_id, rd.metrics.steps, cols, rd.entry, use_cpu, (rd.summary, rd.status))
 
 
-def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
+def pair_timing(res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
     """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
     both_cpu = all(r.column(CPU) is not None for r in (res.baseline, res.variant))
     use_cpu = not res.baseline.entry.topology.on_gpu and both_cpu
-    b = _timing(results, res.baseline, use_cpu)
-    v = _timing(results, res.variant, use_cpu)
+    b = res.baseline.once(f"timing:{use_cpu}", lambda: _timing(res.baseline, use_cpu))
+    v = res.variant.once(f"timing:{use_cpu}", lambda: _timing(res.variant, use_cpu))
     if b is None or v is None or not (b.times.size and v.times.size):
         return None
     if not math.isfinite(float(b.times.mean())):

@@ -1,17 +1,10 @@
 """The data-order rule of a pair: both arms must have trained on the same batches.
 
-Why one module: the rule (compare ``fingerprints.jsonl`` per common step) and its cache are used
-by the loader (:mod:`olmoablate.report.collect`, which owns the cache for a report) and by the
-comparison (:mod:`olmoablate.report`, which marks a pair INVALID on a mismatch); living
-here, neither of the two imports the other for it.
-
-Why a cache: each file is ~100 bytes per step and a baseline serves several pairs, so a check is
-keyed by the identity (size, mtime, inode) of both files, and while runs train only the lines
-appended since the last matching check are compared.
-
-Why cheap when cold too: with no cache every pair needs the full comparison, so a report reads
-each file once (:class:`Reads`, shared by a baseline's pairs), counts a common prefix's lines once,
-and runs the checks in a forked worker while the metrics load (:class:`Background`).
+One module for the rule (``fingerprints.jsonl`` compared per common step) and its cache, used by
+the loader and by the comparison. Cached because a baseline serves several pairs: a check is keyed
+by both files' identity (size, mtime, inode), and while runs train only appended lines are
+compared. Cold, each file is read and counted once (:class:`Reads`) and the checks run in a
+forked worker while the metrics load (:class:`Background`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """A results folder's metrics as Arrow tables, built per metric and run on demand.
 
-Why here and why Arrow: ``olmoablate.results`` used to build one long pandas frame of every
-metric of every run up front (80M rows, 13 GB of peak memory and two minutes on a 100-run
-ladder), while a notebook mostly asks for one metric's curves. So a table is built only for
-the metrics and runs asked for, from the columns the report has already read (or, for any other
-key, from the run's metrics store: one column of its columnar copy, :mod:`.metrics_store`),
-and held as Arrow arrays: numbers zero-copy from numpy, labels (run, pair, group, size, arm,
-metric) dictionary-encoded once for the whole table. ``olmoablate.results`` turns a table into
-pandas with pyarrow dtypes; this module imports no pandas.
-
-The axes are the report's own: ``tokens`` as logged (else step x global batch, for metrics from
-before the job logged tokens), ``train_flops`` from OLMo-core's total petaflops where the read
-holds them, else tokens x the plan's FLOPs per token (:func:`.curve.cumulative_flops`).
+A notebook mostly asks for one metric's curves, and one long frame of everything was 80M rows
+and 13 GB on a 100-run ladder; so a table is built only for what is asked, from the report's read
+(or one column of the run's columnar copy), numbers zero-copy and labels dictionary-encoded.
+``olmoablate.results`` turns it into pandas; this module imports no pandas. The axes are the
+report's: ``tokens`` (else step x global batch) and ``train_flops`` (:func:`.collect.cumulative_flops`).
 """
 
 from __future__ import annotations

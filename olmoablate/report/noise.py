@@ -1,26 +1,12 @@
 """Where the gate's noise comes from: paired seeds, a declared floor, or A/A baselines.
 
-Why this module exists: the quantity a gate needs is the run-to-run standard deviation of one
-seed's *paired delta* (variant minus baseline, averaged over the last ``last_n`` matched evals),
-because that is what would change if the same pair were trained again with another seed (init
-draw, data order, trajectory). The last few eval points of *one* run share all of that, so their
-spread measures within-run eval jitter, not run-to-run noise; it is kept here only as a
-diagnostic (Signal & Noise's checkpoint-to-checkpoint noise), computed around a smooth fit so a
-trend is not mistaken for noise. See docs/gate-statistics.md.
-
-Sources, in the order the gate uses them:
-
-* >= 2 paired seeds: sd of the per-seed deltas, Student t with seeds-1 dof (``paired seeds``).
-* one seed and ``gate.noise.floor: {sd, pairs}``: that sd, measured earlier from ``pairs`` seed
-  pairs; a t bound with pairs - 1 dof (``known: true``, or a bare number in an old plan.json:
-  treated as exact, normal bound) (``declared floor``).
-* one seed and ``gate.noise.measure.aa_seeds: k``: ``plan`` added k baselines with other seeds.
-  The sample sd ``s`` of the k+1 baselines' metric (same last_n matched-token window) estimates
-  the run-level sd of one run; a paired delta of two *independent* runs then has sd ``s * sqrt(2)``
-  with k dof (t bound). The arms of a real pair share seed, data order and init, which correlates
-  them positively, so the true sd of the paired delta is at most this: the bound is conservative
-  (``A/A baselines``).
-* nothing: the sd is unknown and a one-seed gate is inconclusive.
+The gate needs the run-to-run sd of one seed's *paired delta* (what another seed would change:
+init, data order, trajectory). The last eval points of one run share all of that, so their spread
+is within-run jitter, kept only as a diagnostic around a smooth fit (docs/gate-statistics.md).
+Sources, in the gate's order: >= 2 paired seeds (t, seeds - 1 dof); one seed with
+``gate.noise.floor`` (t with pairs - 1 dof, normal when ``known``); one seed with
+``gate.noise.measure.aa_seeds: k`` (the k + 1 baselines' run-level sd x sqrt(2), k dof:
+conservative, since a real pair's arms are positively correlated); else unknown (inconclusive).
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """Step-time overhead of a variant as a ratio with a confidence interval, from per-step times.
 
-Why not a point ratio: a ratio near the limit flips on noise (local runs share cores with their
-neighbours, GPU clocks drift). Per-step times are strongly autocorrelated (thermal state, page
-cache, a neighbour's job), so steps are *not* iid replicates: each arm's steady-state steps are cut
-into contiguous batches of ``BATCH_TAU`` integrated autocorrelation times (estimated from the series,
-Geyer's initial positive sequence), and only the batch means are treated as (approximately)
-independent -- the batch-means method with the batch length chosen from the data; fewer than
-``MIN_BLOCKS`` batches give no within-run interval. The log of the ratio of means gets a
-delta-method standard error from each arm's batch means, Welch-Satterthwaite dof, and a t bound.
-Runs too short for that (several pairs): the pairs' ratios of run means are the replicates
-(independent runs), a t interval of their spread; one such pair alone is ``inconclusive``.
-
-Steady state: warm-up steps of the LR schedule, the first steps of every attempt (start or
-resume: compilation, allocator growth), eval and checkpoint steps and the step right after each
-(cold caches) are dropped. CPU runs use ``step_cpu_time_s`` (the process's
-CPU seconds) when both arms have it, because their wall time includes whatever else ran on the
-machine; GPU runs use ``step_time_s`` (wall, synchronised on the device).
+A point ratio near the limit flips on noise, and per-step times are autocorrelated (thermal state,
+page cache, neighbours), so steps are not iid: each arm's steady-state steps are cut into batches
+of ``BATCH_TAU`` integrated autocorrelation times and only the batch means are treated as
+independent; the log ratio of means gets a delta-method se, Welch dof and a t bound. Runs too
+short for that (several pairs): the pairs' ratios of run means are the replicates.
+Steady state drops the LR warm-up, each attempt's first steps, and eval and checkpoint steps with
+the step after each. CPU runs use process CPU time when both arms have it (their wall time
+includes whatever else ran), GPU runs wall time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -237,14 +230,7 @@ class OverheadCheck:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "overhead": self.overhead,
-            "lower": self.lower,
-            "upper": self.upper,
-            "notes": self.notes,
-        }
+        return dataclasses.asdict(self)
 
 
 def conditions(base: ArmTiming, var: ArmTiming) -> list[str]:

@@ -1,9 +1,8 @@
-"""The pairing-certificate check: do two plan entries still form a valid pair?
+"""Whether two plan entries still form a valid pair, ran the same execution, and what they cost.
 
-Why it lives in the report and not only in ``plan``: a pair whose arms differ in anything but the
-declared architecture measures the wrong thing, and plan.json can be edited after planning. The
-report recomputes the certificate (:mod:`olmoablate.plan.identity`, the same hash ``plan``
-wrote) and marks such a pair INVALID, kept out of the gate, instead of silently giving a delta.
+The report recomputes the pairing certificate (:mod:`olmoablate.plan.identity`, the hash ``plan``
+wrote) because plan.json can be edited after planning; a pair differing beyond the declared
+architecture measures the wrong thing, so it is INVALID and out of the gate.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Pre-registration: the report decides with the gate whose hash ``plan`` recorded.
 
-Why: a gate chosen after seeing the results can be tuned into any verdict. ``plan`` writes the
-validated gate block and its sha256 into plan.json, once per gate (``gates``; ``plan.gate`` and
-``plan.gate_sha256`` read the entry of the gate being decided). Here, if plan.json's block still matches that
-hash, it is the gate. If it was edited, the pre-registered gate is recovered from the spec when
-the spec still matches the recorded hash (its gate block, or the whole file); otherwise there is
-no trustworthy gate and the report gives no verdict ("pre-registration broken").
+A gate chosen after seeing the results can be tuned into any verdict. If plan.json's gate block
+still matches its recorded hash, it is the gate; if it was edited, the gate is recovered from the
+spec when the spec still matches; otherwise "pre-registration broken" and no verdict.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """A pre-registered sequential gate: decisions at each look, vectorised, and the look history.
 
-Why its own module: a design (``gate.sequential``) replaces the fixed gate's one test at full
-alpha by several looks -- interim looks at fractions of the token budget that can only stop for
-futility, and full-budget looks at planned seed stages with alpha spent by a Lan-DeMets function
-(`olmoablate.stats`). The decision functions take numpy arrays so
-bench/gate_calibration.py measures their operating characteristics with exactly this code; the
-report calls them with one replicate.
-
-Decisions: ``continue`` | ``stop: futility`` (interim or non-final stage: the upper bound at
-``futility_confidence`` is below ``min_effect``; non-binding) | ``proceed`` (full-budget looks
-only: the lower bound at the stage's spending-adjusted confidence is above ``min_effect``); the
-final look is ``proceed`` | ``stop`` (upper bound at the gate's confidence below the bar) |
-``inconclusive``.
+A design (``gate.sequential``) replaces the fixed gate's one test at full alpha by interim looks
+at fractions of the token budget (futility stops only, non-binding) and full-budget looks at
+planned seed stages with alpha spent by a Lan-DeMets function. The decision functions take numpy
+arrays so bench/gate_calibration.py measures their operating characteristics with this very code.
+Also here: the design applied to the fixed verdicts, Holm over several variants, and
+:func:`evaluate_gate`, one gate block to its headline verdict.
 """
 
 from __future__ import annotations
@@ -103,9 +97,6 @@ class Look:
     planned: bool = True
     note: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class PairCurve:
@@ -131,14 +122,7 @@ class SequentialResult:
     flags: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "looks": [lk.as_dict() for lk in self.looks],
-            "decision": self.decision,
-            "reason": self.reason,
-            "gpu_hours_saved": self.gpu_hours_saved,
-            "status_line": self.status_line,
-            "flags": self.flags,
-        }
+        return asdict(self)
 
 
 def _at_fraction(p: PairCurve, f: float, last_n: int) -> list[float] | None:
@@ -241,22 +225,9 @@ def evaluate_design(
                     np.array(est.mean), np.array(est.se), est.dof, bar, levels[k], conf, final, fq
                 )
             )
-        q_f = _q(fq, est.dof)
-        looks.append(
-            Look(
-                i,
-                total,
-                kind,
-                frac,
-                n,
-                d,
-                boundary,
-                est.mean,
-                est.mean - _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof) * est.se,
-                est.mean + q_f * est.se,
-                note=note,
-            )
-        )
+        q_lower = _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof)
+        lower, upper = est.mean - q_lower * est.se, est.mean + _q(fq, est.dof) * est.se
+        looks.append(Look(i, total, kind, frac, n, d, boundary, est.mean, lower, upper, note=note))
         if stopped_at is not None:  # a full-budget look after a futility stop: overridden
             flags.append(
                 f"the futility stop at {stopped_at[0]:.0%} of tokens was overridden (the arms "

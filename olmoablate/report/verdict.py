@@ -1,17 +1,11 @@
-"""The 1B-to-scale decision gate: pure functions from per-pair evidence to a verdict.
+"""The fixed-sample verdict of one variant: pure functions from per-pair evidence to a verdict.
 
-Why pure: the gate is the one piece of the report whose mistakes cost real money (a 7B run that
-should not have been launched, or a good idea dropped). Everything here takes plain numbers and
-returns a verdict with every reason, so it can be tested exhaustively with synthetic evidence.
-``evaluate_gate`` is a function of *one* gate block, so a spec with several gates only calls it
-once per block.
-
-Conventions: an *improvement* is sign-adjusted so that positive = the variant is better
-(``baseline - variant`` for ``direction: lower``). Per seed, the improvement is averaged over the
-last ``last_n`` matched eval points. Its noise is the run-to-run sd of that paired delta
-(`olmoablate.report.noise`): from several seeds, a declared floor or A/A baselines -- never from
-the spread of one run's last points. Stability and overhead limits are hard stops: no quality
-gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the statistics.
+Pure because the gate's mistakes cost real money (a 7B run that should not have been launched, or
+a good idea dropped): plain numbers in, a verdict with every reason out, testable exhaustively.
+An *improvement* is sign-adjusted (positive = the variant is better), averaged per seed over the
+last ``last_n`` matched eval points; its noise is the run-to-run sd of that paired delta
+(:mod:`.noise`). Stability and overhead limits are hard stops: no quality gain buys a diverging or
+20%-slower model. docs/gate-statistics.md explains the statistics.
 """
 
 from __future__ import annotations
@@ -65,17 +59,8 @@ class QualityCheck:
     holm_p: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "estimate": self.estimate.as_dict() if self.estimate else None,
-            "seeds_needed": self.seeds_needed,
-            "seeds_toward": self.seeds_toward,
-            "seeds_line": self.seeds_line,
-            "p_value": self.p_value,
-            "holm_p": self.holm_p,
-        }
+        est = self.estimate.as_dict() if self.estimate else None
+        return {**dataclasses.asdict(self), "estimate": est}  # the estimate's NaNs as null
 
 
 def seeds_line(
@@ -250,18 +235,12 @@ class VariantVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "role": self.role,
-            "reasons": self.reasons,
-            "checks": [c.as_dict() for c in self.checks],
-            "noise": self.noise,
-            "jitter": self.jitter,
+            "variant": self.variant, "verdict": self.verdict, "role": self.role,
+            "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks],
+            "noise": self.noise, "jitter": self.jitter,
             "step_time": self.step_time.as_dict() if self.step_time else None,
-            "notes": self.notes,
-            "pairs": self.pairs,
-            "excluded_pairs": self.excluded_pairs,
-        }
+            "notes": self.notes, "pairs": self.pairs, "excluded_pairs": self.excluded_pairs,
+        }  # fmt: skip
 
 
 def stability_stops(health: ArmHealth, cfg: Gate, who: str) -> list[str]:
@@ -343,17 +322,8 @@ def evaluate_variant(
         main = estimate([p.improvement for p in valid], conf, noise, jitter_se)
         if cfg.rule == "quality_per_param":
             ref = estimate([p.reference_improvement or [] for p in valid], conf, noise, jitter_se)
-            checks.append(
-                quality_check(
-                    f"vs reference {cfg.reference!r} (parameter-matched)",
-                    ref,
-                    cfg.min_effect,
-                    conf,
-                    metric,
-                    way_out,
-                    legacy,
-                )
-            )
+            name = f"vs reference {cfg.reference!r} (parameter-matched)"
+            checks.append(quality_check(name, ref, cfg.min_effect, conf, metric, way_out, legacy))
             checks.append(tolerance_check(main, cfg.tolerance, conf, metric))
         else:
             checks.append(
@@ -383,14 +353,8 @@ def evaluate_variant(
 
 
 def _has_cost_limits(cfg: Gate) -> bool:
-    return any(
-        lim is not None
-        for lim in (
-            cfg.max_step_time_overhead,
-            cfg.max_peak_memory_overhead,
-            cfg.max_decode_latency_overhead,
-        )
-    )
+    limits = (cfg.max_step_time_overhead, cfg.max_peak_memory_overhead)
+    return any(lim is not None for lim in (*limits, cfg.max_decode_latency_overhead))
 
 
 def combine(stops: Sequence[str], blockers: Sequence[str], checks: Sequence[QualityCheck]) -> str:
