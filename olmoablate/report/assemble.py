@@ -103,33 +103,23 @@ class Report:
             "warnings": self.results.warnings,
             "variants": [v.as_dict() for v in self.variant_verdicts],
             "pairs": [
-                {
-                    "pair_id": e.pair_id,
-                    "seed": e.seed,
-                    "valid": e.valid,
-                    "invalid_reasons": e.invalid_reasons,
-                    "complete": e.complete,
-                    "improvement_last_n": e.improvement,
-                    "reference_improvement_last_n": e.reference_improvement,
-                    "variant_spikes": e.variant.spikes,
-                    "overhead": e.overhead,
-                }
-                for ev in self.evidence.values()
-                for e in ev
-            ],
+                {"pair_id": e.pair_id, "seed": e.seed, "valid": e.valid,
+                 "invalid_reasons": e.invalid_reasons, "complete": e.complete,
+                 "improvement_last_n": e.improvement,
+                 "reference_improvement_last_n": e.reference_improvement,
+                 "variant_spikes": e.variant.spikes, "overhead": e.overhead}
+                for ev in self.evidence.values() for e in ev
+            ],  # fmt: skip
             "invalid_pairs": [
                 {"pair_id": p.pair_id, "reasons": p.invalid_reasons} for p in self.invalid_pairs
             ],
             "consistency": {
                 "rows": [
-                    {
-                        "variant": r.variant,
-                        "size": r.size,
-                        "estimate": r.estimate.as_dict() if r.estimate else None,
-                        "outside_noise": r.outside_noise,
-                    }
+                    {"variant": r.variant, "size": r.size,
+                     "estimate": r.estimate.as_dict() if r.estimate else None,
+                     "outside_noise": r.outside_noise}
                     for r in self.size_rows
-                ],
+                ],  # fmt: skip
                 "consistent": self.consistent,
             },
             "next_steps": self.next_steps,
@@ -140,10 +130,7 @@ class Report:
 
 
 def _ordered_unique(items: list[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for i in items:
-        seen.setdefault(i, None)
-    return list(seen)
+    return list(dict.fromkeys(items))
 
 
 def build(results: Results, measured: list[PairResult] | None = None) -> Report:
@@ -257,9 +244,8 @@ def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any
 def promoted_plan(
     plan: Any, runs: list[Any], pairs: list[Any], report: Report, keep: set[str], where: str
 ) -> dict[str, Any]:
-    """next_plan.json: a real plan (``Plan.from_json`` reads it; `olmoablate submit` of it
-    submits its runs), the plan restricted to the promoted runs; what promoted them is said in
-    its ``description`` (sizes not in the plan are in the report's next steps)."""
+    """next_plan.json: the plan restricted to the promoted runs, a real plan that ``submit`` reads
+    (checked here), with what promoted them in its ``description``."""
 
     ids = {r.run_id for r in runs}
     ident = plan.identity

@@ -216,27 +216,15 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
         v = headline_variant(r)
         est = v.checks[0].estimate if v is not None and v.checks else None
         effect, lower, upper, seeds = estimate_cells(est)
+        variant = v.variant if v is not None else (g.variant or "(none)")
         out.append(
             Card(
-                name=r.gate_name,
-                variant=v.variant if v is not None else (g.variant or "(none)"),
-                rule=g.rule,
-                metric=g.metric,
-                stage=r.stage,
-                verdict=r.verdict,
-                effect=effect,
-                lower=lower,
-                upper=upper,
-                seeds=seeds,
-                confidence=g.confidence,
-                reason=deciding_reason(r, v),
-                plot=by_name.get(card_plot_name(r.gate_name)),
-                description=gate_text(r),
-                reasons=list(r.reasons),
-                statistics=statistics_lines(r),
-                table=(VERDICT_HEADER, verdict_rows(r)),
+                r.gate_name, variant, g.rule, g.metric, r.stage, r.verdict, effect, lower, upper,
+                seeds, g.confidence, deciding_reason(r, v),
+                by_name.get(card_plot_name(r.gate_name)), gate_text(r), list(r.reasons),
+                statistics_lines(r), (VERDICT_HEADER, verdict_rows(r)),
             )
-        )
+        )  # fmt: skip
     return out
 
 

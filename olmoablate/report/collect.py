@@ -63,12 +63,8 @@ class Curve:
 def cumulative_flops(
     tokens: np.ndarray, flops_per_token: float | None, petaflops: np.ndarray | None
 ) -> tuple[np.ndarray | None, str]:
-    """Cumulative training FLOPs per metrics row, and how they were obtained.
-
-    Prefers OLMo-core's own ``throughput/total petaflops`` (exact under a loop curriculum, where
-    FLOPs per step change); otherwise tokens x the plan's FLOPs/token (exact for fixed-cost
-    models, an approximation for curricula; the label says which).
-    """
+    """Cumulative training FLOPs per metrics row and how they were obtained: OLMo-core's total
+    petaflops (exact under a loop curriculum), else tokens x the plan's FLOPs/token."""
     if petaflops is not None and np.isfinite(petaflops).sum() >= 2:
         pf = np.asarray(petaflops, dtype=float) * 1e15
         # fill rows without the metric (SpeedMonitor starts at step 2) by tokens-proportional
@@ -185,9 +181,8 @@ def load_metrics_many(
     workers: int | None = None,
     min_parallel_bytes: int = 32 * 2**20,
 ) -> dict[str, Metrics]:
-    """Load many runs' metrics (the report's read): copies are reused and extended with the
-    appended rows; files parsed from scratch (``use_cache=False``: all of them, no copy
-    written) go through a process pool, one process per core."""
+    """Many runs' metrics (the report's read): copies reused and extended; files parsed from
+    scratch (all of them with ``use_cache=False``, no copy written) go through a process pool."""
     out: dict[str, Metrics] = {}
     todo: list[Job] = []
     for run_id, path, keys, prefixes in jobs:
@@ -283,15 +278,15 @@ class Results:
     issues: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cache_dir: Path | None = None
-    #: fingerprint comparisons by the identity of both files (`report.read.fingerprints`)
+    #: fingerprint comparisons by the identity of both files (:mod:`.fingerprints`)
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
-    #: fingerprint files read by this report (each read once: `report.read.fingerprints.Reads`)
+    #: fingerprint files read by this report (each read once)
     fp_reads: fingerprints.Reads = field(default_factory=fingerprints.Reads)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
     other_gated: list[str] = field(default_factory=list)
-    #: run_id -> why the run reused from another spec cannot stand for it (`report.read.reuse`)
+    #: run_id -> why the run reused from another spec cannot stand for it (:mod:`.prereg`)
     reuse_problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property

@@ -15,12 +15,6 @@ from typing import Any
 import numpy as np
 
 from olmoablate.plan import metrics as names
-from olmoablate.plan.metrics import (
-    DEFAULT_FACTOR,
-    DEFAULT_MIN_RELATIVE_JUMP,
-    DEFAULT_WINDOW,
-    spike_indices,
-)
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Pair
 from olmoablate.report.collect import Curve, Results, RunData, cumulative_flops
@@ -87,13 +81,8 @@ def interp_points(b: Curve, v: Curve) -> Aligned:
 
 
 def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    """Exponential moving average (NaNs carry the previous value) for smoothed plots.
-
-    The same quantity as pandas' ``ewm(alpha, adjust=True, ignore_na=True).mean()`` (the
-    weighted mean of the points so far, weights ``(1 - alpha)**age`` counted over finite points
-    only), to floating-point rounding, computed blockwise in numpy: importing pandas for this
-    alone costs more than smoothing a whole ladder's curves.
-    """
+    """Exponential moving average (NaNs carry the previous value) for smoothed plots: pandas'
+    ``ewm(alpha, adjust=True, ignore_na=True).mean()`` in numpy (pandas' import costs more)."""
     y = np.asarray(y, dtype=float)
     if y.size == 0:
         return y
@@ -119,10 +108,9 @@ def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
 
 
 def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
-    """sum_{i<=t} beta**(t-i) v_i / sum_{i<=t} beta**(t-i) for every t, without a Python loop
-    per point: within a block the sum is beta**j * cumsum(beta**-i * v_i) (the block is short
-    enough that beta**-i stays below e**30), and blocks are chained by a short scalar loop.
-    Powers go through log1p/expm1 so that beta close to 1 keeps full precision."""
+    """sum_{i<=t} beta**(t-i) v_i / sum_{i<=t} beta**(t-i) for every t without a loop per point:
+    blockwise cumsums (short enough that beta**-i < e**30) chained by a scalar loop; log1p/expm1
+    keep beta close to 1 precise."""
     n = v.size
     lb = np.log1p(-(1.0 - beta)) if beta < 1.0 else 0.0  # log(beta), accurate near 1
     width = int(min(256, max(1, 30.0 / max(-lb, 1e-300))))
@@ -147,14 +135,13 @@ def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
 
 def loss_spikes(
     loss: np.ndarray,
-    window: int = DEFAULT_WINDOW,
-    factor: float = DEFAULT_FACTOR,
-    min_relative_jump: float = DEFAULT_MIN_RELATIVE_JUMP,
+    window: int = names.DEFAULT_WINDOW,
+    factor: float = names.DEFAULT_FACTOR,
+    min_relative_jump: float = names.DEFAULT_MIN_RELATIVE_JUMP,
 ) -> np.ndarray:
     """Indices of loss spikes under the project's one rule (`olmoablate.plan.metrics`), the same
     rule the training job's StabilityCallback counts with, so report and job agree."""
-
-    return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
+    return np.asarray(names.spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
 
 # Looped variants: eval loss against the loop count at eval (below, at and beyond the trained
@@ -168,10 +155,6 @@ def loop_eval(name: str) -> tuple[str, int] | None:
     if loops is None or not names.is_lm_ce(base):
         return None
     return base, loops
-
-
-def is_loop_eval(name: str) -> bool:
-    return loop_eval(name) is not None
 
 
 def looped_summary(
@@ -197,16 +180,12 @@ def looped_summary(
             plain = evals.get(base_key)
             at_b = float(plain.variant[-1]) if plain is not None and len(plain) else None
         post = by_loop[loops[-1]] - at_b if at_b is not None and loops[-1] > trained_b else None
-        base_ref = evals.get(base_key)
+        ref = evals.get(base_key)
         sets[base_key] = {
-            "loops": loops,
-            "loss": [by_loop[n] for n in loops],
-            "at_trained": at_b,
+            "loops": loops, "loss": [by_loop[n] for n in loops], "at_trained": at_b,
             "post_horizon_divergence": post,
-            "baseline_final": float(base_ref.baseline[-1])
-            if base_ref is not None and len(base_ref)
-            else None,
-        }
+            "baseline_final": float(ref.baseline[-1]) if ref is not None and len(ref) else None,
+        }  # fmt: skip
     hnorm: dict[int, float] = {}
     for key, col in var.metrics.columns.items():
         loop = names.h_norm_loop(key)
@@ -218,15 +197,11 @@ def looped_summary(
         "trained_loops": trained_b,
         "sets": sets,
         "h_norm": dict(sorted(hnorm.items())),
-        "unique_params": {
-            "baseline": num(base.entry.unique_params),
-            "variant": num(var.entry.unique_params),
-        },
-        "train_flops": {
-            "baseline": num(base.entry.total_train_flops),
-            "variant": num(var.entry.total_train_flops),
-        },
-    }
+        "unique_params": {"baseline": num(base.entry.unique_params),
+                          "variant": num(var.entry.unique_params)},
+        "train_flops": {"baseline": num(base.entry.total_train_flops),
+                        "variant": num(var.entry.total_train_flops)},
+    }  # fmt: skip
 
 
 LOSS = names.CE_LOSS
@@ -349,14 +324,10 @@ class PairResult:
         return self.pair.seed
 
 
-def _span_alpha(n: int) -> float:
-    span = max(5, n // 100)
-    return 2.0 / (span + 1.0)
-
-
 def _smoothed(run: RunData, key: str) -> Curve:
     c = run.curve(key)
-    return run.once(f"ema:{key}", lambda: Curve(c.x, ema(c.y, _span_alpha(len(c)))))
+    alpha = 2.0 / (max(5, len(c) // 100) + 1.0)  # an EMA span of 1% of the points, at least 5
+    return run.once(f"ema:{key}", lambda: Curve(c.x, ema(c.y, alpha)))
 
 
 def _arm_stats(run: RunData) -> ArmStats:
@@ -434,7 +405,7 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     train_s = common_grid(_smoothed(base, LOSS), _smoothed(var, LOSS))
     evals: dict[str, Aligned] = {}
     for key in sorted(set(_eval_keys(base)) | set(_eval_keys(var))):
-        if is_loop_eval(key):
+        if loop_eval(key) is not None:
             continue
         al = match_points(base.curve(key), var.curve(key))
         if len(al):
@@ -442,15 +413,13 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     res = PairResult(pair, base, var, True, [], [], matched, train, train_s, evals)
     # FLOPs axis (budget matched on FLOPs: the arms train different token counts)
     if budget == "flops":
-        fb, lb = cumulative_flops(
-            base.tokens if base.tokens is not None else np.empty(0),
-            float(base.entry.train_flops_per_token),
-            base.column(names.TOTAL_PFLOPS),
-        )
-        fv, lv = cumulative_flops(
-            var.tokens if var.tokens is not None else np.empty(0),
-            float(var.entry.train_flops_per_token),
-            var.column(names.TOTAL_PFLOPS),
+        (fb, lb), (fv, lv) = (
+            cumulative_flops(
+                run.tokens if run.tokens is not None else np.empty(0),
+                float(run.entry.train_flops_per_token),
+                run.column(names.TOTAL_PFLOPS),
+            )
+            for run in (base, var)
         )
         if fb is not None and fv is not None:
             res.flops_label = f"baseline {lb}; variant {lv}"

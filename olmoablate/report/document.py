@@ -145,7 +145,7 @@ def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
         sections=secs,
         plots_after=min(PLOTS_AFTER, len(secs)),
         plots=[p for p in plots if p not in on_cards],
-        issues=data_issues(report),
+        issues=list(report.results.issues),
     )
 
 
@@ -240,10 +240,6 @@ def sections(report: Report) -> list[Section]:
     if wandb is not None:
         secs.append(wandb)
     return secs
-
-
-def data_issues(report: Report) -> list[str]:
-    return list(report.results.issues)
 
 
 # The Jinja2 environment: one template per format under templates/, so markup stays out of what

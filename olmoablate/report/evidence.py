@@ -29,14 +29,9 @@ from olmoablate.report.verdict import PairEvidence
 def gate_series(
     run_b: RunData, run_v: RunData, metric: str, matched: Aligned | None = None
 ) -> Aligned:
-    """The gate metric of two runs at identical token counts, one point per evaluation.
-
-    Eval metrics are logged once per evaluation: their points are used as they are. A per-step
-    metric (``train/CE loss``) is averaged over windows of ``evaluation.interval`` steps ending at
-    the last common step, so that "the last n points" means the last n eval intervals, not the
-    last n (very noisy) single steps. ``matched``: the metric already at matched tokens (a
-    pair's :meth:`~olmoablate.report.compare.PairResult.at_matched_tokens`).
-    """
+    """The gate metric of two runs at identical token counts, one point per evaluation: a per-step
+    metric is averaged over windows of ``evaluation.interval`` steps ending at the last common step,
+    so "the last n points" are the last n eval intervals. ``matched``: already aligned."""
     al = matched if matched is not None else match_points(run_b.curve(metric), run_v.curve(metric))
     if names.is_eval(metric) or len(al) < 2:
         return al
@@ -88,25 +83,17 @@ def evidence_for(
             False,
             "; ".join(x for x in (why, f"reference: {reference.incomplete_reason}") if x),
         )
+    seq = g.sequential is not None  # a design's looks read the whole series
     return PairEvidence(
-        pair_id=res.pair_id,
-        seed=res.seed,
-        valid=not invalid,
-        invalid_reasons=invalid,
-        complete=complete,
-        incomplete_reason=why,
-        improvement=imp,
-        reference_improvement=ref_imp,
-        variant=res.stability["variant"].health,
-        baseline=res.stability["baseline"].health,
-        overhead=res.overhead,
+        res.pair_id, res.seed, not invalid, invalid, complete, why, imp, ref_imp,
+        res.stability["variant"].health, res.stability["baseline"].health, res.overhead,
         series_x=[float(x) for x in series.x[-tail:]],
         series=last_improvements(series, direction, tail),
-        curve_x=[float(x) for x in series.x] if g.sequential is not None else [],
-        curve=last_improvements(series, direction, len(series)) if g.sequential else [],
+        curve_x=[float(x) for x in series.x] if seq else [],
+        curve=last_improvements(series, direction, len(series)) if seq else [],
         tokens=float(res.variant.entry.tokens),
         gpu_hours=float(res.variant.entry.gpu_hours),
-    )
+    )  # fmt: skip
 
 
 @dataclass
@@ -124,10 +111,9 @@ def consistency(
     size_order: Sequence[str],
     noise_at: Mapping[str, NoiseSource] | None = None,
 ) -> tuple[list[SizeRow], dict[str, bool | None]]:
-    """Gate-metric improvement per (variant, size) over valid pairs; consistent = same sign and
-    the confidence interval excluding zero at every size that has run. A one-seed size has a
-    bound only where ``noise_at`` declares its noise (the gate's source, at the stage size);
-    elsewhere consistency is unknown (None), not "inconsistent"."""
+    """Improvement per (variant, size) over valid pairs; consistent = one sign and the interval
+    excluding zero at every size run. Unknown (None, not "inconsistent") where a one-seed size has
+    no noise source (``noise_at``)."""
     g = results.gate
     by: dict[tuple[str, str], list[list[float]]] = {}
     for r in pair_results:

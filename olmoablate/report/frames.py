@@ -68,7 +68,6 @@ class MetricFrames:
     #: runs' reads of keys the report did not read, by (run, keys): a notebook asks again
     _reads: dict[tuple[str, tuple[str, ...] | None], RunMetrics] = field(default_factory=dict)
 
-    # ------------------------------------------------------------------ reads
     def _store_read(self, rid: str, keys: tuple[str, ...] | None) -> RunMetrics | None:
         run = self.results.runs[rid]
         if not run.dir.metrics.is_file():
@@ -90,9 +89,8 @@ class MetricFrames:
         return hit
 
     def read(self, rid: str, keys: Iterable[str] | None = None) -> RunMetrics | None:
-        """Run ``rid``'s metrics: ``keys`` (all its keys if None) with both x axes. Keys the
-        report read come from its read; others (and every key under ``all_metrics``) from
-        the store, in one read so that values and axes stay of one parse."""
+        """Run ``rid``'s ``keys`` (all if None) with both x axes: from the report's read when it has
+        them, else (and under ``all_metrics``) from the store, values and axes of one parse."""
         run = self.results.runs[rid]
         m = run.metrics
         if keys is None:
@@ -117,7 +115,6 @@ class MetricFrames:
                     out[rid].append(p.pair_id)
         return {rid: (ps or [None]) for rid, ps in out.items()}
 
-    # ------------------------------------------------------------------ tables
     def table(
         self,
         metrics: Iterable[str] | None = None,
@@ -126,12 +123,9 @@ class MetricFrames:
         per_pair: bool = True,
         columns: list[str] | None = None,
     ) -> pa.Table:
-        """Long table of ``metrics`` (all if None) of ``runs`` (all planned runs if None): one
-        row per run, step and metric where the run recorded the metric (NaN rows left out).
-        ``per_pair``: a run's rows once per pair it belongs to (with a ``pair`` column).
-
-        Built in two passes (which rows, then each column filled in place), so that the peak
-        is the table itself plus one run's rows, not twice the table."""
+        """Long table of ``metrics`` (all if None) of ``runs`` (all if None): one row per run, step and
+        recorded metric; ``per_pair``: a run's rows once per pair it belongs to. Built in two passes
+        (which rows, then each column in place), so the peak is the table plus one run's rows."""
         keys = None if metrics is None else tuple(dict.fromkeys(metrics))
         rids = list(self.results.runs) if runs is None else list(runs)
         unknown = [r for r in rids if r not in self.results.runs]

@@ -41,43 +41,25 @@ class NoiseSource:
 
 
 def floor_source(floor: float | NoiseFloor) -> NoiseSource:
-    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known.
-
-    A bare number is a floor read from an old plan.json: known, with the old wording.
-    """
+    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known (a bare
+    number is a floor read from an old plan.json: known, with the old wording)."""
+    what = "declared floor: sd of the paired delta across seeds ="
     if not isinstance(floor, NoiseFloor):
-        return NoiseSource(
-            FLOOR,
-            float(floor),
-            math.inf,
-            f"declared floor: sd of the paired delta across seeds = {floor:g} (gate.noise.floor, "
-            "treated as known: normal bound)",
-        )
+        how = f"{floor:g} (gate.noise.floor, treated as known: normal bound)"
+        return NoiseSource(FLOOR, float(floor), math.inf, f"{what} {how}")
     if floor.pairs is None:
-        return NoiseSource(
-            FLOOR,
-            floor.sd,
-            math.inf,
-            f"declared floor: sd of the paired delta across seeds = {floor.sd:g} "
-            "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)",
-        )
-    dof = float(floor.pairs - 1)
-    return NoiseSource(
-        FLOOR,
-        floor.sd,
-        dof,
-        f"declared floor: sd of the paired delta across seeds = {floor.sd:g} measured from "
-        f"{floor.pairs} seed pairs (gate.noise.floor: Student t with {floor.pairs - 1} dof, the "
-        "uncertainty of the measured sd)",
+        how = "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)"
+        return NoiseSource(FLOOR, floor.sd, math.inf, f"{what} {floor.sd:g} {how}")
+    how = (
+        f"measured from {floor.pairs} seed pairs (gate.noise.floor: Student t with "
+        f"{floor.pairs - 1} dof, the uncertainty of the measured sd)"
     )
+    return NoiseSource(FLOOR, floor.sd, float(floor.pairs - 1), f"{what} {floor.sd:g} {how}")
 
 
 def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | None:
-    """Run-to-run sd from n >= 2 baselines with different seeds at matched tokens.
-
-    ``values`` are the baselines' metric averaged over the same last_n matched eval points.
-    Returns None with fewer than two usable baselines.
-    """
+    """Run-to-run sd from the baselines' ``values`` (each the metric averaged over the same
+    last_n matched eval points); None with fewer than two."""
     vals = [float(v) for v in values if math.isfinite(v)]
     if len(vals) < 2:
         return None
@@ -102,11 +84,8 @@ def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | Non
 def run_level_values(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], last_n: int, window: int = 0
 ) -> list[float]:
-    """Each run's metric averaged over the last ``last_n`` x-values common to *all* runs.
-
-    ``window`` > 0 (a per-step metric like train/CE loss): average over windows of that many
-    common steps first, as the paired gate series does, so "last n points" means the same thing.
-    """
+    """Each run's metric averaged over the last ``last_n`` x-values common to all runs; ``window``
+    > 1 (a per-step metric): over windows of that many steps first, as the paired gate series."""
     if not curves:
         return []
     common = curves[0][0]
@@ -179,15 +158,10 @@ def estimate(
     noise: NoiseSource | None = None,
     jitter_se: float = math.nan,
 ) -> Estimate | None:
-    """Mean paired improvement over seeds and its one-sided bounds.
-
-    Per seed, the improvement is the mean of its last matched points. Several seeds: paired t on
-    the per-seed means (seeds-1 dof). One seed: the sd comes from ``noise`` (floor: z bound;
-    A/A: t with k dof); without a source the bounds are infinite (nothing can be concluded).
-    If the source claims less noise than the within-run jitter alone puts on the last_n mean
-    (``jitter_se``), the jitter is used instead: a floor below it cannot be right.
-    Returns None when there are no points at all.
-    """
+    """Mean paired improvement over seeds (each seed: the mean of its last matched points) and its
+    one-sided bounds: paired t on the per-seed means, or with one seed the ``noise`` source (no
+    source: infinite bounds). A source claiming less noise than the within-run jitter alone puts on
+    the mean (``jitter_se``) is raised to it. None when there are no points at all."""
     seeds = [np.asarray(p, dtype=float) for p in per_seed_points if len(p)]
     seeds = [p[np.isfinite(p)] for p in seeds]
     seeds = [p for p in seeds if p.size]

@@ -50,11 +50,8 @@ def steady_steps(
     warmup_steps: int = 0,
     intervals: Sequence[int] = (),
 ) -> tuple[np.ndarray, int]:
-    """Times of steady-state steps (see module docstring) and how many steps were dropped.
-
-    ``in_attempt`` (metrics ``step_in_attempt``): also drop the first steps after every resume.
-    ``intervals``: the eval and checkpoint intervals (the step of each and the one after it go).
-    """
+    """Times of steady-state steps (see the module docstring) and how many steps were dropped;
+    ``in_attempt``: metrics' ``step_in_attempt``; ``intervals``: the eval and checkpoint intervals."""
     warm = warmup_steps
     s = np.asarray(steps, dtype=np.int64)
     t = np.asarray(times, dtype=float)
@@ -69,23 +66,25 @@ def steady_steps(
     return t[~drop], int(drop.sum())
 
 
-def autocorr_time(x: np.ndarray) -> float:
-    """Integrated autocorrelation time tau = 1 + 2 sum_k rho_k of a series (Geyer's initial
-    positive sequence: sums of adjacent autocorrelation pairs while they stay positive).
-
-    Why: batch means are nearly independent only when a batch is several tau long; a fixed
-    number of batches under-covers a strongly autocorrelated series (AR(1) phi = 0.9: 16% miss
-    per side at 100 steps, nominal 5%).
-    """
-    n = x.size
-    if n < 4:
+def _centred(x: np.ndarray) -> np.ndarray | float:
+    """``x`` minus its mean, or the autocorrelation time where it is fixed: too short (inf) or
+    constant (1)."""
+    if x.size < 4:
         return math.inf
     if np.ptp(x) == 0:
         return 1.0
     y = x - x.mean()
+    return y if float(y @ y) != 0 else 1.0
+
+
+def autocorr_time(x: np.ndarray) -> float:
+    """Integrated autocorrelation time tau = 1 + 2 sum_k rho_k (Geyer's initial positive sequence).
+    Batch means are nearly independent only when a batch is several tau long."""
+    y = _centred(x)
+    if isinstance(y, float):
+        return y
+    n = x.size
     var = float(y @ y) / n
-    if var == 0:
-        return 1.0
     f = np.fft.rfft(y, 2 * n)
     acf = np.fft.irfft(f * np.conj(f))[:n] / (n * var)
     tau = 1.0
@@ -104,18 +103,11 @@ BATCH_TAU = 8.0
 def ar1_time(x: np.ndarray) -> float:
     """tau of an AR(1) fitted to the series, lag-1 autocorrelation corrected for its downward
     small-sample bias (about (1 + 3 phi) / n): a second, less optimistic estimate."""
-    n = x.size
-    if n < 4:
-        return math.inf
-    if np.ptp(x) == 0:
-        return 1.0
-    y = x - x.mean()
-    den = float(y @ y)
-    if den == 0:
-        return 1.0
-    phi = min(
-        0.995, float(y[1:] @ y[:-1]) / den + (1.0 + 3.0 * max(0.0, float(y[1:] @ y[:-1]) / den)) / n
-    )
+    y = _centred(x)
+    if isinstance(y, float):
+        return y
+    r1 = float(y[1:] @ y[:-1]) / float(y @ y)
+    phi = min(0.995, r1 + (1.0 + 3.0 * max(0.0, r1)) / x.size)
     return (1.0 + phi) / (1.0 - phi) if phi > 0 else 1.0
 
 
@@ -159,11 +151,8 @@ def arm_timing(
     use_cpu: bool,
     info: tuple[RunSummary | None, RunStatus | None] = (None, None),
 ) -> ArmTiming | None:
-    """One arm's steady-state times from its metrics columns (None without per-step times).
-
-    ``info``: the run's own summary.json and status.json, which say the node it ran on and who
-    started it (never launch's ledger).
-    """
+    """One arm's steady-state times (None without per-step times); ``info``: the run's own
+    summary.json and status.json, which say its node and executor (never launch's ledger)."""
     col = CPU if use_cpu and columns.get(CPU) is not None else WALL
     times = columns.get(col)
     if steps is None or times is None:
@@ -263,15 +252,10 @@ def _pair_mean_logs(timings: Sequence[tuple[str, ArmTiming, ArmTiming]]) -> list
 def step_time_check(
     timings: Sequence[tuple[str, ArmTiming, ArmTiming]], limit: float | None, confidence: float
 ) -> OverheadCheck | None:
-    """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``.
-
-    Several pairs: mean of per-pair log-ratios; its SE is the larger of the pooled within-pair SE
-    and the between-pair SE (so node-to-node heterogeneity is never hidden). When no pair's runs
-    are long enough for within-run batch means (their autocorrelation), but at least two pairs
-    have steady-state steps, each pair's ratio of run means is one replicate and the interval
-    is the t interval of their spread (k - 1 dof): independent runs, no autocorrelation
-    assumption, wide with few seeds. None when no pair has per-step times or no limit is set.
-    """
+    """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``. The se
+    is the larger of the pooled within-pair and the between-pair se (node heterogeneity is never
+    hidden); runs too short for batch means, several pairs: their run-mean ratios are the replicates
+    (t, k - 1 dof). None without per-step times or without a limit."""
     if limit is None:
         return None
     per: list[tuple[str, RatioInterval]] = []
@@ -341,14 +325,9 @@ def overhead_checks(
     pairs: Sequence[tuple[str, tuple[ArmTiming, ArmTiming] | None, Mapping[str, float | None]]],
     cfg: Gate,
 ) -> tuple[list[str], list[str], OverheadCheck | None]:
-    """(hard stops, blockers, the step-time check) from the measured overheads.
-
-    Step time: a ratio with an interval from steady-state per-step times (stop only when the
-    whole interval is above the limit, inconclusive when it straddles); without per-step times a
-    point ratio over the limit blocks proceed but cannot stop. Peak memory and decode latency are
-    one deterministic measurement per run (the allocator's high-water mark, a fixed decode):
-    compared as point ratios (mean over seeds).
-    """
+    """(hard stops, blockers, the step-time check). Without per-step times a point ratio over the
+    limit blocks proceed but cannot stop. Peak memory and decode latency are one deterministic
+    measurement per run: point ratios, mean over seeds."""
     stops: list[str] = []
     blockers: list[str] = []
     conf = cfg.confidence

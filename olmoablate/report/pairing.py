@@ -23,12 +23,8 @@ from olmoablate.run.files import ProofRecord, RunSummary
 
 
 def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
-    """Why the two plan entries do not form a valid pair (empty list = valid).
-
-    Recomputes the pairing certificate (`olmoablate.plan.identity`, the same hash `plan`
-    wrote) of both arms under the pair's budget rule, and checks each entry still matches the
-    certificate recorded for it (a plan.json edited after planning is caught here).
-    """
+    """Why the two entries do not form a valid pair under the budget rule (empty = valid), and
+    whether each still matches the certificate recorded for it (plan.json edited after planning)."""
     problems: list[str] = []
     if baseline.certificate_now(budget_match) != variant.certificate_now(budget_match):
         diff = differences(
@@ -48,13 +44,9 @@ def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: st
 
 
 def proof_problems(entry: RunEntry, record: ProofRecord | None) -> tuple[list[str], list[str]]:
-    """(problems, notes) from what the job proved at its last (re)start (proof.json).
-
-    A run that trained block code other than the plan recorded, or another parameter count than
-    planned, is no longer the planned arm: the pair is invalid. A run without a record (trained
-    by a job from before proofs) is compared, with a note that its costs are unverified. Only
-    for plans that record code identities (older plans predate both).
-    """
+    """(problems, notes) from proof.json: a run that trained other block code or another parameter
+    count than planned is not the planned arm; a run without a record (a job from before proofs) is
+    compared, with a note that its costs are unverified."""
     if record is None:
         return [], [f"{entry.run_id}: costs not verified at job start (no proof.json)"]
     problems = []
@@ -77,14 +69,9 @@ def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntr
 
 
 def token_shortfall(arm: str, run: Any) -> str | None:
-    """Why a *completed* arm cannot be matched at its planned tokens (None when it can).
-
-    ``run`` is the report's RunData. A run whose status says completed but whose metrics end
-    before its planned token count (a truncated or partly copied metrics.jsonl) would make the
-    gate compare the arms at different points of their schedules; the pair is INVALID (out of
-    the gate) unless the gate sets ``allow_partial_pairs``. Runs still training are not judged
-    here: they are incomplete, not inconsistent.
-    """
+    """Why a *completed* arm (``run``: RunData) cannot be matched at its planned tokens: its metrics
+    end early (truncated or partly copied), so the gate would compare different points of the
+    schedules. None when it can, or when the run is still training (incomplete, not inconsistent)."""
     planned = int(run.entry.tokens)
     logged = float(run.max_tokens)
     if run.state != RunState.COMPLETED or logged >= planned:
@@ -122,12 +109,8 @@ def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
 def execution_mismatch(
     baseline: Mapping[str, Any] | None, variant: Mapping[str, Any] | None
 ) -> list[str]:
-    """What differs between the two arms' execution records (empty: comparable).
-
-    Neither arm recorded yet (runs in progress, or older runs): nothing to compare, empty. One
-    arm recorded and the other not: the execution of the pair cannot be shown to match, which
-    is a difference too. A field missing from one record only is reported as ``not recorded``.
-    """
+    """What differs between the arms' execution records (empty: comparable). Neither recorded yet:
+    nothing to compare; one only: a difference; a field one record lacks: ``not recorded``."""
     if baseline is None and variant is None:
         return []
     if baseline is None or variant is None:
@@ -232,19 +215,9 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     add("step time (s)", mb[names.STEP_TIME], mv[names.STEP_TIME], "measured")
     add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
     add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
-    add(
-        "optimizer state (GB, plan)",
-        num(be.optimizer_state_gb),
-        num(ve.optimizer_state_gb),
-        "plan",
-    )
+    add("optimizer state (GB, plan)", num(be.optimizer_state_gb), num(ve.optimizer_state_gb), "plan")
     add("GPU-hours", mb["gpu_hours"], mv["gpu_hours"], "measured")
-    add(
-        "GPU-hours (plan)",
-        num(be.gpu_hours),
-        num(ve.gpu_hours),
-        "plan",
-    )
+    add("GPU-hours (plan)", num(be.gpu_hours), num(ve.gpu_hours), "plan")
     if mb["decode_latency_s"] is not None or mv["decode_latency_s"] is not None:
         add("decode latency (s)", mb["decode_latency_s"], mv["decode_latency_s"], "measured")
     if mb["kv_cache_bytes"] is not None or mv["kv_cache_bytes"] is not None:

@@ -11,13 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from olmoablate.errors import UserError
-from olmoablate.io import (
-    MAX_YAML_BYTES,
-    check_size,
-    compose_yaml_bounded,
-    sha256_of,
-)
+from olmoablate.io import MAX_YAML_BYTES, check_size, compose_yaml_bounded, sha256_of
 from olmoablate.plan import identity as ident
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.load import apply_overrides, loader_class, spec_sha256
@@ -68,8 +65,6 @@ def _gate_name(plan: Plan) -> str | None:
 def _validated(raw: Any) -> Gate | None:
     if not isinstance(raw, dict):
         return None
-    from pydantic import ValidationError
-
     try:
         return Gate.model_validate(raw)
     except ValidationError:
@@ -77,10 +72,8 @@ def _validated(raw: Any) -> Gate | None:
 
 
 def _spec_doc(path: Path, plan: Plan) -> Any:
-    """The spec file as plan read it: parsed within the limits every spec is parsed with
-    (olmoablate.io: the file may have changed since planning, and the gate hash walks the
-    expanded tree), with the plan's ``--set`` overrides applied."""
-
+    """The spec file as plan read it: within the limits every spec is parsed with (it may have
+    changed since planning), the plan's ``--set`` overrides applied."""
     data = path.read_bytes()
     check_size(data, MAX_YAML_BYTES, "the spec")
     doc = compose_yaml_bounded(data.decode("utf-8"), loader_class())[1]

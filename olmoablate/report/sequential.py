@@ -59,10 +59,8 @@ def stage_decision(
     final: bool,
     futility_confidence: float,
 ) -> np.ndarray:
-    """A full-budget look: ``proceed`` when the lower bound at 1 - ``level`` (the stage's
-    spending-adjusted one-sided level, applied to the t with ``dof``) clears the bar; else at the
-    final look ``stop`` / ``inconclusive`` (upper bound at ``confidence``), before it
-    ``stop: futility`` / ``continue``."""
+    """A full-budget look: ``proceed`` when the lower bound at 1 - ``level`` clears the bar; else
+    ``stop``/``inconclusive`` at the final look, ``stop: futility``/``continue`` before it."""
     m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
     lower = m - _q(1.0 - level, dof) * s
     if final:
@@ -147,12 +145,9 @@ def evaluate_design(
     noise: NoiseSource | None,
     extra_looks: int = 0,
 ) -> SequentialResult:
-    """Walk the design's looks in order with the pairs' data so far.
-
-    ``pairs`` are the variant's pairs in the spec's seed order. ``extra_looks`` > 0: seeds were
-    added by an unplanned re-plan; every full-budget level is divided by 1 + extra_looks
-    (Bonferroni over the registrations, conservative) and the result is flagged.
-    """
+    """Walk the design's looks with the pairs' data so far (``pairs`` in the spec's seed order).
+    ``extra_looks``: earlier registrations of an unplanned re-plan; every full-budget level is divided
+    by 1 + extra_looks (Bonferroni, conservative) and flagged."""
     design = cfg.sequential
     assert design is not None
     bar, conf, last_n = cfg.min_effect, cfg.confidence, cfg.last_n
@@ -349,12 +344,9 @@ def apply_design(
 def apply_holm(
     verdicts: Sequence[VariantVerdict], confidence: float
 ) -> tuple[list[VariantVerdict], str]:
-    """Family-wise error control over the gated variants (Holm): the new verdicts, and the
-    sentence to say (empty, and the verdicts unchanged, for fewer than two variants).
-
-    The tested hypothesis per variant is its first (quality) check, H0: improvement <= min_effect.
-    A variant that passes on its own but not after Holm becomes inconclusive with the reason.
-    """
+    """Holm over the gated variants' first (quality) checks, H0: improvement <= min_effect: the new
+    verdicts (a pass that does not survive becomes inconclusive) and the sentence to say (none, and
+    the verdicts unchanged, for fewer than two)."""
     m = len(verdicts)
     if m < 2:
         return list(verdicts), ""
@@ -410,13 +402,8 @@ def evaluate_gate(
     legacy: bool = False,
     entry: GateEntry | None = None,
 ) -> GateOutcome:
-    """One gate block -> the headline verdict.
-
-    ``family`` are the variants the gate decides on: one primary variant (``gate.variant``) or,
-    without it, every gated variant, then under Holm's family-wise correction (promoted: those
-    that survive it). ``exploratory`` variants are evaluated and shown, uncorrected, never
-    promoted and never part of the headline.
-    """
+    """One gate block -> the headline verdict. ``family``: one primary variant (``gate.variant``)
+    or every gated variant under Holm; ``exploratory`` ones are shown, uncorrected, never promoted."""
     cfg = as_gate(cfg)
     conf = cfg.confidence
     fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]

@@ -66,13 +66,9 @@ class QualityCheck:
 def seeds_line(
     est: Estimate, bar: float, confidence: float, legacy: bool = False
 ) -> tuple[str, int | None, str | None]:
-    """What more seeds would do, in both directions, at the observed effect and spread.
-
-    A power statement: the chance that k paired seeds resolve the gate with the paired t the
-    gate will use (noncentral t), never "k seeds would resolve it" (at the true mean and sd
-    that count resolves it only 52-71% of the time). ``legacy``: the count line of plans made
-    before this statement existed (their verdicts are reproduced byte for byte).
-    """
+    """What more seeds would do, at the observed effect and spread: the chance that k paired seeds
+    resolve the gate with its own paired t (a power statement, never "k seeds would resolve it").
+    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
     toward = "proceed" if est.mean > bar else "stop"
@@ -201,7 +197,7 @@ class PairEvidence:
     curve: list[float] = field(default_factory=list)
     tokens: float = 0.0
     gpu_hours: float = 0.0
-    #: Differences between the arms' execution records (report.compare.execution): cost not compared.
+    #: Differences between the arms' execution records (:mod:`.pairing`): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
 
 
