@@ -134,9 +134,8 @@ def _ordered_unique(items: list[str]) -> list[str]:
 
 
 def build(results: Results, measured: list[PairResult] | None = None) -> Report:
-    """Evaluate the gate at ``gate.stage`` on the pairs' comparisons: ``measured`` (every pair
-    measured once, :func:`~olmoablate.report.compare.measure_all`, shared by all gates of
-    a spec) or, without it, measured here."""
+    """Decide the gate at ``gate.stage`` on the pairs' comparisons (``measured``: shared by all
+    gates of a spec; measured here without it)."""
     g = results.gate
     stage = g.stage
     reference = g.reference

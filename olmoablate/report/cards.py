@@ -265,9 +265,8 @@ def _drawing_code(module_file: str) -> bytes:
 
 
 def figure_hash(module_file: str) -> Any:
-    """A sha256 already fed with what draws a figure: the drawing module's source, this module's
-    and the matplotlib version. The plot cache's keys add the figure's data to it; equal keys
-    mean byte-identical figures."""
+    """A sha256 fed with what draws a figure (the drawing module's source, this module's, the
+    matplotlib version); the plot cache adds the figure's data: equal keys, equal figures."""
     return hashlib.sha256(_drawing_code(module_file))
 
 

@@ -112,14 +112,9 @@ def select(m: Metrics, want: Want | None) -> Metrics:
     """``m`` with only the wanted columns (what a parse with ``want`` gives)."""
     if want is None:
         return m
-    return Metrics(
-        m.steps,
-        {k: v for k, v in m.columns.items() if want(k)},
-        m.issues,
-        m.rows_read,
-        m.duplicate_rows,
-        {k: v for k, v in m.nonfinite.items() if want(k)},
-    )
+    cols = {k: v for k, v in m.columns.items() if want(k)}
+    nonfinite = {k: v for k, v in m.nonfinite.items() if want(k)}
+    return Metrics(m.steps, cols, m.issues, m.rows_read, m.duplicate_rows, nonfinite)
 
 
 def _joined(path: Path, want: Want | None, body: Metrics, tail: Metrics) -> Metrics:
@@ -404,13 +399,9 @@ def collect(
     cache_dir = layout.report_cache if use_cache else None
     fp_cache = fingerprints.load_cache(cache_dir)
     # the pairs' data-order checks read ~100 bytes per step of both arms: done meanwhile
-    background = fingerprints.Background(
-        fp_cache,
-        [
-            (layout.run(p.baseline_run).fingerprints, layout.run(p.variant_run).fingerprints)
-            for p in plan.pairs
-        ],
-    )
+    fps = [(layout.run(p.baseline_run), layout.run(p.variant_run)) for p in plan.pairs]
+    fps = [(b.fingerprints, v.fingerprints) for b, v in fps]
+    background = fingerprints.Background(fp_cache, fps)
     for rid, m in load_metrics_many(jobs, use_cache, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)

@@ -69,10 +69,8 @@ def match_points(b: Curve, v: Curve) -> Aligned:
 
 
 def interp_points(b: Curve, v: Curve) -> Aligned:
-    """Pair the baseline's points with the variant interpolated at the same x (within range).
-
-    Used only on the FLOPs axis, where the arms' eval points do not coincide.
-    """
+    """The baseline's points with the variant interpolated at the same x (FLOPs axis only, where
+    the arms' eval points do not coincide)."""
     if len(v) < 2 or len(b) == 0:
         return Aligned(np.empty(0), np.empty(0), np.empty(0))
     keep = (b.x >= v.x[0]) & (b.x <= v.x[-1])
@@ -434,13 +432,8 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     for key, al in evals.items():
         res.final.append(_final_row(key, al, "eval"))
     if len(train_s):
-        res.final.append(
-            _final_row(
-                LOSS + " (EMA)",
-                Aligned(train_s.x[-1:], train_s.baseline[-1:], train_s.variant[-1:]),
-                "train",
-            )
-        )
+        last = Aligned(train_s.x[-1:], train_s.baseline[-1:], train_s.variant[-1:])
+        res.final.append(_final_row(LOSS + " (EMA)", last, "train"))
     res.stability = {
         "baseline": base.once("arm_stats", lambda: _arm_stats(base)),
         "variant": var.once("arm_stats", lambda: _arm_stats(var)),

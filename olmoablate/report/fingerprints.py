@@ -50,14 +50,11 @@ def _full_check(
     common = sorted(set(fa) & set(fb))
     bad = [s for s in common if fa[s] != fb[s]]
     if bad:
-        return (
-            [
-                f"data fingerprints differ at {len(bad)} of {len(common)} common steps "
-                f"(first at step {bad[0]}): the arms did not see the same batches"
-            ],
-            "",
-            None,
+        why = (
+            f"data fingerprints differ at {len(bad)} of {len(common)} common steps "
+            f"(first at step {bad[0]}): the arms did not see the same batches"
         )
+        return [why], "", None
     return [], f"data fingerprints match on {len(common)} common steps", None
 
 
@@ -265,9 +262,8 @@ def _complete_end(path: Path) -> int:
 
 
 def _prefix_entry(pb: Path, pv: Path, common: int, n_lines: int) -> list[Any] | None:
-    """After a full check found the shorter file's complete lines (``common`` bytes,
-    ``n_lines`` lines) to be a byte-identical prefix of the other: what is needed to trust
-    that prefix next time (both files' device and inode, and their probes at ``common``)."""
+    """What is needed to trust next time that the shorter file's complete lines (``common`` bytes,
+    ``n_lines`` lines) are a prefix of the other: both files' device, inode, probe at ``common``."""
     try:
         ids = [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)]
         return [common, n_lines, ids, _probe(pb, common), _probe(pv, common)]

@@ -4,7 +4,8 @@ A notebook mostly asks for one metric's curves, and one long frame of everything
 and 13 GB on a 100-run ladder; so a table is built only for what is asked, from the report's read
 (or one column of the run's columnar copy), numbers zero-copy and labels dictionary-encoded.
 ``olmoablate.results`` turns it into pandas; this module imports no pandas. The axes are the
-report's: ``tokens`` (else step x global batch) and ``train_flops`` (:func:`.collect.cumulative_flops`).
+report's: ``tokens`` (else step x global batch) and ``train_flops``
+(:func:`.collect.cumulative_flops`).
 """
 
 from __future__ import annotations
@@ -123,9 +124,9 @@ class MetricFrames:
         per_pair: bool = True,
         columns: list[str] | None = None,
     ) -> pa.Table:
-        """Long table of ``metrics`` (all if None) of ``runs`` (all if None): one row per run, step and
-        recorded metric; ``per_pair``: a run's rows once per pair it belongs to. Built in two passes
-        (which rows, then each column in place), so the peak is the table plus one run's rows."""
+        """Long table of ``metrics`` (all if None) of ``runs`` (all if None): one row per run, step
+        and recorded metric; ``per_pair``: a run's rows once per pair. Built in two passes (which
+        rows, then each column in place), so the peak is the table plus one run's rows."""
         keys = None if metrics is None else tuple(dict.fromkeys(metrics))
         rids = list(self.results.runs) if runs is None else list(runs)
         unknown = [r for r in rids if r not in self.results.runs]

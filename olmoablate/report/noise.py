@@ -63,22 +63,17 @@ def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | Non
     vals = [float(v) for v in values if math.isfinite(v)]
     if len(vals) < 2:
         return None
-    run_sd = float(np.std(vals, ddof=1))
-    dof = float(len(vals) - 1)
+    run_sd, dof = float(np.std(vals, ddof=1)), float(len(vals) - 1)
     return NoiseSource(
-        AA,
-        run_sd * math.sqrt(2.0),
-        dof,
+        AA, run_sd * math.sqrt(2.0), dof,
         f"A/A baselines: run-level sd {run_sd:.3g} from {len(vals)} baselines with different "
         f"seeds ({int(dof)} dof); sd of a paired delta = sd x sqrt(2) = {run_sd * math.sqrt(2):.3g}"
         " (t bound). Conservative when the two arms of a pair are positively correlated "
         "(shared seed, data order), and only if the variant is no noisier than the baseline: an "
         "assumption one seed cannot check (variant run sd 1.5x the baseline's: 5.9-7.8% false "
         "proceeds at nominal 5%, docs/gate-statistics.md)",
-        run_sd,
-        list(runs),
-        vals,
-    )
+        run_sd, list(runs), vals,
+    )  # fmt: skip
 
 
 def run_level_values(

@@ -51,7 +51,7 @@ def steady_steps(
     intervals: Sequence[int] = (),
 ) -> tuple[np.ndarray, int]:
     """Times of steady-state steps (see the module docstring) and how many steps were dropped;
-    ``in_attempt``: metrics' ``step_in_attempt``; ``intervals``: the eval and checkpoint intervals."""
+    ``in_attempt``: metrics' ``step_in_attempt``; ``intervals``: eval and checkpoint intervals."""
     warm = warmup_steps
     s = np.asarray(steps, dtype=np.int64)
     t = np.asarray(times, dtype=float)
@@ -197,14 +197,8 @@ def ratio_interval(base: np.ndarray, var: np.ndarray, confidence: float) -> Rati
             (vb**2 / (mb.size - 1) if vb else 0.0) + (vv**2 / (mv.size - 1) if vv else 0.0)
         )
     q = t_ppf(confidence, dof)
-    return RatioInterval(
-        math.exp(log_ratio),
-        math.exp(log_ratio - q * se),
-        math.exp(log_ratio + q * se),
-        se,
-        dof,
-        (int(mb.size), int(mv.size)),
-    )
+    lo, hi = math.exp(log_ratio - q * se), math.exp(log_ratio + q * se)
+    return RatioInterval(math.exp(log_ratio), lo, hi, se, dof, (int(mb.size), int(mv.size)))
 
 
 @dataclass

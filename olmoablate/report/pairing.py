@@ -71,7 +71,7 @@ def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntr
 def token_shortfall(arm: str, run: Any) -> str | None:
     """Why a *completed* arm (``run``: RunData) cannot be matched at its planned tokens: its metrics
     end early (truncated or partly copied), so the gate would compare different points of the
-    schedules. None when it can, or when the run is still training (incomplete, not inconsistent)."""
+    schedules. None when it can, or while the run trains (incomplete, not inconsistent)."""
     planned = int(run.entry.tokens)
     logged = float(run.max_tokens)
     if run.state != RunState.COMPLETED or logged >= planned:
@@ -85,7 +85,7 @@ def token_shortfall(arm: str, run: Any) -> str | None:
 
 # Execution parity: the certificate fixes what the plan asked for, summary.json's ``execution``
 # block what ran (``attention_backend: auto`` resolves per node). A kernel, dtype, compile or
-# world-size difference would be charged to the variant's cost, so it keeps the cost out of the gate.
+# world-size difference would be charged to the variant's cost: it keeps the cost out of the gate.
 
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -215,7 +215,8 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     add("step time (s)", mb[names.STEP_TIME], mv[names.STEP_TIME], "measured")
     add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
     add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
-    add("optimizer state (GB, plan)", num(be.optimizer_state_gb), num(ve.optimizer_state_gb), "plan")
+    opt_plan = num(be.optimizer_state_gb), num(ve.optimizer_state_gb)
+    add("optimizer state (GB, plan)", *opt_plan, "plan")
     add("GPU-hours", mb["gpu_hours"], mv["gpu_hours"], "measured")
     add("GPU-hours (plan)", num(be.gpu_hours), num(ve.gpu_hours), "plan")
     if mb["decode_latency_s"] is not None or mv["decode_latency_s"] is not None:

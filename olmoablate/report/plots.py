@@ -334,9 +334,8 @@ def _data_key(report: Report, data: Any) -> str:
 
 
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
-    """Every plot of the report; figures are drawn in parallel (fork) when there are many,
-    because matplotlib spends ~0.2-0.5 s per figure and a ladder has dozens. A (size, variant)
-    figure whose inputs hash the same as when it was last drawn here is not drawn again."""
+    """Every plot of the report, drawn in parallel (fork) when there are many; a figure whose inputs
+    hash the same as when it was last drawn here is not drawn again."""
     global _FORK_REPORT
     jobs: list[tuple[str, str, str, str]] = []
     seen: set[tuple[str, str]] = set()

@@ -146,8 +146,8 @@ def evaluate_design(
     extra_looks: int = 0,
 ) -> SequentialResult:
     """Walk the design's looks with the pairs' data so far (``pairs`` in the spec's seed order).
-    ``extra_looks``: earlier registrations of an unplanned re-plan; every full-budget level is divided
-    by 1 + extra_looks (Bonferroni, conservative) and flagged."""
+    ``extra_looks``: earlier registrations of an unplanned re-plan; every full-budget level is
+    divided by 1 + extra_looks (Bonferroni, conservative) and flagged."""
     design = cfg.sequential
     assert design is not None
     bar, conf, last_n = cfg.min_effect, cfg.confidence, cfg.last_n
@@ -403,7 +403,7 @@ def evaluate_gate(
     entry: GateEntry | None = None,
 ) -> GateOutcome:
     """One gate block -> the headline verdict. ``family``: one primary variant (``gate.variant``)
-    or every gated variant under Holm; ``exploratory`` ones are shown, uncorrected, never promoted."""
+    or every gated variant under Holm; ``exploratory``: shown, uncorrected, never promoted."""
     cfg = as_gate(cfg)
     conf = cfg.confidence
     fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]

@@ -37,9 +37,7 @@ PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
 def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
-    """A gate block as the schema's model: a plan's (already a :class:`Gate`) or one written as
-    in a spec (a mapping; the schema fills the defaults, :mod:`olmoablate.plan.schema` is the
-    only place they live)."""
+    """A gate block as the schema's model (a spec's mapping gets the schema's defaults)."""
     return gate if isinstance(gate, Gate) else Gate.model_validate(dict(gate))
 
 
@@ -264,11 +262,8 @@ def evaluate_variant(
     way_out: str = "",
     legacy: bool = False,
 ) -> VariantVerdict:
-    """Verdict for one variant at the stage size from all its pairs (one per seed).
-
-    ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
-    baselines are measured by the caller, `olmoablate.report.evidence`).
-    """
+    """Verdict for one variant at the stage size from all its pairs (one per seed); ``noise``: the
+    one-seed source (default: the declared floor; A/A baselines are measured by the caller)."""
     cfg = as_gate(cfg)
     floor = cfg.noise.floor
     if noise is None and floor is not None:
@@ -332,20 +327,11 @@ def evaluate_variant(
     noise_txt = f"noise source: {est.source_detail}" if est else ""
     preamble = reasons[: len(reasons) - len(stops) - len(blockers) - len(checks)]
     return VariantVerdict(
-        variant,
-        combine(stops, blockers, checks),
-        reasons,
-        checks,
-        [p.pair_id for p in valid],
-        excluded,
-        noise=noise_txt,
-        jitter=jitter_txt,
-        step_time=step_check,
-        notes=list(step_check.notes) if step_check else [],
-        preamble=preamble,
-        stops=stops,
+        variant, combine(stops, blockers, checks), reasons, checks, [p.pair_id for p in valid],
+        excluded, noise=noise_txt, jitter=jitter_txt, step_time=step_check,
+        notes=list(step_check.notes) if step_check else [], preamble=preamble, stops=stops,
         blockers=blockers,
-    )
+    )  # fmt: skip
 
 
 def _has_cost_limits(cfg: Gate) -> bool:
