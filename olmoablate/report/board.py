@@ -461,6 +461,7 @@ def board_command(
     ] = None,
 ) -> None:
     """One table of every spec under the store: verdicts, effects, noise, costs, track record.
+
     ROOT is the store (the folder holding results/<spec>/ folders), not one spec's folder."""
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
