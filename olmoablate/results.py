@@ -1,7 +1,7 @@
 """Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
 
 Why built on the report's own code: every frame here comes from the objects `olmoablate report`
-builds (`report.read.collect.collect` -> `report.gates.build_all`), so a notebook and the report can never
+builds (`report.collect.collect` -> `report.assemble.build_all`), so a notebook and the report can never
 disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
 gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
 forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).
@@ -9,7 +9,7 @@ forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis)
 Frames (tidy: one observation per row), all built lazily on first access. Metrics are built per
 metric and run on demand, Arrow-backed (pandas with pyarrow dtypes: labels dictionary-encoded,
 numbers zero-copy), from the report's read or one column of each run's metrics store
-(``report.read.metrics_store``: metrics.jsonl through its columnar copy):
+(``report.collect``'s metrics store: metrics.jsonl through its columnar copy):
 
 * ``curves(metric, runs=None)``: one metric's curves, ``run, group, size, seed, arm, step,
   tokens, train_flops, value`` (``per_pair=True``: once per pair, with ``pair``).

@@ -46,7 +46,6 @@ class Report:
     consistent: dict[str, bool | None]
     sizes: list[str]
     next_steps: list[str] = field(default_factory=list)
-    next_plan_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     #: eval coverage / unigram-entropy lines (`olmoablate.report.pairing`)
     eval_lines: list[str] = field(default_factory=list)
@@ -104,33 +103,23 @@ class Report:
             "warnings": self.results.warnings,
             "variants": [v.as_dict() for v in self.variant_verdicts],
             "pairs": [
-                {
-                    "pair_id": e.pair_id,
-                    "seed": e.seed,
-                    "valid": e.valid,
-                    "invalid_reasons": e.invalid_reasons,
-                    "complete": e.complete,
-                    "improvement_last_n": e.improvement,
-                    "reference_improvement_last_n": e.reference_improvement,
-                    "variant_spikes": e.variant.spikes,
-                    "overhead": e.overhead,
-                }
-                for ev in self.evidence.values()
-                for e in ev
-            ],
+                {"pair_id": e.pair_id, "seed": e.seed, "valid": e.valid,
+                 "invalid_reasons": e.invalid_reasons, "complete": e.complete,
+                 "improvement_last_n": e.improvement,
+                 "reference_improvement_last_n": e.reference_improvement,
+                 "variant_spikes": e.variant.spikes, "overhead": e.overhead}
+                for ev in self.evidence.values() for e in ev
+            ],  # fmt: skip
             "invalid_pairs": [
                 {"pair_id": p.pair_id, "reasons": p.invalid_reasons} for p in self.invalid_pairs
             ],
             "consistency": {
                 "rows": [
-                    {
-                        "variant": r.variant,
-                        "size": r.size,
-                        "estimate": r.estimate.as_dict() if r.estimate else None,
-                        "outside_noise": r.outside_noise,
-                    }
+                    {"variant": r.variant, "size": r.size,
+                     "estimate": r.estimate.as_dict() if r.estimate else None,
+                     "outside_noise": r.outside_noise}
                     for r in self.size_rows
-                ],
+                ],  # fmt: skip
                 "consistent": self.consistent,
             },
             "next_steps": self.next_steps,
@@ -141,16 +130,12 @@ class Report:
 
 
 def _ordered_unique(items: list[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for i in items:
-        seen.setdefault(i, None)
-    return list(seen)
+    return list(dict.fromkeys(items))
 
 
 def build(results: Results, measured: list[PairResult] | None = None) -> Report:
-    """Evaluate the gate at ``gate.stage`` on the pairs' comparisons: ``measured`` (every pair
-    measured once, :func:`~olmoablate.report.compare.measure_all`, shared by all gates of
-    a spec) or, without it, measured here."""
+    """Decide the gate at ``gate.stage`` on the pairs' comparisons (``measured``: shared by all
+    gates of a spec; measured here without it)."""
     g = results.gate
     stage = g.stage
     reference = g.reference
@@ -175,20 +160,12 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         ev: list[PairEvidence] = []
         for r in mine:
             ref_pair = None
-            if g.rule == "quality_per_param":
-                ref_pair = next(
-                    (
-                        x
-                        for x in at_stage
-                        if x.variant_name == reference
-                        and x.seed == r.seed
-                        and x.baseline.run_id == r.baseline.run_id
-                    ),
-                    None,
-                )
+            if g.rule == "quality_per_param":  # the reference's pair of the same baseline run
+                same = (x for x in at_stage if x.variant_name == reference and x.seed == r.seed)
+                ref_pair = next((x for x in same if x.baseline.run_id == r.baseline.run_id), None)
             e = evidence_for(r, results, ref_pair)
-            # arms that ran different executions (report.compare.execution): cost kept out of the gate
-            e.timing = None if r.execution_mismatch else pair_timing(results, r)
+            # arms that ran different executions: their cost is kept out of the gate
+            e.timing = None if r.execution_mismatch else pair_timing(r)
             e.execution_mismatch = list(r.execution_mismatch)
             if g.rule == "quality_per_param" and ref_pair is None:
                 e.valid = False
@@ -215,24 +192,11 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     )
     notes = _tradeoff_notes(at_stage, family, reference) if g.rule == "quality_per_param" else []
     report = Report(
-        results,
-        pair_results,
-        stage,
-        verdict,
-        reasons,
-        verdicts,
-        evidence,
-        primary,
-        size_rows,
-        consistent,
-        sizes,
-        notes=notes,
-        eval_lines=coverage_lines(results),
-        family_note=outcome.family_note,
-        noise_notes=noise_notes,
-        noise=noise,
+        results, pair_results, stage, verdict, reasons, verdicts, evidence, primary, size_rows,
+        consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
+        family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
         sequential=outcome.sequential,
-    )
+    )  # fmt: skip
     results.save_cache()
     return report
 
@@ -279,9 +243,8 @@ def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any
 def promoted_plan(
     plan: Any, runs: list[Any], pairs: list[Any], report: Report, keep: set[str], where: str
 ) -> dict[str, Any]:
-    """next_plan.json: a real plan (``Plan.from_json`` reads it; `olmoablate submit` of it
-    submits its runs), the plan restricted to the promoted runs; what promoted them is said in
-    its ``description`` (sizes not in the plan are in the report's next steps)."""
+    """next_plan.json: the plan restricted to the promoted runs, a real plan that ``submit`` reads
+    (checked here), with what promoted them in its ``description``."""
 
     ids = {r.run_id for r in runs}
     ident = plan.identity
@@ -335,7 +298,6 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
     missing = [s for s in promote if s not in present]
     path = out_dir / NEXT_PLAN_FILE
     write_json_atomic(path, promoted_plan(plan, runs, pairs, report, keep_arms, str(path)))
-    report.next_plan_path = path
     spec = plan.spec_path or results.spec_name
     for s in present:
         report.next_steps.append(f"olmoablate submit {shlex.quote(spec)} --size {shlex.quote(s)}")
@@ -346,16 +308,8 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------------------
-# One verdict per proposal: measure every pair once, then decide each pre-registered gate.
-#
-# Why per gate with the single-gate code: each gate (``gates:`` in the spec) has its own rule,
-# variant, reference, metric and hash; deciding each with exactly the code a one-gate spec uses
-# (pre-registration check, noise source, statistics) means two gates can never influence each
-# other's verdict, and a spec with ``gate:`` is the one-gate case of the same path. The pairs'
-# comparisons (alignment at matched tokens, stability, cost) do not depend on the gate: they are
-# computed once (:func:`~olmoablate.report.compare.measure_all`) and handed to every gate.
-# --------------------------------------------------------------------------------------------------
+# One verdict per proposal: the pairs are measured once (gate-independent), then each gate is
+# decided by exactly the one-gate code, so two gates can never influence each other's verdict.
 
 
 def results_for_gate(results: Results, view: Plan) -> Results:

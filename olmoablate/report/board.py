@@ -1,19 +1,11 @@
 """`olmoablate board`: every proposal (spec) of a store in one table, and the gate's track record.
 
-Why from the files only: the board is read by whoever decides which proposal gets a 3B/7B run,
-often on a laptop with a copy of the store; it reads each spec's plan.json, its runs'
-status.json and the gate.json its last `report` wrote (never rebuilding a report, so it stays
-fast and shows exactly the verdicts the reports published). A spec never reported shows its
-state and costs with no verdict.
-
-Costs: ``spent`` is the planned GPU-hours of the runs the spec trains itself, times the share of
-their steps done; ``saved_reuse`` the planned GPU-hours of the runs it reuses from other specs;
-``saved_futility`` what a futility stop saved, read from the optional gate.json field
-``futility: {"stopped": bool, "gpu_hours_saved": float}`` of a gate record (absent: 0).
-
-Independence: two proposals whose pairs use one baseline run (the same identity) are not
-independent comparisons; ``shares_baseline_with`` names the other specs, and the track record
-(:mod:`olmoablate.report.track`) counts them as one group.
+From the files only (each spec's plan.json, its runs' status.json and the gate.json its last
+report wrote, never rebuilding a report): fast on a laptop with a copy of the store, and exactly
+the verdicts the reports published. ``spent``: planned GPU-hours of the runs a spec trains itself
+times their share of steps done; ``saved_reuse``: those of the runs it reuses; ``saved_futility``:
+gate.json's optional ``futility.gpu_hours_saved``. Proposals sharing a baseline run are named in
+``shares_baseline_with`` and count as one group in the track record.
 """
 
 from __future__ import annotations
@@ -22,20 +14,18 @@ import dataclasses
 import html
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError
-from olmoablate.io import file_in_the_way, read_json
+from olmoablate.io import file_in_the_way, make_console, print_whole, read_json, write_text_atomic
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.names import DONE_STATES, GATE_FILE, LIVE_STATES, PLAN_FILE
 from olmoablate.plan.planfile import Plan
-from olmoablate.plan.store import spec_dirs
+from olmoablate.plan.store import default_store, spec_dirs
 from olmoablate.report import track
 from olmoablate.run.files import RunStatus
-
-LIVE, FINAL = LIVE_STATES, DONE_STATES
 
 
 @dataclasses.dataclass
@@ -51,9 +41,6 @@ class SpecRow:
     gpu_hours_saved_futility: float
     reused_runs: list[str]
     shares_baseline_with: list[str]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass
@@ -81,9 +68,6 @@ class ProposalRow:
     def proposal(self) -> str:
         return f"{self.spec}/{self.gate}/{self.variant}"
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass
 class Board:
@@ -97,9 +81,9 @@ class Board:
     def as_json(self) -> dict[str, Any]:
         return {
             "root": str(self.root),
-            "specs": [s.as_dict() for s in self.specs],
-            "proposals": [p.as_dict() for p in self.proposals],
-            "track_record": [t.as_dict() for t in self.track],
+            "specs": [dataclasses.asdict(s) for s in self.specs],
+            "proposals": [dataclasses.asdict(p) for p in self.proposals],
+            "track_record": [dataclasses.asdict(t) for t in self.track],
             "summary": self.summary,
             "problems": self.problems,
         }
@@ -120,10 +104,10 @@ def _spec_costs(rd: ResultsDir, plan: Plan, futility: float) -> tuple[SpecRow, s
             continue
         planned += run.gpu_hours
         step = status.step
-        done = 1.0 if state in FINAL else (min(1.0, step / run.steps) if step else 0.0)
+        done = 1.0 if state in DONE_STATES else (min(1.0, step / run.steps) if step else 0.0)
         spent += run.gpu_hours * done
-    n_done = sum(s in FINAL for s in states)
-    if any(s in LIVE for s in states):
+    n_done = sum(s in DONE_STATES for s in states)
+    if any(s in LIVE_STATES for s in states):
         state = "training"
     elif n_done == len(states):
         state = "trained"
@@ -197,7 +181,7 @@ def _newer_than(rd: ResultsDir, plan: Plan, path: Path) -> list[str]:
     for run in plan.runs:
         rdir = rd.run(run.run_id)
         doc = _status(rdir)
-        if doc.state in FINAL and _written(doc, rdir.status) > written:
+        if doc.state in DONE_STATES and _written(doc, rdir.status) > written:
             out.append(run.run_id)
     return out
 
@@ -345,14 +329,8 @@ def _groups(share: dict[str, list[str]]) -> dict[str, int]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# `olmoablate board [ROOT]`: the board (:mod:`olmoablate.report.board`) as a terminal table,
-# markdown, HTML or JSON. Login-node light: rich only, no pandas or matplotlib.
-# --------------------------------------------------------------------------------------------------
+# `olmoablate board [ROOT]`: the board as a terminal table, markdown, HTML or JSON (rich only).
 
-
-if TYPE_CHECKING:  # the board reads plans (pydantic models): loaded when the command runs
-    pass
 
 FORMATS = ("table", "md", "html", "json")
 COLUMNS = (
@@ -455,8 +433,6 @@ def print_table(board: Board) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from olmoablate.io import make_console, print_whole
-
     console = make_console()
     table = Table(title=f"board: {board.root}")
     for c in COLUMNS:
@@ -487,8 +463,6 @@ def board_command(
     """One table of every spec under the store: verdicts, effects, noise, costs, track record.
 
     ROOT is the store (the folder holding results/<spec>/ folders), not one spec's folder."""
-    from olmoablate.plan.store import default_store
-
     formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -508,8 +482,6 @@ def board_command(
         if f == "table":
             print_table(board)
         elif out is not None:
-            from olmoablate.io import write_text_atomic
-
             path = out / f"board.{f}"
             write_text_atomic(path, text[f](board))
             typer.echo(f"wrote {path}")

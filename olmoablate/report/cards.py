@@ -1,10 +1,6 @@
-"""One verdict card per proposal (gate): what a reader needs first, built once for every renderer.
-
-Why a card: a reader opens the report to learn, per proposal, whether it goes to the next size
-and why. The card says that in four things (the verdict, the effect with its interval, the
-deciding reason in one sentence, the paired-delta plot); the full reasons, statistics and the
-per-variant table follow in the gate's details. The cards are plain data (no markup): the
-markdown, HTML and terminal templates format them.
+"""One verdict card per proposal (gate): the verdict, the effect with its interval, the deciding
+reason in one sentence and the paired-delta plot, as plain data for every renderer; the full
+reasons, statistics and per-variant table follow in the gate's details.
 """
 
 from __future__ import annotations
@@ -21,15 +17,12 @@ from typing import Any
 
 from olmoablate.io import write_bytes_atomic
 from olmoablate.report.assemble import Report
+from olmoablate.report.noise import Estimate
 from olmoablate.report.sequential import SequentialResult
-from olmoablate.report.verdict import Estimate, VariantVerdict
+from olmoablate.report.verdict import VariantVerdict
 
-# --------------------------------------------------------------------------------------------------
-# The gate's statistics in words, for every renderer (markdown, HTML, terminal).
-#
-# Why one function: the noise source, the seeds-needed line, Holm and the overhead interval are
-# what make a verdict checkable; all three outputs must say the same thing.
-# --------------------------------------------------------------------------------------------------
+# The gate's statistics in words, one function for every renderer: the noise source, seeds
+# needed, Holm and the overhead interval make a verdict checkable, and all outputs must agree.
 
 
 def statistics_lines(report: Report) -> list[str]:
@@ -106,17 +99,9 @@ def estimate_cells(est: Any) -> list[Any]:
 
 #: The per-variant table of a gate's details.
 VERDICT_HEADER = [
-    "variant",
-    "role",
-    "verdict",
-    "improvement",
-    "lower bound",
-    "upper bound",
-    "seeds",
-    "invalid pairs",
-    "noise",
-    "checks",
-]
+    "variant", "role", "verdict", "improvement", "lower bound", "upper bound", "seeds",
+    "invalid pairs", "noise", "checks",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,21 +197,14 @@ def verdict_rows(report: Report) -> list[list[Any]]:
     for v in report.variant_verdicts:
         est = v.checks[0].estimate if v.checks else None
         rows.append(
-            [
-                v.variant,
-                v.role,
-                v.verdict.upper(),
-                *estimate_cells(est),
-                len(v.excluded_pairs),
-                est.source if est else "—",
-                "; ".join(c.outcome for c in v.checks) or "—",
-            ]
-        )
+            [v.variant, v.role, v.verdict.upper(), *estimate_cells(est), len(v.excluded_pairs),
+             est.source if est else "—", "; ".join(c.outcome for c in v.checks) or "—"]
+        )  # fmt: skip
     return rows
 
 
 def card_plot_name(gate_name: str) -> str:
-    return "gate__" + "".join(c if c.isalnum() or c in "-_." else "_" for c in gate_name) + ".png"
+    return f"gate__{safe_name(gate_name)}.png"
 
 
 def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Card]:
@@ -238,33 +216,19 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
         v = headline_variant(r)
         est = v.checks[0].estimate if v is not None and v.checks else None
         effect, lower, upper, seeds = estimate_cells(est)
+        variant = v.variant if v is not None else (g.variant or "(none)")
         out.append(
             Card(
-                name=r.gate_name,
-                variant=v.variant if v is not None else (g.variant or "(none)"),
-                rule=g.rule,
-                metric=g.metric,
-                stage=r.stage,
-                verdict=r.verdict,
-                effect=effect,
-                lower=lower,
-                upper=upper,
-                seeds=seeds,
-                confidence=g.confidence,
-                reason=deciding_reason(r, v),
-                plot=by_name.get(card_plot_name(r.gate_name)),
-                description=gate_text(r),
-                reasons=list(r.reasons),
-                statistics=statistics_lines(r),
-                table=(VERDICT_HEADER, verdict_rows(r)),
+                r.gate_name, variant, g.rule, g.metric, r.stage, r.verdict, effect, lower, upper,
+                seeds, g.confidence, deciding_reason(r, v),
+                by_name.get(card_plot_name(r.gate_name)), gate_text(r), list(r.reasons),
+                statistics_lines(r), (VERDICT_HEADER, verdict_rows(r)),
             )
-        )
+        )  # fmt: skip
     return out
 
 
-# --------------------------------------------------------------------------------------------------
 # Matplotlib (Agg) set-up and the PNG writer shared by the report's figures.
-# --------------------------------------------------------------------------------------------------
 
 
 def safe_name(name: str) -> str:
@@ -301,20 +265,13 @@ def _drawing_code(module_file: str) -> bytes:
 
 
 def figure_hash(module_file: str) -> Any:
-    """A sha256 already fed with what draws a figure: the drawing module's source, this module's
-    and the matplotlib version. The plot cache's keys add the figure's data to it; equal keys
-    mean byte-identical figures."""
+    """A sha256 fed with what draws a figure (the drawing module's source, this module's, the
+    matplotlib version); the plot cache adds the figure's data: equal keys, equal figures."""
     return hashlib.sha256(_drawing_code(module_file))
 
 
-# --------------------------------------------------------------------------------------------------
-# The paired-delta plot of a verdict card: what the gate decided on, per seed, with the bar.
-#
-# Why this plot on the card: the gate's number is the mean over seeds of the paired improvement at
-# the last eval points; drawing each seed's improvement at matched tokens (positive = the variant
-# is better), the estimate's one-sided interval and ``min_effect`` shows at a glance whether the
-# seeds agree, whether the curve has settled and how far the interval is from the bar.
-# --------------------------------------------------------------------------------------------------
+# The card's paired-delta plot: each seed's improvement at matched tokens, the interval and the
+# bar, so a reader sees whether the seeds agree, the curve has settled, and how far the bar is.
 
 
 def _vs_baseline(v: VariantVerdict) -> Estimate | None:

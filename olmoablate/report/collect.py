@@ -1,12 +1,8 @@
 """Load one results folder: ``plan.json`` plus each run's files, tolerating every gap.
 
-Why only these files: results are often copied off a cluster (``rsync results/demo``) and reported
-on a laptop, so nothing here touches Slurm, W&B or the spec beyond an optional re-read of the
-gate block (:mod:`olmoablate.report.prereg`). Missing runs, missing files, truncated lines and
-requeue duplicates become "data issues" in the report, never an exception. Metrics files are
-read through the metrics store (:mod:`olmoablate.report.collect`), and pairs' data
-fingerprints compared through their cache (:mod:`olmoablate.report.fingerprints`), so re-running
-the report while runs train parses only what was appended since the last report.
+Results are often copied off a cluster and reported on a laptop, so nothing here touches Slurm,
+W&B or the spec beyond an optional re-read of the gate block (:mod:`.prereg`). Missing runs and
+files, truncated lines and requeue duplicates become data issues, never an exception.
 """
 
 from __future__ import annotations
@@ -35,13 +31,8 @@ from olmoablate.run import columnar
 from olmoablate.run.files import RunFile, RunStatus, RunSummary
 from olmoablate.run.metricsfile import Metrics, append, read_metrics, read_part
 
-# --------------------------------------------------------------------------------------------------
-# One arm's curve: y(x), finite points only, sorted by x; and a run's cumulative-FLOPs axis.
-#
-# Why in ``read``: the loader builds one per metric of a run (``RunData.curve``); every comparison
-# (:mod:`olmoablate.report.compare`) and the notebook frames
-# (:mod:`olmoablate.report.frames`) then read them, on the same FLOPs axis.
-# --------------------------------------------------------------------------------------------------
+# One arm's curve (finite, sorted by x) and a run's cumulative-FLOPs axis: built once per metric
+# of a run, read by every comparison and by the notebook frames on the same axis.
 
 
 @dataclass
@@ -72,12 +63,8 @@ class Curve:
 def cumulative_flops(
     tokens: np.ndarray, flops_per_token: float | None, petaflops: np.ndarray | None
 ) -> tuple[np.ndarray | None, str]:
-    """Cumulative training FLOPs per metrics row, and how they were obtained.
-
-    Prefers OLMo-core's own ``throughput/total petaflops`` (exact under a loop curriculum, where
-    FLOPs per step change); otherwise tokens x the plan's FLOPs/token (exact for fixed-cost
-    models, an approximation for curricula; the label says which).
-    """
+    """Cumulative training FLOPs per metrics row and how they were obtained: OLMo-core's total
+    petaflops (exact under a loop curriculum), else tokens x the plan's FLOPs/token."""
     if petaflops is not None and np.isfinite(petaflops).sum() >= 2:
         pf = np.asarray(petaflops, dtype=float) * 1e15
         # fill rows without the metric (SpeedMonitor starts at step 2) by tokens-proportional
@@ -92,41 +79,14 @@ def cumulative_flops(
     return None, "unavailable"
 
 
-# --------------------------------------------------------------------------------------------------
-# The training job's per-step timing columns, as the report reads them from metrics files.
-#
-# Why in ``read``: the loader keeps these columns of every run; the overhead statistic
-# (:mod:`olmoablate.report.overhead`) and the cost rows read them back by these names.
-# --------------------------------------------------------------------------------------------------
+#: The job's per-step timing columns (named in plan.metrics): wall time, process CPU time, and the
+#: step's index within its attempt (1 after a resume); the overhead statistic reads them back.
+WALL, CPU, ATTEMPT = names.STEP_TIME, names.STEP_CPU_TIME, names.STEP_IN_ATTEMPT
 
 
-#: The training job's per-step timing columns (named once, in the contract): wall time, process
-#: CPU time, and the step's index within its attempt (1 after a resume).
-WALL, CPU = names.STEP_TIME, names.STEP_CPU_TIME
-ATTEMPT = names.STEP_IN_ATTEMPT
-#: Steps of every attempt (start or resume) that are warm-up (defined once, in the contract).
-ATTEMPT_WARMUP_STEPS = names.ATTEMPT_WARMUP_STEPS
-
-
-# --------------------------------------------------------------------------------------------------
-# The metrics store: each run's ``metrics.jsonl`` read through its one cache, the columnar copy.
-#
-# Why one cache: the training job already keeps ``metrics.arrow`` next to ``metrics.jsonl``
-# (:mod:`olmoablate.run.columnar`: the parse of the file's first ``offset`` bytes, every key,
-# column-wise, vouched for by a probe of those bytes). The report and ``olmoablate.results`` read
-# that copy (only the columns they want) and parse only the lines after its offset; where a copy
-# is missing, stale (a resumed job rewrote the file: a new inode, other bytes) or far behind, the
-# store rebuilds it (:func:`olmoablate.run.columnar.refresh`), so the next reader, whichever
-# command it is, finds it current. There is no second cache of the same rows.
-#
-# Why incremental: metrics.jsonl is append-only while a run trains, so a re-run parses only the
-# rows appended since the copy; rows whose steps do not come strictly after the copy's (a copied
-# file with requeue duplicates) make the file be parsed again in full (per-key last-row-wins needs
-# every row). An unterminated last line is joined to the answer but never stored (the writer may
-# be completing it). Every answer equals :func:`olmoablate.run.metricsfile.read_metrics` of the
-# whole file. Files parsed from scratch go through a process pool (one process per core). A
-# read-only results folder keeps no copy and is parsed each time.
-# --------------------------------------------------------------------------------------------------
+# The metrics store: each metrics.jsonl is read through its one cache, the job's columnar copy
+# (olmoablate.run.columnar), plus only the rows appended since; a stale or far-behind copy is
+# rebuilt for the next reader. Every answer equals read_metrics of the whole file.
 
 
 #: One metrics file to load: (run id, metrics.jsonl, wanted keys, wanted key prefixes).
@@ -152,14 +112,9 @@ def select(m: Metrics, want: Want | None) -> Metrics:
     """``m`` with only the wanted columns (what a parse with ``want`` gives)."""
     if want is None:
         return m
-    return Metrics(
-        m.steps,
-        {k: v for k, v in m.columns.items() if want(k)},
-        m.issues,
-        m.rows_read,
-        m.duplicate_rows,
-        {k: v for k, v in m.nonfinite.items() if want(k)},
-    )
+    cols = {k: v for k, v in m.columns.items() if want(k)}
+    nonfinite = {k: v for k, v in m.nonfinite.items() if want(k)}
+    return Metrics(m.steps, cols, m.issues, m.rows_read, m.duplicate_rows, nonfinite)
 
 
 def _joined(path: Path, want: Want | None, body: Metrics, tail: Metrics) -> Metrics:
@@ -221,9 +176,8 @@ def load_metrics_many(
     workers: int | None = None,
     min_parallel_bytes: int = 32 * 2**20,
 ) -> dict[str, Metrics]:
-    """Load many runs' metrics (the report's read): copies are reused and extended with the
-    appended rows; files parsed from scratch (``use_cache=False``: all of them, no copy
-    written) go through a process pool, one process per core."""
+    """Many runs' metrics (the report's read): copies reused and extended; files parsed from
+    scratch (all of them with ``use_cache=False``, no copy written) go through a process pool."""
     out: dict[str, Metrics] = {}
     todo: list[Job] = []
     for run_id, path, keys, prefixes in jobs:
@@ -247,13 +201,8 @@ def load_metrics_many(
 
 #: Metrics every run needs; eval, H-norm and loop keys are matched by prefix.
 BASE_KEYS = (
-    "tokens",
-    names.CE_LOSS,
-    names.GRAD_NORM,
-    names.STEP_SKIPPED,
-    names.TOTAL_PFLOPS,
-    names.LOOPS,
-)
+    "tokens", names.CE_LOSS, names.GRAD_NORM, names.STEP_SKIPPED, names.TOTAL_PFLOPS, names.LOOPS,
+)  # fmt: skip
 PREFIXES = (names.EVAL_PREFIX, names.H_NORM_PREFIX)
 #: Always read: steady-state step times give the step-time overhead its interval.
 STEP_TIME_KEYS = (WALL, CPU, ATTEMPT)
@@ -289,13 +238,16 @@ class RunData:
     def column(self, key: str) -> np.ndarray | None:
         return None if self.metrics is None else self.metrics.get(key)
 
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, computed once per run: a baseline serves every variant of its (size,
+        seed), and each pair asks for the same curves and statistics several times."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
     def curve(self, key: str, x: str = "tokens") -> Curve:
-        """``key`` against ``x`` (finite points), computed once per run: a baseline serves every
-        variant of its (size, seed), and each pair asks for the same curves several times."""
-        memo_key = f"curve:{x}:{key}"
-        if memo_key not in self.memo:
-            self.memo[memo_key] = Curve.of(self.column(x), self.column(key))
-        return self.memo[memo_key]
+        """``key`` against ``x`` (finite points)."""
+        return self.once(f"curve:{x}:{key}", lambda: Curve.of(self.column(x), self.column(key)))
 
     @property
     def tokens(self) -> np.ndarray | None:
@@ -321,15 +273,15 @@ class Results:
     issues: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     cache_dir: Path | None = None
-    #: fingerprint comparisons by the identity of both files (`report.read.fingerprints`)
+    #: fingerprint comparisons by the identity of both files (:mod:`.fingerprints`)
     fp_cache: dict[str, list[Any]] = field(default_factory=dict)
-    #: fingerprint files read by this report (each read once: `report.read.fingerprints.Reads`)
+    #: fingerprint files read by this report (each read once)
     fp_reads: fingerprints.Reads = field(default_factory=fingerprints.Reads)
     #: Why no verdict can be given (the pre-registered gate cannot be recovered), else None.
     prereg_broken: str | None = None
     #: variants decided by another gate of the plan (`gates:`): not exploratory here
     other_gated: list[str] = field(default_factory=list)
-    #: run_id -> why the run reused from another spec cannot stand for it (`report.read.reuse`)
+    #: run_id -> why the run reused from another spec cannot stand for it (:mod:`.prereg`)
     reuse_problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -447,13 +399,9 @@ def collect(
     cache_dir = layout.report_cache if use_cache else None
     fp_cache = fingerprints.load_cache(cache_dir)
     # the pairs' data-order checks read ~100 bytes per step of both arms: done meanwhile
-    background = fingerprints.Background(
-        fp_cache,
-        [
-            (layout.run(p.baseline_run).fingerprints, layout.run(p.variant_run).fingerprints)
-            for p in plan.pairs
-        ],
-    )
+    fps = [(layout.run(p.baseline_run), layout.run(p.variant_run)) for p in plan.pairs]
+    fps = [(b.fingerprints, v.fingerprints) for b, v in fps]
+    background = fingerprints.Background(fp_cache, fps)
     for rid, m in load_metrics_many(jobs, use_cache, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
@@ -472,13 +420,7 @@ def collect(
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# Where each run lives outside the results folder: its W&B run (``runs/<id>/wandb.json``).
-#
-# Why a file written by the job and not a W&B API call: the report must work on a laptop from a
-# copied results folder, offline; the training job records the id, project and (when online) the
-# URL once, and `report` and `olmoablate.results` only read it.
-# --------------------------------------------------------------------------------------------------
+# Each run's W&B record (runs/<id>/wandb.json), written by the job: the report works offline.
 
 
 def wandb_links(results: Results) -> dict[str, dict[str, Any]]:

@@ -1,23 +1,23 @@
-"""`olmoablate report`: matched-token comparisons, plots and the scale-up gate verdict.
+"""`olmoablate report` and `olmoablate watch`.
 
-Imported by cli.py at start-up, so numpy/pandas/matplotlib are imported inside the function.
-Exit code 0 whenever a report was produced, whatever the verdict (the verdict is data, in
+Imported for ``--help``, so the report's implementation is imported when a command runs. Exit code 0 whenever a report was produced, whatever the verdict (the verdict is data, in
 gate.json, not an error) unless the caller opts in with ``--fail-on`` (exit 1); bad input is a
 one-line UserError (exit 2).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.io import file_in_the_way, read_json, write_json_atomic
-from olmoablate.plan.layout import RootOpt, complete_spec
-from olmoablate.plan.names import RESULTS_ROOT, RunState
+from olmoablate.plan.layout import ResultsDir, RootOpt, complete_spec, resolve_results
+from olmoablate.plan.names import LIVE_STATES, RESULTS_ROOT, RunState
 
 FORMATS = ("md", "html", "csv", "json")
 #: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.verdict).
@@ -107,23 +107,9 @@ def _failing(report: Any, conditions: set[str]) -> list[str]:
     return hit
 
 
-# --------------------------------------------------------------------------------------------------
-# `olmoablate watch SPEC`: act on a pre-registered sequential gate's looks as runs reach them.
-#
-# Why a top-level module (beside the CLI, not in a stage): it reads what `report` decides from the
-# results folder (the design's looks, `olmoablate.report.sequential`) and acts through `launch`'s
-# cancel path, and a stage never imports another stage. Each round builds the report's gates from
-# the results folder; a variant whose design says ``stop: futility`` has its live arms cancelled
-# the way `olmoablate cancel` does (SIGTERM: checkpoint, then exit; resumable), and each of its
-# runs' status.json records why (``reason``: "stopped for futility at look 2 of 4, 50% of tokens"
-# and a ``futility_stop`` record). A stop is acted on once: futility bounds are non-binding, so a
-# user who resumes the arms (`olmoablate submit SPEC --run <id>`) is not cancelled again, and the
-# false-proceed guarantee holds either way. The watch's own record is ``watch.json``.
-# --------------------------------------------------------------------------------------------------
-
-
-if TYPE_CHECKING:  # the contract's pydantic models load only when a command runs (fast --help)
-    from olmoablate.plan.layout import ResultsDir
+# `olmoablate watch SPEC`: cancel (resumably, once) the live arms of a variant whose design says
+# ``stop: futility``, recording why in their status.json; futility is non-binding, so a user who
+# resumes them is not cancelled again. The watch's own record is watch.json.
 
 
 def _read_state(results: ResultsDir) -> dict[str, Any]:
@@ -188,7 +174,6 @@ def watch_once(results: ResultsDir) -> list[str]:
 def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
     """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
     reason is the futility stop (unless the user has resumed it since)."""
-    from olmoablate.plan.names import RunState
     from olmoablate.run.files import STATUS_KEY, FutilityStop, RunStatus
     from olmoablate.run.resume import mark_status
 
@@ -204,7 +189,6 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
 
 
 def live_runs(results: ResultsDir) -> list[str]:
-    from olmoablate.plan.names import LIVE_STATES
     from olmoablate.run.state import Ledger, reconcile
 
     views = reconcile(results, Ledger.read(results), sacct_max_age_s=10.0)
@@ -243,11 +227,6 @@ def watch_command(
     """Evaluate the gate's pre-registered looks as runs reach them; cancel (resumably) the arms
     of a variant its design stops for futility, recording why in their status. Resuming a
     stopped arm (`olmoablate submit SPEC --run <id>`) is allowed: futility is non-binding."""
-    import math
-
-    from olmoablate.errors import UserError
-    from olmoablate.plan.layout import resolve_results
-
     if not (math.isfinite(interval) and interval > 0):
         raise UserError(f"--interval {interval}: must be a positive number of seconds")
     results = resolve_results(str(spec), results_root)

@@ -1,10 +1,8 @@
 """Per-pair comparisons at matched tokens: curves, final deltas, stability, cost, looped extras.
 
-Why one comparison object per pair (`PairResult`): every renderer, the gate evidence
-(:mod:`olmoablate.report.evidence`) and the notebook API read the same aligned curves, so a
-plot, a table and the verdict can never disagree about what was compared. Validity comes from
-the pairing certificate (:mod:`olmoablate.report.pairing`) and the data fingerprints
-(:mod:`olmoablate.report.fingerprints`): an INVALID pair is kept out of the gate and said loudly.
+One comparison object per pair (`PairResult`): every renderer, the gate evidence and the notebook
+read the same aligned curves, so a plot, a table and the verdict cannot disagree. A pair failing
+its certificate or data fingerprints is INVALID: kept out of the gate and said loudly.
 """
 
 from __future__ import annotations
@@ -17,12 +15,6 @@ from typing import Any
 import numpy as np
 
 from olmoablate.plan import metrics as names
-from olmoablate.plan.metrics import (
-    DEFAULT_FACTOR,
-    DEFAULT_MIN_RELATIVE_JUMP,
-    DEFAULT_WINDOW,
-    spike_indices,
-)
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Pair
 from olmoablate.report.collect import Curve, Results, RunData, cumulative_flops
@@ -39,15 +31,8 @@ from olmoablate.report.pairing import (
 from olmoablate.report.prereg import pair_identity_problems
 from olmoablate.run.files import ProofRecord, RunStatus, RunSummary
 
-# --------------------------------------------------------------------------------------------------
-# Matched-token (and matched-FLOP) alignment of two arms' curves.
-#
-# Why a separate module: every number the report prints compares the arms *at the same amount of
-# training*, never "at the end of whatever each run reached". Train loss is interpolated onto one
-# token grid that stops where the shorter arm stops; eval points are only paired at identical token
-# counts (both arms evaluate at the same steps, so no interpolation is needed or allowed). Under
-# FLOPs matching the same is done on a cumulative-FLOPs axis, labelled as such.
-# --------------------------------------------------------------------------------------------------
+# Alignment: the arms are compared at the same amount of training, never "at the end": train loss
+# on one grid that stops where the shorter arm stops, eval points only at identical token counts.
 
 
 @dataclass
@@ -84,10 +69,8 @@ def match_points(b: Curve, v: Curve) -> Aligned:
 
 
 def interp_points(b: Curve, v: Curve) -> Aligned:
-    """Pair the baseline's points with the variant interpolated at the same x (within range).
-
-    Used only on the FLOPs axis, where the arms' eval points do not coincide.
-    """
+    """The baseline's points with the variant interpolated at the same x (FLOPs axis only, where
+    the arms' eval points do not coincide)."""
     if len(v) < 2 or len(b) == 0:
         return Aligned(np.empty(0), np.empty(0), np.empty(0))
     keep = (b.x >= v.x[0]) & (b.x <= v.x[-1])
@@ -96,13 +79,8 @@ def interp_points(b: Curve, v: Curve) -> Aligned:
 
 
 def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    """Exponential moving average (NaNs carry the previous value) for smoothed plots.
-
-    The same quantity as pandas' ``ewm(alpha, adjust=True, ignore_na=True).mean()`` (the
-    weighted mean of the points so far, weights ``(1 - alpha)**age`` counted over finite points
-    only), to floating-point rounding, computed blockwise in numpy: importing pandas for this
-    alone costs more than smoothing a whole ladder's curves.
-    """
+    """Exponential moving average (NaNs carry the previous value) for smoothed plots: pandas'
+    ``ewm(alpha, adjust=True, ignore_na=True).mean()`` in numpy (pandas' import costs more)."""
     y = np.asarray(y, dtype=float)
     if y.size == 0:
         return y
@@ -128,10 +106,9 @@ def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
 
 
 def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
-    """sum_{i<=t} beta**(t-i) v_i / sum_{i<=t} beta**(t-i) for every t, without a Python loop
-    per point: within a block the sum is beta**j * cumsum(beta**-i * v_i) (the block is short
-    enough that beta**-i stays below e**30), and blocks are chained by a short scalar loop.
-    Powers go through log1p/expm1 so that beta close to 1 keeps full precision."""
+    """sum_{i<=t} beta**(t-i) v_i / sum_{i<=t} beta**(t-i) for every t without a loop per point:
+    blockwise cumsums (short enough that beta**-i < e**30) chained by a scalar loop; log1p/expm1
+    keep beta close to 1 precise."""
     n = v.size
     lb = np.log1p(-(1.0 - beta)) if beta < 1.0 else 0.0  # log(beta), accurate near 1
     width = int(min(256, max(1, 30.0 / max(-lb, 1e-300))))
@@ -156,23 +133,17 @@ def _weighted_mean_blocks(v: np.ndarray, beta: float) -> np.ndarray:
 
 def loss_spikes(
     loss: np.ndarray,
-    window: int = DEFAULT_WINDOW,
-    factor: float = DEFAULT_FACTOR,
-    min_relative_jump: float = DEFAULT_MIN_RELATIVE_JUMP,
+    window: int = names.DEFAULT_WINDOW,
+    factor: float = names.DEFAULT_FACTOR,
+    min_relative_jump: float = names.DEFAULT_MIN_RELATIVE_JUMP,
 ) -> np.ndarray:
     """Indices of loss spikes under the project's one rule (`olmoablate.plan.metrics`), the same
     rule the training job's StabilityCallback counts with, so report and job agree."""
+    return np.asarray(names.spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
-    return np.asarray(spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
-
-# --------------------------------------------------------------------------------------------------
-# Looped-variant extras of a pair: eval loss against the loop count at eval, and H norms.
-#
-# Why separate: only a ``looped:`` variant logs per-loop-count evals (``... (loops=n)``) and
-# ``train/H norm (loop t)``; the report shows how the loss behaves below, at and beyond the trained
-# loop count ``b`` (post-horizon divergence), beside the baseline's final loss.
-# --------------------------------------------------------------------------------------------------
+# Looped variants: eval loss against the loop count at eval (below, at and beyond the trained
+# count) and H norms; only a ``looped:`` variant logs these.
 
 
 def loop_eval(name: str) -> tuple[str, int] | None:
@@ -182,10 +153,6 @@ def loop_eval(name: str) -> tuple[str, int] | None:
     if loops is None or not names.is_lm_ce(base):
         return None
     return base, loops
-
-
-def is_loop_eval(name: str) -> bool:
-    return loop_eval(name) is not None
 
 
 def looped_summary(
@@ -211,16 +178,12 @@ def looped_summary(
             plain = evals.get(base_key)
             at_b = float(plain.variant[-1]) if plain is not None and len(plain) else None
         post = by_loop[loops[-1]] - at_b if at_b is not None and loops[-1] > trained_b else None
-        base_ref = evals.get(base_key)
+        ref = evals.get(base_key)
         sets[base_key] = {
-            "loops": loops,
-            "loss": [by_loop[n] for n in loops],
-            "at_trained": at_b,
+            "loops": loops, "loss": [by_loop[n] for n in loops], "at_trained": at_b,
             "post_horizon_divergence": post,
-            "baseline_final": float(base_ref.baseline[-1])
-            if base_ref is not None and len(base_ref)
-            else None,
-        }
+            "baseline_final": float(ref.baseline[-1]) if ref is not None and len(ref) else None,
+        }  # fmt: skip
     hnorm: dict[int, float] = {}
     for key, col in var.metrics.columns.items():
         loop = names.h_norm_loop(key)
@@ -232,15 +195,11 @@ def looped_summary(
         "trained_loops": trained_b,
         "sets": sets,
         "h_norm": dict(sorted(hnorm.items())),
-        "unique_params": {
-            "baseline": num(base.entry.unique_params),
-            "variant": num(var.entry.unique_params),
-        },
-        "train_flops": {
-            "baseline": num(base.entry.total_train_flops),
-            "variant": num(var.entry.total_train_flops),
-        },
-    }
+        "unique_params": {"baseline": num(base.entry.unique_params),
+                          "variant": num(var.entry.unique_params)},
+        "train_flops": {"baseline": num(base.entry.total_train_flops),
+                        "variant": num(var.entry.total_train_flops)},
+    }  # fmt: skip
 
 
 LOSS = names.CE_LOSS
@@ -324,8 +283,8 @@ class PairResult:
     cost: list[dict[str, Any]] = field(default_factory=list)
     overhead: dict[str, float | None] = field(default_factory=dict)
     looped: dict[str, Any] | None = None
-    #: What differs between the arms' summary.json execution blocks (report.compare.execution); when
-    #: non-empty the measured cost is shown but not compared and stays out of the gate.
+    #: What differs between the arms' execution records (:func:`.pairing.execution_mismatch`):
+    #: when non-empty the measured cost is shown but not compared and stays out of the gate.
     execution_mismatch: list[str] = field(default_factory=list)
     complete: bool = False
     incomplete_reason: str = ""
@@ -363,26 +322,13 @@ class PairResult:
         return self.pair.seed
 
 
-def _span_alpha(n: int) -> float:
-    span = max(5, n // 100)
-    return 2.0 / (span + 1.0)
-
-
 def _smoothed(run: RunData, key: str) -> Curve:
-    memo_key = f"ema:{key}"
-    if memo_key not in run.memo:
-        c = run.curve(key)
-        run.memo[memo_key] = Curve(c.x, ema(c.y, _span_alpha(len(c))))
-    return run.memo[memo_key]
+    c = run.curve(key)
+    alpha = 2.0 / (max(5, len(c) // 100) + 1.0)  # an EMA span of 1% of the points, at least 5
+    return run.once(f"ema:{key}", lambda: Curve(c.x, ema(c.y, alpha)))
 
 
 def _arm_stats(run: RunData) -> ArmStats:
-    if "arm_stats" not in run.memo:
-        run.memo["arm_stats"] = _compute_arm_stats(run)
-    return run.memo["arm_stats"]
-
-
-def _compute_arm_stats(run: RunData) -> ArmStats:
     stab = run.entry.training.stability
     loss = run.column(LOSS)
     spikes = (
@@ -415,15 +361,6 @@ def _eval_keys(run: RunData) -> list[str]:
     if run.metrics is None:
         return []
     return sorted(k for k in run.metrics.columns if names.is_eval(k))
-
-
-def compare_pair(results: Results, pair: Pair) -> PairResult | None:
-    """All comparisons of one pair under ``results.gate`` (None when the plan does not know one
-    of its runs): :func:`measure_pair` then :func:`for_gate`."""
-    res = measure_pair(results, pair)
-    if res is None:
-        return None
-    return for_gate(res, bool(getattr(results.gate, "allow_partial_pairs", False)))
 
 
 def measure_all(results: Results) -> list[PairResult]:
@@ -466,7 +403,7 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     train_s = common_grid(_smoothed(base, LOSS), _smoothed(var, LOSS))
     evals: dict[str, Aligned] = {}
     for key in sorted(set(_eval_keys(base)) | set(_eval_keys(var))):
-        if is_loop_eval(key):
+        if loop_eval(key) is not None:
             continue
         al = match_points(base.curve(key), var.curve(key))
         if len(al):
@@ -474,15 +411,13 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     res = PairResult(pair, base, var, True, [], [], matched, train, train_s, evals)
     # FLOPs axis (budget matched on FLOPs: the arms train different token counts)
     if budget == "flops":
-        fb, lb = cumulative_flops(
-            base.tokens if base.tokens is not None else np.empty(0),
-            float(base.entry.train_flops_per_token),
-            base.column(names.TOTAL_PFLOPS),
-        )
-        fv, lv = cumulative_flops(
-            var.tokens if var.tokens is not None else np.empty(0),
-            float(var.entry.train_flops_per_token),
-            var.column(names.TOTAL_PFLOPS),
+        (fb, lb), (fv, lv) = (
+            cumulative_flops(
+                run.tokens if run.tokens is not None else np.empty(0),
+                float(run.entry.train_flops_per_token),
+                run.column(names.TOTAL_PFLOPS),
+            )
+            for run in (base, var)
         )
         if fb is not None and fv is not None:
             res.flops_label = f"baseline {lb}; variant {lv}"
@@ -497,14 +432,12 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     for key, al in evals.items():
         res.final.append(_final_row(key, al, "eval"))
     if len(train_s):
-        res.final.append(
-            _final_row(
-                LOSS + " (EMA)",
-                Aligned(train_s.x[-1:], train_s.baseline[-1:], train_s.variant[-1:]),
-                "train",
-            )
-        )
-    res.stability = {"baseline": _arm_stats(base), "variant": _arm_stats(var)}
+        last = Aligned(train_s.x[-1:], train_s.baseline[-1:], train_s.variant[-1:])
+        res.final.append(_final_row(LOSS + " (EMA)", last, "train"))
+    res.stability = {
+        "baseline": base.once("arm_stats", lambda: _arm_stats(base)),
+        "variant": var.once("arm_stats", lambda: _arm_stats(var)),
+    }
     if len(train_s):
         res.divergence = float(np.max(train_s.delta))
     res.cost, res.overhead = cost_rows(base, var)

@@ -1,11 +1,9 @@
-"""The report as a document, built once: verdict cards, then the details (sections of title,
-text and tables), the plots and the data issues; and the comparison rows.
+"""The report as a document, built once: verdict cards, details, plots, data issues; and the
+comparison rows.
 
-Why a document model apart from the writers: report.md, report.html and the terminal show the
-same cards, tables and lines in the same order, and comparison.csv (and
-``olmoablate.results.comparisons``) the same rows; each template (``templates/``) only formats
-what is built here, so the formats cannot drift apart. Every text here is plain (no markdown):
-the markdown template adds the markup, the HTML one escapes.
+report.md, report.html and the terminal show the same things in the same order, comparison.csv
+(and ``olmoablate.results.comparisons``) the same rows: each template only formats what is built
+here, so the formats cannot drift apart. Texts are plain; the templates add markup or escape.
 """
 
 from __future__ import annotations
@@ -24,9 +22,10 @@ from typing import Any
 from olmoablate.io import make_console, write_json_atomic, write_text_atomic
 from olmoablate.plan.names import COMPARISON_FILE, GATE_FILE, REPORT_HTML_FILE, REPORT_MD_FILE
 from olmoablate.report.assemble import Report
-from olmoablate.report.cards import Card, cards
+from olmoablate.report.cards import Card, cards, estimate_cells
 from olmoablate.report.collect import wandb_section
 from olmoablate.report.plots import make_plots
+from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, STOP
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]
@@ -62,50 +61,30 @@ def comparison_rows(report: Report) -> list[dict[str, Any]]:
             "valid": p.valid,
             "matched_tokens": p.matched_tokens,
         }
-        for f in p.final:
-            rows.append({**base, **f})
+        rows.extend({**base, **f} for f in p.final)
         for who, st in p.stability.items():
+            spikes = st.health.spikes
             rows.append(
-                {
-                    **base,
-                    "metric": f"stability/{who} loss spikes",
-                    "kind": "stability",
-                    "variant": st.health.spikes if who == "variant" else None,
-                    "baseline": st.health.spikes if who == "baseline" else None,
-                }
-            )
+                {**base, "metric": f"stability/{who} loss spikes", "kind": "stability",
+                 "variant": spikes if who == "variant" else None,
+                 "baseline": spikes if who == "baseline" else None}
+            )  # fmt: skip
         sb, sv = p.stability.get("baseline"), p.stability.get("variant")
         if sb and sv:
             rows.append(
-                {
-                    **base,
-                    "metric": "stability/max grad norm",
-                    "kind": "stability",
-                    "baseline": sb.health.max_grad_norm,
-                    "variant": sv.health.max_grad_norm,
-                }
-            )
+                {**base, "metric": "stability/max grad norm", "kind": "stability",
+                 "baseline": sb.health.max_grad_norm, "variant": sv.health.max_grad_norm}
+            )  # fmt: skip
         if p.divergence is not None:
             rows.append(
-                {
-                    **base,
-                    "metric": "stability/max EMA loss excess over baseline",
-                    "kind": "stability",
-                    "delta": p.divergence,
-                }
-            )
-        for c in p.cost:
-            rows.append(
-                {
-                    **base,
-                    "metric": f"cost/{c['cost']}",
-                    "kind": "cost",
-                    "baseline": c["baseline"],
-                    "variant": c["variant"],
-                    "ratio": c["ratio"],
-                    "source": c["source"],
-                }
-            )
+                {**base, "metric": "stability/max EMA loss excess over baseline",
+                 "kind": "stability", "delta": p.divergence}
+            )  # fmt: skip
+        rows.extend(
+            {**base, "metric": f"cost/{c['cost']}", "kind": "cost",
+             **{k: c[k] for k in ("baseline", "variant", "ratio", "source")}}
+            for c in p.cost
+        )  # fmt: skip
     return rows
 
 
@@ -166,65 +145,44 @@ def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
         sections=secs,
         plots_after=min(PLOTS_AFTER, len(secs)),
         plots=[p for p in plots if p not in on_cards],
-        issues=data_issues(report),
+        issues=list(report.results.issues),
     )
 
 
-def sections(
-    report: Report,
-) -> list[Section]:
+#: The details' table headers.
+PAIRS_HEADER = [
+    "pair", "size", "seed", "variant", "certificate", "baseline state", "variant state",
+    "matched tokens", "variant spikes", "max EMA loss excess",
+]  # fmt: skip
+SIZES_HEADER = ["variant", "size", "improvement", "lower", "upper", "seeds", "outside noise"]
+FINAL_KEYS = ["metric", "tokens", "baseline", "variant", "delta", "relative", "better"]
+FINAL_HEADER = ["metric", "tokens", "baseline", "variant", "Δ (v−b)", "relative", "better"]
+STABILITY_HEADER = [
+    "arm", "state", "loss spikes", "spikes (job)", "max grad norm", "non-finite",
+    "skipped steps", "diverged",
+]  # fmt: skip
+COST_KEYS = ["cost", "baseline", "variant", "ratio", "source"]
+
+
+def sections(report: Report) -> list[Section]:
     """The details below the cards: (title, text, tables) per section."""
-    secs: list[Section] = []
     pair_rows = []
     for p in report.pairs:
         st = p.stability.get("variant")
         pair_rows.append(
-            [
-                p.pair_id,
-                p.size,
-                p.seed,
-                p.variant_name,
-                "VALID" if p.valid else "INVALID",
-                p.baseline.state,
-                p.variant.state,
-                p.matched_tokens,
-                st.health.spikes if st else None,
-                p.divergence,
-            ]
-        )
-    secs.append(
+            [p.pair_id, p.size, p.seed, p.variant_name, "VALID" if p.valid else "INVALID",
+             p.baseline.state, p.variant.state, p.matched_tokens,
+             st.health.spikes if st else None, p.divergence]
+        )  # fmt: skip
+    secs: list[Section] = [
         (
             "Pairs",
             "All comparisons are at matched tokens (up to the tokens both arms reached).",
-            [
-                (
-                    [
-                        "pair",
-                        "size",
-                        "seed",
-                        "variant",
-                        "certificate",
-                        "baseline state",
-                        "variant state",
-                        "matched tokens",
-                        "variant spikes",
-                        "max EMA loss excess",
-                    ],
-                    pair_rows,
-                )
-            ],
+            [(PAIRS_HEADER, pair_rows)],
         )
-    )
+    ]
     size_rows = [
-        [
-            r.variant,
-            r.size,
-            r.estimate.mean if r.estimate else None,
-            r.estimate.lower if r.estimate else None,
-            r.estimate.upper if r.estimate else None,
-            r.estimate.n_seeds if r.estimate else 0,
-            r.outside_noise,
-        ]
+        [r.variant, r.size, *estimate_cells(r.estimate), r.outside_noise]
         for r in report.size_rows
     ]
     cons = ", ".join(
@@ -235,77 +193,27 @@ def sections(
         (
             "Consistency across sizes",
             f"Gate metric improvement per size (positive = variant better). {cons}",
-            [
-                (
-                    ["variant", "size", "improvement", "lower", "upper", "seeds", "outside noise"],
-                    size_rows,
-                )
-            ],
+            [(SIZES_HEADER, size_rows)],
         )
     )
     for p in report.pairs:
-        tables: list[Table] = []
-        tables.append(
-            (
-                ["metric", "tokens", "baseline", "variant", "Δ (v−b)", "relative", "better"],
-                [
-                    [
-                        f["metric"],
-                        f["tokens"],
-                        f["baseline"],
-                        f["variant"],
-                        f["delta"],
-                        f["relative"],
-                        f["better"],
-                    ]
-                    for f in p.final
-                ],
-            )
-        )
-        stab = []
-        for who, s in p.stability.items():
-            stab.append(
-                [
-                    who,
-                    s.health.state,
-                    s.health.spikes,
-                    s.job_spikes,
-                    s.health.max_grad_norm,
-                    s.health.nonfinite,
-                    s.skipped_steps,
-                    s.health.diverged,
-                ]
-            )
-        tables.append(
-            (
-                [
-                    "arm",
-                    "state",
-                    "loss spikes",
-                    "spikes (job)",
-                    "max grad norm",
-                    "non-finite",
-                    "skipped steps",
-                    "diverged",
-                ],
-                stab,
-            )
-        )
-        tables.append(
-            (
-                ["cost", "baseline", "variant", "ratio v/b", "source"],
-                [[c["cost"], c["baseline"], c["variant"], c["ratio"], c["source"]] for c in p.cost],
-            )
-        )
+        stab = [
+            [who, s.health.state, s.health.spikes, s.job_spikes, s.health.max_grad_norm,
+             s.health.nonfinite, s.skipped_steps, s.health.diverged]
+            for who, s in p.stability.items()
+        ]  # fmt: skip
+        tables: list[Table] = [
+            (FINAL_HEADER, [[f[k] for k in FINAL_KEYS] for f in p.final]),
+            (STABILITY_HEADER, stab),
+            (["cost", "baseline", "variant", "ratio v/b", "source"],
+             [[c[k] for k in COST_KEYS] for c in p.cost]),
+        ]  # fmt: skip
         if p.looped:
             lrows = []
+            b = p.looped["trained_loops"]
             for key, s in p.looped["sets"].items():
                 for n, loss in zip(s["loops"], s["loss"], strict=False):
-                    pos = (
-                        "below"
-                        if n < p.looped["trained_loops"]
-                        else ("at" if n == p.looped["trained_loops"] else "beyond")
-                    )
+                    pos = "below" if n < b else ("at" if n == b else "beyond")
                     lrows.append([key, n, pos, loss, s["baseline_final"]])
                 lrows.append(
                     [key, "post-horizon divergence", "", s["post_horizon_divergence"], None]
@@ -334,23 +242,12 @@ def sections(
     return secs
 
 
-def data_issues(report: Report) -> list[str]:
-    return list(report.results.issues)
+# The Jinja2 environment: one template per format under templates/, so markup stays out of what
+# is said. HTML autoescapes; markdown and the terminal escape with their own filters.
 
 
-# --------------------------------------------------------------------------------------------------
-# The report's Jinja2 environment: templates under ``templates/`` (package data), one per
-# format, and the filters they share.
-#
-# Why templates: the markdown, HTML and terminal outputs are three views of one
-# :class:`~olmoablate.report.document.Document`; a template shows a format's layout at a
-# glance and keeps markup out of the code that decides what is said. HTML autoescapes every value;
-# markdown and the terminal do not (their values are plain text, escaped by their own filters).
-# --------------------------------------------------------------------------------------------------
-
-
-VERDICT_COLOR = {"proceed": "#1a7f37", "stop": "#cf222e", "inconclusive": "#9a6700"}
-VERDICT_STYLE = {"proceed": "bold green", "stop": "bold red", "inconclusive": "bold yellow"}
+VERDICT_COLOR = {PROCEED: "#1a7f37", STOP: "#cf222e", INCONCLUSIVE: "#9a6700"}
+VERDICT_STYLE = {PROCEED: "bold green", STOP: "bold red", INCONCLUSIVE: "bold yellow"}
 
 
 def _md_cell(v: Any) -> str:
@@ -396,14 +293,8 @@ def render(template: str, **context: Any) -> str:
     return environment(kind).get_template(template).render(**context)
 
 
-# --------------------------------------------------------------------------------------------------
-# Write a built report: report.md, self-contained report.html, comparison.csv and gate.json,
-# plus the terminal verdict block. The document is built once; each format is one template
-# (``templates/``, :mod:`olmoablate.report.document`).
-#
-# Why self-contained HTML: results are read on laptops, in air-gapped clusters, attached to issues.
-# Every plot is embedded as a base64 PNG and there is no script, font or stylesheet to fetch.
-# --------------------------------------------------------------------------------------------------
+# Writers: report.md, self-contained report.html (plots embedded as base64 PNG, nothing to fetch:
+# read offline and in air-gapped clusters), comparison.csv, gate.json and the terminal block.
 
 
 #: The terminal block's width: it fits a 100-column terminal or CI log.

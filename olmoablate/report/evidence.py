@@ -1,8 +1,7 @@
 """Gate evidence of a compared pair, and the consistency of the improvement across sizes.
 
-Why separate from the comparison: these turn a pair's curves into the numbers the gate
-(:mod:`olmoablate.report.verdict`) decides on (the sign-adjusted improvement over the last eval
-intervals), so what the gate sees is defined in one place, apart from what the report shows.
+What the gate sees (the sign-adjusted improvement over the last eval intervals) is defined here,
+in one place, apart from what the report shows.
 """
 
 from __future__ import annotations
@@ -13,24 +12,26 @@ from dataclasses import dataclass
 
 from olmoablate.plan import metrics as names
 from olmoablate.plan.schema import Gate
-from olmoablate.report.collect import Results, RunData
+from olmoablate.report.collect import ATTEMPT, CPU, WALL, Results, RunData
 from olmoablate.report.compare import Aligned, PairResult, improvement_sign, match_points
-from olmoablate.report.noise import NoiseSource, aa_source, floor_source, run_level_values
-from olmoablate.report.overhead import ATTEMPT, CPU, WALL, ArmTiming, arm_timing
-from olmoablate.report.verdict import Estimate, PairEvidence, estimate
+from olmoablate.report.noise import (
+    Estimate,
+    NoiseSource,
+    aa_source,
+    estimate,
+    floor_source,
+    run_level_values,
+)
+from olmoablate.report.overhead import ArmTiming, arm_timing
+from olmoablate.report.verdict import PairEvidence
 
 
 def gate_series(
     run_b: RunData, run_v: RunData, metric: str, matched: Aligned | None = None
 ) -> Aligned:
-    """The gate metric of two runs at identical token counts, one point per evaluation.
-
-    Eval metrics are logged once per evaluation: their points are used as they are. A per-step
-    metric (``train/CE loss``) is averaged over windows of ``evaluation.interval`` steps ending at
-    the last common step, so that "the last n points" means the last n eval intervals, not the
-    last n (very noisy) single steps. ``matched``: the metric already at matched tokens (a
-    pair's :meth:`~olmoablate.report.compare.PairResult.at_matched_tokens`).
-    """
+    """The gate metric of two runs at identical token counts, one point per evaluation: a per-step
+    metric is averaged over windows of ``evaluation.interval`` steps ending at the last common step,
+    so "the last n points" are the last n eval intervals. ``matched``: already aligned."""
     al = matched if matched is not None else match_points(run_b.curve(metric), run_v.curve(metric))
     if names.is_eval(metric) or len(al) < 2:
         return al
@@ -82,25 +83,17 @@ def evidence_for(
             False,
             "; ".join(x for x in (why, f"reference: {reference.incomplete_reason}") if x),
         )
+    seq = g.sequential is not None  # a design's looks read the whole series
     return PairEvidence(
-        pair_id=res.pair_id,
-        seed=res.seed,
-        valid=not invalid,
-        invalid_reasons=invalid,
-        complete=complete,
-        incomplete_reason=why,
-        improvement=imp,
-        reference_improvement=ref_imp,
-        variant=res.stability["variant"].health,
-        baseline=res.stability["baseline"].health,
-        overhead=res.overhead,
+        res.pair_id, res.seed, not invalid, invalid, complete, why, imp, ref_imp,
+        res.stability["variant"].health, res.stability["baseline"].health, res.overhead,
         series_x=[float(x) for x in series.x[-tail:]],
         series=last_improvements(series, direction, tail),
-        curve_x=[float(x) for x in series.x] if g.sequential is not None else [],
-        curve=last_improvements(series, direction, len(series)) if g.sequential else [],
+        curve_x=[float(x) for x in series.x] if seq else [],
+        curve=last_improvements(series, direction, len(series)) if seq else [],
         tokens=float(res.variant.entry.tokens),
         gpu_hours=float(res.variant.entry.gpu_hours),
-    )
+    )  # fmt: skip
 
 
 @dataclass
@@ -118,10 +111,9 @@ def consistency(
     size_order: Sequence[str],
     noise_at: Mapping[str, NoiseSource] | None = None,
 ) -> tuple[list[SizeRow], dict[str, bool | None]]:
-    """Gate-metric improvement per (variant, size) over valid pairs; consistent = same sign and
-    the confidence interval excluding zero at every size that has run. A one-seed size has a
-    bound only where ``noise_at`` declares its noise (the gate's source, at the stage size);
-    elsewhere consistency is unknown (None), not "inconsistent"."""
+    """Improvement per (variant, size) over valid pairs; consistent = one sign and the interval
+    excluding zero at every size run. Unknown (None, not "inconsistent") where a one-seed size has
+    no noise source (``noise_at``)."""
     g = results.gate
     by: dict[tuple[str, str], list[list[float]]] = {}
     for r in pair_results:
@@ -156,13 +148,8 @@ def consistency(
     return rows, verdict
 
 
-# --------------------------------------------------------------------------------------------------
-# What the gate needs from a results folder beyond the pairs: its noise source, the cheapest way
-# out of an unresolvable one-seed gate, and each pair's steady-state step times.
-#
-# Why separate from `olmoablate.report.verdict`: the gate stays a pure function of numbers; this
-# module reads runs (A/A baselines, ledger, summaries) and turns them into those numbers.
-# --------------------------------------------------------------------------------------------------
+# From the results folder to the gate's numbers (so the gate stays a pure function of numbers):
+# the noise source, the cheapest way out of a one-seed gate, and each pair's step times.
 
 
 def stage_baselines(results: Results, stage: str) -> list[RunData]:
@@ -229,35 +216,19 @@ def way_out(results: Results, cfg: Gate, variants: list[str]) -> str:
     )
 
 
-def _timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
-    """One arm's steady-state times, computed once per run: a baseline serves every variant
-    of its (size, seed)."""
-    memo_key = f"timing:{use_cpu}"
-    if memo_key not in rd.memo:
-        rd.memo[memo_key] = _compute_timing(results, rd, use_cpu)
-    return rd.memo[memo_key]
-
-
-def _compute_timing(results: Results, rd: RunData, use_cpu: bool) -> ArmTiming | None:
+def _timing(rd: RunData, use_cpu: bool) -> ArmTiming | None:
     if rd.metrics is None:
         return None
     cols = {k: rd.column(k) for k in (WALL, CPU, ATTEMPT)}
-    return arm_timing(
-        rd.run_id,
-        rd.metrics.steps,
-        cols,
-        rd.entry,
-        use_cpu,
-        (rd.summary, rd.status),
-    )
+    return arm_timing(rd.run_id, rd.metrics.steps, cols, rd.entry, use_cpu, (rd.summary, rd.status))
 
 
-def pair_timing(results: Results, res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
+def pair_timing(res: PairResult) -> tuple[ArmTiming, ArmTiming] | None:
     """Both arms' steady-state step times; CPU time on CPU runs when both arms recorded it."""
     both_cpu = all(r.column(CPU) is not None for r in (res.baseline, res.variant))
     use_cpu = not res.baseline.entry.topology.on_gpu and both_cpu
-    b = _timing(results, res.baseline, use_cpu)
-    v = _timing(results, res.variant, use_cpu)
+    b = res.baseline.once(f"timing:{use_cpu}", lambda: _timing(res.baseline, use_cpu))
+    v = res.variant.once(f"timing:{use_cpu}", lambda: _timing(res.variant, use_cpu))
     if b is None or v is None or not (b.times.size and v.times.size):
         return None
     if not math.isfinite(float(b.times.mean())):

@@ -1,17 +1,10 @@
 """The data-order rule of a pair: both arms must have trained on the same batches.
 
-Why one module: the rule (compare ``fingerprints.jsonl`` per common step) and its cache are used
-by the loader (:mod:`olmoablate.report.collect`, which owns the cache for a report) and by the
-comparison (:mod:`olmoablate.report`, which marks a pair INVALID on a mismatch); living
-here, neither of the two imports the other for it.
-
-Why a cache: each file is ~100 bytes per step and a baseline serves several pairs, so a check is
-keyed by the identity (size, mtime, inode) of both files, and while runs train only the lines
-appended since the last matching check are compared.
-
-Why cheap when cold too: with no cache every pair needs the full comparison, so a report reads
-each file once (:class:`Reads`, shared by a baseline's pairs), counts a common prefix's lines once,
-and runs the checks in a forked worker while the metrics load (:class:`Background`).
+One module for the rule (``fingerprints.jsonl`` compared per common step) and its cache, used by
+the loader and by the comparison. Cached because a baseline serves several pairs: a check is keyed
+by both files' identity (size, mtime, inode), and while runs train only appended lines are
+compared. Cold, each file is read and counted once (:class:`Reads`) and the checks run in a
+forked worker while the metrics load (:class:`Background`).
 """
 
 from __future__ import annotations
@@ -43,32 +36,32 @@ def fingerprint_problems(a: bytes | None, b: bytes | None) -> tuple[list[str], s
 def _full_check(
     a: bytes | None, b: bytes | None, count: Callable[[bytes, int], int] | None = None
 ) -> tuple[list[str], str, int | None]:
-    """(problems, note, common lines): the per-step comparison of ``a`` (baseline) and ``b``
-    (variant). ``common lines`` is the number of complete lines of the shorter content when it
-    is a byte-identical prefix of the longer one (what the prefix cache records), else None.
-    ``count(data, n)`` counts the newlines of ``data[:n]`` (a report passes a memo of it)."""
+    """(problems, note, common lines) of ``a`` (baseline) vs ``b`` (variant); common lines: of the
+    shorter when it is a byte-identical prefix of the longer (what the prefix cache records), else
+    None. ``count(data, n)``: newlines in ``data[:n]`` (a report passes a memo)."""
     if a is None or b is None:
         which = "baseline" if a is None else "variant"
         return [], f"data order unverified: {which} has no fingerprints.jsonl", None
     short, long_ = (a, b) if len(a) <= len(b) else (b, a)
     if long_.startswith(short):  # identical or one arm further along: every common step matches
         n_common = count(short, len(short)) if count is not None else short.count(b"\n")
-        if n_common == 0:
-            return [], "data order unverified: no common fingerprint steps yet", 0
-        return [], f"data fingerprints match on {n_common} common steps", n_common
+        return [], _match_note(n_common), n_common
     fa, fb = _fingerprint_map(a), _fingerprint_map(b)
     common = sorted(set(fa) & set(fb))
     bad = [s for s in common if fa[s] != fb[s]]
     if bad:
-        return (
-            [
-                f"data fingerprints differ at {len(bad)} of {len(common)} common steps "
-                f"(first at step {bad[0]}): the arms did not see the same batches"
-            ],
-            "",
-            None,
+        why = (
+            f"data fingerprints differ at {len(bad)} of {len(common)} common steps "
+            f"(first at step {bad[0]}): the arms did not see the same batches"
         )
+        return [why], "", None
     return [], f"data fingerprints match on {len(common)} common steps", None
+
+
+def _match_note(n_common: int) -> str:
+    if n_common == 0:
+        return "data order unverified: no common fingerprint steps yet"
+    return f"data fingerprints match on {n_common} common steps"
 
 
 def _fingerprint_map(data: bytes) -> dict[int, str]:
@@ -100,14 +93,9 @@ def complete_lines(path: Path) -> bytes | None:
 
 
 class Reads:
-    """The fingerprint files one report has read, so that each is read (and its lines counted)
-    once, not once per pair: a baseline serves every variant of its (size, seed), and reading
-    and counting ~100 bytes per step twice per pair was most of a cold report's comparison time.
-
-    An entry is used only while the file still has the identity (size, mtime, inode) it had
-    just before it was read; the last ``keep`` files are kept (pairs of one baseline come
-    together in a plan), so memory stays a few files' worth.
-    """
+    """The fingerprint files one report has read, each read and counted once, not once per pair (a
+    baseline serves every variant of its size and seed). An entry is used only while the file keeps
+    the identity it had when read; the last ``keep`` files are kept."""
 
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
@@ -160,9 +148,7 @@ def check_cached(
         grown = _fingerprints_grown(pb, pv, cache.get(prefix_key))
         if grown is not None:
             n_common, entry = grown
-            note = f"data fingerprints match on {n_common} common steps"
-            if n_common == 0:
-                note = "data order unverified: no common fingerprint steps yet"
+            note = _match_note(n_common)
             cache[key] = [[], note]
             cache[prefix_key] = entry
             return [], note
@@ -190,11 +176,9 @@ def _check_all(cache: dict[str, list[Any]], pairs: list[tuple[Path, Path]]) -> d
 
 
 class Background:
-    """The pairs' fingerprint checks running in one forked process while the report loads the
-    metrics (a cold report's two largest reads, on two cores at once). Its answers only fill
-    the cache: every pair is still checked through :func:`check_cached`, which uses an answer
-    only while both files keep the identity it was computed for, so a file that changes
-    meanwhile is simply checked again, and a worker that fails costs only the time."""
+    """The pairs' fingerprint checks in one forked process while the metrics load. Its answers only
+    fill the cache, which :func:`check_cached` trusts only while both files keep their identity; a
+    failed worker costs only the time."""
 
     #: Below this many bytes of files to check, a process costs more than it saves.
     MIN_BYTES = 32 * 2**20
@@ -278,9 +262,8 @@ def _complete_end(path: Path) -> int:
 
 
 def _prefix_entry(pb: Path, pv: Path, common: int, n_lines: int) -> list[Any] | None:
-    """After a full check found the shorter file's complete lines (``common`` bytes,
-    ``n_lines`` lines) to be a byte-identical prefix of the other: what is needed to trust
-    that prefix next time (both files' device and inode, and their probes at ``common``)."""
+    """What is needed to trust next time that the shorter file's complete lines (``common`` bytes,
+    ``n_lines`` lines) are a prefix of the other: both files' device, inode, probe at ``common``."""
     try:
         ids = [[p.stat().st_dev, p.stat().st_ino] for p in (pb, pv)]
         return [common, n_lines, ids, _probe(pb, common), _probe(pv, common)]

@@ -1,17 +1,11 @@
 """A results folder's metrics as Arrow tables, built per metric and run on demand.
 
-Why here and why Arrow: ``olmoablate.results`` used to build one long pandas frame of every
-metric of every run up front (80M rows, 13 GB of peak memory and two minutes on a 100-run
-ladder), while a notebook mostly asks for one metric's curves. So a table is built only for
-the metrics and runs asked for, from the columns the report has already read (or, for any other
-key, from the run's metrics store: one column of its columnar copy, :mod:`.metrics_store`),
-and held as Arrow arrays: numbers zero-copy from numpy, labels (run, pair, group, size, arm,
-metric) dictionary-encoded once for the whole table. ``olmoablate.results`` turns a table into
-pandas with pyarrow dtypes; this module imports no pandas.
-
-The axes are the report's own: ``tokens`` as logged (else step x global batch, for metrics from
-before the job logged tokens), ``train_flops`` from OLMo-core's total petaflops where the read
-holds them, else tokens x the plan's FLOPs per token (:func:`.curve.cumulative_flops`).
+A notebook mostly asks for one metric's curves, and one long frame of everything was 80M rows
+and 13 GB on a 100-run ladder; so a table is built only for what is asked, from the report's read
+(or one column of the run's columnar copy), numbers zero-copy and labels dictionary-encoded.
+``olmoablate.results`` turns it into pandas; this module imports no pandas. The axes are the
+report's: ``tokens`` (else step x global batch) and ``train_flops``
+(:func:`.collect.cumulative_flops`).
 """
 
 from __future__ import annotations
@@ -28,18 +22,9 @@ from olmoablate.run.metricsfile import Metrics
 
 #: The long frame's columns, in order.
 LONG_COLUMNS = [
-    "run",
-    "pair",
-    "group",
-    "size",
-    "seed",
-    "arm",
-    "step",
-    "tokens",
-    "train_flops",
-    "metric",
+    "run", "pair", "group", "size", "seed", "arm", "step", "tokens", "train_flops", "metric",
     "value",
-]
+]  # fmt: skip
 #: Keys that are axes, not metrics.
 AXES = ("step", "tokens")
 
@@ -84,7 +69,6 @@ class MetricFrames:
     #: runs' reads of keys the report did not read, by (run, keys): a notebook asks again
     _reads: dict[tuple[str, tuple[str, ...] | None], RunMetrics] = field(default_factory=dict)
 
-    # ------------------------------------------------------------------ reads
     def _store_read(self, rid: str, keys: tuple[str, ...] | None) -> RunMetrics | None:
         run = self.results.runs[rid]
         if not run.dir.metrics.is_file():
@@ -106,9 +90,8 @@ class MetricFrames:
         return hit
 
     def read(self, rid: str, keys: Iterable[str] | None = None) -> RunMetrics | None:
-        """Run ``rid``'s metrics: ``keys`` (all its keys if None) with both x axes. Keys the
-        report read come from its read; others (and every key under ``all_metrics``) from
-        the store, in one read so that values and axes stay of one parse."""
+        """Run ``rid``'s ``keys`` (all if None) with both x axes: from the report's read when it has
+        them, else (and under ``all_metrics``) from the store, values and axes of one parse."""
         run = self.results.runs[rid]
         m = run.metrics
         if keys is None:
@@ -133,7 +116,6 @@ class MetricFrames:
                     out[rid].append(p.pair_id)
         return {rid: (ps or [None]) for rid, ps in out.items()}
 
-    # ------------------------------------------------------------------ tables
     def table(
         self,
         metrics: Iterable[str] | None = None,
@@ -142,12 +124,9 @@ class MetricFrames:
         per_pair: bool = True,
         columns: list[str] | None = None,
     ) -> pa.Table:
-        """Long table of ``metrics`` (all if None) of ``runs`` (all planned runs if None): one
-        row per run, step and metric where the run recorded the metric (NaN rows left out).
-        ``per_pair``: a run's rows once per pair it belongs to (with a ``pair`` column).
-
-        Built in two passes (which rows, then each column filled in place), so that the peak
-        is the table itself plus one run's rows, not twice the table."""
+        """Long table of ``metrics`` (all if None) of ``runs`` (all if None): one row per run, step
+        and recorded metric; ``per_pair``: a run's rows once per pair. Built in two passes (which
+        rows, then each column in place), so the peak is the table plus one run's rows."""
         keys = None if metrics is None else tuple(dict.fromkeys(metrics))
         rids = list(self.results.runs) if runs is None else list(runs)
         unknown = [r for r in rids if r not in self.results.runs]

@@ -1,26 +1,12 @@
 """Where the gate's noise comes from: paired seeds, a declared floor, or A/A baselines.
 
-Why this module exists: the quantity a gate needs is the run-to-run standard deviation of one
-seed's *paired delta* (variant minus baseline, averaged over the last ``last_n`` matched evals),
-because that is what would change if the same pair were trained again with another seed (init
-draw, data order, trajectory). The last few eval points of *one* run share all of that, so their
-spread measures within-run eval jitter, not run-to-run noise; it is kept here only as a
-diagnostic (Signal & Noise's checkpoint-to-checkpoint noise), computed around a smooth fit so a
-trend is not mistaken for noise. See docs/gate-statistics.md.
-
-Sources, in the order the gate uses them:
-
-* >= 2 paired seeds: sd of the per-seed deltas, Student t with seeds-1 dof (``paired seeds``).
-* one seed and ``gate.noise.floor: {sd, pairs}``: that sd, measured earlier from ``pairs`` seed
-  pairs; a t bound with pairs - 1 dof (``known: true``, or a bare number in an old plan.json:
-  treated as exact, normal bound) (``declared floor``).
-* one seed and ``gate.noise.measure.aa_seeds: k``: ``plan`` added k baselines with other seeds.
-  The sample sd ``s`` of the k+1 baselines' metric (same last_n matched-token window) estimates
-  the run-level sd of one run; a paired delta of two *independent* runs then has sd ``s * sqrt(2)``
-  with k dof (t bound). The arms of a real pair share seed, data order and init, which correlates
-  them positively, so the true sd of the paired delta is at most this: the bound is conservative
-  (``A/A baselines``).
-* nothing: the sd is unknown and a one-seed gate is inconclusive.
+The gate needs the run-to-run sd of one seed's *paired delta* (what another seed would change:
+init, data order, trajectory). The last eval points of one run share all of that, so their spread
+is within-run jitter, kept only as a diagnostic around a smooth fit (docs/gate-statistics.md).
+Sources, in the gate's order: >= 2 paired seeds (t, seeds - 1 dof); one seed with
+``gate.noise.floor`` (t with pairs - 1 dof, normal when ``known``); one seed with
+``gate.noise.measure.aa_seeds: k`` (the k + 1 baselines' run-level sd x sqrt(2), k dof:
+conservative, since a real pair's arms are positively correlated); else unknown (inconclusive).
 """
 
 from __future__ import annotations
@@ -55,72 +41,46 @@ class NoiseSource:
 
 
 def floor_source(floor: float | NoiseFloor) -> NoiseSource:
-    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known.
-
-    A bare number is a floor read from an old plan.json: known, with the old wording.
-    """
+    """The declared floor as a noise source: t with pairs - 1 dof, or normal when known (a bare
+    number is a floor read from an old plan.json: known, with the old wording)."""
+    what = "declared floor: sd of the paired delta across seeds ="
     if not isinstance(floor, NoiseFloor):
-        return NoiseSource(
-            FLOOR,
-            float(floor),
-            math.inf,
-            f"declared floor: sd of the paired delta across seeds = {floor:g} (gate.noise.floor, "
-            "treated as known: normal bound)",
-        )
+        how = f"{floor:g} (gate.noise.floor, treated as known: normal bound)"
+        return NoiseSource(FLOOR, float(floor), math.inf, f"{what} {how}")
     if floor.pairs is None:
-        return NoiseSource(
-            FLOOR,
-            floor.sd,
-            math.inf,
-            f"declared floor: sd of the paired delta across seeds = {floor.sd:g} "
-            "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)",
-        )
-    dof = float(floor.pairs - 1)
-    return NoiseSource(
-        FLOOR,
-        floor.sd,
-        dof,
-        f"declared floor: sd of the paired delta across seeds = {floor.sd:g} measured from "
-        f"{floor.pairs} seed pairs (gate.noise.floor: Student t with {floor.pairs - 1} dof, the "
-        "uncertainty of the measured sd)",
+        how = "(gate.noise.floor with known: true: the sd is claimed exact, normal bound)"
+        return NoiseSource(FLOOR, floor.sd, math.inf, f"{what} {floor.sd:g} {how}")
+    how = (
+        f"measured from {floor.pairs} seed pairs (gate.noise.floor: Student t with "
+        f"{floor.pairs - 1} dof, the uncertainty of the measured sd)"
     )
+    return NoiseSource(FLOOR, floor.sd, float(floor.pairs - 1), f"{what} {floor.sd:g} {how}")
 
 
 def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | None:
-    """Run-to-run sd from n >= 2 baselines with different seeds at matched tokens.
-
-    ``values`` are the baselines' metric averaged over the same last_n matched eval points.
-    Returns None with fewer than two usable baselines.
-    """
+    """Run-to-run sd from the baselines' ``values`` (each the metric averaged over the same
+    last_n matched eval points); None with fewer than two."""
     vals = [float(v) for v in values if math.isfinite(v)]
     if len(vals) < 2:
         return None
-    run_sd = float(np.std(vals, ddof=1))
-    dof = float(len(vals) - 1)
+    run_sd, dof = float(np.std(vals, ddof=1)), float(len(vals) - 1)
     return NoiseSource(
-        AA,
-        run_sd * math.sqrt(2.0),
-        dof,
+        AA, run_sd * math.sqrt(2.0), dof,
         f"A/A baselines: run-level sd {run_sd:.3g} from {len(vals)} baselines with different "
         f"seeds ({int(dof)} dof); sd of a paired delta = sd x sqrt(2) = {run_sd * math.sqrt(2):.3g}"
         " (t bound). Conservative when the two arms of a pair are positively correlated "
         "(shared seed, data order), and only if the variant is no noisier than the baseline: an "
         "assumption one seed cannot check (variant run sd 1.5x the baseline's: 5.9-7.8% false "
         "proceeds at nominal 5%, docs/gate-statistics.md)",
-        run_sd,
-        list(runs),
-        vals,
-    )
+        run_sd, list(runs), vals,
+    )  # fmt: skip
 
 
 def run_level_values(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], last_n: int, window: int = 0
 ) -> list[float]:
-    """Each run's metric averaged over the last ``last_n`` x-values common to *all* runs.
-
-    ``window`` > 0 (a per-step metric like train/CE loss): average over windows of that many
-    common steps first, as the paired gate series does, so "last n points" means the same thing.
-    """
+    """Each run's metric averaged over the last ``last_n`` x-values common to all runs; ``window``
+    > 1 (a per-step metric): over windows of that many steps first, as the paired gate series."""
     if not curves:
         return []
     common = curves[0][0]
@@ -193,15 +153,10 @@ def estimate(
     noise: NoiseSource | None = None,
     jitter_se: float = math.nan,
 ) -> Estimate | None:
-    """Mean paired improvement over seeds and its one-sided bounds.
-
-    Per seed, the improvement is the mean of its last matched points. Several seeds: paired t on
-    the per-seed means (seeds-1 dof). One seed: the sd comes from ``noise`` (floor: z bound;
-    A/A: t with k dof); without a source the bounds are infinite (nothing can be concluded).
-    If the source claims less noise than the within-run jitter alone puts on the last_n mean
-    (``jitter_se``), the jitter is used instead: a floor below it cannot be right.
-    Returns None when there are no points at all.
-    """
+    """Mean paired improvement over seeds (each seed: the mean of its last matched points) and its
+    one-sided bounds: paired t on the per-seed means, or with one seed the ``noise`` source (no
+    source: infinite bounds). A source claiming less noise than the within-run jitter alone puts on
+    the mean (``jitter_se``) is raised to it. None when there are no points at all."""
     seeds = [np.asarray(p, dtype=float) for p in per_seed_points if len(p)]
     seeds = [p[np.isfinite(p)] for p in seeds]
     seeds = [p for p in seeds if p.size]

@@ -1,25 +1,18 @@
 """Step-time overhead of a variant as a ratio with a confidence interval, from per-step times.
 
-Why not a point ratio: a ratio near the limit flips on noise (local runs share cores with their
-neighbours, GPU clocks drift). Per-step times are strongly autocorrelated (thermal state, page
-cache, a neighbour's job), so steps are *not* iid replicates: each arm's steady-state steps are cut
-into contiguous batches of ``BATCH_TAU`` integrated autocorrelation times (estimated from the series,
-Geyer's initial positive sequence), and only the batch means are treated as (approximately)
-independent -- the batch-means method with the batch length chosen from the data; fewer than
-``MIN_BLOCKS`` batches give no within-run interval. The log of the ratio of means gets a
-delta-method standard error from each arm's batch means, Welch-Satterthwaite dof, and a t bound.
-Runs too short for that (several pairs): the pairs' ratios of run means are the replicates
-(independent runs), a t interval of their spread; one such pair alone is ``inconclusive``.
-
-Steady state: warm-up steps of the LR schedule, the first steps of every attempt (start or
-resume: compilation, allocator growth), eval and checkpoint steps and the step right after each
-(cold caches) are dropped. CPU runs use ``step_cpu_time_s`` (the process's
-CPU seconds) when both arms have it, because their wall time includes whatever else ran on the
-machine; GPU runs use ``step_time_s`` (wall, synchronised on the device).
+A point ratio near the limit flips on noise, and per-step times are autocorrelated (thermal state,
+page cache, neighbours), so steps are not iid: each arm's steady-state steps are cut into batches
+of ``BATCH_TAU`` integrated autocorrelation times and only the batch means are treated as
+independent; the log ratio of means gets a delta-method se, Welch dof and a t bound. Runs too
+short for that (several pairs): the pairs' ratios of run means are the replicates.
+Steady state drops the LR warm-up, each attempt's first steps, and eval and checkpoint steps with
+the step after each. CPU runs use process CPU time when both arms have it (their wall time
+includes whatever else ran), GPU runs wall time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.plan.metrics import ATTEMPT_WARMUP_STEPS
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.plan.schema import Gate
-from olmoablate.report.collect import ATTEMPT, ATTEMPT_WARMUP_STEPS, CPU, WALL
+from olmoablate.report.collect import ATTEMPT, CPU, WALL
 from olmoablate.run.files import RunStatus, RunSummary
 from olmoablate.stats import t_ppf
-
-__all__ = ["ATTEMPT", "ATTEMPT_WARMUP_STEPS", "CPU", "WALL"]
 
 MIN_BLOCKS, MIN_BLOCK_LEN = 4, 3
 
@@ -58,11 +50,8 @@ def steady_steps(
     warmup_steps: int = 0,
     intervals: Sequence[int] = (),
 ) -> tuple[np.ndarray, int]:
-    """Times of steady-state steps (see module docstring) and how many steps were dropped.
-
-    ``in_attempt`` (metrics ``step_in_attempt``): also drop the first steps after every resume.
-    ``intervals``: the eval and checkpoint intervals (the step of each and the one after it go).
-    """
+    """Times of steady-state steps (see the module docstring) and how many steps were dropped;
+    ``in_attempt``: metrics' ``step_in_attempt``; ``intervals``: eval and checkpoint intervals."""
     warm = warmup_steps
     s = np.asarray(steps, dtype=np.int64)
     t = np.asarray(times, dtype=float)
@@ -77,23 +66,25 @@ def steady_steps(
     return t[~drop], int(drop.sum())
 
 
-def autocorr_time(x: np.ndarray) -> float:
-    """Integrated autocorrelation time tau = 1 + 2 sum_k rho_k of a series (Geyer's initial
-    positive sequence: sums of adjacent autocorrelation pairs while they stay positive).
-
-    Why: batch means are nearly independent only when a batch is several tau long; a fixed
-    number of batches under-covers a strongly autocorrelated series (AR(1) phi = 0.9: 16% miss
-    per side at 100 steps, nominal 5%).
-    """
-    n = x.size
-    if n < 4:
+def _centred(x: np.ndarray) -> np.ndarray | float:
+    """``x`` minus its mean, or the autocorrelation time where it is fixed: too short (inf) or
+    constant (1)."""
+    if x.size < 4:
         return math.inf
     if np.ptp(x) == 0:
         return 1.0
     y = x - x.mean()
+    return y if float(y @ y) != 0 else 1.0
+
+
+def autocorr_time(x: np.ndarray) -> float:
+    """Integrated autocorrelation time tau = 1 + 2 sum_k rho_k (Geyer's initial positive sequence).
+    Batch means are nearly independent only when a batch is several tau long."""
+    y = _centred(x)
+    if isinstance(y, float):
+        return y
+    n = x.size
     var = float(y @ y) / n
-    if var == 0:
-        return 1.0
     f = np.fft.rfft(y, 2 * n)
     acf = np.fft.irfft(f * np.conj(f))[:n] / (n * var)
     tau = 1.0
@@ -112,18 +103,11 @@ BATCH_TAU = 8.0
 def ar1_time(x: np.ndarray) -> float:
     """tau of an AR(1) fitted to the series, lag-1 autocorrelation corrected for its downward
     small-sample bias (about (1 + 3 phi) / n): a second, less optimistic estimate."""
-    n = x.size
-    if n < 4:
-        return math.inf
-    if np.ptp(x) == 0:
-        return 1.0
-    y = x - x.mean()
-    den = float(y @ y)
-    if den == 0:
-        return 1.0
-    phi = min(
-        0.995, float(y[1:] @ y[:-1]) / den + (1.0 + 3.0 * max(0.0, float(y[1:] @ y[:-1]) / den)) / n
-    )
+    y = _centred(x)
+    if isinstance(y, float):
+        return y
+    r1 = float(y[1:] @ y[:-1]) / float(y @ y)
+    phi = min(0.995, r1 + (1.0 + 3.0 * max(0.0, r1)) / x.size)
     return (1.0 + phi) / (1.0 - phi) if phi > 0 else 1.0
 
 
@@ -167,11 +151,8 @@ def arm_timing(
     use_cpu: bool,
     info: tuple[RunSummary | None, RunStatus | None] = (None, None),
 ) -> ArmTiming | None:
-    """One arm's steady-state times from its metrics columns (None without per-step times).
-
-    ``info``: the run's own summary.json and status.json, which say the node it ran on and who
-    started it (never launch's ledger).
-    """
+    """One arm's steady-state times (None without per-step times); ``info``: the run's own
+    summary.json and status.json, which say its node and executor (never launch's ledger)."""
     col = CPU if use_cpu and columns.get(CPU) is not None else WALL
     times = columns.get(col)
     if steps is None or times is None:
@@ -216,14 +197,8 @@ def ratio_interval(base: np.ndarray, var: np.ndarray, confidence: float) -> Rati
             (vb**2 / (mb.size - 1) if vb else 0.0) + (vv**2 / (mv.size - 1) if vv else 0.0)
         )
     q = t_ppf(confidence, dof)
-    return RatioInterval(
-        math.exp(log_ratio),
-        math.exp(log_ratio - q * se),
-        math.exp(log_ratio + q * se),
-        se,
-        dof,
-        (int(mb.size), int(mv.size)),
-    )
+    lo, hi = math.exp(log_ratio - q * se), math.exp(log_ratio + q * se)
+    return RatioInterval(math.exp(log_ratio), lo, hi, se, dof, (int(mb.size), int(mv.size)))
 
 
 @dataclass
@@ -238,14 +213,7 @@ class OverheadCheck:
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "overhead": self.overhead,
-            "lower": self.lower,
-            "upper": self.upper,
-            "notes": self.notes,
-        }
+        return dataclasses.asdict(self)
 
 
 def conditions(base: ArmTiming, var: ArmTiming) -> list[str]:
@@ -278,15 +246,10 @@ def _pair_mean_logs(timings: Sequence[tuple[str, ArmTiming, ArmTiming]]) -> list
 def step_time_check(
     timings: Sequence[tuple[str, ArmTiming, ArmTiming]], limit: float | None, confidence: float
 ) -> OverheadCheck | None:
-    """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``.
-
-    Several pairs: mean of per-pair log-ratios; its SE is the larger of the pooled within-pair SE
-    and the between-pair SE (so node-to-node heterogeneity is never hidden). When no pair's runs
-    are long enough for within-run batch means (their autocorrelation), but at least two pairs
-    have steady-state steps, each pair's ratio of run means is one replicate and the interval
-    is the t interval of their spread (k - 1 dof): independent runs, no autocorrelation
-    assumption, wide with few seeds. None when no pair has per-step times or no limit is set.
-    """
+    """Combine the pairs' log-ratios; ``stop`` only if the lower bound exceeds ``limit``. The se
+    is the larger of the pooled within-pair and the between-pair se (node heterogeneity is never
+    hidden); runs too short for batch means, several pairs: their run-mean ratios are the replicates
+    (t, k - 1 dof). None without per-step times or without a limit."""
     if limit is None:
         return None
     per: list[tuple[str, RatioInterval]] = []
@@ -356,14 +319,9 @@ def overhead_checks(
     pairs: Sequence[tuple[str, tuple[ArmTiming, ArmTiming] | None, Mapping[str, float | None]]],
     cfg: Gate,
 ) -> tuple[list[str], list[str], OverheadCheck | None]:
-    """(hard stops, blockers, the step-time check) from the measured overheads.
-
-    Step time: a ratio with an interval from steady-state per-step times (stop only when the
-    whole interval is above the limit, inconclusive when it straddles); without per-step times a
-    point ratio over the limit blocks proceed but cannot stop. Peak memory and decode latency are
-    one deterministic measurement per run (the allocator's high-water mark, a fixed decode):
-    compared as point ratios (mean over seeds).
-    """
+    """(hard stops, blockers, the step-time check). Without per-step times a point ratio over the
+    limit blocks proceed but cannot stop. Peak memory and decode latency are one deterministic
+    measurement per run: point ratios, mean over seeds."""
     stops: list[str] = []
     blockers: list[str] = []
     conf = cfg.confidence

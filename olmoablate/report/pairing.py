@@ -1,9 +1,8 @@
-"""The pairing-certificate check: do two plan entries still form a valid pair?
+"""Whether two plan entries still form a valid pair, ran the same execution, and what they cost.
 
-Why it lives in the report and not only in ``plan``: a pair whose arms differ in anything but the
-declared architecture measures the wrong thing, and plan.json can be edited after planning. The
-report recomputes the certificate (:mod:`olmoablate.plan.identity`, the same hash ``plan``
-wrote) and marks such a pair INVALID, kept out of the gate, instead of silently giving a delta.
+The report recomputes the pairing certificate (:mod:`olmoablate.plan.identity`, the hash ``plan``
+wrote) because plan.json can be edited after planning; a pair differing beyond the declared
+architecture measures the wrong thing, so it is INVALID and out of the gate.
 """
 
 from __future__ import annotations
@@ -24,12 +23,8 @@ from olmoablate.run.files import ProofRecord, RunSummary
 
 
 def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: str) -> list[str]:
-    """Why the two plan entries do not form a valid pair (empty list = valid).
-
-    Recomputes the pairing certificate (`olmoablate.plan.identity`, the same hash `plan`
-    wrote) of both arms under the pair's budget rule, and checks each entry still matches the
-    certificate recorded for it (a plan.json edited after planning is caught here).
-    """
+    """Why the two entries do not form a valid pair under the budget rule (empty = valid), and
+    whether each still matches the certificate recorded for it (plan.json edited after planning)."""
     problems: list[str] = []
     if baseline.certificate_now(budget_match) != variant.certificate_now(budget_match):
         diff = differences(
@@ -49,13 +44,9 @@ def certificate_problems(baseline: RunEntry, variant: RunEntry, budget_match: st
 
 
 def proof_problems(entry: RunEntry, record: ProofRecord | None) -> tuple[list[str], list[str]]:
-    """(problems, notes) from what the job proved at its last (re)start (proof.json).
-
-    A run that trained block code other than the plan recorded, or another parameter count than
-    planned, is no longer the planned arm: the pair is invalid. A run without a record (trained
-    by a job from before proofs) is compared, with a note that its costs are unverified. Only
-    for plans that record code identities (older plans predate both).
-    """
+    """(problems, notes) from proof.json: a run that trained other block code or another parameter
+    count than planned is not the planned arm; a run without a record (a job from before proofs) is
+    compared, with a note that its costs are unverified."""
     if record is None:
         return [], [f"{entry.run_id}: costs not verified at job start (no proof.json)"]
     problems = []
@@ -78,14 +69,9 @@ def _allow_reference_depth(diff: list[str], baseline: RunEntry, variant: RunEntr
 
 
 def token_shortfall(arm: str, run: Any) -> str | None:
-    """Why a *completed* arm cannot be matched at its planned tokens (None when it can).
-
-    ``run`` is the report's RunData. A run whose status says completed but whose metrics end
-    before its planned token count (a truncated or partly copied metrics.jsonl) would make the
-    gate compare the arms at different points of their schedules; the pair is INVALID (out of
-    the gate) unless the gate sets ``allow_partial_pairs``. Runs still training are not judged
-    here: they are incomplete, not inconsistent.
-    """
+    """Why a *completed* arm (``run``: RunData) cannot be matched at its planned tokens: its metrics
+    end early (truncated or partly copied), so the gate would compare different points of the
+    schedules. None when it can, or while the run trains (incomplete, not inconsistent)."""
     planned = int(run.entry.tokens)
     logged = float(run.max_tokens)
     if run.state != RunState.COMPLETED or logged >= planned:
@@ -97,18 +83,9 @@ def token_shortfall(arm: str, run: Any) -> str | None:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Execution parity of a pair: both arms must have run the same execution for their cost to
-# be compared.
-#
-# Why: ``topology.attention_backend: auto`` is resolved on each node at job start (flash_2 where
-# flash-attn imports, else torch SDPA with an explicit mask), and the arms of a pair may run on
-# different nodes, in different attempts, with another torch build. The pairing certificate fixes
-# what the plan *asked* for; ``summary.json``'s ``execution`` block (written by the training job)
-# records what *ran*. A kernel, dtype, compile or world-size difference between the arms would be
-# charged to the variant's step-time and memory overhead and could decide the gate, so a pair whose
-# records differ is flagged in the report and its measured cost is kept out of the gate.
-# --------------------------------------------------------------------------------------------------
+# Execution parity: the certificate fixes what the plan asked for, summary.json's ``execution``
+# block what ran (``attention_backend: auto`` resolves per node). A kernel, dtype, compile or
+# world-size difference would be charged to the variant's cost: it keeps the cost out of the gate.
 
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -117,16 +94,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 #: The fields of ``summary.json``'s ``execution`` block that must be equal in both arms of a
 #: pair for their measured cost (step time, tokens/s, memory, decode) to be compared.
 PARITY_KEYS = (
-    "device",
-    "world_size",
-    "data_parallel",
-    "param_dtype",
-    "autocast_dtype",
-    "compute_dtype",
-    "attention_backend",
-    "compile",
-    "gpu_model",
-)
+    "device", "world_size", "data_parallel", "param_dtype", "autocast_dtype", "compute_dtype",
+    "attention_backend", "compile", "gpu_model",
+)  # fmt: skip
 
 
 def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
@@ -139,12 +109,8 @@ def execution_of(summary: RunSummary | None) -> Mapping[str, Any] | None:
 def execution_mismatch(
     baseline: Mapping[str, Any] | None, variant: Mapping[str, Any] | None
 ) -> list[str]:
-    """What differs between the two arms' execution records (empty: comparable).
-
-    Neither arm recorded yet (runs in progress, or older runs): nothing to compare, empty. One
-    arm recorded and the other not: the execution of the pair cannot be shown to match, which
-    is a difference too. A field missing from one record only is reported as ``not recorded``.
-    """
+    """What differs between the arms' execution records (empty: comparable). Neither recorded yet:
+    nothing to compare; one only: a difference; a field one record lacks: ``not recorded``."""
     if baseline is None and variant is None:
         return []
     if baseline is None or variant is None:
@@ -177,13 +143,8 @@ def parity_note(problems: list[str]) -> str:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# The cost rows of a pair: planned (plan.json) beside measured (summary.json, else metrics).
-#
-# Why both: a plan's FLOPs and parameter counts are exact but say nothing about the real step time
-# or memory; the measured values are what the gate's overhead limits are about. Each row names its
-# source, so a planned number is never read as a measurement.
-# --------------------------------------------------------------------------------------------------
+# Cost rows: planned (plan.json, exact FLOPs and parameters) beside measured (summary.json, else
+# metrics; what the overhead limits are about), each naming its source.
 
 
 def _measured(run: RunData) -> dict[str, float | None]:
@@ -254,19 +215,10 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     add("step time (s)", mb[names.STEP_TIME], mv[names.STEP_TIME], "measured")
     add("peak memory (GB)", mb["peak_memory_gb"], mv["peak_memory_gb"], "measured")
     add("optimizer state (GB)", mb["optimizer_state_gb"], mv["optimizer_state_gb"], "measured")
-    add(
-        "optimizer state (GB, plan)",
-        num(be.optimizer_state_gb),
-        num(ve.optimizer_state_gb),
-        "plan",
-    )
+    opt_plan = num(be.optimizer_state_gb), num(ve.optimizer_state_gb)
+    add("optimizer state (GB, plan)", *opt_plan, "plan")
     add("GPU-hours", mb["gpu_hours"], mv["gpu_hours"], "measured")
-    add(
-        "GPU-hours (plan)",
-        num(be.gpu_hours),
-        num(ve.gpu_hours),
-        "plan",
-    )
+    add("GPU-hours (plan)", num(be.gpu_hours), num(ve.gpu_hours), "plan")
     if mb["decode_latency_s"] is not None or mv["decode_latency_s"] is not None:
         add("decode latency (s)", mb["decode_latency_s"], mv["decode_latency_s"], "measured")
     if mb["kv_cache_bytes"] is not None or mv["kv_cache_bytes"] is not None:
@@ -284,16 +236,9 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     return rows, overhead
 
 
-# --------------------------------------------------------------------------------------------------
-# Report lines: how much of each held-out set every arm scored, and its CE beside the unigram floor.
-#
-# Why: a held-out CE means little without (a) how many tokens it averages (the old eval scored 2.8%
-# of the demo's held-out tokens, all document openings) and (b) the held-out unigram entropy of the
-# vocabulary, the CE of a model that learned only token frequencies. The plan records both facts
-# per set (`plan.json` ``eval_sets``, measured from the token files at plan time); the runs record
-# ``eval/lm/<set>/tokens`` at every eval point (`olmoablate.run.eval`). Arms whose eval
-# points scored different token counts are flagged: their CEs average different text.
-# --------------------------------------------------------------------------------------------------
+# Eval coverage: a held-out CE needs how many tokens it averages and the set's unigram entropy
+# (the CE of token frequencies alone), both recorded by the plan; arms whose eval points scored
+# different token counts are flagged (their CEs average different text).
 
 
 @dataclass

@@ -154,13 +154,8 @@ def plot_group(
                         a1.axhline(s["baseline_final"], color="0.4", ls="--", lw=0.8)
                 a1.axvline(info["trained_loops"], color="k", ls=":", lw=1)
             if a2 is not None and info["h_norm"]:
-                a2.plot(
-                    list(info["h_norm"]),
-                    list(info["h_norm"].values()),
-                    "o-",
-                    color=c,
-                    label=f"seed {p.seed}",
-                )
+                hn = info["h_norm"]
+                a2.plot(list(hn), list(hn.values()), "o-", color=c, label=f"seed {p.seed}")
         if a1 is not None:
             a1.set_title("eval loss vs loop count (dotted: trained b; dashed: baseline)", y=_TITLE_Y)
             a1.set_xlabel("loops at eval")
@@ -220,14 +215,9 @@ def plot_tradeoffs(report: Report, size: str, pairs: Sequence[PairResult], out: 
             xs = [x for x in d[key] if x > 0]
             if not xs:
                 continue
-            ax.scatter(np.mean(xs), np.mean(d["q"]), s=40, label=arm)
-            ax.annotate(
-                arm,
-                (np.mean(xs), np.mean(d["q"])),
-                fontsize=7,
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
+            at = (np.mean(xs), np.mean(d["q"]))
+            ax.scatter(*at, s=40, label=arm)
+            ax.annotate(arm, at, fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel(metric, fontsize=7)
@@ -256,17 +246,10 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
     for j, v in enumerate(variants):
         mine = sorted((r for r in rows if r.variant == v), key=lambda r: order.get(r.size, 99))
         xs = [order.get(r.size, 99) + 0.08 * j for r in mine]
-        ys = [r.estimate.mean for r in mine if r.estimate]
-        lo = [
-            r.estimate.mean - r.estimate.lower if math.isfinite(r.estimate.lower) else 0
-            for r in mine
-            if r.estimate
-        ]
-        hi = [
-            r.estimate.upper - r.estimate.mean if math.isfinite(r.estimate.upper) else 0
-            for r in mine
-            if r.estimate
-        ]
+        ests = [r.estimate for r in mine if r.estimate]
+        ys = [e.mean for e in ests]
+        lo = [e.mean - e.lower if math.isfinite(e.lower) else 0 for e in ests]
+        hi = [e.upper - e.mean if math.isfinite(e.upper) else 0 for e in ests]
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=v)
     ax.axhline(0.0, color="k", lw=0.8)
     me = report.results.gate.min_effect
@@ -351,9 +334,8 @@ def _data_key(report: Report, data: Any) -> str:
 
 
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
-    """Every plot of the report; figures are drawn in parallel (fork) when there are many,
-    because matplotlib spends ~0.2-0.5 s per figure and a ladder has dozens. A (size, variant)
-    figure whose inputs hash the same as when it was last drawn here is not drawn again."""
+    """Every plot of the report, drawn in parallel (fork) when there are many; a figure whose inputs
+    hash the same as when it was last drawn here is not drawn again."""
     global _FORK_REPORT
     jobs: list[tuple[str, str, str, str]] = []
     seen: set[tuple[str, str]] = set()

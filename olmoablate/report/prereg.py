@@ -1,11 +1,8 @@
 """Pre-registration: the report decides with the gate whose hash ``plan`` recorded.
 
-Why: a gate chosen after seeing the results can be tuned into any verdict. ``plan`` writes the
-validated gate block and its sha256 into plan.json, once per gate (``gates``; ``plan.gate`` and
-``plan.gate_sha256`` read the entry of the gate being decided). Here, if plan.json's block still matches that
-hash, it is the gate. If it was edited, the pre-registered gate is recovered from the spec when
-the spec still matches the recorded hash (its gate block, or the whole file); otherwise there is
-no trustworthy gate and the report gives no verdict ("pre-registration broken").
+A gate chosen after seeing the results can be tuned into any verdict. If plan.json's gate block
+still matches its recorded hash, it is the gate; if it was edited, the gate is recovered from the
+spec when the spec still matches; otherwise "pre-registration broken" and no verdict.
 """
 
 from __future__ import annotations
@@ -14,13 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from olmoablate.errors import UserError
-from olmoablate.io import (
-    MAX_YAML_BYTES,
-    check_size,
-    compose_yaml_bounded,
-    sha256_of,
-)
+from olmoablate.io import MAX_YAML_BYTES, check_size, compose_yaml_bounded, sha256_of
 from olmoablate.plan import identity as ident
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.load import apply_overrides, loader_class, spec_sha256
@@ -71,8 +65,6 @@ def _gate_name(plan: Plan) -> str | None:
 def _validated(raw: Any) -> Gate | None:
     if not isinstance(raw, dict):
         return None
-    from pydantic import ValidationError
-
     try:
         return Gate.model_validate(raw)
     except ValidationError:
@@ -80,10 +72,8 @@ def _validated(raw: Any) -> Gate | None:
 
 
 def _spec_doc(path: Path, plan: Plan) -> Any:
-    """The spec file as plan read it: parsed within the limits every spec is parsed with
-    (olmoablate.io: the file may have changed since planning, and the gate hash walks the
-    expanded tree), with the plan's ``--set`` overrides applied."""
-
+    """The spec file as plan read it: within the limits every spec is parsed with (it may have
+    changed since planning), the plan's ``--set`` overrides applied."""
     data = path.read_bytes()
     check_size(data, MAX_YAML_BYTES, "the spec")
     doc = compose_yaml_bounded(data.decode("utf-8"), loader_class())[1]
@@ -174,17 +164,9 @@ def check_gate_unchanged(plan: Plan) -> list[str]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# The report's checks of run identities: reused runs are what the plan says, pairs pair.
-#
-# Why the report checks again: a run reused from another spec is read from that spec's folder
-# (`olmoablate.plan.layout.ResultsDir.run`); the report takes its numbers as its own only if
-# that run's recorded identity equals the identity this plan expects (a re-planned or edited other
-# spec fails here, loudly, instead of lending a different run). And a pair is valid only if its
-# arms' identities are equal except the architecture (`olmoablate.plan.identity.pair_key`),
-# recomputed from plan.json, so a hand-edited arm is caught in identity terms as well as by the
-# pairing certificate. Plans from before identities get neither check (the certificate still runs).
-# --------------------------------------------------------------------------------------------------
+# Run identities, checked again by the report: a run reused from another spec counts only if its
+# recorded identity is the one this plan expects, and a pair's arms must have equal identities
+# except the architecture (plan.identity.pair_key). Plans from before identities skip both.
 
 
 def reuse_problems(layout: ResultsDir, plan: Plan) -> dict[str, list[str]]:

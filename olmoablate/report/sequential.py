@@ -1,17 +1,11 @@
 """A pre-registered sequential gate: decisions at each look, vectorised, and the look history.
 
-Why its own module: a design (``gate.sequential``) replaces the fixed gate's one test at full
-alpha by several looks -- interim looks at fractions of the token budget that can only stop for
-futility, and full-budget looks at planned seed stages with alpha spent by a Lan-DeMets function
-(`olmoablate.stats`). The decision functions take numpy arrays so
-bench/gate_calibration.py measures their operating characteristics with exactly this code; the
-report calls them with one replicate.
-
-Decisions: ``continue`` | ``stop: futility`` (interim or non-final stage: the upper bound at
-``futility_confidence`` is below ``min_effect``; non-binding) | ``proceed`` (full-budget looks
-only: the lower bound at the stage's spending-adjusted confidence is above ``min_effect``); the
-final look is ``proceed`` | ``stop`` (upper bound at the gate's confidence below the bar) |
-``inconclusive``.
+A design (``gate.sequential``) replaces the fixed gate's one test at full alpha by interim looks
+at fractions of the token budget (futility stops only, non-binding) and full-budget looks at
+planned seed stages with alpha spent by a Lan-DeMets function. The decision functions take numpy
+arrays so bench/gate_calibration.py measures their operating characteristics with this very code.
+Also here: the design applied to the fixed verdicts, Holm over several variants, and
+:func:`evaluate_gate`, one gate block to its headline verdict.
 """
 
 from __future__ import annotations
@@ -65,10 +59,8 @@ def stage_decision(
     final: bool,
     futility_confidence: float,
 ) -> np.ndarray:
-    """A full-budget look: ``proceed`` when the lower bound at 1 - ``level`` (the stage's
-    spending-adjusted one-sided level, applied to the t with ``dof``) clears the bar; else at the
-    final look ``stop`` / ``inconclusive`` (upper bound at ``confidence``), before it
-    ``stop: futility`` / ``continue``."""
+    """A full-budget look: ``proceed`` when the lower bound at 1 - ``level`` clears the bar; else
+    ``stop``/``inconclusive`` at the final look, ``stop: futility``/``continue`` before it."""
     m, s = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
     lower = m - _q(1.0 - level, dof) * s
     if final:
@@ -103,9 +95,6 @@ class Look:
     planned: bool = True
     note: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class PairCurve:
@@ -131,14 +120,7 @@ class SequentialResult:
     flags: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "looks": [lk.as_dict() for lk in self.looks],
-            "decision": self.decision,
-            "reason": self.reason,
-            "gpu_hours_saved": self.gpu_hours_saved,
-            "status_line": self.status_line,
-            "flags": self.flags,
-        }
+        return asdict(self)
 
 
 def _at_fraction(p: PairCurve, f: float, last_n: int) -> list[float] | None:
@@ -163,12 +145,9 @@ def evaluate_design(
     noise: NoiseSource | None,
     extra_looks: int = 0,
 ) -> SequentialResult:
-    """Walk the design's looks in order with the pairs' data so far.
-
-    ``pairs`` are the variant's pairs in the spec's seed order. ``extra_looks`` > 0: seeds were
-    added by an unplanned re-plan; every full-budget level is divided by 1 + extra_looks
-    (Bonferroni over the registrations, conservative) and the result is flagged.
-    """
+    """Walk the design's looks with the pairs' data so far (``pairs`` in the spec's seed order).
+    ``extra_looks``: earlier registrations of an unplanned re-plan; every full-budget level is
+    divided by 1 + extra_looks (Bonferroni, conservative) and flagged."""
     design = cfg.sequential
     assert design is not None
     bar, conf, last_n = cfg.min_effect, cfg.confidence, cfg.last_n
@@ -241,22 +220,9 @@ def evaluate_design(
                     np.array(est.mean), np.array(est.se), est.dof, bar, levels[k], conf, final, fq
                 )
             )
-        q_f = _q(fq, est.dof)
-        looks.append(
-            Look(
-                i,
-                total,
-                kind,
-                frac,
-                n,
-                d,
-                boundary,
-                est.mean,
-                est.mean - _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof) * est.se,
-                est.mean + q_f * est.se,
-                note=note,
-            )
-        )
+        q_lower = _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof)
+        lower, upper = est.mean - q_lower * est.se, est.mean + _q(fq, est.dof) * est.se
+        looks.append(Look(i, total, kind, frac, n, d, boundary, est.mean, lower, upper, note=note))
         if stopped_at is not None:  # a full-budget look after a futility stop: overridden
             flags.append(
                 f"the futility stop at {stopped_at[0]:.0%} of tokens was overridden (the arms "
@@ -282,15 +248,9 @@ def evaluate_design(
     return SequentialResult(looks, decision, reason, saved, status, flags)
 
 
-# --------------------------------------------------------------------------------------------------
-# The gate's pre-registered design applied to its fixed-sample verdicts.
-#
-# Why apart from `olmoablate.report.sequential`: the fixed gate tests once at full alpha; a
-# sequential design (``gate.sequential``) replaces that test by its looks
-# (`olmoablate.report.sequential`), and seeds added by an unplanned ``plan --replan`` (the plan's
-# gate entry keeps the earlier registrations) are never tested at full alpha. This module takes the
-# family's verdicts and rewrites their quality check accordingly, with the reason.
-# --------------------------------------------------------------------------------------------------
+# The design applied to the fixed-sample verdicts: a sequential design replaces the one test at
+# full alpha by its looks, and seeds added by an unplanned ``plan --replan`` are never tested at
+# full alpha (Bonferroni over the registrations).
 
 
 def earlier_registrations(entry: GateEntry | None) -> int:
@@ -377,25 +337,16 @@ def apply_design(
     return [revised.get(id(v), v) for v in verdicts], out
 
 
-# --------------------------------------------------------------------------------------------------
-# Several variants under one gate: a primary decides, or Holm controls the family-wise error.
-#
-# Why: gating k variants each at its own 95% bound promotes a null variant with probability up to
-# 1 - 0.95^k. With ``gate.variant`` set, that one variant decides (the others are *exploratory*:
-# shown uncorrected, never promoted). Without it, every gated variant is in the family and Holm's
-# step-down procedure keeps the chance of promoting any null variant at 1 - confidence.
-# --------------------------------------------------------------------------------------------------
+# Several variants under one gate: ``gate.variant`` decides alone (the others exploratory), or
+# Holm over every gated variant keeps P(promoting any null variant) at 1 - confidence.
 
 
 def apply_holm(
     verdicts: Sequence[VariantVerdict], confidence: float
 ) -> tuple[list[VariantVerdict], str]:
-    """Family-wise error control over the gated variants (Holm): the new verdicts, and the
-    sentence to say (empty, and the verdicts unchanged, for fewer than two variants).
-
-    The tested hypothesis per variant is its first (quality) check, H0: improvement <= min_effect.
-    A variant that passes on its own but not after Holm becomes inconclusive with the reason.
-    """
+    """Holm over the gated variants' first (quality) checks, H0: improvement <= min_effect: the new
+    verdicts (a pass that does not survive becomes inconclusive) and the sentence to say (none, and
+    the verdicts unchanged, for fewer than two)."""
     m = len(verdicts)
     if m < 2:
         return list(verdicts), ""
@@ -451,13 +402,8 @@ def evaluate_gate(
     legacy: bool = False,
     entry: GateEntry | None = None,
 ) -> GateOutcome:
-    """One gate block -> the headline verdict.
-
-    ``family`` are the variants the gate decides on: one primary variant (``gate.variant``) or,
-    without it, every gated variant, then under Holm's family-wise correction (promoted: those
-    that survive it). ``exploratory`` variants are evaluated and shown, uncorrected, never
-    promoted and never part of the headline.
-    """
+    """One gate block -> the headline verdict. ``family``: one primary variant (``gate.variant``)
+    or every gated variant under Holm; ``exploratory``: shown, uncorrected, never promoted."""
     cfg = as_gate(cfg)
     conf = cfg.confidence
     fam = [evaluate_variant(v, evidence.get(v, []), cfg, noise, way_out, legacy) for v in family]

@@ -1,24 +1,12 @@
 """The gate's track record: did a stage verdict hold at the sizes it promoted to?
 
-Why: a 1B gate is worth what its decisions are worth at 3B/7B. DataDecide measures "decision
-accuracy" as the share of comparisons ranked the same at the small and the target scale (about
-80% from 150M to 1B); here each decided proposal (a gated variant whose stage verdict is
-``proceed`` or ``stop``) with results at a promoted size is one comparison. What "held" means:
-
-* ``proceed`` (the variant beats the baseline by at least ``min_effect`` at the stage) held at a
-  larger size when the variant still improves on the baseline there (improvement > 0: ranked the
-  same as at the stage);
-* ``stop`` (it does not, at the stage) held when the improvement there is at most ``min_effect``
-  (the change still does not clear its bar).
-
-``ranked_same`` is DataDecide's criterion as such: the sign of the improvement is the same at the
-stage and at that size. A proposal held when its verdict held at every promoted size that has
-results.
-
-Proposals that share a baseline run are not independent comparisons (an unlucky baseline moves
-all of them): the summary counts the independent groups (proposals linked by a shared baseline
-identity form one group) next to the proposals, gives the accuracy with each group weighted
-once, and its Wilson interval uses the number of groups, not of proposals.
+A 1B gate is worth what its decisions are worth at 3B/7B (DataDecide's "decision accuracy").
+``proceed`` held at a larger size when the improvement there is still > 0; ``stop`` held when it
+is at most ``min_effect``; ``ranked_same`` is DataDecide's criterion (the same sign at the stage
+and the size). A proposal held when its verdict held at every promoted size with results.
+Proposals sharing a baseline run are not independent: the accuracy by group and its Wilson
+interval count each group (proposals linked by a shared baseline identity) once. The verdict
+words are spelled out here rather than imported from ``verdict``: ``board`` must stay light.
 """
 
 from __future__ import annotations
@@ -48,9 +36,6 @@ class TrackRow:
     min_effect: float
     held: bool
     ranked_same: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def held(verdict: str, effect: float, min_effect: float) -> bool:

@@ -1,17 +1,11 @@
-"""The 1B-to-scale decision gate: pure functions from per-pair evidence to a verdict.
+"""The fixed-sample verdict of one variant: pure functions from per-pair evidence to a verdict.
 
-Why pure: the gate is the one piece of the report whose mistakes cost real money (a 7B run that
-should not have been launched, or a good idea dropped). Everything here takes plain numbers and
-returns a verdict with every reason, so it can be tested exhaustively with synthetic evidence.
-``evaluate_gate`` is a function of *one* gate block, so a spec with several gates only calls it
-once per block.
-
-Conventions: an *improvement* is sign-adjusted so that positive = the variant is better
-(``baseline - variant`` for ``direction: lower``). Per seed, the improvement is averaged over the
-last ``last_n`` matched eval points. Its noise is the run-to-run sd of that paired delta
-(`olmoablate.report.noise`): from several seeds, a declared floor or A/A baselines -- never from
-the spread of one run's last points. Stability and overhead limits are hard stops: no quality
-gain buys a diverging or 20%-slower model. docs/gate-statistics.md explains the statistics.
+Pure because the gate's mistakes cost real money (a 7B run that should not have been launched, or
+a good idea dropped): plain numbers in, a verdict with every reason out, testable exhaustively.
+An *improvement* is sign-adjusted (positive = the variant is better), averaged per seed over the
+last ``last_n`` matched eval points; its noise is the run-to-run sd of that paired delta
+(:mod:`.noise`). Stability and overhead limits are hard stops: no quality gain buys a diverging or
+20%-slower model. docs/gate-statistics.md explains the statistics.
 """
 
 from __future__ import annotations
@@ -38,15 +32,12 @@ from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
 from olmoablate.report.pairing import parity_note
 from olmoablate.stats import p_above, resolve_power, seeds_for_power, seeds_needed
 
-__all__ = ["ArmHealth", "Estimate", "estimate"]
-
+#: The verdict words (a gate's and a variant's), spelled here only.
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
 def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
-    """A gate block as the schema's model: a plan's (already a :class:`Gate`) or one written as
-    in a spec (a mapping; the schema fills the defaults, :mod:`olmoablate.plan.schema` is the
-    only place they live)."""
+    """A gate block as the schema's model (a spec's mapping gets the schema's defaults)."""
     return gate if isinstance(gate, Gate) else Gate.model_validate(dict(gate))
 
 
@@ -66,29 +57,16 @@ class QualityCheck:
     holm_p: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "estimate": self.estimate.as_dict() if self.estimate else None,
-            "seeds_needed": self.seeds_needed,
-            "seeds_toward": self.seeds_toward,
-            "seeds_line": self.seeds_line,
-            "p_value": self.p_value,
-            "holm_p": self.holm_p,
-        }
+        est = self.estimate.as_dict() if self.estimate else None
+        return {**dataclasses.asdict(self), "estimate": est}  # the estimate's NaNs as null
 
 
 def seeds_line(
     est: Estimate, bar: float, confidence: float, legacy: bool = False
 ) -> tuple[str, int | None, str | None]:
-    """What more seeds would do, in both directions, at the observed effect and spread.
-
-    A power statement: the chance that k paired seeds resolve the gate with the paired t the
-    gate will use (noncentral t), never "k seeds would resolve it" (at the true mean and sd
-    that count resolves it only 52-71% of the time). ``legacy``: the count line of plans made
-    before this statement existed (their verdicts are reproduced byte for byte).
-    """
+    """What more seeds would do, at the observed effect and spread: the chance that k paired seeds
+    resolve the gate with its own paired t (a power statement, never "k seeds would resolve it").
+    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
     toward = "proceed" if est.mean > bar else "stop"
@@ -217,7 +195,7 @@ class PairEvidence:
     curve: list[float] = field(default_factory=list)
     tokens: float = 0.0
     gpu_hours: float = 0.0
-    #: Differences between the arms' execution records (report.compare.execution): cost not compared.
+    #: Differences between the arms' execution records (:mod:`.pairing`): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
 
 
@@ -251,18 +229,12 @@ class VariantVerdict:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "role": self.role,
-            "reasons": self.reasons,
-            "checks": [c.as_dict() for c in self.checks],
-            "noise": self.noise,
-            "jitter": self.jitter,
+            "variant": self.variant, "verdict": self.verdict, "role": self.role,
+            "reasons": self.reasons, "checks": [c.as_dict() for c in self.checks],
+            "noise": self.noise, "jitter": self.jitter,
             "step_time": self.step_time.as_dict() if self.step_time else None,
-            "notes": self.notes,
-            "pairs": self.pairs,
-            "excluded_pairs": self.excluded_pairs,
-        }
+            "notes": self.notes, "pairs": self.pairs, "excluded_pairs": self.excluded_pairs,
+        }  # fmt: skip
 
 
 def stability_stops(health: ArmHealth, cfg: Gate, who: str) -> list[str]:
@@ -290,11 +262,8 @@ def evaluate_variant(
     way_out: str = "",
     legacy: bool = False,
 ) -> VariantVerdict:
-    """Verdict for one variant at the stage size from all its pairs (one per seed).
-
-    ``noise``: the one-seed noise source; by default the gate's declared floor, if any (A/A
-    baselines are measured by the caller, `olmoablate.report.evidence`).
-    """
+    """Verdict for one variant at the stage size from all its pairs (one per seed); ``noise``: the
+    one-seed source (default: the declared floor; A/A baselines are measured by the caller)."""
     cfg = as_gate(cfg)
     floor = cfg.noise.floor
     if noise is None and floor is not None:
@@ -344,17 +313,8 @@ def evaluate_variant(
         main = estimate([p.improvement for p in valid], conf, noise, jitter_se)
         if cfg.rule == "quality_per_param":
             ref = estimate([p.reference_improvement or [] for p in valid], conf, noise, jitter_se)
-            checks.append(
-                quality_check(
-                    f"vs reference {cfg.reference!r} (parameter-matched)",
-                    ref,
-                    cfg.min_effect,
-                    conf,
-                    metric,
-                    way_out,
-                    legacy,
-                )
-            )
+            name = f"vs reference {cfg.reference!r} (parameter-matched)"
+            checks.append(quality_check(name, ref, cfg.min_effect, conf, metric, way_out, legacy))
             checks.append(tolerance_check(main, cfg.tolerance, conf, metric))
         else:
             checks.append(
@@ -367,31 +327,16 @@ def evaluate_variant(
     noise_txt = f"noise source: {est.source_detail}" if est else ""
     preamble = reasons[: len(reasons) - len(stops) - len(blockers) - len(checks)]
     return VariantVerdict(
-        variant,
-        combine(stops, blockers, checks),
-        reasons,
-        checks,
-        [p.pair_id for p in valid],
-        excluded,
-        noise=noise_txt,
-        jitter=jitter_txt,
-        step_time=step_check,
-        notes=list(step_check.notes) if step_check else [],
-        preamble=preamble,
-        stops=stops,
+        variant, combine(stops, blockers, checks), reasons, checks, [p.pair_id for p in valid],
+        excluded, noise=noise_txt, jitter=jitter_txt, step_time=step_check,
+        notes=list(step_check.notes) if step_check else [], preamble=preamble, stops=stops,
         blockers=blockers,
-    )
+    )  # fmt: skip
 
 
 def _has_cost_limits(cfg: Gate) -> bool:
-    return any(
-        lim is not None
-        for lim in (
-            cfg.max_step_time_overhead,
-            cfg.max_peak_memory_overhead,
-            cfg.max_decode_latency_overhead,
-        )
-    )
+    limits = (cfg.max_step_time_overhead, cfg.max_peak_memory_overhead)
+    return any(lim is not None for lim in (*limits, cfg.max_decode_latency_overhead))
 
 
 def combine(stops: Sequence[str], blockers: Sequence[str], checks: Sequence[QualityCheck]) -> str:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from olmoablate.plan.metrics import ATTEMPT_WARMUP_STEPS
 from olmoablate.report.overhead import (
-    ATTEMPT_WARMUP_STEPS,
     MIN_BLOCKS,
     ArmTiming,
     autocorr_time,

@@ -7,17 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.report.noise import NONE, floor_source
+from olmoablate.report.compare import ArmHealth
+from olmoablate.report.noise import NONE, estimate, floor_source
 from olmoablate.report.overhead import ArmTiming
 from olmoablate.report.sequential import evaluate_gate
 from olmoablate.report.verdict import (
     INCONCLUSIVE,
     PROCEED,
     STOP,
-    ArmHealth,
     PairEvidence,
     as_gate,
-    estimate,
     evaluate_variant,
     quality_check,
     tolerance_check,
