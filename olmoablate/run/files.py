@@ -289,7 +289,7 @@ class LedgerJob(RunFile):
     attempt: int | None = None
     #: Local jobs: the machine that started them (their pid means nothing on another one).
     host: str | None = None
-    #: Local jobs: the process's start time, boot id and command line (launch/procid.py); a
+    #: Local jobs: the process's start time, boot id and command line (:func:`olmoablate.run.state.identity`); a
     #: pid whose identity differs is another process, never signalled.
     identity: dict[str, Any] | None = None
 
@@ -311,7 +311,7 @@ class LedgerRun(RunFile):
     updated: str | None = None
     #: Runs queued by a local `submit`: that process (the queue dies with it) and its machine.
     owner_pid: int | None = None
-    #: The queueing `submit` process's identity (launch/procid.py), when recorded.
+    #: The queueing `submit` process's identity (:func:`olmoablate.run.state.identity`), when recorded.
     owner_identity: dict[str, Any] | None = None
     host: str | None = None
 
@@ -326,7 +326,7 @@ class LedgerRun(RunFile):
 
 
 class LedgerFile(RunFile):
-    """``results/<spec>/ledger.json`` as a whole (launch/ledger.py reads and writes it)."""
+    """``results/<spec>/ledger.json`` as a whole (:class:`olmoablate.run.state.Ledger` reads and writes it)."""
 
     schema_version: int | None = Field(None, alias="schema")
     spec_name: str | None = None

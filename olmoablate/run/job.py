@@ -44,19 +44,23 @@ from olmoablate.models.build import param_counts
 from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.names import DONE_STATES, RunState
 from olmoablate.run import callbacks as cbs
-from olmoablate.run import callbacks as wandb_log
 from olmoablate.run import proof
 from olmoablate.run import trainer as cfgs
 from olmoablate.run.callbacks import (
     CheckpointManifestCallback,
     failure_reason,
-    peak_memory_gb,
     record_failure,
     resume_point,
 )
 from olmoablate.run.files import RunStatus, RunSummary
+from olmoablate.run.guards import ComputeDtypeCallback, StabilityCallback
 from olmoablate.run.proof import check_code
-from olmoablate.run.records import _model_of
+from olmoablate.run.records import (
+    FingerprintCallback,
+    MetricsJSONLCallback,
+    _model_of,
+    peak_memory_gb,
+)
 from olmoablate.run.runplan import RunContext, load_run
 from olmoablate.run.summary import decode_figures, execution_record, where_record
 from olmoablate.run.trainer import Environment
@@ -213,10 +217,10 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     rd = ctx.run_dir
     own: dict[str, Any] = {
-        "metrics": cbs.MetricsJSONLCallback(path=str(rd.metrics), global_batch_size=gbs),
-        "fingerprints": cbs.FingerprintCallback(path=str(rd.fingerprints), global_batch_size=gbs),
+        "metrics": MetricsJSONLCallback(path=str(rd.metrics), global_batch_size=gbs),
+        "fingerprints": FingerprintCallback(path=str(rd.fingerprints), global_batch_size=gbs),
         "curriculum": cbs.LoopCurriculumCallback(),
-        "stability": cbs.StabilityCallback(
+        "stability": StabilityCallback(
             spike_window=stab.spike_window,
             spike_factor=stab.spike_factor,
             min_relative_jump=stab.min_relative_jump,
@@ -225,7 +229,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         ),
         "interrupt": cbs.InterruptCallback(),
         "checkpoint_manifest": CheckpointManifestCallback(),
-        "compute_dtype": cbs.ComputeDtypeCallback(),
+        "compute_dtype": ComputeDtypeCallback(),
         "status": cbs.StatusCallback(
             path=str(rd.status),
             base=base_status,
@@ -233,20 +237,20 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             total_steps=steps,
             global_batch_size=gbs,
         ),
-        "wandb": wandb_log.WandBLoggerCallback(
+        "wandb": cbs.WandBLoggerCallback(
             run_id=ctx.run_id,
-            wandb_id=wandb_log.wandb_id(ctx.spec_name, ctx.run_id),
+            wandb_id=cbs.wandb_id(ctx.spec_name, ctx.run_id),
             project=wb.project,
             entity=wb.entity,
             group=f"{ctx.spec_name}/{run.group_id}",
             job_type=run.arm,
-            tags=wandb_log.tags_of(ctx.spec_name, run),
+            tags=cbs.tags_of(ctx.spec_name, run),
             mode=wb.mode,
             directory=str(rd.wandb_dir),
             link_path=str(rd.wandb),
             config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.gate_sha256, **run.as_json()},
             global_batch_size=gbs,
-            flops=wandb_log.FlopsAxis(run),
+            flops=cbs.FlopsAxis(run),
         ),
     }
     own.update(debug_callbacks())

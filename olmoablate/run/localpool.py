@@ -1,9 +1,9 @@
 """`submit --executor local`: the process pool that trains runs on this machine.
 
 At most ``parallel`` submitit local jobs run at a time, each in its own session and with its own
-GPUs (launch/devices.py), while a progress table shows them. Ctrl-C is turned into a checkpoint
+GPUs (:mod:`olmoablate.run.slurm`), while a progress table shows them. Ctrl-C is turned into a checkpoint
 of every run (SIGTERM, which the training job answers at a step boundary), never a kill, so every
-run stays resumable. Which runs to start is decided before, in launch/submit.py.
+run stays resumable. Which runs to start is decided before, in :mod:`olmoablate.run.resume`.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from olmoablate.plan.names import (
 )
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.run import slurm as sl
-from olmoablate.run.resume import JobTarget, mark_status, own_status
+from olmoablate.run.files import RunStatus
 from olmoablate.run.slurm import local_slot_devices, visible_gpus
-from olmoablate.run.state import Ledger, RunView, identity, reconcile
-from olmoablate.run.task import TrainRun
+from olmoablate.run.state import Ledger, RunView, identity, own_status, reconcile
+from olmoablate.run.task import JobTarget, TrainRun
 
 # --------------------------------------------------------------------------------------------------
 # How runs look to a person: the `olmoablate status` table, its JSON form, and the number
-# formats the progress lines share with it (launch/progress.py), so both read the same.
+# formats the progress lines share with it (:class:`Progress`), so both read the same.
 # --------------------------------------------------------------------------------------------------
 
 
@@ -299,7 +299,7 @@ class LocalPool:
         self.active: dict[str, Any] = {}
         self.submitted: list[tuple[str, str]] = []
         self.runs = results.plan.runs_by_id
-        # GPU slots: each concurrent job trains on its own GPUs (launch/devices.py).
+        # GPU slots: each concurrent job trains on its own GPUs (:mod:`olmoablate.run.slurm`).
         self.gpus = visible_gpus()
         self.slots: dict[str, int] = {}
 
@@ -355,7 +355,7 @@ class LocalPool:
             elif state == RunState.FAILED and reason:
                 path = self.results.run(rid).status
                 try:
-                    mark_status(path, state=RunState.FAILED, reason=reason)
+                    RunStatus.update(path, state=RunState.FAILED, reason=reason)
                 except OSError as err:  # e.g. the full disk that failed the run: the ledger has it
                     print(
                         f"warning: {path}: could not record the failure ({err.strerror}); "
@@ -393,7 +393,7 @@ class LocalPool:
                     os.killpg(job._process.pid, signal.SIGKILL)
         for rid in self.all:
             if own_status(self.results.run(rid)).state not in TERMINAL_STATES:
-                mark_status(
+                RunStatus.update(
                     self.results.run(rid).status,
                     state=RunState.CANCELLED,
                     reason="interrupted by Ctrl-C",
@@ -402,7 +402,7 @@ class LocalPool:
     def run(self, progress: bool = True) -> list[tuple[str, str]]:
         """Train every run of the pool; returns (run_id, job_id) of each job started."""
         shown = None
-        if progress:  # live table in a terminal, plain lines in a log (launch/progress.py)
+        if progress:  # live table in a terminal, plain lines in a log (:class:`Progress`)
 
             shown = Progress(self._views, self._table)
             shown.start()

@@ -43,7 +43,7 @@ def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
 
     Names are sbatch-native (submitit's `_make_sbatch_string` arguments) so the same dict serves
     the real executor and the dry-run renderer. Every value is the plan's (the spec's defaults
-    were applied by `plan`, from contract/schema.py): nothing here has a default of its own.
+    were applied by `plan`, from olmoablate.plan.schema): nothing here has a default of its own.
     """
     topo, slurm = run.topology, run.slurm
     params: dict[str, Any] = {
