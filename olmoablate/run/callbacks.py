@@ -1,34 +1,14 @@
-"""OLMo-core callbacks that turn a training run into the files of ``runs/<run_id>/``.
+"""The OLMo-core callbacks of the training job that are not records or numeric guards
+(:mod:`olmoablate.run.records`, :mod:`olmoablate.run.guards`): every side effect of the job is a
+:class:`Callback`, so the training loop itself stays OLMo-core's.
 
-Every side effect of the job lives here, as OLMo-core :class:`Callback` subclasses, so the
-training loop itself stays OLMo-core's. What each one is for:
-
-* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`.
-* :class:`FingerprintCallback` -> ``fingerprints.jsonl``: sha256 of each global batch, the
-  evidence that both arms of a pair saw the same tokens in the same order.
-* :class:`LoopCurriculumCallback`: drives a looped model's loop count b(step) and records the
-  per-loop hidden-state norms.
-* :class:`StabilityCallback`: counts loss spikes, stops on NaN/Inf and marks the run diverged.
-
-The records and the numeric guards live in :mod:`olmoablate.run.records` and
-:mod:`olmoablate.run.guards` (re-exported here); this module keeps the rest.
-* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (Slurm/submitit's pre-timeout warning) both
-  become OLMo-core's graceful cancel (final checkpoint, normal return).
-* :class:`StatusCallback` -> ``status.json`` while training.
-* :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
-  the same held-out loss at every loop count of the run entry's ``loop_counts``.
-* :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
-  (ai2-olmo-eval) evaluator: every task at every extra loop count.
-* W&B logging is its own module, :mod:`olmoablate.run.callbacks` (optional, never required).
-
-Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
-the checkpoint of step *k*, each file is first rewritten atomically without its rows of step > *k*
-(rows written after that checkpoint by the interrupted attempt), then the new attempt appends.
-Records the trainer re-emits for steps <= *k* on resume (its dry-run/bookkeeping record) are
-dropped. So every step appears exactly once. OLMo-core may deliver one step's metrics in two
-``log_metrics`` calls (e.g. split by a checkpoint save); rows are buffered and merged by step and a
-step is written when a later step arrives or at close. A hard kill (SIGKILL) can therefore lose
-the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
+* :class:`LoopCurriculumCallback`: a looped model's loop count b(step) and per-loop state norms;
+* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (the pre-timeout warning) become OLMo-core's
+  graceful cancel (final checkpoint, normal return);
+* :class:`StatusCallback` -> ``status.json`` while training;
+* the looped evaluators: OLMo-core's LM and downstream evaluators, plus every extra loop count;
+* :class:`WandBLoggerCallback` (optional, never required);
+* the checkpoint side of resume: the completion manifest, torch's shard index, the fallback.
 """
 
 from __future__ import annotations
@@ -328,28 +308,11 @@ def _with_loop_counts(
     return cb
 
 
-# --------------------------------------------------------------------------------------------------
-# Weights & Biases logging, the way W&B users read an ablation: on tokens, grouped by pair.
-#
-# Why these choices:
-#
-# * Every comparison the tool makes is at matched tokens, so every metric's x-axis is ``tokens``
-#   (``define_metric("*", step_metric="tokens")``, W&B's convention for a custom x-axis), and the
-#   cumulative ``train FLOPs`` is logged with every row so a chart can switch to a compute axis
-#   (FLOPs-matched pairs). ``train FLOPs`` comes from `olmoablate.plan.accounting`, the plan's own
-#   FLOPs convention, curriculum-aware, so the axis means the same as the plan's numbers.
-# * group = spec/group (a baseline and all the variants compared with it: same size and seed),
-#   job_type = arm, tags for spec, size, seed and arm: the W&B table groups and filters a whole
-#   ablation without custom columns. config = the plan entry, certificate included.
-# * One W&B run per arm across requeues: the id is derived from spec name and run id and
-#   ``resume="allow"``, so every attempt of the run continues the same W&B run.
-# * Optional and offline by default: ``WANDB_MODE`` in the environment wins over the plan, and any
-#   failure to import or talk to wandb only logs a warning. ``runs/<id>/wandb.json`` records the
-#   id, project and (online) URL, which `report` and `olmoablate.results` link to.
-# --------------------------------------------------------------------------------------------------
-
-
-log = logging.getLogger(__name__)
+# -- W&B, the way its users read an ablation. Every comparison is at matched tokens, so every
+# metric's x-axis is ``tokens`` and the cumulative ``train FLOPs`` (the plan's convention,
+# curriculum-aware) rides along for a compute axis; group = spec/group, job_type = arm, tags for
+# spec, size, seed and arm; one W&B run per arm across requeues (a stable id, ``resume="allow"``).
+# Offline by default, ``WANDB_MODE`` wins, and any wandb failure only logs a warning.
 
 #: W&B-only axis names (never in metrics.jsonl): tokens seen and cumulative training FLOPs.
 TOKENS = "tokens"
@@ -382,7 +345,8 @@ class FlopsAxis:
 
 @dataclass
 class WandBLoggerCallback(Callback):
-    """One W&B run per arm (rank 0 only); see the module docstring."""
+    """One W&B run per arm (rank 0 only); ``runs/<id>/wandb.json`` records its id, project and
+    (online) URL, which `report` links to."""
 
     priority: ClassVar[int] = 3
 

@@ -18,14 +18,9 @@ from olmoablate.run import slurm as sl
 from olmoablate.run.files import RunStatus
 from olmoablate.run.state import Ledger, local_job_alive, reconcile
 
-# --------------------------------------------------------------------------------------------------
-# `cancel`: stop live runs so that each stays resumable.
-#
-# Every cancel first writes the run's cancel marker (``runs/<id>/.cancel-requested``), so the job
-# can tell a user's stop (end ``cancelled``, never requeued) from a preemption (requeue); then
-# running jobs get SIGTERM (checkpoint at the next step boundary, then exit) and pending ones leave
-# the queue. The table of signals and outcomes is in docs/slurm.md.
-# --------------------------------------------------------------------------------------------------
+# -- `cancel`: the cancel marker first (``runs/<id>/.cancel-requested``: the job then ends
+# ``cancelled``, never requeued), then SIGTERM to running jobs (checkpoint, exit) and pending ones
+# leave the queue (docs/slurm.md).
 
 
 def cancel(

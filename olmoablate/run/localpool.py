@@ -36,10 +36,8 @@ from olmoablate.run.slurm import local_slot_devices, visible_gpus
 from olmoablate.run.state import Ledger, RunView, identity, own_status, reconcile
 from olmoablate.run.task import JobTarget, TrainRun
 
-# --------------------------------------------------------------------------------------------------
-# How runs look to a person: the `olmoablate status` table, its JSON form, and the number
-# formats the progress lines share with it (:class:`Progress`), so both read the same.
-# --------------------------------------------------------------------------------------------------
+# -- How runs look to a person: the `status` table, its JSON form and the number formats the
+# progress lines share with it.
 
 
 #: Colour of each state in the table (states not listed stay plain).
@@ -109,16 +107,10 @@ def views_json(views: list[RunView]) -> str:
     return json.dumps([v.as_dict() for v in views], indent=2)
 
 
-# --------------------------------------------------------------------------------------------------
-# Progress of `submit --executor local`: a live table in a terminal, plain lines anywhere else.
-#
-# Why two forms: a live table redraws in place, which is right for a person at a terminal and
-# wrong for a Slurm log, CI or ``| tee`` (rich then prints one 80-column frame with cut cells, or
-# escape codes). When stdout is not a terminal, every update becomes one plain ``key=value`` line
-# per run whose state changed, or whose step moved and that has not been reported for
-# ``interval_s`` seconds — a bounded rate however long the runs train — with every value whole.
-# The last table is printed whole in both cases.
-# --------------------------------------------------------------------------------------------------
+# -- Progress of `submit --executor local`: a live table in a terminal; anywhere else (a Slurm log,
+# CI, ``| tee``, where a live table prints cut frames or escape codes) one plain ``key=value`` line
+# per run whose state changed or whose step moved, at most every ``interval_s``; the last table
+# whole in both cases.
 
 
 #: Seconds between two plain progress lines of the same run while only its step moves.

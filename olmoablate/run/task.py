@@ -1,26 +1,14 @@
 """The callable submitit runs on the compute node (local or Slurm): one training run.
 
-Signal interplay (why this class exists; the table is in docs/slurm.md). submitit installs, before
-calling us, a SIGUSR2 handler that calls ``checkpoint()``, dumps the returned DelayedSubmission,
-requeues the job (``scontrol requeue`` / local exit code 144) and exits; SIGTERM is only logged.
-The training job ``run_job`` installs its *own* SIGTERM/SIGUSR2 handlers while it trains, because
-the model state must be saved by OLMo-core at a step boundary, not inside a signal handler: any
-of the two makes it save a checkpoint and return ``state="interrupted"`` with the signals seen.
-Then this class decides, from what the job can observe, what the stop meant:
-
-* SIGUSR2 seen (time-limit warning, preemption, submitit's own signal): hand over to submitit's
-  handler (captured before ``run_job`` replaced it) for the requeue bookkeeping exactly as it
-  would have done: the timeout countdown (``max_num_timeout``), the new pickle, the requeue. When
-  the budget is spent the run ends ``failed`` with that reason.
-* Slurm's restart count for this job grew since we started (``scontrol requeue``, a node failure
-  with requeue, ``PreemptMode=REQUEUE``): Slurm requeues the job itself; the run stays
-  ``interrupted`` and the next start resumes from the checkpoint. We never requeue it again.
-* SIGTERM alone (``scancel``, ``scancel --signal=TERM``, ``olmoablate cancel``, Ctrl-C): the user
-  stopped it. The run ends ``cancelled`` with its checkpoint and is never requeued; ``submit``
-  resumes it later. A preemption that sends SIGTERM then SIGUSR2 is told apart by waiting
-  ``USR2_GRACE_S`` for the USR2 while Slurm still says RUNNING.
-
-A run that ends ``completed``, ``diverged`` or ``failed`` is never requeued.
+Why a class: submitit installs, before calling us, a SIGUSR2 handler that checkpoints, requeues
+(``scontrol requeue`` / local exit code 144) and exits; SIGTERM it only logs. The training job
+installs its *own* SIGTERM/SIGUSR2 handlers while it trains (the model state must be saved by
+OLMo-core at a step boundary, not in a signal handler) and returns ``interrupted`` with the
+signals seen. :class:`TrainRun` then acts on what the stop meant
+(:func:`olmoablate.run.resume.decide_stop`, table in docs/slurm.md): a requeue is handed to
+submitit's own handler (captured before the job replaced it: the ``max_num_timeout`` countdown,
+the new pickle); Slurm's own requeue is left to Slurm; a user's stop ends ``cancelled``. A run that
+ends ``completed``, ``diverged`` or ``failed`` is never requeued.
 """
 
 from __future__ import annotations
