@@ -109,7 +109,8 @@ def compiled_vs_eager(
     from torch._dynamo.utils import counters
 
     from olmoablate.models.build import build_model
-    from olmoablate.run.callbacks import ComputeDtypeCallback, LoopCurriculumCallback
+    from olmoablate.run.callbacks import LoopCurriculumCallback
+    from olmoablate.run.guards import ComputeDtypeCallback
 
     class _Trainer:
         def __init__(self, model: Any) -> None:

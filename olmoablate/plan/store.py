@@ -4,7 +4,7 @@ Owns: computing each planned run's identity (:mod:`.identify`, with token files 
 :mod:`.fingerprint`), finding a run of another spec with the same identity (:mod:`.index`), and
 explaining why two runs are not the same (:mod:`.explain`). The hashing rules themselves are in
 :mod:`olmoablate.plan.identity`; the lease that stops two `submit`s from training one
-identity twice is launch's (:mod:`olmoablate.run.submit`). Login-node light: no torch, no pandas.
+identity twice is run state's (:mod:`olmoablate.run.state`). Login-node light: no torch, no pandas.
 
 ::
 
@@ -235,7 +235,7 @@ def owner_problem(
 # Why only runs that exist (completed, running, queued): a run another spec merely planned may
 # never be trained; reusing it would leave this spec waiting on nothing. Two specs planned before
 # either is submitted each plan their own run; their `submit`s then share it through the store's
-# lease (:mod:`olmoablate.run.submit`). A run that is itself reused points at its owner, which is
+# lease (:mod:`olmoablate.run.state`). A run that is itself reused points at its owner, which is
 # what is recorded (never a chain). A run whose identity.json names another identity than its
 # plan now does (the spec was re-planned, or its data rewritten in place) is not that identity's
 # run (:mod:`.owner`). Reads only plan.json, status.json and identity.json files under the store.

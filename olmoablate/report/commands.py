@@ -128,9 +128,8 @@ def watch_once(results: ResultsDir) -> list[str]:
     from olmoablate.report.assemble import build_all
     from olmoablate.report.collect import collect
     from olmoablate.report.sequential import FUTILITY
-    from olmoablate.run.files import STATUS_KEY, WATCH_FILE, FutilityStop
+    from olmoablate.run.files import STATUS_KEY, WATCH_FILE, FutilityStop, RunStatus
     from olmoablate.run.launch import cancel
-    from olmoablate.run.resume import mark_status
 
     state = _read_state(results)
     stops: dict[str, Any] = state["stops"]
@@ -160,7 +159,7 @@ def watch_once(results: ResultsDir) -> list[str]:
             ).model_dump()
             done = cancel(results, runs, reason=res.status_line) if runs else []
             for rid in runs:
-                mark_status(results.run(rid).status, **{STATUS_KEY: record})
+                RunStatus.update(results.run(rid).status, **{STATUS_KEY: record})
             stops[key] = record
             lines.append(
                 f"{key}: {res.status_line}; cancelled {', '.join(r for r, _ in done) or 'nothing'}"
@@ -175,7 +174,6 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
     """A cancelled arm's own final status says "cancelled by user"; once it has ended, the
     reason is the futility stop (unless the user has resumed it since)."""
     from olmoablate.run.files import STATUS_KEY, FutilityStop, RunStatus
-    from olmoablate.run.resume import mark_status
 
     for raw in stops.values():
         rec = FutilityStop.of_record(raw)
@@ -185,7 +183,7 @@ def _settle_reasons(results: ResultsDir, stops: dict[str, Any]) -> None:
             run = results.run(rid)
             st = RunStatus.read(run)
             if st is not None and st.state == RunState.CANCELLED and st.reason != rec.reason:
-                mark_status(run.status, reason=rec.reason, **{STATUS_KEY: raw})
+                RunStatus.update(run.status, reason=rec.reason, **{STATUS_KEY: raw})
 
 
 def live_runs(results: ResultsDir) -> list[str]:

@@ -3,11 +3,12 @@
 The second stage (docs/design.md). Two sides, one package:
 
 * the launcher, torch-free (login node and the job wrapper on the compute node): ``launch``
-  (the ``submit``/``status``/``cancel`` commands), ``submit`` (what to send, budget, leases),
+  (the ``submit``/``status``/``cancel`` commands), ``submit`` (sending, budget, overrides),
   ``slurm`` (submitit against Slurm), ``localpool`` (the local executor), ``task`` (the
-  callable submitit runs), ``state`` (run state: ledger, reconcile, reasons, process identity),
-  ``resume`` (what a restart resumes from), ``faults`` (one line per failure), ``files`` (the
-  run's typed files), ``metricsfile`` and ``columnar`` (metrics.jsonl and its Arrow copy);
+  callable submitit runs), ``state`` (run state: ledger, leases, reconcile, reasons, process
+  identity), ``resume`` (what is resent or requeued, which checkpoint counts, the fallback),
+  ``faults`` (one line per failure), ``files`` (the run's typed files), ``metricsfile`` and
+  ``columnar`` (metrics.jsonl and its Arrow copy);
 * the training job (torch, OLMo-core): ``job`` (:func:`olmoablate.run.job.run_job`), ``runplan``
   (one run entry, checked), ``trainer`` (OLMo-core configs), ``callbacks``, ``guards``,
   ``records`` (metrics.jsonl, fingerprints), ``eval`` (whole held-out sets), ``proof`` (what the

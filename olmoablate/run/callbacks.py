@@ -1,34 +1,14 @@
-"""OLMo-core callbacks that turn a training run into the files of ``runs/<run_id>/``.
+"""The OLMo-core callbacks of the training job that are not records or numeric guards
+(:mod:`olmoablate.run.records`, :mod:`olmoablate.run.guards`): every side effect of the job is a
+:class:`Callback`, so the training loop itself stays OLMo-core's.
 
-Every side effect of the job lives here, as OLMo-core :class:`Callback` subclasses, so the
-training loop itself stays OLMo-core's. What each one is for:
-
-* :class:`MetricsJSONLCallback` -> ``metrics.jsonl``: one row per step, the input of `report`.
-* :class:`FingerprintCallback` -> ``fingerprints.jsonl``: sha256 of each global batch, the
-  evidence that both arms of a pair saw the same tokens in the same order.
-* :class:`LoopCurriculumCallback`: drives a looped model's loop count b(step) and records the
-  per-loop hidden-state norms.
-* :class:`StabilityCallback`: counts loss spikes, stops on NaN/Inf and marks the run diverged.
-
-The records and the numeric guards live in :mod:`olmoablate.run.records` and
-:mod:`olmoablate.run.guards` (re-exported here); this module keeps the rest.
-* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (Slurm/submitit's pre-timeout warning) both
-  become OLMo-core's graceful cancel (final checkpoint, normal return).
-* :class:`StatusCallback` -> ``status.json`` while training.
-* :class:`LoopedLMEvaluatorCallbackConfig`: OLMo-core's LM evaluator, plus (for looped arms)
-  the same held-out loss at every loop count of the run entry's ``loop_counts``.
-* :class:`LoopedDownstreamEvaluatorCallbackConfig`: the same for OLMo-core's downstream
-  (ai2-olmo-eval) evaluator: every task at every extra loop count.
-* W&B logging is its own module, :mod:`olmoablate.run.callbacks` (optional, never required).
-
-Merge rule on resume (``metrics.jsonl`` and ``fingerprints.jsonl``): when the trainer resumes from
-the checkpoint of step *k*, each file is first rewritten atomically without its rows of step > *k*
-(rows written after that checkpoint by the interrupted attempt), then the new attempt appends.
-Records the trainer re-emits for steps <= *k* on resume (its dry-run/bookkeeping record) are
-dropped. So every step appears exactly once. OLMo-core may deliver one step's metrics in two
-``log_metrics`` calls (e.g. split by a checkpoint save); rows are buffered and merged by step and a
-step is written when a later step arrives or at close. A hard kill (SIGKILL) can therefore lose
-the last buffered row; SIGTERM/SIGUSR2 cannot, because ``close`` flushes.
+* :class:`LoopCurriculumCallback`: a looped model's loop count b(step) and per-loop state norms;
+* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (the pre-timeout warning) become OLMo-core's
+  graceful cancel (final checkpoint, normal return);
+* :class:`StatusCallback` -> ``status.json`` while training;
+* the looped evaluators: OLMo-core's LM and downstream evaluators, plus every extra loop count;
+* :class:`WandBLoggerCallback` (optional, never required);
+* the checkpoint side of resume: the completion manifest, torch's shard index, the fallback.
 """
 
 from __future__ import annotations
@@ -38,7 +18,6 @@ import hashlib
 import logging
 import os
 import pickle
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -56,53 +35,17 @@ from olmo_core.train.callbacks import (
 from olmoablate.io import write_json_atomic
 from olmoablate.plan import metrics as metric_names
 from olmoablate.plan.accounting import total_train_flops
-from olmoablate.plan.metrics import CE_LOSS, GRAD_NORM
+from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.names import STATUS_FILE, RunState, now_iso
 from olmoablate.plan.planfile import RunEntry
-from olmoablate.run import resume as ck
-from olmoablate.run import resume as faults
+from olmoablate.run import faults, resume
 from olmoablate.run.eval import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.run.files import RunStatus
-from olmoablate.run.guards import ComputeDtypeCallback, StabilityCallback, nonfinite_flags
-from olmoablate.run.records import (
-    FingerprintCallback,
-    MetricsJSONLCallback,
-    _model_of,
-    batch_sha256,
-    collect_due,
-    cuda_timing,
-    gather_global_digests,
-    global_batch_sha256,
-    instance_digests,
-    interleave_rank_batches,
-    peak_memory_gb,
-    read_jsonl,
-    truncate_jsonl_after,
-)
+from olmoablate.run.records import _model_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
 
-__all__ = [
-    "CE_LOSS",
-    "GRAD_NORM",
-    "ComputeDtypeCallback",
-    "FingerprintCallback",
-    "MetricsJSONLCallback",
-    "StabilityCallback",
-    "batch_sha256",
-    "collect_due",
-    "cuda_timing",
-    "gather_global_digests",
-    "global_batch_sha256",
-    "instance_digests",
-    "interleave_rank_batches",
-    "nonfinite_flags",
-    "now_iso",
-    "peak_memory_gb",
-    "read_jsonl",
-    "truncate_jsonl_after",
-]
 
 log = logging.getLogger(__name__)
 
@@ -365,28 +308,11 @@ def _with_loop_counts(
     return cb
 
 
-# --------------------------------------------------------------------------------------------------
-# Weights & Biases logging, the way W&B users read an ablation: on tokens, grouped by pair.
-#
-# Why these choices:
-#
-# * Every comparison the tool makes is at matched tokens, so every metric's x-axis is ``tokens``
-#   (``define_metric("*", step_metric="tokens")``, W&B's convention for a custom x-axis), and the
-#   cumulative ``train FLOPs`` is logged with every row so a chart can switch to a compute axis
-#   (FLOPs-matched pairs). ``train FLOPs`` comes from `olmoablate.plan.accounting`, the plan's own
-#   FLOPs convention, curriculum-aware, so the axis means the same as the plan's numbers.
-# * group = spec/group (a baseline and all the variants compared with it: same size and seed),
-#   job_type = arm, tags for spec, size, seed and arm: the W&B table groups and filters a whole
-#   ablation without custom columns. config = the plan entry, certificate included.
-# * One W&B run per arm across requeues: the id is derived from spec name and run id and
-#   ``resume="allow"``, so every attempt of the run continues the same W&B run.
-# * Optional and offline by default: ``WANDB_MODE`` in the environment wins over the plan, and any
-#   failure to import or talk to wandb only logs a warning. ``runs/<id>/wandb.json`` records the
-#   id, project and (online) URL, which `report` and `olmoablate.results` link to.
-# --------------------------------------------------------------------------------------------------
-
-
-log = logging.getLogger(__name__)
+# -- W&B, the way its users read an ablation. Every comparison is at matched tokens, so every
+# metric's x-axis is ``tokens`` and the cumulative ``train FLOPs`` (the plan's convention,
+# curriculum-aware) rides along for a compute axis; group = spec/group, job_type = arm, tags for
+# spec, size, seed and arm; one W&B run per arm across requeues (a stable id, ``resume="allow"``).
+# Offline by default, ``WANDB_MODE`` wins, and any wandb failure only logs a warning.
 
 #: W&B-only axis names (never in metrics.jsonl): tokens seen and cumulative training FLOPs.
 TOKENS = "tokens"
@@ -419,7 +345,8 @@ class FlopsAxis:
 
 @dataclass
 class WandBLoggerCallback(Callback):
-    """One W&B run per arm (rank 0 only); see the module docstring."""
+    """One W&B run per arm (rank 0 only); ``runs/<id>/wandb.json`` records its id, project and
+    (online) URL, which `report` links to."""
 
     priority: ClassVar[int] = 3
 
@@ -513,36 +440,19 @@ class WandBLoggerCallback(Callback):
             self._run = None
 
 
-# --------------------------------------------------------------------------------------------------
-# Checkpoints that fail safe (the rule is :mod:`olmoablate.run.resume`).
-#
-# * :class:`CheckpointManifestCallback` writes the completion manifest of every checkpoint once
-#   OLMo-core reports it saved (``post_checkpoint_saved``: after the last byte of an async save
-#   too), on rank 0 only.
-# * :func:`choose_resume_point`, called by the job before the trainer is built, picks the newest
-#   checkpoint that counts; newer, incomplete ones are moved to ``checkpoints/.broken/`` (kept as
-#   evidence, never deleted) so OLMo-core's own ``latest_checkpoint`` resumes from the chosen one,
-#   and the job says so in status.json and in the first metrics row of the attempt. When
-#   checkpoints exist but none counts it raises :class:`NoUsableCheckpoint` with the one line
-#   that names the checkpoint and the way out: the run is not silently restarted from step 0.
-# * :func:`failure_reason`: the one-line root cause of a failed attempt for status.json
-#   (:mod:`olmoablate.run.resume`), its traceback appended to ``runs/<id>/error.log``.
-# --------------------------------------------------------------------------------------------------
+# -- Checkpoints that fail safe: the rules are :mod:`olmoablate.run.resume` (torch-free); here the
+# callback that marks a save complete, torch's shard-index check and the rank-0 fallback shared
+# with every rank.
 
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmoablate.run.runplan import RunContext
 
-log = logging.getLogger(__name__)
-
-
-class NoUsableCheckpoint(RuntimeError):
-    """Checkpoints exist but none is complete; ``str`` is the one-line reason."""
-
 
 @dataclass
 class CheckpointManifestCallback(Callback):
-    """Marks each saved checkpoint complete (``stepN/.olmoablate-complete.json``)."""
+    """Marks each saved checkpoint complete (``stepN/.olmoablate-complete.json``) once OLMo-core
+    reports it saved (after the last byte of an async save too), rank 0."""
 
     #: After OLMo-core's checkpointer (priority 1) in every hook.
     priority: ClassVar[int] = 0
@@ -552,7 +462,7 @@ class CheckpointManifestCallback(Callback):
             return
         folder = Path(str(path))
         if folder.is_dir():  # a remote (URL) save folder has no local files to list
-            ck.write_manifest(folder)
+            resume.write_manifest(folder)
 
 
 def shard_index_problem(checkpoint: Path) -> str | None:
@@ -581,79 +491,38 @@ def shard_index_problem(checkpoint: Path) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Fallback:
-    """A resume that skipped incomplete newer checkpoints."""
-
-    step: int | None  # the checkpoint resumed from (None: from scratch)
-    refused: list[tuple[int, str]]  # (step, why) of each checkpoint moved aside
-
-    @property
-    def metrics(self) -> dict[str, float]:
-        """The fields of the attempt's first metrics row that record the fallback."""
-        return {
-            ck.FALLBACK_FROM_METRIC: float(max(s for s, _ in self.refused)),
-            ck.RESUMED_FROM_METRIC: float(self.step or 0),
-        }
-
-    @property
-    def line(self) -> str:
-        skipped = "; ".join(f"step{s}: {why}" for s, why in self.refused)
-        return (
-            f"incomplete checkpoint(s) moved to checkpoints/{ck.BROKEN_DIR}/ ({skipped}); "
-            f"resumed from checkpoint step {self.step}"
-        )
-
-
-def choose_resume_point(checkpoints: Path, *, way_out: str) -> Fallback | None:
-    """Make the newest complete checkpoint the one OLMo-core resumes from (module docstring).
-
-    Returns None when nothing was refused. ``way_out`` is the command that starts the run over
-    (named in the error when no checkpoint counts). Rank 0 decides and moves; all ranks wait.
-    """
-    result: Fallback | None = None
+def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
+    """Make the newest *complete* checkpoint the one OLMo-core resumes from
+    (:func:`olmoablate.run.resume.fall_back`, decided on rank 0, every rank waits); a fallback is
+    recorded in ``base`` (every status.json of the run from now on) and returned for the
+    attempt's first metrics row."""
+    results = ctx.run_dir.path.parent.parent
+    fallback: resume.Fallback | None = None
     error: str | None = None
     if get_rank() == 0:
-        sel = ck.select_checkpoint(checkpoints, extra_check=shard_index_problem)
-        if sel.refused and sel.step is None:
-            newest, path, why = sel.refused[0]
-            error = (
-                f"corrupt checkpoint: step{newest} under {path.parent} is incomplete ({why}) and "
-                f"no older checkpoint is complete; start the run over: {way_out}"
+        try:
+            fallback = resume.fall_back(
+                ctx.run_dir.checkpoints,
+                way_out=f"olmoablate submit {results} --redo {ctx.run_id}",
+                extra_check=shard_index_problem,
             )
-        elif sel.refused:
-            stamp = time.strftime("%Y%m%dT%H%M%S")
-            for step, path, why in sel.refused:
-                dest = checkpoints / ck.BROKEN_DIR / f"{path.name}-{stamp}"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                path.rename(dest)
-                log.warning(f"checkpoint step{step} refused ({why}); moved to {dest}")
-            result = Fallback(sel.step, [(s, why) for s, _, why in sel.refused])
-            log.warning(result.line)
+        except resume.NoUsableCheckpoint as err:
+            error = str(err)
+        if fallback is not None:
+            log.warning(fallback.line)
     if is_distributed():
         from olmo_core.distributed.utils import broadcast_object
 
-        error, result = broadcast_object((error, result))
+        error, fallback = broadcast_object((error, fallback))
         barrier()
     if error is not None:
-        raise NoUsableCheckpoint(error)
-    return result
-
-
-def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
-    """Make the newest *complete* checkpoint the one OLMo-core resumes from
-    (:mod:`olmoablate.run.callbacks`); a fallback is recorded in ``base`` (every status.json
-    of the run from now on) and returned for the attempt's first metrics row."""
-    results = ctx.run_dir.path.parent.parent
-    fallback = choose_resume_point(
-        ctx.run_dir.checkpoints, way_out=f"olmoablate submit {results} --redo {ctx.run_id}"
-    )
+        raise resume.NoUsableCheckpoint(error)
     base["recovery"] = fallback.line if fallback is not None else previous.recovery
     return fallback
 
 
 def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> str:
-    """The one-line root cause of a failed attempt (:mod:`olmoablate.run.resume`); the full
+    """The one-line root cause of a failed attempt (:mod:`olmoablate.run.faults`); the full
     traceback goes to ``runs/<id>/error.log`` (or, on a full disk, stays in the job's log)."""
     results = ctx.run_dir.path.parent.parent
     log_path = ctx.run_dir.path / faults.ERROR_LOG
@@ -671,26 +540,12 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
 
 
 def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra: Any) -> None:
-    """``write("failed", step, reason=...)``, and on a full disk make room first.
-
-    Why: a save that fails with ENOSPC leaves its partial ``stepN`` folder filling the disk, so
-    the status write that says so fails too and the run looks alive. Checkpoint folders newer
-    than the newest complete one are incomplete by definition (no completion marker): they are
-    deleted, once, and the write retried; complete checkpoints are never touched.
-    """
+    """``write("failed", step, reason=...)``; on a full disk, once, after
+    :func:`olmoablate.run.resume.drop_incomplete` made room."""
     try:
         write(RunState.FAILED, step, reason=reason, **extra)
         return
     except OSError as err:
-        if err.errno != errno.ENOSPC:
+        if err.errno != errno.ENOSPC or not resume.drop_incomplete(ctx.run_dir.checkpoints):
             raise
-        full = err
-    freed = False
-    for _, path in ck.checkpoint_steps(ctx.run_dir.checkpoints):
-        if ck.problem(path) is None:
-            break  # the newest complete checkpoint: it and everything older stay
-        shutil.rmtree(path, ignore_errors=True)
-        freed = True
-    if not freed:
-        raise full
     write(RunState.FAILED, step, reason=reason, **extra)

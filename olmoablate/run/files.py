@@ -1,31 +1,19 @@
-"""The files a run leaves behind, typed: ``status.json``, ``summary.json`` and ``ledger.json``.
+"""The files a run leaves behind, typed: ``status.json``, ``summary.json``, ``ledger.json`` and
+``proof.json``.
 
-Why here: these files cross stages. The training job writes a run's status and summary, launch
-marks the status (pending, cancelled, the one-line reason of a failure) and keeps the ledger,
-`watch` records a futility stop in the status, and `status`, `report`, the store index and the
-campaign board read them. Read by hand with ``.get("state")`` in each stage, the set of run
-states had been spelled out in six places and two timestamp formats were written. Here:
-
-* :class:`~olmoablate.plan.names.RunState` is the one vocabulary of run states (every
-  stage compares against its members, never against a string it typed itself);
-* every timestamp is written by :func:`now_iso` (ISO-8601, seconds, with the ``+00:00`` offset);
-  :func:`parse_time` also reads the ``+0000`` form older training jobs wrote;
-* :class:`RunStatus` / :class:`RunSummary` / :class:`LedgerRun` read the files (missing or
-  unreadable file: None; a partial file: its missing fields are None), and each file has one
-  writer: :meth:`RunStatus.write` (the training job) with :meth:`RunStatus.update` (launch and
-  watch marking it), :meth:`RunSummary.write` (the training job), and launch's ``Ledger.save``.
-
-A field of the wrong type or a state outside :class:`RunState` is a one-line
-:class:`~olmoablate.errors.UserError` naming the file and the field. Keys a model does not know
-are kept as they are (``extra="allow"``), so a file written by a newer or older release is
-rewritten without losing them.
+Why here: these files cross stages (the job writes status and summary, launch marks the status and
+keeps the ledger, `watch` records a futility stop, and `status`, `report`, the store and the board
+read them); read by hand, run states had been spelled in six places and two timestamp formats
+written. Each file has one model (missing or unreadable: None; a partial file: its missing fields
+None) and one writer; a field of the wrong type is a one-line UserError naming the file and the
+field; unknown keys are kept (``extra="allow"``), so another release's file round-trips.
 """
 
 from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from pydantic import (
     BaseModel,
@@ -38,19 +26,10 @@ from pydantic import (
 
 from olmoablate.errors import Strict, UserError, first_error
 from olmoablate.io import read_json, write_json_atomic
-from olmoablate.plan.names import (
-    RunState,
-    format_time,
-    parse_time,
-)
+from olmoablate.plan.names import RunState, format_time, parse_time
 
-# --------------------------------------------------------------------------------------------------
-# The record of a futility stop, as `olmoablate watch` writes it into a run's status.json.
-#
-# Why a contract model: the stop crosses stages -- `watch` writes it, `status` and a campaign
-# board read it (what was stopped, at which look, and the GPU-hours it left unspent) -- so it has
-# one model here and typed readers (:meth:`FutilityStop.of`).
-# --------------------------------------------------------------------------------------------------
+# -- The record of a futility stop, as `olmoablate watch` writes it into status.json: one model,
+# because `watch` writes it and `status` and the campaign board read it.
 
 
 #: The key of the record in status.json (and the file watch keeps its stops in).
@@ -84,10 +63,6 @@ class FutilityStop(Strict):
             return cls.model_validate(record)
         except ValidationError:
             return None
-
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    pass
 
 
 class RunDir(Protocol):
@@ -289,7 +264,7 @@ class LedgerJob(RunFile):
     attempt: int | None = None
     #: Local jobs: the machine that started them (their pid means nothing on another one).
     host: str | None = None
-    #: Local jobs: the process's start time, boot id and command line (launch/procid.py); a
+    #: Local jobs: the process's start time, boot id and command line (:func:`olmoablate.run.state.identity`); a
     #: pid whose identity differs is another process, never signalled.
     identity: dict[str, Any] | None = None
 
@@ -311,7 +286,7 @@ class LedgerRun(RunFile):
     updated: str | None = None
     #: Runs queued by a local `submit`: that process (the queue dies with it) and its machine.
     owner_pid: int | None = None
-    #: The queueing `submit` process's identity (launch/procid.py), when recorded.
+    #: The queueing `submit` process's identity (:func:`olmoablate.run.state.identity`), when recorded.
     owner_identity: dict[str, Any] | None = None
     host: str | None = None
 
@@ -326,7 +301,7 @@ class LedgerRun(RunFile):
 
 
 class LedgerFile(RunFile):
-    """``results/<spec>/ledger.json`` as a whole (launch/ledger.py reads and writes it)."""
+    """``results/<spec>/ledger.json`` as a whole (:class:`olmoablate.run.state.Ledger` reads and writes it)."""
 
     schema_version: int | None = Field(None, alias="schema")
     spec_name: str | None = None
@@ -348,15 +323,9 @@ class LedgerFile(RunFile):
         raise UserError(f"{where}: {what}; move the file aside to start over")
 
 
-# --------------------------------------------------------------------------------------------------
-# proof.json: what the training job proved about a run before its first step.
-#
-# Why a file: the report compares the arms' costs with the plan's figures and trusts that both
-# arms trained the block code the plan recorded. The job checks both at every (re)start
-# (:mod:`olmoablate.run.proof`, the one writer) and records here what it checked; the report
-# (:mod:`olmoablate.report.pairing`) reads it back and never compares a pair whose arm trained
-# other code or another parameter count than planned.
-# --------------------------------------------------------------------------------------------------
+# -- proof.json: what the job proved before its first step (block code, unique parameters, FLOPs
+# per token; :mod:`olmoablate.run.proof` writes it); the report never compares a pair whose arm
+# trained other code or another parameter count than planned.
 
 
 class ProofRecord(BaseModel):

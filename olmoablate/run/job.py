@@ -1,30 +1,16 @@
 """The training job: one run of ``plan.json`` trained (or resumed) with OLMo-core's Trainer.
 
-``run_job(plan_path, run_id)`` is the single entry point used by the local executor, by Slurm
-through submitit (it is a picklable module-level function) and by ``torchrun``/``srun``
-(``python -m olmoablate.run.job PLAN RUN_ID``). It
-
-1. loads and checks the run entry (certificate included) - bad input is a one-line UserError;
-2. builds OLMo-core configs from the entry only (:mod:`olmoablate.run.trainer`): model, train
-   module (optimizer, schedule, clipping, z-loss, precision, DDP/FSDP), numpy dataset and loader,
-   trainer with checkpointing into ``runs/<run_id>/checkpoints`` and our callbacks;
-3. runs ``trainer.fit()``, which resumes from the latest checkpoint in that folder by itself;
-4. decides the outcome by step count (``completed`` iff ``global_step >= training.steps``), not by
-   exit status: OLMo-core returns normally after SIGTERM/SIGUSR2 once it has saved a checkpoint
-   (``interrupted``); a NaN/Inf or too many loss spikes is ``diverged`` (final, never retried);
-   anything else is ``failed`` and re-raised;
-5. writes ``status.json`` and ``summary.json`` atomically and returns the status dict.
-
-The plan is read through the contract (:class:`olmoablate.plan.planfile.Plan`, typed attributes,
-no defaults retyped here) and the run's files are the contract's
-:class:`olmoablate.plan.layout.RunDir`.
-
-Paths in the plan are resolved against ``plan.workdir`` (the directory ``plan`` was run from,
-docs/design.md) without changing the process's working directory, so the job is also safe when it
-runs inside another program (the local executor, a test).
-
-A run whose ``status.json`` already says ``completed`` or ``diverged`` is returned as is; delete the
-run directory to train it again.
+``run_job(plan_path, run_id)`` is the one entry point of the local executor, of Slurm through
+submitit (a picklable module-level function) and of ``torchrun``/``srun`` (``python -m
+olmoablate.run.job PLAN RUN_ID``). It checks the run entry (bad input: a one-line UserError),
+builds OLMo-core configs from the entry only (:mod:`olmoablate.run.trainer`), runs ``fit()``
+(which resumes from the run's checkpoints by itself) and decides the outcome by step count, not
+exit status: ``completed`` iff ``global_step >= training.steps``; ``interrupted`` after
+SIGTERM/SIGUSR2 (OLMo-core returns normally once it saved a checkpoint); ``diverged`` on NaN/Inf
+or too many loss spikes (final); anything else ``failed`` and re-raised. status.json and
+summary.json are written atomically. Plan paths resolve against ``plan.workdir`` without a
+``chdir``, so the job is safe inside another program. A run already ``completed`` or
+``diverged`` is returned as is.
 """
 
 from __future__ import annotations
@@ -44,35 +30,31 @@ from olmoablate.models.build import param_counts
 from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.names import DONE_STATES, RunState
 from olmoablate.run import callbacks as cbs
-from olmoablate.run import callbacks as wandb_log
 from olmoablate.run import proof
 from olmoablate.run import trainer as cfgs
 from olmoablate.run.callbacks import (
     CheckpointManifestCallback,
     failure_reason,
-    peak_memory_gb,
     record_failure,
     resume_point,
 )
 from olmoablate.run.files import RunStatus, RunSummary
+from olmoablate.run.guards import ComputeDtypeCallback, StabilityCallback
 from olmoablate.run.proof import check_code
-from olmoablate.run.records import _model_of
+from olmoablate.run.records import (
+    FingerprintCallback,
+    MetricsJSONLCallback,
+    _model_of,
+    peak_memory_gb,
+)
 from olmoablate.run.runplan import RunContext, load_run
 from olmoablate.run.summary import decode_figures, execution_record, where_record
 from olmoablate.run.trainer import Environment
 
-# --------------------------------------------------------------------------------------------------
-# Fault-injection hooks for tests: environment variables, never plan fields.
-#
-# The plan holds only what an experiment means; these hooks change how a job behaves on one machine
-# so that tests can reach paths that real runs reach by bad luck:
-#
-# - ``OLMOABLATE_DEBUG_NAN_AT_STEP=N`` poisons the gradients of step ``N`` (a deterministic way into
-#   the divergence path, without relying on an LR blow-up);
-# - ``OLMOABLATE_DEBUG_STEP_SECONDS=S`` sleeps ``S`` seconds after each step, so that a test that
-#   interrupts two parallel runs mid-way is not at the mercy of a busy CI machine's scheduler. It
-#   changes wall time only: the numbers of a run are the same with and without it.
-# --------------------------------------------------------------------------------------------------
+# -- Fault-injection hooks for tests: environment variables, never plan fields (the plan holds
+# only what an experiment means). NAN_AT_STEP=N poisons step N's gradients (a deterministic way
+# into divergence); STEP_SECONDS=S sleeps after each step so that interrupting tests do not race a
+# busy machine (wall time only: the numbers are the same).
 
 
 DEBUG_NAN_ENV = "OLMOABLATE_DEBUG_NAN_AT_STEP"
@@ -213,10 +195,10 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
 
     rd = ctx.run_dir
     own: dict[str, Any] = {
-        "metrics": cbs.MetricsJSONLCallback(path=str(rd.metrics), global_batch_size=gbs),
-        "fingerprints": cbs.FingerprintCallback(path=str(rd.fingerprints), global_batch_size=gbs),
+        "metrics": MetricsJSONLCallback(path=str(rd.metrics), global_batch_size=gbs),
+        "fingerprints": FingerprintCallback(path=str(rd.fingerprints), global_batch_size=gbs),
         "curriculum": cbs.LoopCurriculumCallback(),
-        "stability": cbs.StabilityCallback(
+        "stability": StabilityCallback(
             spike_window=stab.spike_window,
             spike_factor=stab.spike_factor,
             min_relative_jump=stab.min_relative_jump,
@@ -225,7 +207,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
         ),
         "interrupt": cbs.InterruptCallback(),
         "checkpoint_manifest": CheckpointManifestCallback(),
-        "compute_dtype": cbs.ComputeDtypeCallback(),
+        "compute_dtype": ComputeDtypeCallback(),
         "status": cbs.StatusCallback(
             path=str(rd.status),
             base=base_status,
@@ -233,20 +215,20 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
             total_steps=steps,
             global_batch_size=gbs,
         ),
-        "wandb": wandb_log.WandBLoggerCallback(
+        "wandb": cbs.WandBLoggerCallback(
             run_id=ctx.run_id,
-            wandb_id=wandb_log.wandb_id(ctx.spec_name, ctx.run_id),
+            wandb_id=cbs.wandb_id(ctx.spec_name, ctx.run_id),
             project=wb.project,
             entity=wb.entity,
             group=f"{ctx.spec_name}/{run.group_id}",
             job_type=run.arm,
-            tags=wandb_log.tags_of(ctx.spec_name, run),
+            tags=cbs.tags_of(ctx.spec_name, run),
             mode=wb.mode,
             directory=str(rd.wandb_dir),
             link_path=str(rd.wandb),
             config={"spec": ctx.spec_name, "gate_sha256": ctx.plan.gate_sha256, **run.as_json()},
             global_batch_size=gbs,
-            flops=wandb_log.FlopsAxis(run),
+            flops=cbs.FlopsAxis(run),
         ),
     }
     own.update(debug_callbacks())

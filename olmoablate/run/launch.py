@@ -1,8 +1,6 @@
-"""`olmoablate submit|status|cancel`: thin Typer wrappers around the launch library
-(launch/submit.py, launch/reconcile.py + launch/view.py, launch/cancel.py).
-
-Imported by cli.py at start-up, so nothing heavy at module level (the launch modules import
-submitit/rich lazily and never torch).
+"""`olmoablate submit|status|cancel`: thin Typer wrappers around :mod:`olmoablate.run.submit`,
+:mod:`olmoablate.run.state` and `cancel` below. Imported by cli.py at start-up, so nothing heavy
+at module level (submitit and rich are imported lazily, torch never).
 """
 
 from __future__ import annotations
@@ -17,17 +15,12 @@ from olmoablate.errors import UserError, parse_choices
 from olmoablate.plan.layout import ResultsDir, RootOpt, complete_run_ids, complete_spec
 from olmoablate.plan.names import LIVE_STATES, RESULTS_ROOT, RunState
 from olmoablate.run import slurm as sl
-from olmoablate.run.resume import mark_status
+from olmoablate.run.files import RunStatus
 from olmoablate.run.state import Ledger, local_job_alive, reconcile
 
-# --------------------------------------------------------------------------------------------------
-# `cancel`: stop live runs so that each stays resumable.
-#
-# Every cancel first writes the run's cancel marker (``runs/<id>/.cancel-requested``), so the job
-# can tell a user's stop (end ``cancelled``, never requeued) from a preemption (requeue); then
-# running jobs get SIGTERM (checkpoint at the next step boundary, then exit) and pending ones leave
-# the queue. The table of signals and outcomes is in docs/slurm.md.
-# --------------------------------------------------------------------------------------------------
+# -- `cancel`: the cancel marker first (``runs/<id>/.cancel-requested``: the job then ends
+# ``cancelled``, never requeued), then SIGTERM to running jobs (checkpoint, exit) and pending ones
+# leave the queue (docs/slurm.md).
 
 
 def cancel(
@@ -60,7 +53,7 @@ def cancel(
             job = rec.last_job if rec is not None else None
             if view.state == RunState.QUEUED or job is None:
                 actions.append((rid, "removed from the local queue"))
-                mark_status(rdir.status, state=RunState.CANCELLED, reason=reason)
+                RunStatus.update(rdir.status, state=RunState.CANCELLED, reason=reason)
             elif job.executor == "slurm":
                 started = view.state in (RunState.RUNNING, RunState.CANCELLING)
                 sl.scancel(job.job_id, graceful=started and not force)
@@ -69,7 +62,7 @@ def cancel(
                 else:
                     actions.append((rid, f"scancel {job.job_id}"))
                     if not started:
-                        mark_status(rdir.status, state=RunState.CANCELLED, reason=reason)
+                        RunStatus.update(rdir.status, state=RunState.CANCELLED, reason=reason)
             else:
                 pid = int(job.job_id)
                 try:

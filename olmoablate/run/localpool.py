@@ -1,9 +1,9 @@
 """`submit --executor local`: the process pool that trains runs on this machine.
 
 At most ``parallel`` submitit local jobs run at a time, each in its own session and with its own
-GPUs (launch/devices.py), while a progress table shows them. Ctrl-C is turned into a checkpoint
+GPUs (:mod:`olmoablate.run.slurm`), while a progress table shows them. Ctrl-C is turned into a checkpoint
 of every run (SIGTERM, which the training job answers at a step boundary), never a kill, so every
-run stays resumable. Which runs to start is decided before, in launch/submit.py.
+run stays resumable. Which runs to start is decided before, in :mod:`olmoablate.run.resume`.
 """
 
 from __future__ import annotations
@@ -31,15 +31,13 @@ from olmoablate.plan.names import (
 )
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.run import slurm as sl
-from olmoablate.run.resume import JobTarget, mark_status, own_status
+from olmoablate.run.files import RunStatus
 from olmoablate.run.slurm import local_slot_devices, visible_gpus
-from olmoablate.run.state import Ledger, RunView, identity, reconcile
-from olmoablate.run.task import TrainRun
+from olmoablate.run.state import Ledger, RunView, identity, own_status, reconcile
+from olmoablate.run.task import JobTarget, TrainRun
 
-# --------------------------------------------------------------------------------------------------
-# How runs look to a person: the `olmoablate status` table, its JSON form, and the number
-# formats the progress lines share with it (launch/progress.py), so both read the same.
-# --------------------------------------------------------------------------------------------------
+# -- How runs look to a person: the `status` table, its JSON form and the number formats the
+# progress lines share with it.
 
 
 #: Colour of each state in the table (states not listed stay plain).
@@ -109,16 +107,10 @@ def views_json(views: list[RunView]) -> str:
     return json.dumps([v.as_dict() for v in views], indent=2)
 
 
-# --------------------------------------------------------------------------------------------------
-# Progress of `submit --executor local`: a live table in a terminal, plain lines anywhere else.
-#
-# Why two forms: a live table redraws in place, which is right for a person at a terminal and
-# wrong for a Slurm log, CI or ``| tee`` (rich then prints one 80-column frame with cut cells, or
-# escape codes). When stdout is not a terminal, every update becomes one plain ``key=value`` line
-# per run whose state changed, or whose step moved and that has not been reported for
-# ``interval_s`` seconds — a bounded rate however long the runs train — with every value whole.
-# The last table is printed whole in both cases.
-# --------------------------------------------------------------------------------------------------
+# -- Progress of `submit --executor local`: a live table in a terminal; anywhere else (a Slurm log,
+# CI, ``| tee``, where a live table prints cut frames or escape codes) one plain ``key=value`` line
+# per run whose state changed or whose step moved, at most every ``interval_s``; the last table
+# whole in both cases.
 
 
 #: Seconds between two plain progress lines of the same run while only its step moves.
@@ -299,7 +291,7 @@ class LocalPool:
         self.active: dict[str, Any] = {}
         self.submitted: list[tuple[str, str]] = []
         self.runs = results.plan.runs_by_id
-        # GPU slots: each concurrent job trains on its own GPUs (launch/devices.py).
+        # GPU slots: each concurrent job trains on its own GPUs (:mod:`olmoablate.run.slurm`).
         self.gpus = visible_gpus()
         self.slots: dict[str, int] = {}
 
@@ -355,7 +347,7 @@ class LocalPool:
             elif state == RunState.FAILED and reason:
                 path = self.results.run(rid).status
                 try:
-                    mark_status(path, state=RunState.FAILED, reason=reason)
+                    RunStatus.update(path, state=RunState.FAILED, reason=reason)
                 except OSError as err:  # e.g. the full disk that failed the run: the ledger has it
                     print(
                         f"warning: {path}: could not record the failure ({err.strerror}); "
@@ -393,7 +385,7 @@ class LocalPool:
                     os.killpg(job._process.pid, signal.SIGKILL)
         for rid in self.all:
             if own_status(self.results.run(rid)).state not in TERMINAL_STATES:
-                mark_status(
+                RunStatus.update(
                     self.results.run(rid).status,
                     state=RunState.CANCELLED,
                     reason="interrupted by Ctrl-C",
@@ -402,7 +394,7 @@ class LocalPool:
     def run(self, progress: bool = True) -> list[tuple[str, str]]:
         """Train every run of the pool; returns (run_id, job_id) of each job started."""
         shown = None
-        if progress:  # live table in a terminal, plain lines in a log (launch/progress.py)
+        if progress:  # live table in a terminal, plain lines in a log (:class:`Progress`)
 
             shown = Progress(self._views, self._table)
             shown.start()

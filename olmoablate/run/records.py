@@ -1,11 +1,14 @@
-"""The run's records: ``metrics.jsonl`` (per-step rows with true step timing) and
-``fingerprints.jsonl`` (one hash per global batch), with ``metrics.arrow`` (the columnar
-copy of metrics.jsonl the report starts from, :mod:`olmoablate.run.columnar`), plus the JSONL helpers
-of the resume merge rule described in :mod:`olmoablate.run.callbacks`.
+"""The run's records: ``metrics.jsonl`` (per-step rows with true step timing, and its columnar
+copy ``metrics.arrow``, :mod:`olmoablate.run.columnar`) and ``fingerprints.jsonl`` (one hash per
+global batch: the evidence both arms saw the same tokens in the same order).
 
-Both callbacks avoid per-step cross-rank work: step times come from CUDA events read when the
-trainer syncs for its metrics, and fingerprints are hashed per rank and gathered at the same
-steps (:func:`collect_due`).
+Merge rule on resume from the checkpoint of step *k*: each file is first rewritten atomically
+without its rows of step > *k* (written after that checkpoint by the interrupted attempt), records
+the trainer re-emits for steps <= *k* are dropped, then the new attempt appends: every step appears
+once. One step's metrics may come in two ``log_metrics`` calls (split by a checkpoint save), so
+rows are buffered and a step is written when a later one arrives or at close: a SIGKILL can lose
+the last row, SIGTERM/SIGUSR2 cannot. No per-step cross-rank work: step times come from CUDA
+events read when the trainer syncs, fingerprints are gathered at the same steps (:func:`collect_due`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,7 @@ from olmo_core.train.common import ReduceType
 from olmoablate.io import write_text_atomic
 from olmoablate.plan import metrics as metric_names
 from olmoablate.plan.metrics import PEAK_MEMORY
-from olmoablate.plan.names import (
-    FINGERPRINTS_FILE,
-    METRICS_FILE,
-    now_iso,  # noqa: F401 - re-exported (callbacks)
-)
+from olmoablate.plan.names import FINGERPRINTS_FILE, METRICS_FILE
 from olmoablate.run import columnar
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

@@ -1,38 +1,48 @@
-"""Which checkpoints of a run count: only complete ones, verified before a resume.
+"""Resume, in one module: what a restart of a run continues from, and who decides to restart it.
 
-OLMo-core writes a checkpoint into a temporary folder and renames it into place, and its own
-completeness rule (``Checkpointer.dir_is_checkpoint``) only asks that three files *exist*. A
-crash mid-write on some file systems, a bad disk or a copy that ran out of space leaves a
-``stepN`` folder whose shards are truncated, and the resume then fails with a raw
-``CheckpointException`` - and keeps failing, because the newest folder is always picked.
+* **What `submit` resends** (:func:`decide`): missing, cancelled and interrupted runs, failed ones
+  with ``--retry-failed``, and ``--redo`` runs afresh (:func:`prepare_run_dir` moves the old folder
+  aside); a folder started as another identity than the plan now names is never continued
+  (:func:`check_resumable`, against the ``identity.json`` :func:`write_identity` records).
+* **The requeue decision** (:func:`decide_stop`): what an interrupted job does next, from the
+  signals it saw, the cancel marker and Slurm's restart count (the table is in docs/slurm.md).
+* **The checkpoint rule** (:func:`select_checkpoint`): OLMo-core's own completeness test only asks
+  that three files exist, so a save cut short (a crash, a full or bad disk) leaves a ``stepN``
+  that resumes into a raw ``CheckpointException`` forever, the newest folder being always picked.
+  So the job writes a manifest once OLMo-core reports a checkpoint saved (:data:`MANIFEST`: every
+  file and its size), and a checkpoint counts only when OLMo-core's files exist and every listed
+  file has its size (the job adds torch's shard index, ``callbacks.shard_index_problem``). A
+  folder without a manifest counts only when no checkpoint of the run has one (older runs).
+* **The fallback** (:func:`fall_back`): the newer checkpoints that do not count are moved to
+  ``checkpoints/.broken/`` (never deleted) so OLMo-core resumes from the newest complete one; when
+  none counts the run stops with one line (:class:`NoUsableCheckpoint`), never restarts from 0.
 
-So the training job writes, once OLMo-core reports a checkpoint saved, a manifest
-(``stepN/.olmoablate-complete.json``: every file of the checkpoint and its size), and a
-checkpoint *counts* only when OLMo-core's files exist, the manifest is there and every file it
-lists has its recorded size (the job adds torch's own shard index as a second check,
-``olmoablate.run.callbacks.shard_index_problem``). :func:`select_checkpoint` picks the newest one
-that counts and says why each newer one does not. A folder without a manifest is accepted only when no checkpoint of
-the run has one (a run trained before manifests existed).
-
-The job (``olmoablate.run.job``) moves the refused newer folders aside (never deletes them) so
-OLMo-core resumes from the chosen one; `status` uses the same rule to say where a run resumes.
-No torch: `status` runs on login nodes.
+The store's lease (one run identity trained once per store) is decided from the owner's
+reconciled state, so it lives with run state (:mod:`olmoablate.run.state`), which in turn says
+where a run resumes by the rule here. No torch: `status` and `submit` run on login nodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
+import logging
 import os
-import traceback
-from collections.abc import Callable, Iterator
+import shutil
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from olmoablate.errors import UserError
 from olmoablate.io import write_json_atomic
-from olmoablate.plan.layout import RunDir
+from olmoablate.plan.identity import short
+from olmoablate.plan.layout import ResultsDir
+from olmoablate.plan.names import DONE_STATES, LIVE_STATES, RunState
+from olmoablate.plan.store import recorded_identity
 from olmoablate.run.files import RunStatus
+
+log = logging.getLogger(__name__)
 
 #: Written into ``stepN/`` after OLMo-core saved it: every file and its size.
 MANIFEST = ".olmoablate-complete.json"
@@ -127,231 +137,208 @@ def select_checkpoint(
     return Selection(None, None, refused)
 
 
-# --------------------------------------------------------------------------------------------------
-# Small, dependency-free pieces shared by the job wrapper (compute node) and the launcher (login
-# node): kept apart so `status` does not import submitit just to read a file name.
-# --------------------------------------------------------------------------------------------------
-
-
-DEFAULT_TARGET = "olmoablate.run.job:run_job"
-#: What a job runs: ``"package.module:function"`` (imported on the compute node) or, in tests, a
-#: callable; either is called as ``target(plan_path, run_id)`` and returns the run's final status.
-JobTarget = str | Callable[[str, str], dict[str, Any]]
-#: Set (in the job process) by the training job's InterruptCallback once ``fit`` has taken over
-#: SIGTERM/SIGUSR2: a SIGTERM seen by the job wrapper before that came before training started.
-FIT_STARTED_ENV = "OLMOABLATE_FIT_STARTED"
-
-
-def own_status(run: RunDir) -> RunStatus:
-    """The run's own word (``runs/<id>/status.json``, typed by the contract); an empty
-    :class:`RunStatus` (``present`` False) when the job never wrote one."""
-    return RunStatus.read(run) or RunStatus()
-
-
-def mark_status(status_path: Path, **fields: Any) -> None:
-    """Update fields of the run's status.json (atomic), keeping what the training job wrote."""
-    RunStatus.update(status_path, **fields)
-
-
 def latest_checkpoint_step(checkpoint_dir: Path) -> int | None:
-    """Step of the newest *complete* checkpoint in ``checkpoint_dir`` (None if none): the
-    rule the training job resumes by (:mod:`olmoablate.run.resume`), so `status`
-    says where a run really resumes."""
+    """Step of the newest checkpoint that counts (None: none): where a run really resumes."""
     return select_checkpoint(Path(checkpoint_dir)).step
 
 
-# --------------------------------------------------------------------------------------------------
-# One line a person can act on, from whatever exception ended a run.
-#
-# A training job that fails writes ``status.json`` ``reason``: the *root cause* in one line, what
-# was being done and where, and the command that continues - never a traceback (that goes to the
-# run's ``error.log``). The root cause is searched through the whole exception chain
-# (``__cause__``/``__context__``, exception groups, and the per-rank failures that
-# ``torch.distributed.checkpoint.CheckpointException`` wraps), because the interesting error - an
-# ``OSError(ENOSPC)`` in a writer thread - is usually several wrappers deep. Known causes (disk
-# full, quota, permission, missing file, out of memory, collective timeout, corrupt checkpoint)
-# get their own wording and way out; anything else is ``Type: first line of its message``.
-#
-# Shared by the job (train) and its wrapper (launch), so no torch here: exceptions are recognised
-# by type name, errno and message.
-# --------------------------------------------------------------------------------------------------
+#: Where refused checkpoints are moved (inside the run's checkpoints folder).
+BROKEN_DIR = ".broken"
+#: Fields of the first metrics.jsonl row of an attempt that resumed past incomplete checkpoints:
+#: the newest checkpoint refused and the one resumed from.
+FALLBACK_FROM_METRIC = "checkpoint/refused step"
+RESUMED_FROM_METRIC = "checkpoint/resumed from step"
 
 
-#: ``runs/<id>/error.log``: the full traceback of every failed attempt (appended).
-ERROR_LOG = "error.log"
-MAX_REASON = 500
+class NoUsableCheckpoint(RuntimeError):
+    """Checkpoints exist but none is complete; ``str`` is the one-line reason."""
 
 
-def chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and every exception it wraps (breadth first, each once)."""
-    todo, seen = [exc], set()
-    while todo and len(seen) < 100:
-        cur = todo.pop(0)
-        if id(cur) in seen:
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    """A resume that skipped incomplete newer checkpoints."""
+
+    step: int | None  # the checkpoint resumed from (None: from scratch)
+    refused: list[tuple[int, str]]  # (step, why) of each checkpoint moved aside
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The fields of the attempt's first metrics row that record the fallback."""
+        return {
+            FALLBACK_FROM_METRIC: float(max(s for s, _ in self.refused)),
+            RESUMED_FROM_METRIC: float(self.step or 0),
+        }
+
+    @property
+    def line(self) -> str:
+        skipped = "; ".join(f"step{s}: {why}" for s, why in self.refused)
+        return (
+            f"incomplete checkpoint(s) moved to checkpoints/{BROKEN_DIR}/ ({skipped}); "
+            f"resumed from checkpoint step {self.step}"
+        )
+
+
+def fall_back(
+    checkpoints: Path, *, way_out: str, extra_check: Callable[[Path], str | None] | None = None
+) -> Fallback | None:
+    """Make the newest checkpoint that counts the one OLMo-core resumes from: move the newer ones
+    to ``checkpoints/.broken/`` (None: nothing refused). Raises :class:`NoUsableCheckpoint`
+    naming ``way_out`` (the command that starts the run over) when checkpoints exist and none
+    counts. Rank 0 only (the job's callback shares the outcome with the other ranks)."""
+    sel = select_checkpoint(checkpoints, extra_check=extra_check)
+    if not sel.refused:
+        return None
+    if sel.step is None:
+        newest, path, why = sel.refused[0]
+        raise NoUsableCheckpoint(
+            f"corrupt checkpoint: step{newest} under {path.parent} is incomplete ({why}) and "
+            f"no older checkpoint is complete; start the run over: {way_out}"
+        )
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for step, path, why in sel.refused:
+        dest = checkpoints / BROKEN_DIR / f"{path.name}-{stamp}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(dest)
+        log.warning(f"checkpoint step{step} refused ({why}); moved to {dest}")
+    return Fallback(sel.step, [(s, why) for s, _, why in sel.refused])
+
+
+def drop_incomplete(checkpoints: Path) -> bool:
+    """Delete the checkpoint folders newer than the newest complete one (incomplete by definition:
+    no completion marker); complete checkpoints are never touched. True when one was deleted.
+    Why: a save that failed on a full disk leaves its partial ``stepN`` filling it, so the status
+    write saying so would fail too and the run would look alive."""
+    freed = False
+    for _, path in checkpoint_steps(checkpoints):
+        if problem(path) is None:
+            break  # the newest complete checkpoint: it and everything older stay
+        shutil.rmtree(path, ignore_errors=True)
+        freed = True
+    return freed
+
+
+class _View(Protocol):
+    state: str
+
+
+def decide(
+    views: Mapping[str, _View], *, retry_failed: bool, redo: list[str], only: list[str] | None
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Which runs `submit` sends now (``views``: :func:`olmoablate.run.state.reconcile`), and
+    why the others are not sent."""
+    send: list[str] = []
+    skip: list[tuple[str, str]] = []
+    for rid, view in views.items():
+        if only is not None and rid not in only:
             continue
-        seen.add(id(cur))
-        yield cur
-        todo.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
-        todo.extend(getattr(cur, "exceptions", None) or [])  # ExceptionGroup
-        failures = getattr(cur, "failures", None)  # torch DCP CheckpointException
-        if isinstance(failures, dict):
-            for value in failures.values():
-                first = value[0] if isinstance(value, tuple) and value else value
-                if isinstance(first, BaseException):
-                    todo.append(first)
+        if rid in redo:
+            if view.state in LIVE_STATES:
+                raise UserError(f"--redo {rid}: run is {view.state}; `olmoablate cancel` it first")
+            send.append(rid)
+        elif view.state in DONE_STATES or view.state in LIVE_STATES:
+            skip.append((rid, view.state))
+        elif view.state == RunState.FAILED and not retry_failed:
+            skip.append((rid, "failed (use --retry-failed)"))
+        else:
+            send.append(rid)
+    return send, skip
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc) if type(exc).__name__ != "CheckpointException" else ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else ""
-
-
-def _frames(exc: BaseException) -> list[str]:
-    names: list[str] = []
-    for e in chain(exc):
-        names += [f.name for f in traceback.extract_tb(e.__traceback__)]
-        failures = getattr(e, "failures", None)
-        if isinstance(failures, dict):
-            for value in failures.values():
-                if isinstance(value, tuple) and len(value) > 1 and value[1] is not None:
-                    names += [getattr(f, "name", "") for f in value[1]]
-    return names
-
-
-def activity(exc: BaseException, step: int | None) -> str:
-    """What the job was doing, from the traceback's function names."""
-    frames = _frames(exc)
-    if any("save_checkpoint" in n or n == "_save_checkpoint" for n in frames):
-        return f"writing checkpoint step{step}" if step is not None else "writing a checkpoint"
-    if any("load_checkpoint" in n for n in frames):
-        return "loading the checkpoint"
-    if any("eval" in n for n in frames):
-        return f"evaluating at step {step}"
-    return f"at step {step}" if step else ""
-
-
-def _where(err: OSError, fallback: str | None) -> str:
-    """`` under FOLDER``: the folder of the file being written (above a writer's temporary
-    folder, whose name means nothing to a user), relative to the working directory if inside."""
-    name = err.filename or fallback
-    if not name:
-        return ""
-    folder = Path(str(name))
-    if err.filename:
-        folder = folder.parent
-    while folder.parent != folder and ("tmp" in folder.name or folder.name.startswith(".")):
-        folder = folder.parent
-    try:
-        shown = str(folder.relative_to(Path.cwd()))
-    except ValueError:
-        shown = str(folder)
-    return f" under {shown}"
-
-
-def classify(
-    exc: BaseException,
-    *,
-    step: int | None = None,
-    resume: str = "olmoablate submit ... --retry-failed",
-    where: str | None = None,
-    log: str | None = None,
-) -> str:
-    """The one-line reason for ``exc`` (module docstring): ``cause; fix, then RESUME``.
-
-    ``resume`` is the command that continues the run, ``where`` the folder to name when the
-    error names none, ``log`` where the traceback went (named in the line).
-    """
-    doing = activity(exc, step)
-    seen = f" (traceback in {log})" if log else ""
-
-    def line(cause: str, fix: str = "") -> str:
-        return _cut(f"{cause.strip()}{seen}; {fix}{'then ' if fix else ''}{resume}")
-
-    causes = list(chain(exc))
-    texts = " | ".join(f"{type(e).__name__}: {e}" for e in causes if e is not exc) + str(exc)
-    low = texts.lower()
-    names = {type(e).__name__ for e in causes}
-    for e in causes:
-        if type(e).__name__ == "NoUsableCheckpoint":
-            return _cut(str(e))
-    oserrors = [e for e in causes if isinstance(e, OSError) and e.errno is not None]
-    for e in oserrors:
-        if e.errno == errno.ENOSPC:
-            return line(
-                f"disk full (No space left on device) {doing}{_where(e, where)}", "free space, "
+def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str]) -> None:
+    """Refuse to continue a run folder that was started as another identity than the plan now
+    names (its identity.json): the spec was re-planned with the same spec file but other data
+    (a token file rewritten in place), and resuming would continue the old checkpoint on the
+    new data under the new identity. ``redo`` runs start over in a fresh folder."""
+    plan = results.plan
+    if plan.identity is None:
+        return
+    for rid in send:
+        if rid in redo or rid not in plan.identity.runs:
+            continue
+        recorded = recorded_identity(results.own_run(rid).path)
+        if recorded is not None and recorded != plan.identity.runs[rid]:
+            raise UserError(
+                f"{results.own_run(rid).path} was started as identity {short(recorded)}, the "
+                f"plan now says {short(plan.identity.runs[rid])} (`olmoablate explain` the two "
+                f"plans to see why); start it over with --redo {rid}"
             )
-        if e.errno == errno.EDQUOT:
-            return line(f"disk quota exceeded {doing}{_where(e, where)}", "free space, ")
-    if "no space left on device" in low:
-        return line(f"disk full (No space left on device) {doing}", "free space, ")
-    for e in oserrors:
-        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            what = f"{e.strerror}: {e.filename}" if e.filename else str(e.strerror)
-            return line(f"permission denied ({what}) {doing}", "fix the permissions or path, ")
-    for e in causes:
-        missing = isinstance(e, FileNotFoundError) or (
-            isinstance(e, OSError) and e.errno == errno.ENOENT
-        )
-        if missing:
-            name = getattr(e, "filename", None) or first_line(e)
-            return line(
-                f"missing file ({name}) {doing}",
-                "restore it (data: `olmoablate data prepare`; or re-plan), ",
-            )
-    if names & {"OutOfMemoryError", "MemoryError"} or "out of memory" in low:
-        oom = next(
-            (e for e in causes if type(e).__name__ in ("OutOfMemoryError", "MemoryError")), exc
-        )
-        return line(
-            f"out of memory {doing} ({first_line(oom)[:160] or type(oom).__name__})",
-            "lower training.micro_batch_size or use more devices, ",
-        )
-    peer_lost = any(
-        s in low for s in ("connection closed by peer", "connection reset by peer", "broken pipe")
+
+
+def write_identity(results: ResultsDir, run_id: str) -> None:
+    """``runs/<id>/identity.json``: the identity trained in this folder (with the versions)."""
+    plan = results.plan
+    if plan.identity is None or run_id not in plan.identity.runs:
+        return
+    write_json_atomic(
+        results.own_run(run_id).identity,
+        {
+            "identity": plan.identity.runs[run_id],
+            "spec": plan.spec_name,
+            "run_id": run_id,
+            "versions": plan.identity.versions,
+        },
     )
-    if peer_lost or (
-        ("nccl" in low or "gloo" in low or "DistBackendError" in names)
-        and ("timeout" in low or "timed out" in low or "watchdog" in low)
-    ):
-        what = "lost a peer rank" if peer_lost else "NCCL/collective timeout"
-        return line(
-            f"{what} {doing} (a rank stopped responding: a node lost or hung)",
-            "check the nodes (sinfo), ",
+
+
+def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
+    """Clear a stale cancel request; for --redo move the old run directory aside (never delete)."""
+    rdir = results.own_run(run_id)  # never the folder of a run reused from another spec
+    if fresh and rdir.path.exists():
+        dest = results.superseded / f"{run_id}-{time.strftime('%Y%m%dT%H%M%S')}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        rdir.path.rename(dest)
+    rdir.path.mkdir(parents=True, exist_ok=True)
+    rdir.cancel_marker.unlink(missing_ok=True)
+    RunStatus.update(rdir.status, run_id=run_id, state=RunState.PENDING, reason=None)
+    write_identity(results, run_id)
+
+
+#: Requeues in a row that did not move the step before the run ends ``failed``.
+MAX_REQUEUES_WITHOUT_PROGRESS = 3
+#: After a SIGTERM while Slurm still says RUNNING, how long to wait for the SIGUSR2 that would make
+#: it a preemption (submitit and Slurm's send_user_signal send it right after the SIGTERM).
+USR2_GRACE_S = 3.0
+
+
+class StopDecision:
+    """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
+    itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
+
+    def __init__(self, action: str, reason: str) -> None:
+        self.action = action
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"StopDecision({self.action!r}, {self.reason!r})"
+
+
+def decide_stop(
+    signals: list[str],
+    cancel_requested: bool,
+    slurm_job: dict[str, Any] | None,
+    restarts_at_start: int,
+) -> StopDecision:
+    """The meaning of a stop, from what the job can observe (docs/slurm.md's table; the job
+    wrapper, :class:`olmoablate.run.task.TrainRun`, acts on it).
+
+    ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` for this job (None off Slurm or
+    when the controller cannot be asked); ``restarts_at_start`` is SLURM_RESTART_COUNT at start.
+    """
+    if cancel_requested:
+        return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
+    if "SIGUSR2" in signals:
+        return StopDecision("requeue", "SIGUSR2 (time limit or preemption): requeued")
+    if slurm_job is not None and int(slurm_job.get("Restarts") or 0) > restarts_at_start:
+        return StopDecision(
+            "slurm", f"requeued by Slurm (restart {slurm_job['Restarts']}); resumes from checkpoint"
         )
-    if "CheckpointException" in names or any(
-        s in texts for s in ("PytorchStreamReader failed", "unexpected EOF", "UnpicklingError")
-    ):
-        root = next((e for e in causes if type(e).__name__ != "CheckpointException"), exc)
-        return line(
-            f"corrupt or unreadable checkpoint {doing} "
-            f"({type(root).__name__}: {first_line(root)[:160]})",
-            "move the newest checkpoints/stepN aside, ",
-        )
-    root = causes[-1] if len(causes) > 1 else exc
-    shown = f"{type(exc).__name__}: {first_line(exc)}"
-    if root is not exc:
-        shown += f" (caused by {type(root).__name__}: {first_line(root)})"
-    return line(f"{shown} {doing}")
-
-
-def _cut(text: str) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…"
-
-
-def write_traceback(log_path: Path, exc: BaseException, header: str) -> bool:
-    """Append the full traceback of ``exc`` to ``log_path``; False when it cannot be written
-    (a full disk): the caller then leaves it on stderr, i.e. in the job's own log."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    for e in chain(exc):
-        failures = getattr(e, "failures", None)
-        if isinstance(failures, dict):
-            text += f"\n{type(e).__name__} per rank:\n{e}\n"
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8") as fh:
-            fh.write(f"==== {header}\n{text}\n")
-        return True
-    except OSError:
-        return False
+    if "SIGTERM" in signals:
+        if slurm_job is None:
+            return StopDecision("cancel", "SIGTERM received: stopped by user")
+        state = str(slurm_job.get("JobState") or "UNKNOWN")
+        if state == "RUNNING":
+            return StopDecision(
+                "cancel", "SIGTERM received (scancel --signal=TERM): stopped by user"
+            )
+        return StopDecision("cancel", "cancelled by scancel")  # Slurm: COMPLETING/CANCELLED
+    return StopDecision("stop", "training stopped before the last step")

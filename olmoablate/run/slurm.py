@@ -43,7 +43,7 @@ def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
 
     Names are sbatch-native (submitit's `_make_sbatch_string` arguments) so the same dict serves
     the real executor and the dry-run renderer. Every value is the plan's (the spec's defaults
-    were applied by `plan`, from contract/schema.py): nothing here has a default of its own.
+    were applied by `plan`, from olmoablate.plan.schema): nothing here has a default of its own.
     """
     topo, slurm = run.topology, run.slurm
     params: dict[str, Any] = {
@@ -312,24 +312,10 @@ def map_slurm_state(state: str | None) -> str | None:
     return SLURM_STATE_MAP.get(state.split()[0].rstrip("+"), RunState.UNKNOWN)
 
 
-# --------------------------------------------------------------------------------------------------
-# Which GPUs a training task uses: one rule for Slurm and local, one or many GPUs per node.
-#
-# The rule: **every task of a job sees all of the job's GPUs on its node, and the task with local
-# rank r trains on ``cuda:r``**. That is what OLMo-core's ``init_distributed`` does
-# (``torch.cuda.set_device(f"cuda:{LOCAL_RANK}")``), so nothing may narrow ``CUDA_VISIBLE_DEVICES``
-# to one device per task (submitit's ``export(set_cuda_visible_devices=True)`` does, which turns
-# ``cuda:r`` into an invalid ordinal on every rank but local rank 0).
-#
-# * Slurm: ``--gpus-per-node=G`` with G tasks per node; Slurm gives every task of the step the
-#   node's G GPUs, so ``cuda:r`` is the r-th of them.
-# * Local executor: the launcher gives each concurrently running job (``--parallel N``) its own
-#   slot of G consecutive GPUs out of those this process may use (``CUDA_VISIBLE_DEVICES`` when set,
-#   else all of ``nvidia-smi -L``); CPU runs (``gpus_per_node: 0``) get none, so they never touch a
-#   GPU. Inside the job the same local-rank rule applies.
-#
-# No torch here: the launcher imports this on login nodes.
-# --------------------------------------------------------------------------------------------------
+# -- Which GPUs a task uses, Slurm or local: every task of a job sees all of the job's GPUs on its
+# node and local rank r trains on ``cuda:r`` (OLMo-core's ``init_distributed``), so nothing may
+# narrow ``CUDA_VISIBLE_DEVICES`` per task (submitit's ``export(set_cuda_visible_devices=True)``
+# would). Locally each concurrent job (``--parallel``) gets its own slot of G GPUs; CPU runs none.
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,20 +1,17 @@
-"""`results/<spec>/ledger.json`: which job ran which run, so `submit` never sends a run twice.
+"""Run state, in one module: what each run is doing now and who holds it.
 
-Layout::
+* **The ledger** (``results/<spec>/ledger.json``, :class:`Ledger`): which job ran which run.
+  Launch's own record (the report learns where a run executed from its summary.json); every
+  read-decide-write holds ``.ledger.lock`` and every write is atomic, so two concurrent `submit`
+  calls serialize and a reader never sees half a file.
+* **The leases** (:func:`claim`): one run identity is trained once per store, whichever spec asks.
+* **Reconcile** (:func:`reconcile`, the entry point): the scheduler's word (squeue, sacct, the pid
+  of a local job) reconciled with the run's own status.json. `submit`, `cancel` and `status` all
+  decide from its views.
+* **Reasons** (:func:`reason_for`): one line for every run that is not running or completed.
+* **Process identity** (:func:`identity`): a local job is its pid *and* start time *and* command.
 
-    {"schema": 1, "spec_name": ..., "spec_sha256": ..., "updated": ISO,
-     "runs": {run_id: {"executor": "slurm|local", "state": ..., "attempts": n,
-                       "job_ids": [..], "jobs": [{"job_id", "executor", "submitted", "attempt",
-                                                  "host", "identity" (local jobs)}],
-                       "updated": ISO, "reason": str|None,
-                       "owner_pid", "owner_identity", "host" (runs queued by a local `submit`)}}}
-
-Every read-decide-write happens under ``file_lock(results/<spec>/.ledger.lock)`` (see
-``Ledger.locked``) and every write is atomic, so two concurrent `submit` calls serialize and a
-reader never sees half a file. The ledger is launch's own record (no other stage reads it; the
-report learns where a run executed from the run's own summary.json): the rest of launch reads it
-through :meth:`Ledger.record`, typed by the contract
-(:class:`olmoablate.run.files.LedgerRun`); :meth:`Ledger.save` is its one writer.
+No torch, no submitit: `status` must be fast on a login node.
 """
 
 from __future__ import annotations
@@ -22,28 +19,38 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, read_json, write_json_atomic
-from olmoablate.plan.layout import ResultsDir
-from olmoablate.plan.names import ENDED_STATES, EXPLAINED_STATES, RunState, now_iso
+from olmoablate.plan.identity import is_run_place
+from olmoablate.plan.layout import ResultsDir, RunDir
+from olmoablate.plan.names import (
+    DONE_STATES,
+    ENDED_STATES,
+    EXPLAINED_STATES,
+    LIVE_STATES,
+    RunState,
+    now_iso,
+)
 from olmoablate.plan.store import owner_problem
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import LedgerFile, LedgerJob, LedgerRun, RunStatus
-from olmoablate.run.resume import latest_checkpoint_step, own_status
+from olmoablate.run.resume import check_resumable, latest_checkpoint_step
 
 #: Held for every read-decide-write of the ledger (launch's own file, next to ledger.json).
 LOCK_FILE = ".ledger.lock"
 SCHEMA = 1
 
 
-#: What the ledger knows of one run and of one of its jobs (the contract's typed entries).
-RunRecord, JobRecord = LedgerRun, LedgerJob
+def own_status(run: RunDir) -> RunStatus:
+    """The run's own word (status.json); an empty :class:`RunStatus` when it wrote none."""
+    return RunStatus.read(run) or RunStatus()
 
 
 class Ledger:
@@ -98,7 +105,7 @@ class Ledger:
     def entry(self, run_id: str) -> dict[str, Any] | None:
         return self.runs.get(run_id)
 
-    def record(self, run_id: str) -> RunRecord | None:
+    def record(self, run_id: str) -> LedgerRun | None:
         """The run's entry, typed (None: never submitted, or forgotten by --redo)."""
         entry = self.entry(run_id)
         return None if entry is None else LedgerRun.of(entry, f"{self.path}: runs.{run_id}")
@@ -130,7 +137,7 @@ class Ledger:
         identity: dict[str, Any] | None = None,
     ) -> None:
         """A job was started for the run (``host``, ``identity``: the machine and the process's
-        identity, launch/procid.py, for local jobs)."""
+        identity, :func:`identity`, for local jobs)."""
         entry = self.runs.setdefault(
             run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
         )
@@ -167,16 +174,137 @@ class Ledger:
             self.data.setdefault("superseded", {}).setdefault(run_id, []).append(old)
 
 
-# --------------------------------------------------------------------------------------------------
-# One line of reason for every run that is not running or completed (`olmoablate status`).
-#
-# Two sources, in this order: the training job's own word (``status.json`` ``reason``, written by the
-# training loop or the job wrapper: a signal, a cancel, a divergence, the requeue budget spent, an
-# exception before training started), and, when the job ended outside the training loop (SIGKILL,
-# out of memory, node failure: the run never wrote a final state), Slurm's accounting record: its
-# state and exit code or signal. Either way the line ends with where the run would resume and the
-# command that resumes it, because that is what the user wants to do next. No torch, no submitit.
-# --------------------------------------------------------------------------------------------------
+# -- Leases. Two specs planned before either was submitted each plan their own copy of a shared
+# baseline, and their `submit`s may start at the same moment. Every `submit` decides under the
+# store's lock (``<store>/.store/lock``, taken before the spec's ledger lock): a lease file
+# ``<store>/.store/leases/<identity>.json`` names the spec and run that trains the identity. A
+# lease held by another spec's run that is live or done means this spec uses that run
+# (``runs/<id>/reused.json``, read by every later stage as its own, `ResultsDir.run`) and sends
+# nothing; a lease whose run failed, was cancelled, is gone or now trains another identity (its
+# spec re-planned, `olmoablate.plan.store`) is stale and taken over.
+
+
+STORE_DIR = ".store"
+
+
+def lease_path(store: Path, identity: str) -> Path:
+    return store / STORE_DIR / "leases" / f"{identity}.json"
+
+
+@contextlib.contextmanager
+def store_locked(results: ResultsDir) -> Iterator[None]:
+    """The store's lock (taken before the spec's ledger lock by every `submit`)."""
+    with file_lock(results.store / STORE_DIR / "lock"):
+        yield
+
+
+def owner_state(store: Path, spec: str, run_id: str) -> str | None:
+    """The reconciled state of run ``run_id`` of spec ``spec`` (None: no such plan or run).
+
+    An owner whose plan or ledger cannot be read cannot hold a lease; an owner whose Slurm job
+    the controller cannot answer for can (it may be running): that is a :class:`UserError`
+    (submit stops, nothing sent), never a takeover that trains the identity twice."""
+    owner = ResultsDir(store / spec)
+    if not owner.plan_path.is_file():
+        return None
+    try:
+        owner.plan  # noqa: B018  (loads and validates it)
+        ledger = Ledger.read(owner)
+    except (UserError, OSError, ValueError):  # an unreadable owner cannot hold a lease
+        return None
+    try:
+        views = reconcile(owner, ledger, follow_reuse=False, require_scheduler=True)
+    except UserError as err:
+        raise UserError(
+            f"the lease of {spec}/runs/{run_id} (the same run identity) cannot be checked: {err}"
+        ) from None
+    except (OSError, ValueError):  # its files are unreadable: it cannot hold a lease
+        return None
+    view = views.get(run_id)
+    return None if view is None else view.state
+
+
+def _lease(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def claim(results: ResultsDir, run_id: str) -> str | None:
+    """Take the lease of ``run_id``'s identity, or return ``<spec>/runs/<id>`` of the live or
+    done run of another spec that holds it (and mark this run as reusing it). Call under
+    :func:`store_locked`. Plans without identities (older ones) train as before."""
+    plan = results.plan
+    if plan.identity is None or run_id not in plan.identity.runs:
+        return None
+    ident = plan.identity.runs[run_id]
+    store = results.store
+    path = lease_path(store, ident)
+    lease = _lease(path)
+    me = (results.root.name, run_id)
+    own = results.own_run(run_id)
+    if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
+        spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
+        where = f"{spec}/runs/{rid}"
+        # the holder's run must still be this identity (its spec may have been re-planned)
+        if (
+            is_run_place(where)
+            and owner_problem(store, where, ident) is None
+            and owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES
+        ):
+            own.path.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(own.reused, {"from": where, "identity": ident, "at": now_iso()})
+            return where
+    write_json_atomic(
+        path,
+        {
+            "identity": ident,
+            "spec": me[0],
+            "run_id": run_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "at": now_iso(),
+        },
+    )
+    own.reused.unlink(missing_ok=True)  # trained here now, whatever an older lease said
+    return None
+
+
+def apply_leases(
+    results: ResultsDir,
+    send: list[str],
+    skip: list[tuple[str, str]],
+    redo: Collection[str] = (),
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
+    skipped runs that are reused say so too (e.g. "completed, reused from ..."). First, a run
+    folder started as another identity is refused (:func:`check_resumable`)."""
+    check_resumable(results, send, redo)
+    skip = [
+        (rid, why if where is None else f"{why}, reused from {results.store / where}")
+        for rid, why in skip
+        for where in [results.run(rid).reused_from]
+    ]
+    keep: list[str] = []
+    for rid in send:
+        where = claim(results, rid)
+        if where is None:
+            keep.append(rid)
+        elif rid in redo:
+            raise UserError(
+                f"--redo {rid}: it is {results.store / where}, trained by another spec of the "
+                "store (one identity is trained once); --redo it there"
+            )
+        else:
+            skip.append((rid, f"reused from {results.store / where}"))
+    return keep, skip
+
+
+# -- Reasons. Two sources, in this order: the job's own word (status.json ``reason``) and, when the
+# job ended outside the training loop (SIGKILL, out of memory, node failure), Slurm's accounting.
+# Either way the line ends with where the run would resume and the command that resumes it.
 
 
 #: Run states the training job writes only from inside the job: anything else means the job
@@ -248,7 +376,7 @@ def reason_for(
         cause = f"job ended{at} without a final state"
     if "--redo" in cause:
         return cause  # the job's own way out: only starting over helps
-    # the job's own line (contract/faults.py) may name the command already: then only where
+    # the job's own line (:mod:`olmoablate.run.faults`) may name the command already: then only where
     return f"{cause}{resume_hint(results, run_id, state, 'olmoablate submit' not in cause)}"
 
 
@@ -265,21 +393,13 @@ def requeued_reason(results: ResultsDir, run_id: str, own: RunStatus) -> str | N
     return f"requeued by Slurm after: {cause}; resumes from {where} once its nodes are up"
 
 
-# --------------------------------------------------------------------------------------------------
-# Who a pid is: a local job is identified by pid *and* start time *and* command line.
-#
-# A pid alone names a process only until it exits: after a reboot, or in a results folder copied
-# to another machine of the same hostname, the ledger's pid may belong to an unrelated process,
-# and `cancel` would signal it. So the launcher records, when it starts a local job, the
-# process's start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), the boot id
-# (``/proc/sys/kernel/random/boot_id``: start times restart at every boot) and its command line;
-# a process counts as the job only when all three still match. Anything else - another process,
-# no recorded identity and not our command, no ``/proc`` - is "not running", and is never
-# signalled. No torch, no submitit.
-# --------------------------------------------------------------------------------------------------
+# -- Process identity. A pid names a process only until it exits (a reboot, a results folder copied
+# to a machine of the same name): a local job counts as alive only while its start time
+# (/proc/<pid>/stat field 22), boot id and command line all still match; anything else is never
+# signalled.
 
 
-#: What every local job's controller runs (launch/localpool.py): the fallback identity of jobs
+#: What every local job's controller runs (:mod:`olmoablate.run.localpool`): the fallback identity of jobs
 #: recorded before identities were (their pid must at least run this).
 LOCAL_JOB_COMMAND = "submitit.local._local"
 
@@ -349,15 +469,8 @@ def is_same_process(pid: int, recorded: dict[str, Any] | None) -> bool:
     return all(now.get(k) == recorded.get(k) for k in ("start_ticks", "boot_id", "cmdline_sha256"))
 
 
-# --------------------------------------------------------------------------------------------------
-# The state of every run: what the scheduler says, reconciled with what the run itself wrote.
-#
-# State of a run = what the scheduler says (squeue for live jobs, sacct for ended ones, the pid for
-# local jobs) reconciled with the run's own status.json. The run's own word wins for
-# `completed`/`diverged` (completion is decided by the step count, not by an exit code); the
-# scheduler wins for liveness. `submit`, `cancel` and `status` all decide from these views, so the
-# rules live here once. No torch, no submitit: `status` must be fast on a login node.
-# --------------------------------------------------------------------------------------------------
+# -- Reconcile. The run's own word wins for `completed`/`diverged` (completion is decided by the
+# step count, not an exit code); the scheduler wins for liveness.
 
 
 @dataclasses.dataclass
@@ -394,9 +507,9 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def local_job_alive(job: JobRecord) -> bool:
+def local_job_alive(job: LedgerJob) -> bool:
     """Whether the local job still runs: same host, and its pid is still the process the
-    launcher started (start time, boot and command line, launch/procid.py), not a reused pid."""
+    launcher started (start time, boot and command line, :func:`identity`), not a reused pid."""
     if job.host and job.host != socket.gethostname():
         return False  # another machine's job: we cannot see it; treat as ended
     try:

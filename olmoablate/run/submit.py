@@ -1,210 +1,35 @@
-"""`submit`: decide which runs need sending and send them (Slurm job arrays or the local pool).
+"""`submit`: send the runs that need sending (Slurm job arrays or the local pool).
 
-`submit` sends only runs that are missing, cancelled or interrupted (and failed ones with
-`retry_failed`), deciding from launch/reconcile.py's views under the ledger lock, so concurrent
-`submit` calls never send a run twice. Both arms of a pair share a group and go out as one Slurm
-job array, rendered by submitit itself (launch/slurm.py), so `--dry-run` shows what is sent.
+Which runs is resume's decision (:func:`olmoablate.run.resume.decide`), taken from the reconciled
+views under the store's and the ledger's locks, so concurrent `submit` calls never send a run
+twice. Both arms of a pair share a group and go out as one Slurm job array, rendered by submitit
+itself (:mod:`olmoablate.run.slurm`), so `--dry-run` shows what is sent. Before anything is sent,
+the plan's budget and ``--set`` overrides are checked: a plan over ``budget.max_gpu_hours`` never
+reaches the cluster, and ``submit --set`` launches exactly the plan `plan --set` made.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
-import time
-from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 from olmoablate.errors import UserError
-from olmoablate.io import canonical_json, file_lock, read_json, write_json_atomic, write_text_atomic
+from olmoablate.io import canonical_json, write_text_atomic
 from olmoablate.plan.accounting import over_budget
 from olmoablate.plan.blocks import code_changes
-from olmoablate.plan.identity import is_run_place, short
 from olmoablate.plan.layout import ResultsDir, resolve_results
 from olmoablate.plan.load import spec_sha256
-from olmoablate.plan.names import DONE_STATES, LIVE_STATES, RunState
+from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Plan, RunEntry
-from olmoablate.plan.store import owner_problem, recorded_identity
 from olmoablate.run import slurm as sl
 from olmoablate.run.localpool import LocalPool
-from olmoablate.run.resume import DEFAULT_TARGET, JobTarget, mark_status
+from olmoablate.run.resume import decide, prepare_run_dir
 from olmoablate.run.slurm import check_local_capacity, check_local_topology, visible_gpus
-from olmoablate.run.state import Ledger, RunView, identity, now_iso, reconcile
-from olmoablate.run.task import TrainRun
-
-# --------------------------------------------------------------------------------------------------
-# The store's leases: `submit` never trains one run identity twice, whichever spec asks.
-#
-# Why a lease under one lock: two specs planned before either was submitted each plan their own
-# copy of a shared baseline (neither was running yet), and their two `submit`s may start at the
-# same moment. Every `submit` decides under the store's lock (``<store>/.store/lock``, fcntl, held
-# around the spec's own ledger lock, always in that order): for each run it is about to send, a
-# lease file ``<store>/.store/leases/<identity>.json`` names the spec and run that trains the
-# identity. A lease held by another spec's run that is live (queued, pending, running) or done
-# (completed, diverged) means this spec uses that run: `submit` writes ``runs/<id>/reused.json``
-# (``{"from": "<spec>/runs/<id>"}``) and sends nothing; every later stage reads that run's files as
-# its own (`olmoablate.plan.layout.ResultsDir.run`). A lease whose run failed, was cancelled or
-# is gone, or that now trains another identity (its spec re-planned: `olmoablate.plan.store`), is
-# stale and taken over. Marin's executor does the same with lease files and heartbeats;
-# here liveness comes from the owner's own reconciled state (`olmoablate.run.state`).
-# --------------------------------------------------------------------------------------------------
-
-
-STORE_DIR = ".store"
-
-
-def lease_path(store: Path, identity: str) -> Path:
-    return store / STORE_DIR / "leases" / f"{identity}.json"
-
-
-@contextlib.contextmanager
-def store_locked(results: ResultsDir) -> Iterator[None]:
-    """The store's lock (taken before the spec's ledger lock by every `submit`)."""
-    with file_lock(results.store / STORE_DIR / "lock"):
-        yield
-
-
-def owner_state(store: Path, spec: str, run_id: str) -> str | None:
-    """The reconciled state of run ``run_id`` of spec ``spec`` (None: no such plan or run).
-
-    An owner whose plan or ledger cannot be read cannot hold a lease; an owner whose Slurm job
-    the controller cannot answer for can (it may be running): that is a :class:`UserError`
-    (submit stops, nothing sent), never a takeover that trains the identity twice."""
-    owner = ResultsDir(store / spec)
-    if not owner.plan_path.is_file():
-        return None
-    try:
-        owner.plan  # noqa: B018  (loads and validates it)
-        ledger = Ledger.read(owner)
-    except (UserError, OSError, ValueError):  # an unreadable owner cannot hold a lease
-        return None
-    try:
-        views = reconcile(owner, ledger, follow_reuse=False, require_scheduler=True)
-    except UserError as err:
-        raise UserError(
-            f"the lease of {spec}/runs/{run_id} (the same run identity) cannot be checked: {err}"
-        ) from None
-    except (OSError, ValueError):  # its files are unreadable: it cannot hold a lease
-        return None
-    view = views.get(run_id)
-    return None if view is None else view.state
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def claim(results: ResultsDir, run_id: str) -> str | None:
-    """Take the lease of ``run_id``'s identity, or return ``<spec>/runs/<id>`` of the live or
-    done run of another spec that holds it (and mark this run as reusing it). Call under
-    :func:`store_locked`. Plans without identities (older ones) train as before."""
-    plan = results.plan
-    if plan.identity is None or run_id not in plan.identity.runs:
-        return None
-    identity = plan.identity.runs[run_id]
-    store = results.store
-    path = lease_path(store, identity)
-    lease = _read(path)
-    me = (results.root.name, run_id)
-    own = results.own_run(run_id)
-    if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
-        spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
-        where = f"{spec}/runs/{rid}"
-        # the holder's run must still be this identity (its spec may have been re-planned)
-        if (
-            is_run_place(where)
-            and owner_problem(store, where, identity) is None
-            and owner_state(store, spec, rid) in LIVE_STATES | DONE_STATES
-        ):
-            own.path.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(own.reused, {"from": where, "identity": identity, "at": now_iso()})
-            return where
-    write_json_atomic(
-        path,
-        {
-            "identity": identity,
-            "spec": me[0],
-            "run_id": run_id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "at": now_iso(),
-        },
-    )
-    own.reused.unlink(missing_ok=True)  # trained here now, whatever an older lease said
-    return None
-
-
-def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str]) -> None:
-    """Refuse to continue a run folder that was started as another identity than the plan now
-    names (its identity.json): the spec was re-planned with the same spec file but other data
-    (a token file rewritten in place), and resuming would continue the old checkpoint on the
-    new data under the new identity. ``redo`` runs start over in a fresh folder."""
-    plan = results.plan
-    if plan.identity is None:
-        return
-    for rid in send:
-        if rid in redo or rid not in plan.identity.runs:
-            continue
-        recorded = recorded_identity(results.own_run(rid).path)
-        if recorded is not None and recorded != plan.identity.runs[rid]:
-            raise UserError(
-                f"{results.own_run(rid).path} was started as identity {short(recorded)}, the "
-                f"plan now says {short(plan.identity.runs[rid])} (`olmoablate explain` the two "
-                f"plans to see why); start it over with --redo {rid}"
-            )
-
-
-def apply_leases(
-    results: ResultsDir,
-    send: list[str],
-    skip: list[tuple[str, str]],
-    redo: Collection[str] = (),
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
-    skipped runs that are reused say so too (e.g. "completed, reused from ..."). First, a run
-    folder started as another identity is refused (:func:`check_resumable`)."""
-    check_resumable(results, send, redo)
-    skip = [
-        (rid, why if where is None else f"{why}, reused from {results.store / where}")
-        for rid, why in skip
-        for where in [results.run(rid).reused_from]
-    ]
-    keep: list[str] = []
-    for rid in send:
-        where = claim(results, rid)
-        if where is None:
-            keep.append(rid)
-        elif rid in redo:
-            raise UserError(
-                f"--redo {rid}: it is {results.store / where}, trained by another spec of the "
-                "store (one identity is trained once); --redo it there"
-            )
-        else:
-            skip.append((rid, f"reused from {results.store / where}"))
-    return keep, skip
-
-
-def write_identity(results: ResultsDir, run_id: str) -> None:
-    """``runs/<id>/identity.json``: the identity trained in this folder (with the versions)."""
-    plan = results.plan
-    if plan.identity is None or run_id not in plan.identity.runs:
-        return
-    write_json_atomic(
-        results.own_run(run_id).identity,
-        {
-            "identity": plan.identity.runs[run_id],
-            "spec": plan.spec_name,
-            "run_id": run_id,
-            "versions": plan.identity.versions,
-        },
-    )
-
+from olmoablate.run.state import Ledger, apply_leases, identity, reconcile, store_locked
+from olmoablate.run.task import DEFAULT_TARGET, JobTarget, TrainRun
 
 EXECUTORS = ("local", "slurm")
 #: ``results/<spec>/slurm/<group>.sbatch``: the scripts `--dry-run` renders (launch's own files).
@@ -217,41 +42,6 @@ class SubmitResult:
     skipped: list[tuple[str, str]]  # (run_id, reason)
     rendered: list[Path]
     test_only: list[tuple[str, bool, str]]  # (group_id, ok, slurm's message)
-
-
-def decide(
-    views: dict[str, RunView], *, retry_failed: bool, redo: list[str], only: list[str] | None
-) -> tuple[list[str], list[tuple[str, str]]]:
-    """Which runs to send now, and why the others are not sent."""
-    send: list[str] = []
-    skip: list[tuple[str, str]] = []
-    for rid, view in views.items():
-        if only is not None and rid not in only:
-            continue
-        if rid in redo:
-            if view.state in LIVE_STATES:
-                raise UserError(f"--redo {rid}: run is {view.state}; `olmoablate cancel` it first")
-            send.append(rid)
-        elif view.state in DONE_STATES or view.state in LIVE_STATES:
-            skip.append((rid, view.state))
-        elif view.state == RunState.FAILED and not retry_failed:
-            skip.append((rid, "failed (use --retry-failed)"))
-        else:
-            send.append(rid)
-    return send, skip
-
-
-def prepare_run_dir(results: ResultsDir, run_id: str, fresh: bool) -> None:
-    """Clear a stale cancel request; for --redo move the old run directory aside (never delete)."""
-    rdir = results.own_run(run_id)  # never the folder of a run reused from another spec
-    if fresh and rdir.path.exists():
-        dest = results.superseded / f"{run_id}-{time.strftime('%Y%m%dT%H%M%S')}"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        rdir.path.rename(dest)
-    rdir.path.mkdir(parents=True, exist_ok=True)
-    rdir.cancel_marker.unlink(missing_ok=True)
-    mark_status(rdir.status, run_id=run_id, state=RunState.PENDING, reason=None)
-    write_identity(results, run_id)
 
 
 Batch = tuple[str, dict[str, Any], list[RunEntry]]  # (group id, sbatch parameters, runs)
@@ -450,15 +240,6 @@ def _submit_local(
     pool = LocalPool(results, send, parallel, target)
     submitted = pool.run(progress=progress)
     return SubmitResult(submitted, skip, [], [])
-
-
-# --------------------------------------------------------------------------------------------------
-# What `submit` checks before it launches anything: the plan's budget and its overrides.
-#
-# Why before submitit is even imported: a plan over ``budget.max_gpu_hours`` must never reach the
-# cluster (the refusal names the total and the limit), and ``submit --set`` must launch exactly
-# the plan that `plan --set` made with those overrides, not a plan of the plain file.
-# --------------------------------------------------------------------------------------------------
 
 
 def results_for(spec: str, results_root: Path, overrides: list[str]) -> ResultsDir:

@@ -85,14 +85,8 @@ def expand_nodelist(text: str) -> list[str]:
     return [n for n in out if n]
 
 
-# --------------------------------------------------------------------------------------------------
-# Decode figures of a finished run: per-token latency and KV-cache size of the trained model.
-#
-# Why in the job: decoding cost is part of what a variant costs (Depth-Attention keeps more per
-# token, a looped model runs its body b times), and it must be measured on the trained setup
-# (device, precision, loop count) once, at the end of a completed run, so the report can compare
-# the arms. A measurement never fails a finished run.
-# --------------------------------------------------------------------------------------------------
+# -- Decode figures of a completed run (per-token latency, KV-cache size): decoding cost is part of
+# what a variant costs, measured once on the trained setup; a measurement never fails a run.
 
 
 log = logging.getLogger(__name__)

@@ -1,26 +1,14 @@
 """The callable submitit runs on the compute node (local or Slurm): one training run.
 
-Signal interplay (why this class exists; the table is in docs/slurm.md). submitit installs, before
-calling us, a SIGUSR2 handler that calls ``checkpoint()``, dumps the returned DelayedSubmission,
-requeues the job (``scontrol requeue`` / local exit code 144) and exits; SIGTERM is only logged.
-The training job ``run_job`` installs its *own* SIGTERM/SIGUSR2 handlers while it trains, because
-the model state must be saved by OLMo-core at a step boundary, not inside a signal handler: any
-of the two makes it save a checkpoint and return ``state="interrupted"`` with the signals seen.
-Then this class decides, from what the job can observe, what the stop meant:
-
-* SIGUSR2 seen (time-limit warning, preemption, submitit's own signal): hand over to submitit's
-  handler (captured before ``run_job`` replaced it) for the requeue bookkeeping exactly as it
-  would have done: the timeout countdown (``max_num_timeout``), the new pickle, the requeue. When
-  the budget is spent the run ends ``failed`` with that reason.
-* Slurm's restart count for this job grew since we started (``scontrol requeue``, a node failure
-  with requeue, ``PreemptMode=REQUEUE``): Slurm requeues the job itself; the run stays
-  ``interrupted`` and the next start resumes from the checkpoint. We never requeue it again.
-* SIGTERM alone (``scancel``, ``scancel --signal=TERM``, ``olmoablate cancel``, Ctrl-C): the user
-  stopped it. The run ends ``cancelled`` with its checkpoint and is never requeued; ``submit``
-  resumes it later. A preemption that sends SIGTERM then SIGUSR2 is told apart by waiting
-  ``USR2_GRACE_S`` for the USR2 while Slurm still says RUNNING.
-
-A run that ends ``completed``, ``diverged`` or ``failed`` is never requeued.
+Why a class: submitit installs, before calling us, a SIGUSR2 handler that checkpoints, requeues
+(``scontrol requeue`` / local exit code 144) and exits; SIGTERM it only logs. The training job
+installs its *own* SIGTERM/SIGUSR2 handlers while it trains (the model state must be saved by
+OLMo-core at a step boundary, not in a signal handler) and returns ``interrupted`` with the
+signals seen. :class:`TrainRun` then acts on what the stop meant
+(:func:`olmoablate.run.resume.decide_stop`, table in docs/slurm.md): a requeue is handed to
+submitit's own handler (captured before the job replaced it: the ``max_num_timeout`` countdown,
+the new pickle); Slurm's own requeue is left to Slurm; a user's stop ends ``cancelled``. A run that
+ends ``completed``, ``diverged`` or ``failed`` is never requeued.
 """
 
 from __future__ import annotations
@@ -30,6 +18,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import submitit
@@ -39,23 +28,21 @@ from olmoablate.plan.layout import ResultsDir, RunDir
 from olmoablate.plan.names import TERMINAL_STATES, RunState
 from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.run import slurm as sl
+from olmoablate.run.faults import classify
 from olmoablate.run.files import RunStatus
-from olmoablate.run.resume import (
-    DEFAULT_TARGET,
-    FIT_STARTED_ENV,
-    JobTarget,
-    classify,
-    mark_status,
-    own_status,
-)
+from olmoablate.run.resume import MAX_REQUEUES_WITHOUT_PROGRESS, USR2_GRACE_S, decide_stop
 from olmoablate.run.slurm import task_device
+from olmoablate.run.state import own_status
 
 log = logging.getLogger(__name__)
 
-MAX_REQUEUES_WITHOUT_PROGRESS = 3
-#: After a SIGTERM while Slurm still says RUNNING, how long to wait for the SIGUSR2 that would make
-#: it a preemption (submitit and Slurm's send_user_signal send it right after the SIGTERM).
-USR2_GRACE_S = 3.0
+DEFAULT_TARGET = "olmoablate.run.job:run_job"
+#: What a job runs: ``"package.module:function"`` (imported on the compute node) or, in tests, a
+#: callable; either is called as ``target(plan_path, run_id)`` and returns the run's final status.
+JobTarget = str | Callable[[str, str], dict[str, Any]]
+#: Set (in the job process) by the training job's InterruptCallback once ``fit`` has taken over
+#: SIGTERM/SIGUSR2: a SIGTERM seen by the job wrapper before that came before training started.
+FIT_STARTED_ENV = "OLMOABLATE_FIT_STARTED"
 
 
 def resolve_target(target: JobTarget) -> Any:
@@ -104,49 +91,6 @@ def setup_distributed_env(on_gpu: bool) -> dict[str, str]:
         "MASTER_PORT": str(dist.master_port),
         **extra,
     }
-
-
-class StopDecision:
-    """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
-    itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
-
-    def __init__(self, action: str, reason: str) -> None:
-        self.action = action
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"StopDecision({self.action!r}, {self.reason!r})"
-
-
-def decide_stop(
-    signals: list[str],
-    cancel_requested: bool,
-    slurm_job: dict[str, Any] | None,
-    restarts_at_start: int,
-) -> StopDecision:
-    """The meaning of a stop, from what the job can observe (see the module docstring).
-
-    ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` for this job (None off Slurm or
-    when the controller cannot be asked); ``restarts_at_start`` is SLURM_RESTART_COUNT at start.
-    """
-    if cancel_requested:
-        return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
-    if "SIGUSR2" in signals:
-        return StopDecision("requeue", "SIGUSR2 (time limit or preemption): requeued")
-    if slurm_job is not None and int(slurm_job.get("Restarts") or 0) > restarts_at_start:
-        return StopDecision(
-            "slurm", f"requeued by Slurm (restart {slurm_job['Restarts']}); resumes from checkpoint"
-        )
-    if "SIGTERM" in signals:
-        if slurm_job is None:
-            return StopDecision("cancel", "SIGTERM received: stopped by user")
-        state = str(slurm_job.get("JobState") or "UNKNOWN")
-        if state == "RUNNING":
-            return StopDecision(
-                "cancel", "SIGTERM received (scancel --signal=TERM): stopped by user"
-            )
-        return StopDecision("cancel", "cancelled by scancel")  # Slurm: COMPLETING/CANCELLED
-    return StopDecision("stop", "training stopped before the last step")
 
 
 class TrainRun(submitit.helpers.Checkpointable):
@@ -220,7 +164,7 @@ class TrainRun(submitit.helpers.Checkpointable):
                     )
                     if not os.environ.get(FIT_STARTED_ENV):
                         why = f"failed before training started: {why}"
-                    mark_status(self.run_dir.status, state=RunState.FAILED, reason=why)
+                    RunStatus.update(self.run_dir.status, state=RunState.FAILED, reason=why)
             raise
         if not isinstance(result, dict):
             result = {"state": RunState.FAILED, "reason": f"job returned {type(result).__name__}"}
@@ -254,7 +198,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             return self._cancelled(result, rank == 0, decision.reason)
         if decision.action in ("slurm", "stop"):
             if rank == 0:
-                mark_status(self.run_dir.status, state=RunState.INTERRUPTED, reason=decision.reason)
+                RunStatus.update(self.run_dir.status, state=RunState.INTERRUPTED, reason=decision.reason)
             return result
         step = _said(result).step or 0
         if step <= self.last_step:
@@ -264,7 +208,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         self.last_step = step
         if self.stalled_requeues >= MAX_REQUEUES_WITHOUT_PROGRESS:
             if rank == 0:
-                mark_status(
+                RunStatus.update(
                     self.run_dir.status,
                     state=RunState.FAILED,
                     reason=f"interrupted {self.stalled_requeues} times without progress",
@@ -277,7 +221,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             try:
                 submitit_usr2(signal.SIGUSR2, None)
             except submitit.core.utils.UncompletedJobError as err:
-                mark_status(
+                RunStatus.update(
                     self.run_dir.status,
                     state=RunState.FAILED,
                     reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
@@ -291,7 +235,7 @@ class TrainRun(submitit.helpers.Checkpointable):
 
     def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
         if rank0:
-            mark_status(self.run_dir.status, state=RunState.CANCELLED, reason=reason)
+            RunStatus.update(self.run_dir.status, state=RunState.CANCELLED, reason=reason)
         return {**result, "state": RunState.CANCELLED}
 
     def _outside_training(self, signum: int, frame: Any) -> None:
@@ -313,7 +257,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         )
         if os.environ.get("RANK", "0") == "0":
             state = RunState.CANCELLED if decision.action == "cancel" else RunState.INTERRUPTED
-            mark_status(self.run_dir.status, state=state, reason=decision.reason)
+            RunStatus.update(self.run_dir.status, state=state, reason=decision.reason)
         raise SystemExit(0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.plan.names import TERMINAL_STATES, RunState
-from olmoablate.run.resume import mark_status
+from olmoablate.run.files import RunStatus
 from olmoablate.run.slurm import task_device
 from olmoablate.testing import MINIMAL_SPEC, REPO
 from olmoablate.testing.plans import PAIR, PAIR_STEPS, ce_losses, read_status, wait_for
@@ -164,5 +164,7 @@ def record(plan_path: str, run_id: str) -> dict[str, Any]:
         time.sleep(0.1)
     steps = next(int(r["steps"]) for r in plan["runs"] if r["run_id"] == run_id)
     if rank == 0:
-        mark_status(run_dir / "status.json", state=RunState.COMPLETED, step=steps, total_steps=steps)
+        RunStatus.update(
+            run_dir / "status.json", state=RunState.COMPLETED, step=steps, total_steps=steps
+        )
     return {"state": RunState.COMPLETED, "run_id": run_id, "step": steps}

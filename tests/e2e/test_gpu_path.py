@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from olmoablate.errors import UserError
+from olmoablate.plan.metrics import CE_LOSS
 from olmoablate.plan.planfile import RunEntry
-from olmoablate.run import callbacks as cbs
+from olmoablate.run import guards, records
 from olmoablate.run import slurm as devices
 from olmoablate.run import trainer as cfgs
 from olmoablate.testing import REPO
@@ -338,7 +339,7 @@ def test_step_time_comes_from_synchronised_cuda_events(
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     _FakeEvent.log = []
-    cb = cbs.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
+    cb = records.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
     cb.trainer = _FakeTrainer()  # type: ignore[assignment]
     cb.pre_train()
     for step in (1, 2):
@@ -369,7 +370,7 @@ def test_step_events_inserted_while_the_bookkeeping_thread_resolves_them(
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     _FakeEvent.log = []
-    cb = cbs.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
+    cb = records.MetricsJSONLCallback(path=str(tmp_path / "m.jsonl"), global_batch_size=8)
     cb.trainer = _FakeTrainer()  # type: ignore[assignment]
     cb.pre_train()
     n_steps = 20_000
@@ -410,17 +411,17 @@ def test_stability_without_grad_norm_keeps_the_loss_device() -> None:
     """Defect 6: no grad-norm metric (grad_clip null) + a loss on another device (meta stands in
     for CUDA) used to stack a CPU zero with it."""
     loss = torch.tensor(2.0, device="meta")
-    flags = cbs.nonfinite_flags([loss, None])
+    flags = guards.nonfinite_flags([loss, None])
     assert flags.device.type == "meta" and flags.shape == (2,)
-    cb = cbs.StabilityCallback()
+    cb = guards.StabilityCallback()
     cb.trainer = _FakeTrainer(interval=10)  # type: ignore[assignment]
     cb.pre_train()
     cb.trainer.global_step = 2  # not a collect step: flags stay on the device, no sync
-    cb.trainer.metrics = {cbs.CE_LOSS: loss}
+    cb.trainer.metrics = {CE_LOSS: loss}
     cb.post_train_batch()
     cb.trainer.global_step = 10  # collect step, CPU values: one check for steps 2..10
     cb._flags = [(s, f, v) for s, f, v in cb._flags if f.device.type != "meta"]
-    cb.trainer.metrics = {cbs.CE_LOSS: torch.tensor(float("nan"))}
+    cb.trainer.metrics = {CE_LOSS: torch.tensor(float("nan"))}
     cb.post_train_batch()
     assert cb.diverged_at_step == 10 and "non-finite train/CE loss" in (cb.reason or "")
     assert cb.trainer.cancelled
@@ -428,7 +429,7 @@ def test_stability_without_grad_norm_keeps_the_loss_device() -> None:
 
 def test_fingerprints_are_gathered_at_metrics_steps_only(tmp_path: Path) -> None:
     path = tmp_path / "fp.jsonl"
-    cb = cbs.FingerprintCallback(path=str(path), global_batch_size=4)
+    cb = records.FingerprintCallback(path=str(path), global_batch_size=4)
     cb.trainer = _FakeTrainer(interval=5, max_steps=7)  # type: ignore[assignment]
     cb.pre_train()
     batches = {
@@ -443,7 +444,7 @@ def test_fingerprints_are_gathered_at_metrics_steps_only(tmp_path: Path) -> None
         counts.append(len(path.read_text().splitlines()) if path.exists() else 0)
     assert counts == [1, 1, 1, 1, 5, 5, 7]  # first step, every 5th, the last
     rows = [json.loads(x) for x in path.read_text().splitlines()]
-    assert [r["sha256"] for r in rows] == [cbs.global_batch_sha256(batches[s]) for s in range(1, 8)]
+    assert [r["sha256"] for r in rows] == [records.global_batch_sha256(batches[s]) for s in range(1, 8)]
 
 
 # ----------------------------------------------------------------------------- activation memory

@@ -211,7 +211,8 @@ def test_job_callbacks_keep_one_graph_per_block(backend: str) -> None:
     still has no graph break and one graph per kind of block, and the probe records the dtype.
     The probe used to remove its hook from inside the forward: dynamo broke the first block's
     graph there, and the split code (module hooks are not guarded) served every block."""
-    from olmoablate.run.callbacks import ComputeDtypeCallback, LoopCurriculumCallback
+    from olmoablate.run.callbacks import LoopCurriculumCallback
+    from olmoablate.run.guards import ComputeDtypeCallback
 
     torch.manual_seed(0)
     ids = torch.randint(0, SIZE["vocab_size"], (2, 8))

@@ -146,7 +146,7 @@ def test_explain_bad_input_is_one_line(root: Path) -> None:
 def _trained(root: Path, spec: str, rid: str) -> None:
     """Mark ``rid`` of ``spec`` completed with the identity.json `submit` writes before training."""
     from olmoablate.plan.layout import ResultsDir
-    from olmoablate.run.submit import write_identity
+    from olmoablate.run.resume import write_identity
 
     _mark(root, spec, rid, "completed")
     write_identity(ResultsDir(root / "results" / spec), rid)

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from olmoablate.run.callbacks import (
+from olmoablate.run.guards import StabilityCallback
+from olmoablate.run.records import (
     MetricsJSONLCallback,
-    StabilityCallback,
     global_batch_sha256,
     interleave_rank_batches,
     read_jsonl,

@@ -1,4 +1,4 @@
-"""The one-line reasons of contract/faults.py, from real exceptions raised by the real calls
+"""The one-line reasons of olmoablate.run.faults, from real exceptions raised by the real calls
 (a write to a path under a file, a missing file, a chained error), plus the wording of the
 classes that need hardware to provoke (out of memory, NCCL timeout)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from olmoablate.run.resume import chain, classify, write_traceback
+from olmoablate.run.faults import chain, classify, write_traceback
 
 RESUME = "olmoablate submit results/x --retry-failed"
 

@@ -1,4 +1,4 @@
-"""Process identity before any signal (launch/procid.py): a ledger whose pid belongs to an
+"""Process identity before any signal (olmoablate.run.state): a ledger whose pid belongs to an
 unrelated, real process - a reused pid after a reboot, results copied between machines of the
 same hostname - reads "not running", and `olmoablate cancel` never signals that process."""
 

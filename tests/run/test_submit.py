@@ -19,8 +19,9 @@ from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.run import slurm as sl
 from olmoablate.run.job import DEBUG_STEP_SECONDS_ENV
+from olmoablate.run.resume import decide
 from olmoablate.run.state import Ledger, identity, reconcile
-from olmoablate.run.submit import check_spec, decide, submit
+from olmoablate.run.submit import check_spec, submit
 from olmoablate.testing.cluster import plan_from_spec
 from olmoablate.testing.plans import (
     PAIR,
@@ -367,7 +368,7 @@ def _train_run_sequence(tmp_path: Path, run: Any, outcomes: list[dict[str, Any]]
 def test_decide_stop_table() -> None:
     """The signal table of docs/slurm.md as the job wrapper decides it from what it observes
     (the rows are exercised end to end on the real cluster in tests/test_slurm_*.py)."""
-    from olmoablate.run.task import decide_stop
+    from olmoablate.run.resume import decide_stop
 
     running = {"JobState": "RUNNING", "Restarts": "0"}
     cancelled = {"JobState": "COMPLETING", "Restarts": "0"}  # plain scancel, seen from the job

@@ -1,4 +1,4 @@
-"""The store's leases (`olmoablate.run.submit`): one run identity is trained once per store.
+"""The store's leases (`olmoablate.run.state`): one run identity is trained once per store.
 
 Fast tests on hand-made plans (the real concurrent `submit`s are in tests/e2e/test_store.py)."""
 
@@ -12,10 +12,9 @@ import pytest
 
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.store import identify
+from olmoablate.run.files import RunStatus
 from olmoablate.run.launch import cancel
-from olmoablate.run.resume import mark_status
-from olmoablate.run.state import Ledger, reconcile
-from olmoablate.run.submit import claim, lease_path, store_locked
+from olmoablate.run.state import Ledger, claim, lease_path, reconcile, store_locked
 from olmoablate.testing import plans as sp
 from olmoablate.testing.plans import run_entry, write_tokens
 
@@ -72,7 +71,7 @@ def test_a_stale_lease_is_taken_over(store: Path) -> None:
     with Ledger.locked(a) as led:
         led.record_submission(BASE, "999999", "local", "failed", host=socket.gethostname())
         led.set_state(BASE, "failed", "boom")
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="failed", reason="boom")
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="failed", reason="boom")
     with store_locked(c):
         assert claim(c, BASE) is None  # a's run failed: c trains the identity itself
     ident = c.plan.identity
@@ -131,7 +130,7 @@ def test_a_reused_run_whose_owner_moved_to_another_identity_is_trained_here(stor
     a, b = _spec(store, "a", 2), _spec(store, "b", 1)
     with store_locked(a):
         assert claim(a, BASE) is None
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
     with store_locked(b):
         assert claim(b, BASE) == f"a/runs/{BASE}"
     assert reconcile(b, Ledger.read(b))[BASE].state == "completed"
@@ -157,7 +156,7 @@ def test_a_reuse_of_a_run_that_became_reused_itself_reads_the_run_that_trained(
     with Ledger.locked(a) as led:
         led.record_submission(BASE, "999999", "local", "failed", host=socket.gethostname())
         led.set_state(BASE, "failed", "boom")
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="failed", reason="boom")
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="failed", reason="boom")
     ident = d.plan.identity
     assert ident is not None
     plan = d.plan.model_copy(
@@ -167,7 +166,7 @@ def test_a_reuse_of_a_run_that_became_reused_itself_reads_the_run_that_trained(
     d = ResultsDir(d.root)
     with store_locked(b):
         assert claim(b, BASE) is None  # stale: b trains it
-    mark_status(b.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    RunStatus.update(b.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
     with store_locked(a):
         assert claim(a, BASE) == f"b/runs/{BASE}"  # a's retry uses b's run
     assert a.run(BASE).path == b.own_run(BASE).path
@@ -189,7 +188,7 @@ def test_a_lease_whose_owner_the_scheduler_cannot_answer_for_is_not_taken_over(
         assert claim(a, BASE) is None
     with Ledger.locked(a) as led:
         led.record_submission(BASE, "4242", "slurm", "running")
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
     monkeypatch.setattr(sl, "squeue_states", lambda ids: None)
     monkeypatch.setattr(sl, "sacct_states", lambda *a, **k: None)
     with store_locked(b), pytest.raises(UserError, match="Slurm"):
@@ -206,11 +205,12 @@ def test_a_run_folder_of_another_identity_is_not_resumed_under_the_new_one(store
     says Y. Resuming would continue X's checkpoint on Y's data and label the mix Y: submit
     stops in one line naming --redo; with --redo (folder moved aside) it trains Y afresh."""
     from olmoablate.errors import UserError
-    from olmoablate.run.submit import apply_leases, write_identity
+    from olmoablate.run.resume import write_identity
+    from olmoablate.run.state import apply_leases
 
     a = _spec(store, "a", 2)
     write_identity(a, BASE)
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="running", reason=None)
     write_tokens(store.parent / "data" / "train.bin", 20_000, seed=11)
     a = _spec(store, "a", 2)
     with store_locked(a), pytest.raises(UserError, match=f"--redo {BASE}"):
@@ -223,12 +223,12 @@ def test_redo_of_a_run_another_spec_trains_says_where_to_redo_it(store: Path) ->
     """b uses a's finished run; `submit --redo` of it in b cannot retrain it there (one identity
     is trained once per store): one line naming the spec that trains it, not a silent skip."""
     from olmoablate.errors import UserError
-    from olmoablate.run.submit import apply_leases
+    from olmoablate.run.state import apply_leases
 
     a, b = _spec(store, "a", 2), _spec(store, "b", 1)
     with store_locked(a):
         assert claim(a, BASE) is None
-    mark_status(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
+    RunStatus.update(a.own_run(BASE).status, run_id=BASE, state="completed", reason=None)
     with store_locked(b), pytest.raises(UserError, match=f"a/runs/{BASE}.*--redo it there"):
         apply_leases(b, [BASE], [], redo=[BASE])
     with store_locked(b):  # without --redo: reused, as before
