@@ -27,7 +27,6 @@ def fields_of(config: Any) -> dict[str, Any]:
 def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> TransformerConfig:
     """``config`` as an :class:`~olmoablate.models.build.AblationTransformerConfig` carrying
     ``arch`` (its model runs SiameseNorm's streams, Looped's loops, Depth-Attention's state)."""
-
     if isinstance(config, AblationTransformerConfig):
         return config
     return AblationTransformerConfig(**fields_of(config), arch=dict(arch))
