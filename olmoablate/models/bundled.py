@@ -88,7 +88,7 @@ class LoopedModel(BlockModel):
 
 
 class LayersModel(BlockModel):
-    """The depth is the contract's ``physical_layers``; the model is plain OLMo-core."""
+    """The depth is the torch-free half's ``physical_layers``; the model is plain OLMo-core."""
 
 
 SIAMESE_NORM = SiameseNormModel()

@@ -66,10 +66,6 @@ def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
     return [(get_block(key), opts) for key, opts in a.blocks.items()]
 
 
-def n_physical_layers(d: SizeDims, arch: ArchLike) -> int:
-    return _arch(arch).n_physical_layers(d.n_layers)
-
-
 def param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds: OLMo 3's
     at the blocks' physical depth plus each block's ``extra_params``."""

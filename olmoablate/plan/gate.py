@@ -111,9 +111,6 @@ class GateNoise(Strict):
         return math.inf
 
 
-SPENDING = ("obrien_fleming", "pocock")
-
-
 class SequentialDesign(Strict):
     """A pre-registered sequential gate (docs/gate-statistics.md, "Sequential designs").
 

@@ -86,7 +86,7 @@ class RunDir:
 
     @property
     def metrics_copy(self) -> Path:
-        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (contract.columnar)."""
+        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (run/columnar.py)."""
         return self.path / METRICS_COPY_FILE
 
     @property
@@ -101,7 +101,7 @@ class RunDir:
 
     @property
     def proof(self) -> Path:
-        """proof.json: what the job proved before its first step (contract/proof.py)."""
+        """proof.json: what the job proved before its first step (run/proof.py)."""
         return self.path / PROOF_FILE
 
     @property

@@ -154,7 +154,7 @@ def gate_metrics(lm_sets: list[str]) -> set[str]:
 # (mean + 3·std alone fires on Gaussian noise every ~750 steps). Non-finite losses are divergence,
 # never in the window. Streaming and vectorised forms; a test checks they agree point for point.
 
-#: The rule's defaults, defined only here: the spec's ``training.stability`` (contract/schema.py),
+#: The rule's defaults, defined only here: the spec's ``training.stability`` (plan/schema.py),
 #: the training job's StabilityCallback and the report's loss_spikes all import them.
 DEFAULT_WINDOW = 50
 DEFAULT_FACTOR = 3.0

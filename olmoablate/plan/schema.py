@@ -216,7 +216,7 @@ class Data(Strict):
     mix: str | None = None
     root: str | None = None
     #: ``dolma2`` (real runs) or a path to a Hugging Face ``tokenizer.json`` (small-vocab CPU
-    #: work); vocab size, EOS and PAD are read from it at validate (contract/tokens.py).
+    #: work); vocab size, EOS and PAD are read from it at validate (plan/tokens.py).
     tokenizer: str = Field("dolma2", min_length=1)
     eos_token_id: NonNegInt | None = None
     pad_token_id: NonNegInt | None = None

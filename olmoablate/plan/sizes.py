@@ -14,7 +14,7 @@ from pathlib import Path
 
 #: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
 #: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
-#: `--help` never imports pydantic; contract.arch reuses it.)
+#: `--help` never imports pydantic; plan.arch reuses it.)
 ATTENTION_CYCLE = 4
 
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.

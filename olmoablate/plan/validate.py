@@ -99,19 +99,8 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
     console = make_console()
     reused = plan.identity.reused if plan.identity is not None else {}
     table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
-    for col in (
-        "run_id",
-        "pair",
-        "arm",
-        "params",
-        "non-emb",
-        "FLOPs/tok",
-        "tokens",
-        "steps",
-        "GPU-h",
-        "mem GB",
-        "certificate",
-    ):
+    for col in ("run_id", "pair", "arm", "params", "non-emb", "FLOPs/tok", "tokens", "steps",
+                "GPU-h", "mem GB", "certificate"):  # fmt: skip
         table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
     for r in plan.runs:
         table.add_row(
