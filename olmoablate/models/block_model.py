@@ -1,23 +1,10 @@
 """The architecture-block interface (torch half); the bundled halves are in :mod:`.bundled`.
 
 A block's torch-free half (:class:`olmoablate.plan.blocks.Block`) names this half by its
-``model = "module:attr"``; only the model builder and the training job import it. Its duties:
-
-* ``configure``: edit the OLMo-core ``TransformerConfig`` OLMo 3 was built with (the depth is
-  already the blocks' ``physical_layers``): replace ``config.block`` with a block-config subclass,
-  ``config.block.sequence_mixer`` with an attention-config subclass, set a field... Return the
-  new config. A block that needs model-level behaviour (several streams, loops, cross-layer
-  state) returns :func:`ablation_config` of it, whose model is
-  :class:`olmoablate.models.transformer.AblationTransformer`.
-* explicit init: every new parameter is initialised in its module's ``reset_parameters`` (or
-  the model's ``init_weights``), deterministically from ``init_seed``, so both arms of a pair see
-  the same weights where they share modules.
-* ``extra_model_params``: parameters of model-level modules outside ``blocks`` / the LM head
-  (OLMo-core's ``num_params`` counts the rest).
-* compile and FSDP units: OLMo-core's TrainModule compiles and shards each ``TransformerBlock``
-  (plus embeddings and LM head); modules a block puts *inside* a ``TransformerBlock`` are compiled
-  and sharded with it. ``apply_compile`` compiles the block's model-level glue; model-level
-  modules stay in OLMo-core's root FSDP unit (there is no per-block FSDP hook yet).
+``model = "module:attr"``; only the model builder and the training job import it. Its duties
+(``configure``, explicit init, ``extra_model_params``, compile and FSDP units) are in
+docs/blocks.md, "The torch half"; a block that needs model-level behaviour (several streams, loops,
+cross-layer state) returns :func:`~olmoablate.models.bundled.ablation_config` of its config.
 """
 
 from __future__ import annotations
@@ -52,7 +39,6 @@ class BlockModel:
 
 def model_part(key: str) -> BlockModel:
     """The torch half of block ``key`` (its ``model`` reference, imported now)."""
-
     block = get_block(key)
     part = load_ref(block.model, f"block {key!r}.model")
     if isinstance(part, type) and issubclass(part, BlockModel):

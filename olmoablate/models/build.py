@@ -144,14 +144,8 @@ def build_model_config(
     return config
 
 
-# --------------------------------------------------------------------------------------------------
-# ``build_model``: an initialized OLMo-core model for a size and an ``arch`` mapping, on CPU.
-#
-# The training job does not call this (it builds ``build_model_config(...)`` on the meta device and
-# lets OLMo-core's TrainModule parallelize and initialize it); this is for tests, benchmarks,
-# decoding and the accounting checks, where a ready-to-run model is wanted.
-# --------------------------------------------------------------------------------------------------
-
+# ``build_model``: a ready-to-run model on CPU for tests, benchmarks, decoding and the accounting
+# checks (the job builds ``build_model_config(...)`` on meta and lets OLMo-core initialize it).
 
 def build_model(
     size: str | dict[str, Any] | SizeDims,

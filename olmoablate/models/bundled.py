@@ -27,7 +27,6 @@ def fields_of(config: Any) -> dict[str, Any]:
 def ablation_config(config: TransformerConfig, arch: dict[str, Any]) -> TransformerConfig:
     """``config`` as an :class:`~olmoablate.models.build.AblationTransformerConfig` carrying
     ``arch`` (its model runs SiameseNorm's streams, Looped's loops, Depth-Attention's state)."""
-
     if isinstance(config, AblationTransformerConfig):
         return config
     return AblationTransformerConfig(**fields_of(config), arch=dict(arch))
@@ -89,7 +88,7 @@ class LoopedModel(BlockModel):
 
 
 class LayersModel(BlockModel):
-    """The depth is the contract's ``physical_layers``; the model is plain OLMo-core."""
+    """The depth is the torch-free half's ``physical_layers``; the model is plain OLMo-core."""
 
 
 SIAMESE_NORM = SiameseNormModel()

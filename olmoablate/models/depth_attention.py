@@ -13,10 +13,8 @@ KV cache see; keys are never mixed. No parameters are added. Because layer 0 is 
 for every ``l >= 1``, a large stride does *not* turn the mechanism off: only layer 0 (and a
 1-layer model) is unchanged.
 
-Training FLOPs added per token (what :meth:`AblationTransformer.num_flops_per_token` counts), with
-``n_l = |S_l|``: ``3 * (4 * n_kv_heads * head_dim * (n_l + 1))`` plus ``3 * n_heads * head_dim``
-when ``n_kv_heads < n_heads`` (the group mean), and 0 for a layer without sources (layer 0, which
-does no mixing). Softmax/elementwise costs are ignored.
+Training FLOPs added per token: :meth:`olmoablate.plan.arch.DepthAttention.layer_flops` (the one
+formula the plan and ``AblationTransformer.num_flops_per_token`` use).
 
 Why a state object and a slot: OLMo-core's ``Transformer`` passes one tensor from block to
 block, but layer ``l`` needs tensors produced inside the attention of earlier layers. The model
@@ -45,20 +43,6 @@ from olmo_core.nn.attention.base import SequenceMixer
 from olmo_core.nn.buffer_cache import BufferCache
 
 from olmoablate.plan.arch import DepthAttention as DepthAttentionBlock
-
-
-def depth_extra_forward_flops(n_sources: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
-    """Forward FLOPs per token that depth mixing adds to one layer with ``n_sources`` sources.
-
-    0 without sources (layer 0): that layer does no mixing at all.
-    """
-    if n_sources == 0:
-        return 0
-    flops = 4 * n_kv_heads * head_dim * (n_sources + 1)
-    if n_kv_heads < n_heads:
-        flops += n_heads * head_dim
-    return flops
-
 
 #: (id(settings), depth) -> (settings, S_l for every l < depth, layers read later). The entry
 #: holds ``settings`` itself, so its id cannot be reused while cached; settings are not mutated
@@ -103,11 +87,9 @@ def mix_values(
 ) -> torch.Tensor:
     """ṽ for one layer. ``q``: (B,T,H_q,D); ``k``, ``v`` and each source: (B,T,H_kv,D).
 
-    Training (grad enabled): per-source loops instead of one stacked tensor, since autograd
-    would save a stacked copy of every source key/value once more per layer (memory and
-    bandwidth). Without grad (decoding, evaluation) nothing is saved, and the
-    stacked form (:func:`mix_values_stacked`) does the same arithmetic in a fixed handful of
-    operators whatever the source count, which is what bounds per-token decode latency.
+    With grad, per-source loops: autograd would save a stacked copy of every source once more
+    per layer. Without grad (decoding, evaluation) the stacked form (:func:`mix_values_stacked`)
+    runs a fixed handful of operators whatever the source count, bounding decode latency.
     """
     if not source_keys:
         return v
@@ -133,12 +115,9 @@ def mix_values_stacked(
     source_keys: Sequence[torch.Tensor],
     source_values: Sequence[torch.Tensor],
 ) -> torch.Tensor:
-    """:func:`mix_values` with the sources stacked on a new leading axis (own layer first).
-
-    Same equation: e = <q̄, k_j> / sqrt(d) over S_l ∪ {l}, α = softmax in fp32, ṽ = Σ α_j ṽ_j;
-    the products are the same, only the order of the sums over sources can differ (float
-    rounding). Seven operators for any number of sources (the per-source form needs 4n + 9).
-    """
+    """:func:`mix_values` with the sources stacked on a new leading axis (own layer first): the
+    same products, only the order of the sums can differ (float rounding); seven operators for
+    any number of sources (the per-source form needs 4n + 9)."""
     q_bar = group_mean_query(q, k.shape[2])
     keys = torch.stack((k, *source_keys))  # (n + 1, B, T, H_kv, D)
     values = torch.stack((v, *source_values))
@@ -278,12 +257,9 @@ class DepthAttention(Attention):
 
 @dataclass
 class DepthAttentionConfig(AttentionConfig):
-    """``AttentionConfig`` that builds :class:`DepthAttention` (no new fields, no new params).
-
-    ``AttentionConfig.build`` constructs ``Attention(...)`` directly, so instead of copying its
-    option handling (sliding window, RoPE, backend validation) we let it build the module and
-    then swap the class: ``DepthAttention`` adds no parameters, buffers or ``__init__`` state.
-    """
+    """``AttentionConfig`` that builds :class:`DepthAttention`: ``AttentionConfig.build`` builds
+    the module (its sliding-window, RoPE and backend handling) and the class is swapped, as
+    ``DepthAttention`` adds no parameters, buffers or ``__init__`` state."""
 
     def build(
         self,

@@ -13,29 +13,17 @@ Y = pre-norm-like stream, both starting at the token embeddings)::
 and after the last layer ``LMHead(RMSNorm_head(RMSNorm_fx(X) + RMSNorm_fy(Y)))`` where
 ``RMSNorm_head`` is the LM head's own norm (see ``AblationTransformer``).
 
-Parameters per layer: the baseline's attention and MLP, plus γ and four RMSNorm weights
-(``y_attention_norm``, ``x_norm``, ``y_feed_forward_norm``, ``feed_forward_input_norm``) = 5·d,
-plus OLMo 3's two output norms (2·d) only when ``output_norms`` is true. With output_norms false
-those two norms would be unused, so they are deleted (unused parameters break DDP and inflate the
-count). Model total = baseline + L·(3·d) + 2·d  (output_norms false)
-                    = baseline + L·(5·d) + 2·d  (output_norms true).
+Parameters per layer: γ and four RMSNorm weights (``y_attention_norm``, ``x_norm``,
+``y_feed_forward_norm``, ``feed_forward_input_norm``); OLMo 3's two output norms are deleted unless
+``output_norms`` (unused parameters break DDP), and the final X and Y norms are the model's (the
+count is :meth:`olmoablate.plan.arch.SiameseNormBlock.extra_params`). FLOPs equal the baseline's:
+norms and γ are not counted, as OLMo-core does not count block norms.
 
-FLOPs: the block counts attention + feed-forward exactly like OLMo-core's ``TransformerBlock``
-(block norms and γ are not counted, as OLMo-core does not count block norms), so SiameseNorm's
-``num_flops_per_token`` equals the baseline's.
-
-Precision of γ: its parameter, gradient reduction and optimizer state are fp32 on every path.
-The product γ ⊙ X is computed in fp32 and rounded once to the stream dtype (explicitly when γ
-is fp32 and the streams are not; in ``addcmul``'s fp32 opmath when both are bf16). What γ holds in that
-product depends on the path, exactly as for every RMSNorm weight of both arms: fp32 in one
-process and under DDP/autocast; under FSDP/HSDP with ``param_dtype=bf16`` (the GPU default)
-FSDP2 casts the whole block's unsharded parameters, γ included, to bf16 for compute, so γ enters
-the product rounded to bf16 (relative error <= 2^-9, the same as the bf16 rounding of the
-product itself, and as the baseline's norm weights get). Keeping γ's compute copy in fp32 there
-would need a nested ``fully_shard`` unit with an fp32 policy inside every compiled block (one more
-all-gather and reduce-scatter per block and step, and a new graph-break risk) and would treat one
-weight of the variant unlike the baseline's; the reference's fp32 γ is an fp32 *master* weight,
-which this keeps.
+Precision of γ: its parameter, gradient reduction and optimizer state are fp32 on every path; γ ⊙ X
+is computed in fp32 and rounded once to the stream dtype. Under FSDP/HSDP with ``param_dtype=bf16``
+γ enters the product rounded to bf16, like every norm weight of both arms: an fp32 compute copy
+would need a nested ``fully_shard`` unit inside every compiled block (one more all-gather and
+reduce-scatter per block and step) and would treat one weight of the variant unlike the baseline's.
 
 The two streams travel between blocks as a tuple ``(X, Y)``; ``AblationTransformer.forward``
 creates and merges them. A tuple (not a concatenation on the last dimension) avoids copying both

@@ -11,21 +11,12 @@ Looped (K body blocks = ``self.blocks``, b loops, tail T = min(tail, b), P = emb
     iterations t < b - T run under torch.no_grad(); the state is detached before the last T
     training loss = (1/T) Σ_{last T} CE(LMHead(H_t))  (the LM head's norm is the "Norm" here)
     eval (model.eval()) loss and all returned logits = the final loop's
+    Depth-Attention inside the loop: unrolled index t * K + j
 
-Depth index for Depth-Attention inside the loop: the unrolled index ``t * K + j``.
-
-Training FLOPs per token (``num_flops_per_token``), all integers:
-
-* not looped: OLMo-core's ``Transformer.num_flops_per_token`` (blocks + LM head) + the
-  Depth-Attention term ``Σ_l 3 · e_l`` with ``e_l = 4·h_kv·d_h·(n_l+1) (+ h_q·d_h if GQA)`` for
-  layers with ``n_l >= 1`` sources and ``e_l = 0`` for ``n_l = 0`` (layer 0 does no mixing).
-* looped with S = Σ over the K blocks of ``block.num_flops_per_token`` and H = the LM head's::
-
-      (S · (b + 2T)) // 3 + T · H  +  Σ_{u < (b-T)·K} e_u  +  3 · Σ_{(b-T)·K <= u < b·K} e_u
-
-  (the Depth-Attention sums only with ``depth_attention``; b is the current loop count, which
-  the trainer updates through :meth:`set_train_step`). The state norm is not counted, like
-  OLMo-core's block norms.
+Training FLOPs per token (``num_flops_per_token``): OLMo-core's count of each block and of the LM
+head, composed over the layer applications exactly as the plan composes its own
+(:func:`olmoablate.plan.accounting.unrolled_flops`), plus Depth-Attention's term; the state norm is
+not counted, like OLMo-core's block norms.
 """
 
 from __future__ import annotations
@@ -39,12 +30,10 @@ from olmo_core.nn.transformer.model import Transformer
 from olmo_core.utils import mark_dynamic, move_to_device
 
 from olmoablate.models.block_model import model_part
-from olmoablate.models.depth_attention import (
-    DepthState,
-    depth_extra_forward_flops,
-    read_later,
-)
+from olmoablate.models.depth_attention import DepthState, read_later
+from olmoablate.plan.accounting import unrolled, unrolled_flops
 from olmoablate.plan.arch import Architecture, parse_architecture
+from olmoablate.plan.blocks import LayerApp
 
 
 class AblationTransformer(Transformer):
@@ -250,7 +239,6 @@ class AblationTransformer(Transformer):
         the remaining layers eagerly)."""
         import torch._dynamo
 
-
         super().apply_compile()
         for key, opts in self.arch.blocks.items():
             model_part(key).apply_compile(self, opts)
@@ -262,33 +250,21 @@ class AblationTransformer(Transformer):
         att = next(iter(self.blocks.values())).attention
         return int(att.n_heads), int(att.n_kv_heads), int(att.head_dim)
 
-    def depth_flops(self, n_loops: int | None = None) -> int:
-        """Training FLOPs per token added by Depth-Attention (0 without it)."""
-        da = self.arch.depth_attention
-        if da is None:
-            return 0
-        h_q, h_kv, d_h = self._attention_dims()
-        k = len(self.blocks)
-        if self.arch.looped is None:
-            return sum(
-                3 * depth_extra_forward_flops(len(da.sources(u)), h_q, h_kv, d_h) for u in range(k)
-            )
-        b = self.current_loops if n_loops is None else n_loops
-        tail = min(self.arch.looped.tail, b)
-        total = 0
-        for u in range(b * k):
-            mult = 1 if u < (b - tail) * k else 3
-            total += mult * depth_extra_forward_flops(len(da.sources(u)), h_q, h_kv, d_h)
-        return total
-
     def num_flops_per_token(self, seq_len: int) -> int:
-        if self.arch.looped is None:
-            return super().num_flops_per_token(seq_len) + self.depth_flops()
-        b = self.current_loops
-        tail = min(self.arch.looped.tail, b)
-        body = sum(int(blk.num_flops_per_token(seq_len)) for blk in self.blocks.values())  # type: ignore[operator]
+        """OLMo-core's count of each block and of the LM head, composed over this forward's
+        layer applications at the current loop count, plus Depth-Attention's mixing: the plan's
+        own composition and formula (:func:`~olmoablate.plan.accounting.unrolled_flops`,
+        :meth:`olmoablate.plan.arch.DepthAttention.layer_flops`)."""
+        layer = [int(blk.num_flops_per_token(seq_len)) for blk in self.blocks.values()]  # type: ignore[operator]
         head = 0 if self.lm_head is None else int(self.lm_head.num_flops_per_token(seq_len))
-        return (body * (b + 2 * tail)) // 3 + tail * head + self.depth_flops()
+        da = self.arch.depth_attention
+        h_q, h_kv, d_h = self._attention_dims()
+
+        def extra(app: LayerApp) -> int:
+            return 0 if da is None else da.layer_flops(app.depth, h_q, h_kv, d_h)
+
+        phase = self.current_loops if self.arch.looped is not None else None
+        return unrolled_flops(unrolled(self.arch, len(layer), phase), layer, head, extra)
 
 
 def block_signatures(model: torch.nn.Module, n_loops: int | None = None) -> set[tuple[Any, ...]]:

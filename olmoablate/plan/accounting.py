@@ -7,27 +7,19 @@ in milliseconds. The counts are exact, not estimates: tests build the models (ti
 
 FLOPs convention (OLMo-core 3.0, `Attention.num_flops_per_token` etc.): training FLOPs per token =
 6 x (parameters inside attention, feed-forward and LM head, block norms excluded) + per attention
-layer ``12 * n_heads * head_dim * causal_pairs(seq, window) // seq`` where causal_pairs counts
-(query, key) pairs under the causal mask and sliding window. Variant terms:
-
-* SiameseNorm: no extra matmuls; its norms and γ live outside attention/MLP, which OLMo-core does
-  not count for the baseline's block norms either, so FLOPs equal the baseline's.
-* Depth-Attention: per layer with n_l > 0 sources, ``3 * 4 * n_kv * head_dim * (n_l + 1)`` (scores
-  and weighted sum over n_l sources + self, forward + backward), plus ``3 * n_heads * head_dim``
-  for the group-mean query under GQA.
-* Looped (K body blocks, b loops, T supervised): ``F_body * (b + 2T) + T * head`` where ``F_body``
-  is the training FLOPs of the K blocks (so ``F_body/3`` per forward loop) and ``head`` the LM head's
-  training FLOPs: b−T loops run forward only, T loops forward+backward, T read-outs.
+layer ``12 * n_heads * head_dim * causal_pairs(seq, window) // seq``. A variant's terms are its
+blocks' cost hooks (:mod:`olmoablate.plan.arch`), composed over the layer applications by
+:func:`unrolled_flops`, which the model's own ``num_flops_per_token`` uses too.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from olmoablate.plan.arch import Architecture, depth_extra_forward_flops, parse_architecture
+from olmoablate.plan.arch import Architecture, parse_architecture
 from olmoablate.plan.blocks import Block, LayerApp, Unrolled, get_block
 from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.plan.sizes import SizeDims
@@ -74,10 +66,6 @@ def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
     return [(get_block(key), opts) for key, opts in a.blocks.items()]
 
 
-def n_physical_layers(d: SizeDims, arch: ArchLike) -> int:
-    return _arch(arch).n_physical_layers(d.n_layers)
-
-
 def param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds: OLMo 3's
     at the blocks' physical depth plus each block's ``extra_params``."""
@@ -104,10 +92,6 @@ def _layer_flops(d: SizeDims, layer: int, n_layers: int, seq_len: int) -> int:
     return attn + 6 * mlp_params(d)
 
 
-def _depth_flops(d: SizeDims, layer: int, da: Any) -> int:
-    return 3 * depth_extra_forward_flops(len(da.sources(layer)), d)
-
-
 @functools.lru_cache(maxsize=64)
 def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int]]:
     """Per physical layer: OLMo 3's training FLOPs per token, and the part of it a FLOP counter
@@ -127,13 +111,53 @@ def phase_at(arch: ArchLike, step: int) -> int | None:
     return None
 
 
-def unrolled(a: Architecture, L: int, phase: int | None, training: bool = True) -> Unrolled:
-    """How one forward applies the ``L`` physical layers (the one block that unrolls, if any)."""
+def unrolled(a: Architecture, L: int, phase: int | None) -> Unrolled:
+    """How one training forward applies the ``L`` physical layers (the one block that unrolls,
+    if any)."""
     for b, o in _blocks(a):
-        u = b.unroll(o, L, phase, training)
+        u = b.unroll(o, L, phase, True)
         if u is not None:
             return u
     return Unrolled(tuple(LayerApp(j, j) for j in range(L)), readouts=1)
+
+
+def unrolled_flops(
+    u: Unrolled, layer: Sequence[int], head: int, extra: Callable[[LayerApp], int] | None = None
+) -> int:
+    """Training FLOPs per token of a forward that applies the layers as ``u``: each application
+    costs its physical layer's training FLOPs ``layer[j]`` plus ``extra(app)``, a forward-only one
+    a third (summed in thirds, so exact), and each of the ``readouts`` an LM head (``head``).
+    The one composition the plan and the model's ``num_flops_per_token`` use (Looped, K blocks
+    of F_body, b loops, T supervised: ``F_body·(b + 2T)/3 + T·head``)."""
+    thirds = sum(
+        (3 if app.grad else 1) * (layer[app.layer] + (extra(app) if extra else 0))
+        for app in u.apps
+    )
+    return thirds // 3 + u.readouts * head
+
+
+def _adding(a: Architecture) -> list[tuple[Block, Any]]:
+    """The blocks that add layer FLOPs (only they are asked, per application)."""
+    return [(b, o) for b, o in _blocks(a) if type(b).layer_flops is not Block.layer_flops]
+
+
+def train_flops_per_token(
+    d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
+) -> int:
+    """Training FLOPs per token (forward + backward), OLMo-core's convention (module doc): every
+    layer application costs the OLMo 3 layer plus each block's ``layer_flops``; read-outs the
+    LM head plus each block's ``head_flops``. ``loops``: the step-dependent phase in force
+    (Looped: the loop count b; default: the final)."""
+    a = _arch(arch)
+    L = a.n_physical_layers(d.n_layers)
+    adding = _adding(a)
+    head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in _blocks(a))
+    return unrolled_flops(
+        unrolled(a, L, loops),
+        _layer_table(d, L, seq_len)[0],
+        head,
+        lambda app: sum(b.layer_flops(o, d, app, L, seq_len) for b, o in adding),
+    )
 
 
 @dataclass(frozen=True)
@@ -148,72 +172,27 @@ class FlopsBreakdown:
 
 
 def flops_breakdown(
-    d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None, training: bool = True
+    d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None
 ) -> FlopsBreakdown:
-    """Training (or, ``training=False``, inference x 3) FLOPs per token through the blocks' hooks.
-
-    Every layer application costs the OLMo 3 layer plus each block's ``layer_flops``; a
-    forward-only application a third of it (summed in thirds, so the result is exact);
-    ``readouts`` LM heads. ``phase``: the step-dependent setting (default: its final value).
-    """
+    """:func:`train_flops_per_token` and the part of it a FLOP counter does not see."""
     a = _arch(arch)
-    blocks = _blocks(a)
     L = a.n_physical_layers(d.n_layers)
-    base, seen_base = _layer_table(d, L, seq_len)
-    u = unrolled(a, L, phase, training)
-    # only the blocks that add layer FLOPs are asked, per application (a looped model has b*K)
-    adding = [(b, o) for b, o in blocks if type(b).layer_flops is not Block.layer_flops]
-    thirds = unseen_thirds = 0
-    for app in u.apps:
-        mult = 3 if app.grad else 1
-        thirds += mult * base[app.layer]
-        unseen_thirds += mult * (base[app.layer] - seen_base[app.layer])
-        for b, o in adding:
-            extra = mult * b.layer_flops(o, d, app, L, seq_len)
-            thirds += extra
-            if not b.layer_flops_counted:
-                unseen_thirds += extra
-            elif type(b).uncounted_layer_flops is not Block.uncounted_layer_flops:
-                unseen_thirds += mult * b.uncounted_layer_flops(o, d, app, L, seq_len)
-    head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in blocks)
-    readouts = u.readouts if training else 0
-    total = thirds // 3 + readouts * head + (0 if training else head // 3)
-    unseen = unseen_thirds // 3 + (readouts if training else 1) * 6 * d.d_model // (1 if training else 3)
-    return FlopsBreakdown(total=total, unseen=unseen)
+    base, seen = _layer_table(d, L, seq_len)
+    adding = _adding(a)
 
+    def unseen(app: LayerApp) -> int:
+        return sum(
+            b.layer_flops(o, d, app, L, seq_len)
+            if not b.layer_flops_counted
+            else b.uncounted_layer_flops(o, d, app, L, seq_len)
+            for b, o in adding
+        )
 
-def train_flops_per_token(
-    d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
-) -> int:
-    """Training FLOPs per token (forward + backward), OLMo-core's convention; see module doc.
-
-    ``loops``: the step-dependent phase in force (Looped: the loop count b; default: the final).
-    """
-    return flops_breakdown(d, arch, seq_len, loops).total
-
-
-def inference_flops_per_token(d: SizeDims, arch: ArchLike, seq_len: int) -> int:
-    """Forward FLOPs per token of one inference pass (every layer application forward only,
-    one read-out): a third of the training convention's terms."""
-    return flops_breakdown(d, arch, seq_len, training=False).total
-
-
-def kv_cache_bytes_per_token(d: SizeDims, arch: ArchLike, dtype_bytes: int = 2) -> int:
-    """KV-cache bytes per decoded token: a key and a value per layer application (a looped
-    model caches every unrolled layer) plus each block's ``kv_cache_bytes``."""
-    a = _arch(arch)
-    blocks = _blocks(a)
-    L = a.n_physical_layers(d.n_layers)
-    apps = len(unrolled(a, L, None, training=False).apps)
-    per = 2 * d.n_kv_heads * d.head_dim * dtype_bytes + sum(
-        b.kv_cache_bytes(o, d, dtype_bytes) for b, o in blocks
+    hidden = [t - s for t, s in zip(base, seen, strict=True)]
+    return FlopsBreakdown(
+        total=train_flops_per_token(d, a, seq_len, phase),
+        unseen=unrolled_flops(unrolled(a, L, phase), hidden, 6 * d.d_model, unseen),
     )
-    return apps * per
-
-
-def decode_supported(arch: ArchLike) -> bool:
-    """Whether every block of the architecture supports incremental decoding."""
-    return all(b.decode_supported for b, _ in _blocks(_arch(arch)))
 
 
 def _phases(a: Architecture, steps: int) -> list[tuple[int | None, int]]:
@@ -309,7 +288,7 @@ def memory_estimate_gb(
     act_unit = 2 if bf16 else 4
     per_layer_token = 17 * d.d_model * act_unit  # 34·d bytes at 16-bit
     per_layer_token += sum(b.activation_bytes(o, d, act_unit) for b, o in blocks)
-    u = unrolled(a, a.n_physical_layers(d.n_layers), None, training=True)
+    u = unrolled(a, a.n_physical_layers(d.n_layers), None)
     layers_with_acts = sum(1 for app in u.apps if app.grad)
     if activation_checkpointing:
         acts = microbatch_tokens * (d.d_model * act_unit * layers_with_acts + per_layer_token)
@@ -362,16 +341,8 @@ def run_cost(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# What a plan costs in total — per size, per stage, per spec — and the spec's GPU-hour budget.
-#
-# Why in the contract: `plan` prints the totals, `validate` warns (``--strict``: fails) when the
-# budget is exceeded and `submit` refuses to launch over it; the same sums and the same rule must
-# serve all three stages. A *stage* is where a size stands in the gates' ladder: a gate's stage
-# size runs now, the sizes it promotes to run only after a ``proceed`` (so "gate stage" is what a
-# decision costs and "behind the gate" what the scale-up would). A/A baselines count like any run.
-# --------------------------------------------------------------------------------------------------
-
+# What a plan costs in total (per size, stage, spec) and the GPU-hour budget: one rule for `plan`,
+# `validate` and `submit`. A gate's stage size runs now, the sizes it promotes to only after proceed.
 
 GATE_STAGE = "gate stage"
 BEHIND_GATE = "behind the gate"

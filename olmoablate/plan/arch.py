@@ -47,6 +47,18 @@ class DepthAttention(Strict):
         chosen.update(range(max(0, layer - self.recent_window), layer))
         return sorted(chosen)
 
+    def layer_flops(self, layer: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
+        """Training FLOPs per token mixing adds to a differentiated application of unrolled layer
+        ``layer`` with n >= 1 sources: 3 x (4·h_kv·d_h·(n+1), the scores and weighted sum over the
+        sources and itself, + h_q·d_h for the group-mean query under GQA); 0 without sources
+        (layer 0 mixes nothing). Softmax and elementwise work are not counted. The one formula
+        the plan (:class:`DepthAttentionBlock`) and the model's ``num_flops_per_token`` use."""
+        n = len(self.sources(layer))
+        if n == 0:
+            return 0
+        gqa = n_heads * head_dim if n_kv_heads < n_heads else 0
+        return 3 * (4 * n_kv_heads * head_dim * (n + 1) + gqa)
+
 
 class Curriculum(Strict):
     """Loop-count curriculum: ``b(step) = min(loops, start + increment * ((step - 1) //
@@ -176,7 +188,6 @@ class Architecture(Strict):
     @classmethod
     def field_model(cls, key: str) -> type | None:
         """The options model of block ``key`` (spec errors name its allowed fields)."""
-
         try:
             return get_block(key).Options
         except UserError:
@@ -198,7 +209,6 @@ class Architecture(Strict):
 
     def n_physical_layers(self, size_layers: int) -> int:
         """Blocks with their own weights: the loop body, the ``layers`` depth or the size's."""
-
         n = size_layers
         for key, opts in self.blocks.items():
             n = get_block(key).physical_layers(opts, n)
@@ -207,7 +217,6 @@ class Architecture(Strict):
 
 def _combination_problem(keys: list[str]) -> str | None:
     """The first pair of blocks one of which excludes the other (its reason), or None."""
-
     for key in keys:
         for other, why in get_block(key).excludes.items():
             if other in keys:
@@ -255,25 +264,8 @@ def parse_architecture(
         raise UserError(f"{where}: {first_error(err, BLOCKS)}") from None
 
 
-# --------------------------------------------------------------------------------------------------
-# The bundled blocks — SiameseNorm, Depth-Attention, Looped OLMo, ``layers`` — through the same
-# :class:`olmoablate.plan.blocks.Block` interface any installed proposal uses.
-#
-# Their options (and the rules the model, the training callback and the accounting share, e.g.
-# ``DepthAttention.sources``, ``Looped.loops_at_step``) are in :mod:`olmoablate.plan.arch`;
-# the torch halves in :mod:`olmoablate.models.block_model`. The cost formulas (exact, checked against
-# OLMo-core and the built models in tests/plan/test_accounting.py):
-#
-# * SiameseNorm: per layer γ + four RMSNorm weights (5·d), OLMo 3's two output norms (2·d) removed
-#   unless ``output_norms``; + the final X and Y norms (2·d). No extra matmuls: FLOPs unchanged.
-# * Depth-Attention: no parameters; per differentiated application of a layer with n ≥ 1 sources
-#   ``3 · (4·h_kv·d_h·(n+1) (+ h_q·d_h under GQA))`` FLOPs (scores and weighted sum over the
-#   sources and itself, forward + backward), a third of it in a forward-only application.
-# * Looped (K body blocks, b loops, T supervised): the body applied b times, the first b − T loops
-#   forward only, T read-outs; ``state_norm`` adds one RMSNorm weight (d).
-# * ``layers``: an OLMo 3 model with another depth.
-# --------------------------------------------------------------------------------------------------
-
+# The bundled blocks, through the same Block interface any installed proposal uses; their cost
+# hooks are exact (checked against OLMo-core and the built models in tests/plan/test_accounting.py).
 
 #: The modules the bundled blocks' code identity hashes (besides their torch halves below).
 _CONTRACT = (
@@ -287,16 +279,6 @@ _MODELS = (
     "olmoablate.models.build",
     "olmoablate.models.transformer",
 )
-
-
-def depth_extra_forward_flops(n_sources: int, dims: SizeDims) -> int:
-    """Forward FLOPs per token depth mixing adds to one layer with ``n_sources`` sources."""
-    if n_sources == 0:
-        return 0
-    flops = 4 * dims.n_kv_heads * dims.head_dim * (n_sources + 1)
-    if dims.n_kv_heads < dims.n_heads:
-        flops += dims.n_heads * dims.head_dim
-    return flops
 
 
 class SiameseNormBlock(Block):
@@ -333,7 +315,7 @@ class DepthAttentionBlock(Block):
     def layer_flops(
         self, opts: DepthAttention, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
     ) -> int:
-        return 3 * depth_extra_forward_flops(len(opts.sources(app.depth)), dims)
+        return opts.layer_flops(app.depth, dims.n_heads, dims.n_kv_heads, dims.head_dim)
 
     def activation_bytes(self, opts: Any, dims: SizeDims, act_unit: int) -> int:
         return dims.n_kv_heads * dims.head_dim * act_unit

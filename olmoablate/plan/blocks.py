@@ -2,28 +2,14 @@
 
 Why an interface: a proposal arrives as "change this in OLMo 3"; olmoablate must validate its
 options, price it before anything is submitted and prove at job start that the model it trains
-costs what the plan said. So a block is one object with two halves:
-
-* this half (:class:`Block`), imported by ``validate``/``plan`` on a login node — pydantic and
-  integers only: the block's ``name``, its ``Options`` model (spec errors are FILE:LINE one-liners
-  like every other field), which blocks it cannot be combined with, and its exact analytic cost
-  as hooks the shared accounting (:mod:`olmoablate.plan.accounting`) composes: physical
-  depth, added parameters, how the layers are applied (``unroll``: a looped model applies its
-  body b times), extra training FLOPs per layer application, activation and KV-cache bytes,
-  whether incremental decoding is supported;
-* the torch half (:class:`olmoablate.models.block_model.BlockModel`), named by ``model`` as a
-  ``"module:attr"`` string and imported only by the models/the training job: how the block edits
-  OLMo-core's ``TransformerConfig`` (or which module it supplies), its explicit init, and its
-  compile/FSDP units.
-
-Discovery is lazy, so ``--help`` and ``validate`` keep their start-up time: the bundled blocks are
-names mapped to ``"module:attr"`` strings (imported on first use, torch-free); a key containing
-``:`` in a spec is a ``module:attr`` reference to a block in the user's own code; any other
-unknown key scans the ``olmoablate.blocks`` entry-point group (installed packages) once.
-
-Each block's code identity (where it comes from, distribution and version, sha256 of its source
-files) is recorded in the plan (:func:`code_identity`) and checked by ``submit``, by the job at
-every (re)start and by the report (:func:`code_changes`).
+costs what the plan said. This half (:class:`Block`: name, ``Options``, exclusions, exact cost
+hooks the accounting composes) is imported by ``validate``/``plan`` on a login node; the torch
+half (:class:`olmoablate.models.block_model.BlockModel`) is named by ``model`` and imported only
+by the training job (docs/blocks.md). Discovery is lazy, so ``--help`` and ``validate`` keep their
+start-up time: bundled blocks are ``"module:attr"`` strings, a key with ``:`` is the user's own
+code, and any other unknown key scans the ``olmoablate.blocks`` entry points once. Each block's
+code identity (:func:`code_identity`) is recorded in the plan and checked by ``submit``, the job
+and the report (:func:`code_changes`).
 """
 
 from __future__ import annotations
@@ -51,13 +37,7 @@ from olmoablate import __version__
 from olmoablate.errors import UserError
 from olmoablate.io import make_console, print_whole
 
-# --------------------------------------------------------------------------------------------------
-# Checks of a block as it is loaded and how its option types read (for ``olmoablate blocks``).
-#
-# Kept apart from the registry (:mod:`olmoablate.plan.blocks`) so that module stays the
-# interface and the registry; everything here is torch-free and imports nothing heavy.
-# --------------------------------------------------------------------------------------------------
-
+# Checks of a block as it is loaded, and how its option types read (for ``olmoablate blocks``).
 
 def check_block(block: Any, ref: str, where: str) -> None:
     """The class attributes every block sets, checked when it is loaded, so that a block that
@@ -312,7 +292,7 @@ def get_block(key: str, where: str = "architecture") -> Block:
         return hit
     if key in BUNDLED:
         block = _as_block(load_ref(BUNDLED[key], where), BUNDLED[key], where)
-        _origins[key] = ("olmoablate", _olmoablate_version())
+        _origins[key] = ("olmoablate", __version__)
     elif ":" in key:
         block = _as_block(load_ref(key, where), key, where)
         _origins[key] = (None, None)  # the user's own code: identified by module and hash
@@ -336,10 +316,6 @@ def get_block(key: str, where: str = "architecture") -> Block:
 def is_block_key(key: str) -> bool:
     """Whether ``key`` is (cheaply) known to be a block name: bundled or already loaded."""
     return key in BUNDLED or key in _loaded
-
-
-def order_key(key: str) -> int:
-    return get_block(key).order
 
 
 # ------------------------------------------------------------------------------------ identity
@@ -391,10 +367,6 @@ def _common_parts(dirs: list[Path]) -> tuple[str, ...]:
 #: key -> (distribution, version) of the package a block was loaded from (None for a module
 #: reference); bundled blocks are olmoablate's own.
 _origins: dict[str, tuple[str | None, str | None]] = {}
-
-
-def _olmoablate_version() -> str:
-    return __version__
 
 
 _files: dict[str, list[tuple[str, bytes]]] = {}
@@ -466,15 +438,7 @@ def _loaded_from(key: str) -> str:
     return str(getattr(module, "__file__", None) or "an unknown file")
 
 
-# --------------------------------------------------------------------------------------------------
-# `olmoablate blocks`: the architecture blocks this installation can use, with their options.
-#
-# Why a command: a block comes from olmoablate itself, from an installed package (the
-# ``olmoablate.blocks`` entry-point group) or from a ``module:attr`` key in a spec; this lists the
-# first two with what a spec may set, so a user sees what ``variants:`` accepts without reading
-# code. Torch-free: it imports each block's torch-free half only (docs/blocks.md).
-# --------------------------------------------------------------------------------------------------
-
+# `olmoablate blocks`: the bundled and installed blocks with what a spec may set (torch-free).
 
 def blocks_command(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
@@ -484,7 +448,6 @@ def blocks_command(
     A variant combines blocks by name: `variants: {x: {<block>: {<option>: value}}}`; a block in
     your own code is named `module:attr` instead. How to add one: docs/blocks.md.
     """
-
     rows = []
     for name in known_names():
         block = get_block(name, where="blocks")
@@ -512,7 +475,6 @@ def blocks_command(
         typer.echo(json.dumps(rows, indent=2))
         return
     from rich.table import Table
-
 
     table = Table("block", "from", "options (default)", "cannot combine with", "decode")
     for r in rows:

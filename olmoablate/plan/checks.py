@@ -26,29 +26,9 @@ from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
 
-# --------------------------------------------------------------------------------------------------
-# Downstream-task availability, checked at `validate` time without importing olmo_eval or torch.
-#
-# Why: a spec that asks for `hellaswag` must fail in CI when the task name is misspelled or the
-# tokenizer is missing — not after hours of training. Importing `olmo_eval` would import torch,
-# which `validate` must not do, so the task list is read from the installed package's source with
-# `ast` (its `LABEL_TO_TASK_MAP_*` dict literals); where the `eval` extra is not installed (a light
-# CI install: .github/workflows/validate-specs.yml) the names are checked against the list shipped
-# for the pinned ai2-olmo-eval (`olmo_eval_tasks.json`, refreshed by scripts/refresh-eval-tasks.py;
-# tests/plan/test_checks_downstream.py checks it against the real package). The shipped list also holds
-# each task's metric type, which names the metric suffixes a gate may use.
-# --------------------------------------------------------------------------------------------------
-
-
-_REPO = Path(__file__).resolve().parent.parent.parent
-
-
-def fix_extra_command() -> str:
-    """The one command that installs the eval extra (source checkout or installed package)."""
-    if (_REPO / "pyproject.toml").is_file() and (_REPO / "olmoablate").is_dir():
-        return f"cd {_REPO} && .venv/bin/pip install -e '.[eval]'"
-    return "pip install 'olmoablate[eval]'"
-
+# Downstream-task names, checked at `validate` time without importing olmo_eval (it imports torch):
+# read from the installed package's source with `ast`, else the list shipped for the pinned version
+# (olmo_eval_tasks.json, refreshed by scripts/refresh-eval-tasks.py), which also holds metric types.
 
 FIX_TOKENIZER = "bash scripts/prepare-data.sh"
 
@@ -128,21 +108,9 @@ def known_tasks() -> frozenset[str]:
     return installed if installed is not None else frozenset(shipped()[1])
 
 
-def task_source() -> str:
-    """Where :func:`known_tasks` came from, for `plan`'s output."""
-    if installed_tasks() is not None:
-        return "the installed ai2-olmo-eval"
-    return f"the task list shipped for ai2-olmo-eval {shipped()[0]} (the eval extra is not installed here; training needs it)"
-
-
 def metric_type(task: str) -> str | None:
     """The task's ai2-olmo-eval metric type (acc, len_norm, bpb, ...) per the shipped list."""
     return shipped()[1].get(task)
-
-
-def tokenizer_file() -> Path:
-    """The vendored dolma2 tokenizer.json (`olmoablate.plan.sizes.dolma2_tokenizer_file`)."""
-    return dolma2_tokenizer_file()
 
 
 def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
@@ -158,16 +126,18 @@ def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
             out.append(
                 (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
             )
-    if not tokenizer_file().is_file():
+    if not dolma2_tokenizer_file().is_file():
         out.append(
             (
                 None,
-                f"downstream tasks need the dolma2 tokenizer file {tokenizer_file()} (fix: {FIX_TOKENIZER})",
+                f"downstream tasks need the dolma2 tokenizer file {dolma2_tokenizer_file()} "
+                f"(fix: {FIX_TOKENIZER})",
             )
         )
     return out
 
 
+#: A field's path in a spec (keys and list indices).
 Path_ = tuple[str | int, ...]
 
 
@@ -237,7 +207,6 @@ def check_execution(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]
 def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
     """Each block's own check at this size (``Block.check_size``), e.g. a loop body deeper
     than the size."""
-
     for name, arch in spec.variants.items():
         if arch.sizes is not None and dims.name not in arch.sizes:
             continue
@@ -319,7 +288,6 @@ def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
 
     Any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file.
     """
-
     for st in per_size.values():
         for index, message in problems(st.evaluation.downstream):
             path: Path_ = (
@@ -343,22 +311,9 @@ def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) 
         )
 
 
-# --------------------------------------------------------------------------------------------------
-# Paths in a spec: relative ones resolve against the spec file's folder, packaged files by name,
-# and every data/eval path is checked (`${VAR}` expanded when set, remote URLs by their form).
-#
-# Why the spec's folder: `olmoablate plan specs/demo.yaml` must mean the same files whether it is
-# run from the checkout, from `specs/` or from a CI runner's home; the working directory is an
-# accident of where the user stands. A spec written for the old rule (relative to the working
-# directory) still works: when the spec-relative file does not exist but the cwd-relative one does,
-# that one is used and a warning names the spelling that works from anywhere. The plan records the
-# resolved absolute path, so later stages never depend on the working directory either. Paths
-# holding ``$`` are kept as written (expanded by the job, on the cluster, where the variable is
-# set); URLs are kept as written.
-# --------------------------------------------------------------------------------------------------
-
-
-Path_ = tuple[str | int, ...]
+# Paths in a spec resolve against the spec file's folder, not the working directory (an accident of
+# where the user stands); a spec written for the old cwd rule still works, with a warning. `$VAR`
+# paths and URLs are kept as written (expanded by the job, where the variable is set).
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 _VAR = re.compile(r"\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)")

@@ -78,7 +78,7 @@ def _run_entry(
     optimizer["betas"] = list(optimizer["betas"])
     tokens = steps * t.global_batch_size
     # The spec's section as validated, with what `plan` resolves for this arm (the field list is
-    # the model's: contract/resolved.py's RunTraining, derived from the spec's Training).
+    # the model's: plan/resolved.py's RunTraining, derived from the spec's Training).
     training = {
         **t.model_dump(),
         "tokens": tokens,
@@ -148,7 +148,7 @@ def _run_entry(
 def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
     """Every run and pair of the spec, with costs and certificates. Raises PairingError.
 
-    The document is validated as a contract :class:`Plan` here, so `plan` can never write a
+    The document is validated as a :class:`Plan` here, so `plan` can never write a
     plan.json that a later stage would reject.
     """
     spec = ls.spec

@@ -107,15 +107,8 @@ def compare_plans(a: tuple[str, Plan], b: tuple[str, Plan]) -> list[Comparison]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# `olmoablate explain A B`: what makes two runs, or the runs of two plans, different runs.
-#
-# A and B are each a run (``results/<spec>/runs/<id>`` or ``SPEC:RUN_ID``), a results folder or
-# plan.json (the plan as recorded), or a spec file (expanded and identified now, as `plan` would:
-# so ``explain spec.yaml results/<spec>`` shows what changed since the plan was made). Login-node
-# command: no torch, no pandas.
-# --------------------------------------------------------------------------------------------------
-
+# `olmoablate explain A B`: why two runs (or the runs of two plans) are different runs. A and B
+# are each a run, a results folder, plan.json, or a spec file (expanded and identified now).
 
 if TYPE_CHECKING:  # pydantic models and the store load when the command runs (fast --help)
     from olmoablate.plan.planfile import Plan
@@ -175,7 +168,6 @@ def explain_command(
     """Field-by-field difference of run identities: why a run is not reused, what differs.
 
     Exit 0 when every compared pair of runs has the same identity, 1 when some differ."""
-
     la, pa, ra = resolve(a, results_root)
     lb, pb, rb = resolve(b, results_root)
     if (ra is None) != (rb is None):

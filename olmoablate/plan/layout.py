@@ -43,7 +43,7 @@ from olmoablate.io import (
     read_json,
 )
 from olmoablate.plan.identity import is_run_place
-from olmoablate.plan.names import (  # noqa: E402,F401
+from olmoablate.plan.names import (
     FINGERPRINTS_FILE,
     IDENTITY_FILE,
     LEDGER_FILE,
@@ -86,7 +86,7 @@ class RunDir:
 
     @property
     def metrics_copy(self) -> Path:
-        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (contract.columnar)."""
+        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (run/columnar.py)."""
         return self.path / METRICS_COPY_FILE
 
     @property
@@ -101,7 +101,7 @@ class RunDir:
 
     @property
     def proof(self) -> Path:
-        """proof.json: what the job proved before its first step (contract/proof.py)."""
+        """proof.json: what the job proved before its first step (run/proof.py)."""
         return self.path / PROOF_FILE
 
     @property
@@ -290,14 +290,7 @@ def _read_object(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-# --------------------------------------------------------------------------------------------------
-# Command-line options every command shares, defined once (the results root and its aliases).
-#
-# A layer of its own just above the contract (it names the contract's results-root constants);
-# typer only: the command modules name these at import time, so nothing here may load
-# pydantic or the contract's models (``--help`` start-up).
-# --------------------------------------------------------------------------------------------------
-
+# Command-line options every command shares, defined once.
 
 #: ``--results-root DIR`` (alias ``--store``; default ``$OLMOABLATE_RESULTS_ROOT`` or results).
 RootOpt = Annotated[
@@ -312,16 +305,8 @@ RootOpt = Annotated[
     ),
 ]
 
-__all__ = ["RESULTS_ROOT", "RootOpt"]
-
-
-# --------------------------------------------------------------------------------------------------
-# Shell completion of SPEC arguments and run ids (``olmoablate --install-completion``).
-#
-# Why cheap: the shell runs the program on every TAB, so these read directory listings and one
-# plan.json as plain JSON, never the contract models (no pydantic import on a keystroke).
-# --------------------------------------------------------------------------------------------------
-
+# Shell completion of SPEC arguments and run ids: the shell runs the program on every TAB, so these
+# read directory listings and plan.json as plain JSON, never the models.
 
 _SUFFIXES = (".yaml", ".yml")
 

@@ -26,6 +26,7 @@ from olmoablate.plan import checks as spec_paths
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as datacheck
 from olmoablate.plan.checks import (
+    Path_,
     check_architectures,
     check_batch,
     check_budget,
@@ -37,25 +38,10 @@ from olmoablate.plan.checks import (
 )
 from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
 
-# --------------------------------------------------------------------------------------------------
-# `--set a.b.c=value`: change one field of a spec from the command line, and the YAML numbers.
-#
-# Why in the contract: `plan` applies the overrides, `submit --set` checks a plan's identity with
-# them and the report re-applies them to the spec file when it checks the pre-registered gate, so
-# what an override means is defined once. Why overrides rather than editing YAML: a smoke test or a sweep point should not need a copied spec
-# (OLMo-core scripts take ``--a.b=c`` dotlists, NeMo-Run ``a.b=1``, Hydra ``+a.b=c``). An override
-# is applied to the parsed document before validation, so it is checked exactly like the file
-# (its problems name the override), and it is part of the spec's identity: :func:`spec_sha256`
-# hashes the file's bytes and then every override in order, so a plan made with ``--set`` can never
-# pass for the plain file's plan (pre-registration), and plan.json records the overrides.
-#
-# The value is read as YAML (``3e-4``, ``true``, ``[1, 2]``, ``{1B: 4, default: 2}``) with the
-# numbers of :func:`loader_class`: YAML 1.1 reads ``3e-4`` (no dot, or no exponent sign) as a
-# string, YAML 1.2 and OmegaConf read a float; specs follow the users' expectation.
-# --------------------------------------------------------------------------------------------------
-
-
-Path_ = tuple[str | int, ...]
+# `--set a.b.c=value` overrides, defined here once for `plan`, `submit --set` and the report's
+# pre-registration check. An override is applied to the parsed document before validation (checked
+# like the file) and is part of the spec's identity (:func:`spec_sha256`). Values are YAML with
+# YAML 1.2 exponent floats (``3e-4`` is a float, as users expect).
 
 #: Floats YAML 1.1 leaves as strings: an exponent without a dot or without a sign (``3e-4``,
 #: ``1e5``, ``1.0e5``). Integers and YAML 1.1 floats are matched by PyYAML's own resolvers first.
@@ -74,7 +60,6 @@ def loader_class() -> type:
 def parse_value(text: str) -> Any:
     """One override's value as YAML (an empty value is null), within the limits every spec is
     parsed with (olmoablate.io: size, nesting, alias expansion; an InputLimitError)."""
-
     return compose_yaml_bounded(text, loader_class())[1]
 
 
@@ -171,9 +156,6 @@ def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:
     return h.hexdigest()
 
 
-Path_ = tuple[str | int, ...]
-
-
 @dataclass(frozen=True)
 class Problem:
     file: str
@@ -228,11 +210,7 @@ class LoadedSpec:
         )
 
 
-# ----------------------------------------------------------------------------------------------
-# YAML with positions
-# ----------------------------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- yaml with positions
 class _LineMap:
     """Maps a field path to the 1-based line where it (or its closest existing parent) is written."""
 
@@ -326,7 +304,6 @@ def _allowed_fields(model: type | None, loc: tuple[Any, ...]) -> list[str]:
 
 def _model_in(annotation: Any) -> Any:
     """The BaseModel class inside ``X | None`` / ``dict[str, X]`` / ``list[X]`` annotations."""
-
     from pydantic import BaseModel
 
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -338,11 +315,7 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-# ----------------------------------------------------------------------------------------------
-# Per-size values
-# ----------------------------------------------------------------------------------------------
-
-
+# --------------------------------------------------------------------------------- per-size values
 #: A key that reads as a size (``307M``, ``1.5B``): in a per-size mapping, a misspelled size.
 _SIZE_LIKE = re.compile(r"[0-9]+(\.[0-9]+)?[KMBT]")
 
@@ -407,11 +380,7 @@ def _resolve(
     return value
 
 
-# ----------------------------------------------------------------------------------------------
-# Loading
-# ----------------------------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------------------- loading
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
     """Parse and fully validate one spec file, with ``--set`` ``overrides`` applied (in order).
 

@@ -149,22 +149,12 @@ def gate_metrics(lm_sets: list[str]) -> set[str]:
     return names
 
 
-# --------------------------------------------------------------------------------------------------
-# The loss-spike rule, shared by the training job (which stops on it) and the report (which counts).
-#
-# A step's train loss is a spike when the previous ``window`` losses are known and the loss is both
-# ``factor`` standard deviations above their mean *and* at least ``min_relative_jump`` above it
-# (relative). Why both: a pure ``mean + 3·std`` rule fires on ordinary noise about once per 750
-# steps (0.13 % for Gaussian noise), so a healthy 100k-step run would "spike" a hundred times; the
-# relative floor keeps only jumps a person would call a spike. Non-finite losses are never part of
-# the window (they are handled as divergence, not spikes).
-#
-# One implementation in two forms — streaming for the job, vectorised for the report — and a test
-# checks they agree point for point.
-# --------------------------------------------------------------------------------------------------
+# The loss-spike rule, shared by the job (which stops on it) and the report (which counts): a loss
+# ``factor`` std above the mean of the previous ``window`` *and* ``min_relative_jump`` above it
+# (mean + 3·std alone fires on Gaussian noise every ~750 steps). Non-finite losses are divergence,
+# never in the window. Streaming and vectorised forms; a test checks they agree point for point.
 
-
-#: The rule's defaults, defined only here: the spec's ``training.stability`` (contract/schema.py),
+#: The rule's defaults, defined only here: the spec's ``training.stability`` (plan/schema.py),
 #: the training job's StabilityCallback and the report's loss_spikes all import them.
 DEFAULT_WINDOW = 50
 DEFAULT_FACTOR = 3.0

@@ -55,16 +55,8 @@ REUSED_FILE = "reused.json"
 MANIFEST_FILE = "manifest.json"
 
 
-# --------------------------------------------------------------------------------------------------
-# The run states and the run files' timestamp format, defined once (no pydantic: `status`,
-# `--help` and the CLI's modules import these at start-up; the typed files that use them are
-# :mod:`olmoablate.run.files`).
-#
-# Why one vocabulary: launch, the training job, the store, `watch` and the report all decide from
-# a run's state; spelled out by hand in each (six copies in four files, before), a new state or a
-# renamed one drifted. Every stage compares against the members and groups below.
-# --------------------------------------------------------------------------------------------------
-
+# The run states and the run files' timestamp format: one vocabulary every stage decides from
+# (no pydantic: imported at start-up; the typed files are :mod:`olmoablate.run.files`).
 
 class RunState(enum.StrEnum):
     """Every state a run is in, wherever it is recorded (status.json, ledger.json, `status`).
@@ -160,12 +152,7 @@ def parse_time(value: Any) -> datetime.datetime | None:
     return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
 
 
-# --------------------------------------------------------------------------------------------------
-# Where results folders live by default: the one name of the default and of its environment
-# variable. Plain constants (no pydantic), so the CLI's command modules can name them at import
-# time without slowing `--help`; `olmoablate.plan.layout` re-exports them.
-# --------------------------------------------------------------------------------------------------
-
+# Where results folders live by default (plain constants: the command modules name them at import).
 
 RESULTS_ROOT = Path("results")
 #: Environment variable every command reads as its --results-root default.

@@ -1,22 +1,12 @@
 """The plan as typed models: what `plan` writes to ``results/<spec>/plan.json`` and every later
 stage reads.
 
-Why typed: launch, train and report each used to re-read the plan's dicts by hand and retype the
-spec's defaults with ``.get(key, default)``; the copies drifted (``max_num_timeout: 0`` became 3,
-a ``signal_delay_s`` fallback of 90 against the schema's 120). Here a plan is validated once, by
-:meth:`Plan.load`, and a stage reads attributes. The plan records *concrete* values (the spec's
-defaults already applied), so the plan-only models have no defaults at all: a missing field is a
-one-line error naming the file and the field, never a silent fallback. Sections the plan copies
-verbatim from the spec reuse the spec's models (``Optimizer``, ``Evaluation``, ``Topology``,
-``Gate``, ...); the resolved ones (``training``, ``slurm``) are derived from them by
-:mod:`olmoablate.plan.resolved`; so every field's type and default lives in
-:mod:`olmoablate.plan.schema` only.
-
-One source of truth per fact: the gate is stored once, in ``gates`` (format 2); format 1, which
-also held the first gate at the top level, is read through :mod:`olmoablate.plan.planfile`.
-Apart from that, the JSON form is the one the previous release wrote: field order, keys and values
-round-trip (:meth:`Plan.as_json`), so certificates and pre-registration hashes of existing
-results folders still match.
+Why typed: stages that re-read the plan's dicts by hand retyped the spec's defaults, and the copies
+drifted (``max_num_timeout: 0`` became 3). A plan is validated once, by :meth:`Plan.load`, and
+records *concrete* values, so the plan-only models have no defaults: a missing field is a one-line
+error, never a silent fallback. Sections copied from the spec reuse the spec's models; the resolved
+ones (``training``, ``slurm``) are :mod:`olmoablate.plan.resolved`'s. The JSON form round-trips
+(:meth:`Plan.as_json`), so certificates and pre-registration hashes of existing results still match.
 """
 
 from __future__ import annotations
@@ -53,16 +43,8 @@ from olmoablate.plan.resolved import PlanModel, RunSlurm, RunTraining
 from olmoablate.plan.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
 from olmoablate.plan.sizes import SizeDims
 
-# --------------------------------------------------------------------------------------------------
-# Reading plan.json documents written by earlier versions, and naming what is wrong in one.
-#
-# Why apart from the models: the models describe the current format (``PLAN_SCHEMA``); this module
-# is the reader's tolerance for older files — a plan from before several gates and A/A runs existed,
-# or one of format 1 that held its (first) gate twice, still loads — and the part of an error
-# message that names the run (by id, not by its index in ``runs``), so a user on a cluster knows
-# which entry to look at. An upgraded plan is the current format in memory (and when written).
-# --------------------------------------------------------------------------------------------------
-
+# Reading plan.json documents of earlier formats (upgraded in memory to the current one), and
+# naming a run by its id, not its index, in an error message.
 
 #: plan.json format version. 1: the first release's format (the first gate held twice, at the top
 #: level as ``gate``/``gate_sha256``/``gate_raw_sha256`` and as ``gates[0]``); 2: every gate once,

@@ -23,15 +23,8 @@ from olmoablate.plan.blocks import known_names
 from olmoablate.plan.gate import Budget, Gate
 from olmoablate.plan.metrics import DEFAULT_FACTOR, DEFAULT_MIN_RELATIVE_JUMP, DEFAULT_WINDOW
 
-# --------------------------------------------------------------------------------------------------
-# Where and how a run executes: the spec's ``topology`` and ``slurm`` sections.
-#
-# Why its own module: the launcher renders these into sbatch/submitit settings, the training job
-# into OLMo-core's parallelism and precision, and the accounting into GPU-hours; each default
-# (GPU data workers, metrics interval, requeue count, signal lead time) is defined here once and
-# every stage reads it through the plan.
-# --------------------------------------------------------------------------------------------------
-
+# Where and how a run executes (``topology``, ``slurm``): each default is defined here once and the
+# launcher, the job and the accounting read it through the plan.
 
 #: Execution settings resolved from the topology when the spec leaves them out, following
 #: OLMo-core's official OLMo 3 scripts on GPU (docs/gpu-settings.md names the source of each) and
@@ -155,11 +148,7 @@ OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
     "code-fresh-ppl-validation",
 )
 
-# ----------------------------------------------------------------------------------------------
-# Sizes
-# ----------------------------------------------------------------------------------------------
-
-
+# ------------------------------------------------------------------------------------------- sizes
 class CustomSize(Strict):
     """A size defined in the spec (for CPU work). Same fields as `olmoablate.plan.sizes.SizeDims`."""
 
@@ -185,11 +174,7 @@ class CustomSize(Strict):
         return self
 
 
-# ----------------------------------------------------------------------------------------------
-# Training (validated per size)
-# ----------------------------------------------------------------------------------------------
-
-
+# ------------------------------------------------------------------- training (validated per size)
 class Optimizer(Strict):
     name: Literal["adamw", "skip_step_adamw"] = "adamw"
     lr: float = Field(gt=0)
@@ -231,7 +216,7 @@ class Data(Strict):
     mix: str | None = None
     root: str | None = None
     #: ``dolma2`` (real runs) or a path to a Hugging Face ``tokenizer.json`` (small-vocab CPU
-    #: work); vocab size, EOS and PAD are read from it at validate (contract/tokens.py).
+    #: work); vocab size, EOS and PAD are read from it at validate (plan/tokens.py).
     tokenizer: str = Field("dolma2", min_length=1)
     eos_token_id: NonNegInt | None = None
     pad_token_id: NonNegInt | None = None
@@ -374,10 +359,7 @@ class Evaluation(Strict):
         return v
 
 
-# ----------------------------------------------------------------------------------------------
-# The spec
-# ----------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------------------------------- the spec
 #: Sections whose leaf values may be given per size (``{1B: ..., 3B: ..., default: ...}``).
 PER_SIZE_SECTIONS: dict[str, type[Strict]] = {
     "training": Training,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 #: OLMo 3 attention cycle: three sliding-window layers, then one full-attention layer; the last
 #: layer is always full. Looped bodies must be a whole number of cycles. (Pure Python here so
-#: `--help` never imports pydantic; contract.arch reuses it.)
+#: `--help` never imports pydantic; plan.arch reuses it.)
 ATTENTION_CYCLE = 4
 
 #: dolma2 tokenizer (OLMo 2/3): 100278 ids, padded to a multiple of 128 for the embedding.
@@ -136,15 +136,8 @@ def resolve(size: str | dict[str, int] | SizeDims, vocab_size: int | None = None
     return custom(str(dims.pop("name", "custom")), dims)
 
 
-# --------------------------------------------------------------------------------------------------
-# GPU memory by model name: what `validate`/`plan` compare a run's per-device estimate with.
-#
-# Why a table: a login node has no GPU to ask, and a cluster names its GPUs in Slurm constraints
-# (``h100``, ``a100-80gb``). The spec may state the memory itself (``topology.gpu_memory_gb``);
-# otherwise it comes from ``slurm.constraint``, then ``topology.gpu_type``. A bare ``a100`` is
-# taken as the 40 GB part (the smaller, so a plan that fits there fits both).
-# --------------------------------------------------------------------------------------------------
-
+# GPU memory by model name (a login node has no GPU to ask): ``topology.gpu_memory_gb``, else
+# ``slurm.constraint``, else ``topology.gpu_type``; a bare ``a100`` is the 40 GB part (the smaller).
 
 #: Usable memory per device in GB (the vendor's HBM size; lowercase names as in constraints).
 GPU_MEMORY_GB: dict[str, float] = {

@@ -1,10 +1,9 @@
 """The run store: a results root shared by several specs, and the identities that let them share runs.
 
-Owns: computing each planned run's identity (:mod:`.identify`, with token files named by content:
-:mod:`.fingerprint`), finding a run of another spec with the same identity (:mod:`.index`), and
-explaining why two runs are not the same (:mod:`.explain`). The hashing rules themselves are in
-:mod:`olmoablate.plan.identity`; the lease that stops two `submit`s from training one
-identity twice is run state's (:mod:`olmoablate.run.state`). Login-node light: no torch, no pandas.
+Each planned run's identity (token files named by content) and finding a run of another spec with
+the same identity; the hashing rules are :mod:`olmoablate.plan.identity`'s, why two runs differ
+:mod:`olmoablate.plan.explain`'s, the lease against training one identity twice
+:mod:`olmoablate.run.submit`'s.
 
 ::
 
@@ -28,9 +27,10 @@ from olmoablate.errors import UserError
 from olmoablate.io import read_json, sha256_file, user_cache_get, user_cache_put
 from olmoablate.plan import identity as ident
 from olmoablate.plan.identity import PlanIdentity, short
-from olmoablate.plan.layout import PLAN_FILE, ResultsDir, RunDir
+from olmoablate.plan.layout import ResultsDir, RunDir
 from olmoablate.plan.names import (
     IDENTITY_FILE,
+    PLAN_FILE,
     RESULTS_ROOT,
     RESULTS_ROOT_ENV,
     REUSABLE_STATES,
@@ -45,20 +45,9 @@ def default_store() -> str:
     return os.environ.get(RESULTS_ROOT_ENV) or str(RESULTS_ROOT)
 
 
-# --------------------------------------------------------------------------------------------------
-# Token files named by what they hold: a content fingerprint, cached per (path, size, mtime).
-#
-# Why not the path: the same file under another mount, a symlink or a copy trains the very same
-# numbers, and a path of one machine must never make two identical runs look different (Marin's
-# users hit exactly that with region bucket paths). Why not always the whole file's sha256: a 1B
-# run's token files are hundreds of GB, and `plan` must stay a login-node command. Files up to
-# :data:`FULL_HASH_BYTES` are hashed whole; larger ones by their size and :data:`SAMPLES` blocks of
-# 1 MiB spread evenly over the file (the first and the last included), and say so in the prefix.
-# A path that is not a local file (a URL, a file made later on the cluster) has no fingerprint:
-# it is named by where the job will read it (``$VAR`` expanded, relative to the plan's workdir:
-# :func:`name_of`), so it never matches different data by accident.
-# --------------------------------------------------------------------------------------------------
-
+# Token files named by content, not path (the same file under another mount trains the same
+# numbers): hashed whole up to FULL_HASH_BYTES, else by size and SAMPLES 1 MiB blocks (first and
+# last included) so `plan` stays fast; a path that is not a local file is named by where it is read.
 
 FULL_HASH_BYTES = 1 << 28
 SAMPLES = 64
@@ -121,15 +110,7 @@ def fingerprint(path: str, workdir: str | Path = ".") -> str | None:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# Each planned run's identity: its payload's hash, with the data fingerprinted at plan time.
-#
-# Why at plan time: the identity is what `plan` compares across specs to reuse a run, and what the
-# job and the report compare later; it must be recorded once, in plan.json, from the files as they
-# are when the plan is made (a file replaced later is caught by the fingerprints of the data each
-# step trained on, which the report compares across the arms of every pair).
-# --------------------------------------------------------------------------------------------------
-
+# Each planned run's identity, recorded in plan.json from the data files as they are at plan time.
 
 def data_paths(run: dict[str, Any]) -> list[str]:
     """Every data path of one run entry (token files, then eval files), as written."""
@@ -179,19 +160,9 @@ def identify(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Is the run another spec lends still the identity this spec expects? One check for every stage.
-#
-# Why a check at all: a reuse is recorded as a place (``<spec>/runs/<id>``, by `plan` in plan.json
-# or by `submit` in reused.json), and what trains at a place can change after the reuse was
-# recorded: the owner spec is re-planned (``--replan`` keeps the run folders) or its token file is
-# rewritten in place (same spec, so no re-plan guard), and the same run id then means another
-# identity. The owner's folder holds ``identity.json`` (what `submit` sent it to train) and its
-# plan.json the identity it stands for now; a run is lent only while both equal the borrower's.
-# `plan` (:mod:`.index`), `submit`'s lease and `status` (`olmoablate.run`) and the report all
-# ask here, so a moved owner is never taken as the borrower's run by any of them.
-# --------------------------------------------------------------------------------------------------
-
+# Is the run another spec lends still the identity this spec expects? Its owner may have been
+# re-planned or its data rewritten in place since the reuse was recorded; `plan`, `submit`, `status`
+# and the report all ask here, so a moved owner is never taken for the borrower's run.
 
 def recorded_identity(run_dir: Path) -> str | None:
     """The identity ``run_dir`` was sent to train (its identity.json; None: none recorded)."""
@@ -229,18 +200,8 @@ def owner_problem(
     return None
 
 
-# --------------------------------------------------------------------------------------------------
-# Find, across the specs of a store, a run with the same identity as one of a new plan's.
-#
-# Why only runs that exist (completed, running, queued): a run another spec merely planned may
-# never be trained; reusing it would leave this spec waiting on nothing. Two specs planned before
-# either is submitted each plan their own run; their `submit`s then share it through the store's
-# lease (:mod:`olmoablate.run.state`). A run that is itself reused points at its owner, which is
-# what is recorded (never a chain). A run whose identity.json names another identity than its
-# plan now does (the spec was re-planned, or its data rewritten in place) is not that identity's
-# run (:mod:`.owner`). Reads only plan.json, status.json and identity.json files under the store.
-# --------------------------------------------------------------------------------------------------
-
+# Find, across the specs of a store, an existing run (completed, running, queued) with the same
+# identity: a run merely planned elsewhere may never train. Reuse points at the owner, never a chain.
 
 #: Own states (status.json) of a run another spec may reuse: it exists and is not abandoned.
 
@@ -311,13 +272,7 @@ def with_reuse(identity: PlanIdentity, reuse: dict[str, StoredRun]) -> PlanIdent
     return identity.model_copy(update={"reused": {rid: r.where for rid, r in reuse.items()}})
 
 
-# --------------------------------------------------------------------------------------------------
-# What `plan` adds for the store: the plan's identities, the runs it reuses, and how to say so.
-#
-# Why apart from spec/expand.py: expanding a spec is pure (validate runs it in CI, with no data);
-# identifying the runs reads the data files (fingerprints) and the other specs of the store.
-# --------------------------------------------------------------------------------------------------
-
+# What `plan` adds for the store (expand is pure; this reads the data and the other specs).
 
 def attach_identity(plan: Plan, store: str | Path, workdir: str | Path | None = None) -> Plan:
     """``plan`` with its ``identity`` section: every run's identity, and the runs of other specs

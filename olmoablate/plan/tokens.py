@@ -4,12 +4,8 @@ Why here: a token file written with another tokenizer or dtype trains without co
 garbage ids (or crashes hours later in an embedding lookup), and an eval set smaller than one
 batch gives NaN. Both are cheap to detect from the files themselves, so `validate`/`plan` do it.
 
-* :func:`tokenizer_info` — vocab size, EOS and PAD of ``data.tokenizer`` (``dolma2`` or a path to
-  a Hugging Face ``tokenizer.json``, read as plain JSON: no ``tokenizers``/torch import).
-* :func:`scan_token_file` — dtype (the one OLMo-core infers from ``vocab_size``), largest id,
-  document count, eval sequences and unigram counts of one local token file (numpy memmap).
-* :func:`eval_sequences` — how many sequences of at most ``sequence_length`` tokens the eval
-  dataset (`olmoablate.run.eval`) cuts a file into; the same rule, in one place.
+Tokenizers are read as plain JSON (no ``tokenizers``/torch import) and token files through a numpy
+memmap; :func:`eval_sequences` is the eval dataset's cutting rule, in one place.
 
 Only local files that exist are scanned (remote URLs and files made later on the cluster are
 checked by the job); files above :data:`FULL_SCAN_BYTES` are checked on their first
@@ -342,15 +338,8 @@ def unigram_entropy(train_counts: Any, heldout_counts: Any, vocab_size: int) -> 
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Per-size data checks of `validate`/`plan`: tokenizer ids, token files, eval sets that fill a batch.
-#
-# Called by `olmoablate.plan.load` once per size; returns problems as (path inside the resolved
-# per-size settings, message) so the loader can point at the spec line, plus the facts the plan
-# records for the report (:class:`EvalSetFacts`: tokens each eval point should score, held-out
-# unigram entropy).
-# --------------------------------------------------------------------------------------------------
-
+# Per-size data checks (called by load once per size): problems as (path in the resolved settings,
+# message), and the eval-set facts the plan records (:class:`EvalSetFacts`).
 
 Problems = list[tuple[tuple[str | int, ...], str]]
 

@@ -20,16 +20,8 @@ from olmoablate.plan.names import PLAN_FILE, RESULTS_ROOT
 from olmoablate.plan.planfile import Plan
 from olmoablate.plan.schema import Evaluation
 
-# --------------------------------------------------------------------------------------------------
-# What `plan` prints: the compact default view (one row per size and arm, the totals, the
-# budget), the wide tables (``--wide``), the evaluation protocol and the pre-registered gates.
-#
-# Why compact by default: the full table (one row per run with its certificate, one per pair naming what
-# differs) ran to ~290 columns for the shipped 1B/3B/7B spec; what a reader decides on before
-# spending is the cost of each arm, the totals per size and stage and whether they fit the budget.
-# ``plan --wide`` prints the full tables and ``--format json`` every number.
-# --------------------------------------------------------------------------------------------------
-
+# What `plan` prints: compact by default (one row per size and arm, totals, budget: what a reader
+# decides on; the full tables ran to ~290 columns), ``--wide`` the full tables, ``--format json`` all.
 
 def human(n: float) -> str:
     for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
@@ -107,19 +99,8 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
     console = make_console()
     reused = plan.identity.reused if plan.identity is not None else {}
     table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
-    for col in (
-        "run_id",
-        "pair",
-        "arm",
-        "params",
-        "non-emb",
-        "FLOPs/tok",
-        "tokens",
-        "steps",
-        "GPU-h",
-        "mem GB",
-        "certificate",
-    ):
+    for col in ("run_id", "pair", "arm", "params", "non-emb", "FLOPs/tok", "tokens", "steps",
+                "GPU-h", "mem GB", "certificate"):  # fmt: skip
         table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
     for r in plan.runs:
         table.add_row(
