@@ -1,4 +1,8 @@
-"""User-facing errors. The CLI turns these into one line each and exit code 2, never a traceback."""
+"""User-facing errors, and the strict pydantic base whose validation errors become them.
+
+The CLI turns a UserError into one line and exit code 2, never a traceback; every typed file
+(the spec, plan.json, the run files) validates through :class:`Strict`, so a problem in any of
+them is the same one line naming the file and the field."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Atomic file writes and small JSON helpers shared by every stage.
+"""Atomic file writes, bounded JSON/YAML reads and whole tables on the console, for every stage.
 
 Why: users interrupt commands, clusters kill jobs, and two `submit` calls can race. A reader must
 only ever see the old file or the new one, never half of one, so every write goes to a temporary

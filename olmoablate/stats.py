@@ -1,4 +1,5 @@
-"""Small statistics the gate needs: Student-t quantiles and confidence bounds, without scipy.
+"""The statistics the gate needs: Student-t and noncentral-t, Holm, MDE and seed counts, and the
+alpha-spending boundaries of seed stages (what `plan` prints and `report` decides with).
 
 Why not scipy: it is not a dependency of olmoablate (the report must run wherever results are
 copied, with the package's own requirements). The t CDF is the regularized incomplete beta

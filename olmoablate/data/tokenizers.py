@@ -1,4 +1,5 @@
-"""A small byte-level BPE for CPU-scale work, trained deterministically on the demo's train split.
+"""The tokenizers the demo's token files are written with: the vendored dolma2 tokenizer (real runs)
+and a small byte-level BPE for CPU-scale work, trained deterministically on the demo's train split.
 
 Why: with dolma2's 100k-entry head a d=64 model spends ~96% of its FLOPs and half its parameters
 in the LM head, so every architecture difference drowns. A 4,096-entry byte-level BPE trained on

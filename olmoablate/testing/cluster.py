@@ -1,5 +1,5 @@
 """Helpers shared by the launcher tests (tests/run/test_submit.py and the tests against the real local
-Slurm cluster, tests/test_slurm_*.py): the CLI with a return-code check, plans through the real
+Slurm cluster, tests/e2e/test_slurm_*.py): the CLI with a return-code check, plans through the real
 `plan` command, polling `status --json`, Slurm accounting, killing a job's training processes."""
 
 from __future__ import annotations
