@@ -38,11 +38,8 @@ def causal_pairs(seq_len: int, window: int | None) -> int:
 def attention_params(d: SizeDims) -> int:
     """q, k, v, o projections plus the full-width QK-norm weights (OLMo 3)."""
     hd = d.head_dim
-    return (
-        d.d_model * (d.n_heads + 2 * d.n_kv_heads) * hd
-        + d.n_heads * hd * d.d_model
-        + (d.n_heads * hd + d.n_kv_heads * hd)
-    )
+    qkvo = d.d_model * (d.n_heads + 2 * d.n_kv_heads) * hd + d.n_heads * hd * d.d_model
+    return qkvo + (d.n_heads * hd + d.n_kv_heads * hd)
 
 
 def mlp_params(d: SizeDims) -> int:
@@ -58,10 +55,6 @@ def embedding_params(d: SizeDims) -> int:
     return d.vocab_size * d.d_model
 
 
-def _arch(arch: ArchLike) -> Architecture:
-    return parse_architecture(arch)
-
-
 def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
     return [(get_block(key), opts) for key, opts in a.blocks.items()]
 
@@ -69,7 +62,7 @@ def _blocks(a: Architecture) -> list[tuple[Block, Any]]:
 def param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """Total parameters of the model `olmoablate.models.build_model(d, arch)` builds: OLMo 3's
     at the blocks' physical depth plus each block's ``extra_params``."""
-    a = _arch(arch)
+    a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     per_layer = attention_params(d) + mlp_params(d) + 2 * d.d_model  # + the two output norms
     total = embedding_params(d) + L * per_layer + head_params(d)
@@ -104,7 +97,7 @@ def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int
 def phase_at(arch: ArchLike, step: int) -> int | None:
     """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
     the loop count b), or None."""
-    for b, o in _blocks(_arch(arch)):
+    for b, o in _blocks(parse_architecture(arch)):
         p = b.phase_at(o, step)
         if p is not None:
             return p
@@ -148,7 +141,7 @@ def train_flops_per_token(
     layer application costs the OLMo 3 layer plus each block's ``layer_flops``; read-outs the
     LM head plus each block's ``head_flops``. ``loops``: the step-dependent phase in force
     (Looped: the loop count b; default: the final)."""
-    a = _arch(arch)
+    a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     adding = _adding(a)
     head = 6 * head_params(d) + sum(b.head_flops(o, d) for b, o in _blocks(a))
@@ -175,7 +168,7 @@ def flops_breakdown(
     d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None
 ) -> FlopsBreakdown:
     """:func:`train_flops_per_token` and the part of it a FLOP counter does not see."""
-    a = _arch(arch)
+    a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     base, seen = _layer_table(d, L, seq_len)
     adding = _adding(a)
@@ -225,7 +218,7 @@ def total_train_flops(
 ) -> int:
     """Training FLOPs of the whole run, summed over the architecture's phases (a loop
     curriculum's b per step)."""
-    a = _arch(arch)
+    a = parse_architecture(arch)
     return sum(
         train_flops_per_token(d, a, seq_len, phase) * tokens_per_step * n
         for phase, n in _phases(a, steps)
@@ -233,14 +226,10 @@ def total_train_flops(
 
 
 def steps_for_flops(
-    d: SizeDims,
-    arch: ArchLike,
-    seq_len: int,
-    tokens_per_step: int,
-    target_flops: int,
+    d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, target_flops: int
 ) -> int:
     """The step count whose training FLOPs come closest to ``target_flops`` (>= 1)."""
-    a = _arch(arch)
+    a = parse_architecture(arch)
     final = train_flops_per_token(d, a, seq_len) * tokens_per_step
     first = max(1, round(target_flops / final))
     if not _has_phases(a):
@@ -279,7 +268,7 @@ def memory_estimate_gb(
     Full activation checkpointing keeps each differentiated layer application's input (d values
     per token) and one layer's activations at a time (recomputed in backward).
     """
-    a = _arch(arch)
+    a = parse_architecture(arch)
     blocks = _blocks(a)
     P = param_count(d, a)
     shard = world_size if sharded else 1
@@ -314,7 +303,7 @@ def run_cost(
     assumed_mfu: float,
     activation_checkpointing: bool = False,
 ) -> RunCost:
-    arch = _arch(arch)  # validated once, not once per figure
+    arch = parse_architecture(arch)  # validated once, not once per figure
     total = total_train_flops(d, arch, seq_len, tokens_per_step, steps)
     tokens = tokens_per_step * steps
     peak, optim = memory_estimate_gb(

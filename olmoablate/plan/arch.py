@@ -221,14 +221,10 @@ def _combination_problem(keys: list[str]) -> str | None:
         for other, why in get_block(key).excludes.items():
             if other in keys:
                 return f"{other} cannot be combined with {key} ({why})"
-    unrolling = [k for k in keys if type(get_block(k)).unroll is not _base_unroll()]
+    unrolling = [k for k in keys if type(get_block(k)).unroll is not Block.unroll]
     if len(unrolling) > 1:
         return f"{unrolling[0]} cannot be combined with {unrolling[1]} (both change how layers are applied)"
     return None
-
-
-def _base_unroll() -> Any:
-    return Block.unroll
 
 
 def _value_error(loc: tuple[Any, ...], value: Any, msg: str) -> InitErrorDetails:
@@ -268,11 +264,7 @@ def parse_architecture(
 # hooks are exact (checked against OLMo-core and the built models in tests/plan/test_accounting.py).
 
 #: The modules the bundled blocks' code identity hashes (besides their torch halves below).
-_CONTRACT = (
-    "olmoablate.plan.arch",
-    "olmoablate.plan.arch",
-    "olmoablate.plan.blocks",
-)
+_CONTRACT = ("olmoablate.plan.arch", "olmoablate.plan.blocks")
 _MODELS = (
     "olmoablate.models.block_model",
     "olmoablate.models.bundled",

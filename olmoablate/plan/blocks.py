@@ -233,13 +233,9 @@ class Block:
         """(option, type, default) rows for ``olmoablate blocks``."""
         rows = []
         for name, info in self.Options.model_fields.items():
-            ann = type_name(info.annotation)
-            default = (
-                "required"
-                if info.is_required()
-                else repr(info.get_default(call_default_factory=True))
-            )
-            rows.append((name, ann, default))
+            required = info.is_required()
+            default = "required" if required else repr(info.get_default(call_default_factory=True))
+            rows.append((name, type_name(info.annotation), default))
         return rows
 
 
@@ -257,9 +253,8 @@ def load_ref(ref: str, where: str) -> Any:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (Exception, SystemExit) as err:  # the user's module may raise anything at import
-        raise UserError(
-            f"{where}: cannot load block {ref!r} ({type(err).__name__}: {err})"
-        ) from None
+        why = f"{type(err).__name__}: {err}"
+        raise UserError(f"{where}: cannot load block {ref!r} ({why})") from None
     return obj
 
 
@@ -329,9 +324,7 @@ def _module_files(module: str) -> list[Path]:
         roots = [Path(p) for p in spec.submodule_search_locations]
         if spec.origin is not None and not roots:
             roots = [Path(spec.origin).parent]
-        return sorted(
-            {p for r in roots for p in r.rglob("*.py") if "__pycache__" not in p.parts}
-        )
+        return sorted({p for r in roots for p in r.rglob("*.py") if "__pycache__" not in p.parts})
     return [Path(spec.origin)] if spec.origin is not None else []
 
 
@@ -367,8 +360,6 @@ def _common_parts(dirs: list[Path]) -> tuple[str, ...]:
 #: key -> (distribution, version) of the package a block was loaded from (None for a module
 #: reference); bundled blocks are olmoablate's own.
 _origins: dict[str, tuple[str | None, str | None]] = {}
-
-
 _files: dict[str, list[tuple[str, bytes]]] = {}
 
 
@@ -417,14 +408,11 @@ def code_changes(recorded: Mapping[str, Any] | None, architecture: Mapping[str, 
         if was is None:
             out.append(f"block {key!r}: no code identity in the plan")
         elif was.get("sha256") != now["sha256"] or was.get("version") != now["version"]:
+            version = was.get("version") != now["version"]
             out.append(
                 f"block {key!r} ({now['module']}) changed since plan: sha256 "
                 f"{str(was.get('sha256'))[:12]} -> {now['sha256'][:12]}"
-                + (
-                    f", version {was.get('version')} -> {now['version']}"
-                    if was.get("version") != now["version"]
-                    else ""
-                )
+                + (f", version {was.get('version')} -> {now['version']}" if version else "")
                 + f", loaded here from {_loaded_from(key)}"
             )
     return out
@@ -452,12 +440,11 @@ def blocks_command(
     for name in known_names():
         block = get_block(name, where="blocks")
         ident = code_identity(name)
+        dist = ident["distribution"]
         rows.append(
             {
                 "name": name,
-                "from": f"{ident['distribution']} {ident['version']}"
-                if ident["distribution"]
-                else ident["module"],
+                "from": f"{dist} {ident['version']}" if dist else ident["module"],
                 "module": ident["module"],
                 "summary": block.summary,
                 "options": [

@@ -123,17 +123,12 @@ def problems(tasks: list[str]) -> list[tuple[int | None, str]]:
         if task not in available:
             close = sorted(t for t in available if t.split("_")[0] == task.split("_")[0])[:8]
             hint = f"; similar: {', '.join(close)}" if close else ""
-            out.append(
-                (i, f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})")
-            )
-    if not dolma2_tokenizer_file().is_file():
-        out.append(
-            (
-                None,
-                f"downstream tasks need the dolma2 tokenizer file {dolma2_tokenizer_file()} "
-                f"(fix: {FIX_TOKENIZER})",
-            )
-        )
+            why = f"unknown downstream task {task!r} (not in olmo_eval's task list{hint})"
+            out.append((i, why))
+    tok = dolma2_tokenizer_file()
+    if not tok.is_file():
+        why = f"downstream tasks need the dolma2 tokenizer file {tok} (fix: {FIX_TOKENIZER})"
+        out.append((None, why))
     return out
 
 
@@ -222,33 +217,24 @@ def check_budget(spec: Spec, add: Any) -> None:
     cap = spec.budget.max_gpu_hours
     for key in cap if isinstance(cap, dict) else ():
         if key != "total" and key not in spec.sizes:
-            add(
-                ("budget", "max_gpu_hours", key),
-                f"unknown size key {key} (allowed: total, {', '.join(spec.sizes)})",
-            )
+            why = f"unknown size key {key} (allowed: total, {', '.join(spec.sizes)})"
+            add(("budget", "max_gpu_hours", key), why)
     for name in spec.budget.variants:
         if name not in spec.variants:
-            add(
-                ("budget", "variants", name),
-                f"unknown variant {name!r} (allowed: {', '.join(spec.variants)})",
-            )
+            why = f"unknown variant {name!r} (allowed: {', '.join(spec.variants)})"
+            add(("budget", "variants", name), why)
 
 
 def check_gate(
     spec: Spec, gate: Any, where: tuple[str | int, ...], per_size: dict[str, SizeSettings], add: Any
 ) -> None:
     """One gate block at field path ``where`` (``gate`` or ``gates.<name>``)."""
+    sizes = f"is not in sizes (allowed: {', '.join(spec.sizes)})"
     if gate.stage not in spec.sizes:
-        add(
-            (*where, "stage"),
-            f"stage size {gate.stage!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
-        )
+        add((*where, "stage"), f"stage size {gate.stage!r} {sizes}")
     for i, s in enumerate(gate.promote_to):
         if s not in spec.sizes:
-            add(
-                (*where, "promote_to", i),
-                f"size {s!r} is not in sizes (allowed: {', '.join(spec.sizes)})",
-            )
+            add((*where, "promote_to", i), f"size {s!r} {sizes}")
         elif s == gate.stage:
             add((*where, "promote_to", i), "cannot promote to the stage size itself")
     for key in ("variant", "reference"):
@@ -290,12 +276,7 @@ def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
     """
     for st in per_size.values():
         for index, message in problems(st.evaluation.downstream):
-            path: Path_ = (
-                ("evaluation", "downstream")
-                if index is None
-                else ("evaluation", "downstream", index)
-            )
-            add(path, message)
+            add(("evaluation", "downstream", *([] if index is None else [index])), message)
 
 
 def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:

@@ -170,12 +170,9 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                 match = spec.budget.variants.get(name, spec.budget.match)
                 steps = base_steps
                 if match == "flops":
+                    target = base["total_train_flops"]
                     steps = acc.steps_for_flops(
-                        ls.dims[size],
-                        arch,
-                        t.sequence_length,
-                        t.global_batch_size,
-                        base["total_train_flops"],
+                        ls.dims[size], arch, t.sequence_length, t.global_batch_size, target
                     )
                 var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps, memo)
                 runs.append(var)
@@ -218,7 +215,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
         "seeds": list(spec.seeds),
         "variants": {k: v.as_mapping() for k, v in spec.variants.items()},
         "budget": spec.budget.model_dump(),
-        # Every gate once, in `gates` (a `gate:` spec is the one-entry case). Per size: what each LM eval set holds (measured from its files at plan time), so the
+        # Per size: what each LM eval set holds (measured from its files at plan time), so the
         # report can check that every eval point scored the whole set.
         "eval_sets": ls.eval_sets,
         "gates": gates,

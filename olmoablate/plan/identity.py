@@ -122,13 +122,16 @@ def version_mismatch(
     ]
 
 
+def _at(node: Any, keys: list[str]) -> Any:
+    """The value at ``keys`` under ``node`` (None where a step is not a mapping or missing)."""
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
 def _pop(doc: dict[str, Any], dotted: str) -> None:
-    node: Any = doc
     *head, last = dotted.split(".")
-    for key in head:
-        node = node.get(key) if isinstance(node, dict) else None
-        if node is None:
-            return
+    node = _at(doc, head)
     if isinstance(node, dict):
         node.pop(last, None)
 
@@ -164,14 +167,10 @@ def payload(
 
 
 def _used(run: Mapping[str, Any], dotted: str) -> bool:
-    node: Any = run
-    for key in dotted.split("."):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return bool(node)
+    return bool(_at(run, dotted.split(".")))
 
 
 def identity_of(payload_doc: Mapping[str, Any]) -> str:
-    """sha256 of a payload (canonical JSON)."""
     return sha256_of(payload_doc)
 
 
@@ -219,11 +218,8 @@ def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
             out.extend(diff(a.get(key, "<absent>"), b.get(key, "<absent>"), path))
         return out
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and a != b:
-        return [
-            d
-            for i, (x, y) in enumerate(zip(a, b, strict=True))
-            for d in diff(x, y, f"{prefix}[{i}]")
-        ]
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in diff(x, y, f"{prefix}[{i}]")]
     return [] if a == b else [(prefix or "<payload>", a, b)]
 
 
@@ -281,11 +277,8 @@ ARM_KEYS: frozenset[str] = frozenset(ARCH_KEYS) | {
 
 
 def shared_settings(run: Mapping[str, Any], budget_match: str | None = None) -> dict[str, Any]:
-    """The part of a run entry that both arms of its pair must have identical.
-
-    ``budget_match`` is the pair's budget rule (default: the run's own ``budget_match``); under
-    ``"flops"`` the token budget and step count are allowed to differ and are left out.
-    """
+    """The part of a run entry that both arms of its pair must have identical. ``budget_match``:
+    the pair's budget rule (default: the run's own); ``"flops"`` leaves out the budget keys."""
     # Shallow copies only: hashing never mutates, and the budget keys are dropped from fresh
     # dicts along their path (the run entry itself is left untouched).
     shared = {k: v for k, v in run.items() if k not in ARM_KEYS}

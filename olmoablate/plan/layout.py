@@ -61,6 +61,17 @@ from olmoablate.plan.names import (
 from olmoablate.plan.planfile import Plan
 
 
+class _Under:
+    """A path of the layout: ``parts`` under a RunDir's ``path`` or a ResultsDir's ``root``."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, obj: RunDir | ResultsDir, owner: type) -> Path:
+        base = obj.path if isinstance(obj, RunDir) else obj.root
+        return base.joinpath(*self.parts)
+
+
 class RunDir:
     """``runs/<run_id>/``: what one training run writes (and `cancel` drops in)."""
 
@@ -74,70 +85,22 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    @property
-    def status(self) -> Path:
-        """status.json: state, step, attempts; written by the job, marked by launch."""
-        return self.path / STATUS_FILE
-
-    @property
-    def metrics(self) -> Path:
-        """metrics.jsonl: one JSON object per logged step (the source of truth)."""
-        return self.path / METRICS_FILE
-
-    @property
-    def metrics_copy(self) -> Path:
-        """metrics.arrow: the columnar copy of metrics.jsonl, its one cache (run/columnar.py)."""
-        return self.path / METRICS_COPY_FILE
-
-    @property
-    def fingerprints(self) -> Path:
-        """fingerprints.jsonl: per-step hashes of the data each step trained on."""
-        return self.path / FINGERPRINTS_FILE
-
-    @property
-    def summary(self) -> Path:
-        """summary.json: the run's measured costs (step time, memory, decode latency, ...)."""
-        return self.path / SUMMARY_FILE
-
-    @property
-    def proof(self) -> Path:
-        """proof.json: what the job proved before its first step (run/proof.py)."""
-        return self.path / PROOF_FILE
-
-    @property
-    def wandb(self) -> Path:
-        """wandb.json: the run's W&B id, project and URL."""
-        return self.path / WANDB_FILE
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
-
-    @property
-    def cache(self) -> Path:
-        """The job's scratch (OLMo-core's dataset work dir); safe to delete between attempts."""
-        return self.path / "cache"
-
-    @property
-    def wandb_dir(self) -> Path:
-        """W&B's own files (offline runs: ``wandb sync <wandb_dir>/wandb/offline-run-*``)."""
-        return self.path / "wandb"
-
-    @property
-    def cancel_marker(self) -> Path:
-        """Touched by `cancel`; the job stops at its next metrics step when it sees it."""
-        return self.path / ".cancel-requested"
-
-    @property
-    def identity(self) -> Path:
-        """identity.json: the run identity trained in this folder (written by `submit`)."""
-        return self.path / IDENTITY_FILE
-
-    @property
-    def reused(self) -> Path:
-        """reused.json: this run is trained by another spec of the store (``{"from": ...}``)."""
-        return self.path / REUSED_FILE
-
+    status = _Under(STATUS_FILE)  # state, step, attempts; written by the job, marked by launch
+    metrics = _Under(METRICS_FILE)  # one JSON object per logged step (the source of truth)
+    metrics_copy = _Under(METRICS_COPY_FILE)  # its one cache, columnar (run/columnar.py)
+    fingerprints = _Under(FINGERPRINTS_FILE)  # per-step hashes of the data each step trained on
+    summary = _Under(SUMMARY_FILE)  # the run's measured costs (step time, memory, decode latency)
+    proof = _Under(PROOF_FILE)  # what the job proved before its first step (run/proof.py)
+    wandb = _Under(WANDB_FILE)  # the run's W&B id, project and URL
+    checkpoints = _Under("checkpoints")
+    #: The job's scratch (OLMo-core's dataset work dir); safe to delete between attempts.
+    cache = _Under("cache")
+    #: W&B's own files (offline runs: ``wandb sync <wandb_dir>/wandb/offline-run-*``).
+    wandb_dir = _Under("wandb")
+    #: Touched by `cancel`; the job stops at its next metrics step when it sees it.
+    cancel_marker = _Under(".cancel-requested")
+    identity = _Under(IDENTITY_FILE)  # the run identity trained in this folder (by `submit`)
+    reused = _Under(REUSED_FILE)  # trained by another spec of the store (``{"from": ...}``)
 
 
 class ResultsDir:
@@ -159,35 +122,17 @@ class ResultsDir:
     def for_spec(cls, spec_name: str, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
         return cls(Path(results_root) / spec_name)
 
-    @property
-    def plan_path(self) -> Path:
-        return self.root / PLAN_FILE
+    plan_path = _Under(PLAN_FILE)
+    ledger = _Under(LEDGER_FILE)  # what `submit` launched (job ids, attempts): launch's record
+    submitit = _Under("submitit")
+    runs_dir = _Under("runs")
+    superseded = _Under("runs", ".superseded")
+    report_cache = _Under(".report-cache")
 
     @functools.cached_property
     def plan(self) -> Plan:
         """The validated plan (read once per object; a one-line error when it is missing)."""
         return Plan.load(self.plan_path)
-
-    @property
-    def ledger(self) -> Path:
-        """ledger.json: what `submit` launched (job ids, attempts) — launch's own record."""
-        return self.root / LEDGER_FILE
-
-    @property
-    def submitit(self) -> Path:
-        return self.root / "submitit"
-
-    @property
-    def runs_dir(self) -> Path:
-        return self.root / "runs"
-
-    @property
-    def superseded(self) -> Path:
-        return self.runs_dir / ".superseded"
-
-    @property
-    def report_cache(self) -> Path:
-        return self.root / ".report-cache"
 
     @property
     def store(self) -> Path:
@@ -243,17 +188,14 @@ def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) ->
     SPEC is a results folder (holding plan.json), a plan.json, another plan file of the spec
     (``next_plan.json``: its ``spec_name`` picks ``<results_root>/<spec_name>``), a spec file
     (its ``name:`` picks ``<results_root>/<name>``; the YAML is only read for that field) or a
-    spec name. Every
-    problem is a one-line :class:`UserError`.
+    spec name. Every problem is a one-line :class:`UserError`.
     """
     text = str(arg)
     path = Path(text)
     if path.is_dir():
         if (path / PLAN_FILE).is_file():
             return ResultsDir(path)
-        raise UserError(
-            f"{path}: no {PLAN_FILE} in this directory; run `olmoablate plan SPEC` first"
-        )
+        raise UserError(f"{path}: no {PLAN_FILE} in this directory; run `olmoablate plan SPEC` first")
     if path.is_file():
         if path.name == PLAN_FILE:
             return ResultsDir(path.parent)
@@ -334,13 +276,8 @@ def spec_candidates(incomplete: str, root: Path) -> list[str]:
         pass
     if "/" not in incomplete:
         try:
-            out.extend(
-                sorted(
-                    d.name
-                    for d in root.iterdir()
-                    if d.name.startswith(incomplete) and (d / PLAN_FILE).is_file()
-                )
-            )
+            found = (d for d in root.iterdir() if d.name.startswith(incomplete))
+            out.extend(sorted(d.name for d in found if (d / PLAN_FILE).is_file()))
         except OSError:
             pass
     return out

@@ -204,10 +204,15 @@ class LoadedSpec:
         """A Problem at ``path`` (a resolved per-size path when ``size`` is given)."""
         if size is not None:
             path = origin_of(path, self.origins.get(size, {}))
-        line = self.lines.line_of(path) if self.lines is not None else 1
-        return Problem(
-            str(self.path), line, _dotted(path), message, covering(path, self.override_paths)
-        )
+        return _problem(str(self.path), self.lines, path, message, self.override_paths)
+
+
+def _problem(
+    file: str, lines: _LineMap | None, path: Path_, message: str, overrides: dict[Path_, str]
+) -> Problem:
+    """The Problem at ``path``: its line, dotted field and the ``--set`` that wrote it, if any."""
+    line = lines.line_of(path) if lines is not None else 1
+    return Problem(file, line, _dotted(path), message, covering(path, overrides))
 
 
 # ----------------------------------------------------------------------------- yaml with positions
@@ -261,7 +266,6 @@ def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
         allowed = _allowed_fields(model, err.get("loc", ())[:-1])
         if not allowed:
             return "unknown field"
-
         loc = err.get("loc", ())
         close = difflib.get_close_matches(str(loc[-1]) if loc else "", allowed, n=1, cutoff=0.6)
         mean = f"did you mean {close[0]!r}? " if close else ""
@@ -342,13 +346,8 @@ def _resolve(
         keys = [str(k) for k in value]
         odd = [k for k in keys if k not in size_names and k != "default"]
         if set(keys) & size_names and all(_SIZE_LIKE.fullmatch(k) for k in odd):
-            for k in odd:
-                problems.append(
-                    (
-                        (*path, k),
-                        f"unknown size key {k} (allowed: {', '.join(sorted(size_names))}, default)",
-                    )
-                )
+            allowed = f"{', '.join(sorted(size_names))}, default"
+            problems.extend(((*path, k), f"unknown size key {k} (allowed: {allowed})") for k in odd)
             return None
     if _is_per_size(value, size_names):
         keys = {str(k): k for k in value}
@@ -428,17 +427,10 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     set_paths: dict[Path_, str] = {}
 
     def add(path: Path_, message: str) -> None:
-        problems.append(
-            Problem(fname, lines.line_of(path), _dotted(path), message, covering(path, set_paths))
-        )
+        problems.append(_problem(fname, lines, path, message, set_paths))
 
     def warn(path: Path_, message: str) -> None:
-        warnings.append(
-            Problem(
-                fname, lines.line_of(path), _dotted(path), f"warning: {message}",
-                covering(path, set_paths),
-            )
-        )
+        warnings.append(_problem(fname, lines, path, f"warning: {message}", set_paths))
 
     if overrides:
         customs = raw.get("custom_sizes")
@@ -459,8 +451,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         spec = Spec.model_validate(raw)
     except ValidationError as err:
         for e in one_union_member(err.errors()):
-            loc = tuple(e["loc"])
-            add(loc, _pydantic_message(e, Spec))
+            add(tuple(e["loc"]), _pydantic_message(e, Spec))
         raise SpecError(_dedupe(problems)) from None
 
     # ---- sizes ------------------------------------------------------------------------------
@@ -469,10 +460,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     for i, name in enumerate(spec.sizes):
         if name in spec.custom_sizes:
             if name in sizes_mod.PRESET_NAMES:
-                add(
-                    ("custom_sizes", name),
-                    f"custom size {name!r} shadows the OLMo 3 preset of that name",
-                )
+                shadow = f"custom size {name!r} shadows the OLMo 3 preset of that name"
+                add(("custom_sizes", name), shadow)
             dims[name] = sizes_mod.custom(name, spec.custom_sizes[name].model_dump())
         elif name in sizes_mod.PRESET_NAMES:
             dims[name] = sizes_mod.preset(name)
@@ -491,15 +480,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         origin: dict[Path_, Path_] = origins.setdefault(size, {})
         for section, model in PER_SIZE_SECTIONS.items():
             res_problems: list[tuple[Path_, str]] = []
-            value = _resolve(
-                raw.get(section, {}) or {},
-                size,
-                size_names,
-                (section,),
-                origin,
-                (section,),
-                res_problems,
-            )
+            given = raw.get(section, {}) or {}
+            value = _resolve(given, size, size_names, (section,), origin, (section,), res_problems)
             for ppath, msg in res_problems:
                 add(ppath, msg)
             if res_problems:
@@ -508,9 +490,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                 resolved[section] = model.model_validate(value)
             except ValidationError as err:
                 for e in err.errors():
-                    rpath = (section, *e["loc"])
-                    opath = origin_of(rpath, origin)
-                    add(opath, _pydantic_message(e, model))
+                    add(origin_of((section, *e["loc"]), origin), _pydantic_message(e, model))
         if len(resolved) != len(PER_SIZE_SECTIONS):
             continue
         settings = SizeSettings(**resolved)

@@ -2,16 +2,8 @@
 
 Why a module with no imports: the shell-completion code and the login-node commands need these
 names without loading the plan model, and every stage that writes or reads one of these files
-must agree on its name. :mod:`olmoablate.plan.layout` builds the paths from them; nothing
-else spells a file name.
-
-Layout (see :class:`olmoablate.plan.layout.ResultsDir` for who writes what)::
-
-    results/<spec>/plan.json  ledger.json  gate.json  comparison.csv  report.md  report.html
-                   next_plan.json
-    results/<spec>/runs/<run_id>/status.json  summary.json  metrics.jsonl  metrics.arrow
-                   fingerprints.jsonl  proof.json  wandb.json  identity.json  reused.json
-    <prepared data folder>/manifest.json
+must agree on its name. :mod:`olmoablate.plan.layout` builds the paths from them (and maps
+who writes what); nothing else spells a file name.
 """
 
 from __future__ import annotations

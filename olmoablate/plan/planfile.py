@@ -411,22 +411,18 @@ class Plan(PlanModel):
 
     def run(self, run_id: str) -> RunEntry:
         """The run ``run_id``; a one-line error listing the plan's runs when there is none."""
-        try:
-            return self.runs_by_id[run_id]
-        except KeyError:
-            raise UserError(
-                f"{self._where()}: no run {run_id!r} in this plan "
-                f"(allowed: {', '.join(self.runs_by_id) or '(none)'})"
-            ) from None
+        return self._lookup("run", run_id, self.runs_by_id)
 
     def pair(self, pair_id: str) -> Pair:
-        try:
-            return self.pairs_by_id[pair_id]
-        except KeyError:
+        return self._lookup("pair", pair_id, self.pairs_by_id)
+
+    def _lookup(self, what: str, key: str, table: dict[str, Any]) -> Any:
+        if key not in table:
             raise UserError(
-                f"{self._where()}: no pair {pair_id!r} in this plan "
-                f"(allowed: {', '.join(self.pairs_by_id) or '(none)'})"
-            ) from None
+                f"{self._where()}: no {what} {key!r} in this plan "
+                f"(allowed: {', '.join(table) or '(none)'})"
+            )
+        return table[key]
 
     def pairs_of(self, run_id: str) -> list[Pair]:
         """The pairs run ``run_id`` is an arm of (a baseline may serve several)."""

@@ -1,23 +1,18 @@
 """The plan's run-entry sections, built from the spec's own models (one definition per field).
 
 Why derived, not re-typed: the run entry's ``training`` and ``slurm`` blocks are the spec's
-``Training``/``Slurm`` sections after `plan` resolved them for one size (per-size values picked,
-defaults applied, the warm-up in steps, the tokenizer's facts read). Typing them again by hand
+``Training``/``Slurm`` sections after `plan` resolved them for one size. Typing them again by hand
 let one training field be declared in four places whose types and bounds drifted apart. Here each
-run-entry section is :func:`resolved` from the spec model: the same fields, in the same order,
-with the same annotations and bounds, and with only the declared differences:
+run-entry section is :func:`resolved` from the spec model: the same fields, order, annotations and
+bounds, with only the declared differences (``required``: ``None`` dropped from the type, since
+the plan records a concrete value; ``drop``: spec-only inputs resolution consumes; ``rename``;
+``replace``/``add``: nested resolved sections and the facts `plan` adds). Every field is required
+(no defaults, see :mod:`olmoablate.plan.planfile`); nested sections copied verbatim
+(``optimizer``, ``stability``, ``wandb``) keep the spec's model itself.
 
-* ``required``: fields the spec may leave out (``None`` or a default) but the plan always records
-  concretely (``microbatch_size``, ``eos_token_id``, ...): the ``None`` is dropped from the type;
-* ``drop``: spec-only inputs consumed by resolution (``warmup_fraction``, ``vary_with_seed``);
-* ``rename``: the one key the plan spells differently (slurm ``time`` -> ``time_min``);
-* ``replace``/``add``: the nested sections resolved in turn and the facts `plan` adds
-  (``steps``, the tokenizer's ``vocab_size``/``tokenizer_sha256``/``dtype``).
-
-Every resolved field is required (no defaults: a plan records concrete values, so a missing field
-is a one-line error naming it, never a silent fallback), and the model is frozen and strict like
-every plan model. Nested sections copied verbatim (``optimizer``, ``stability``, ``wandb``) keep
-the spec's model itself.
+Why ``create_model`` rather than subclasses: a subclass cannot drop a field and would inherit the
+spec models' validators (one reads ``warmup_fraction``, which the plan drops; one accepts spec
+shorthands such as ``tokens: 10M`` that a plan must not hold).
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ class PlanModel(BaseModel):
 
 
 def _without_none(annotation: Any) -> Any:
-    """``X | None`` -> ``X`` (the resolved value is always concrete)."""
+    """``X | None`` -> ``X``."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = tuple(a for a in typing.get_args(annotation) if a is not type(None))
         if len(rest) == 1:
@@ -68,11 +63,9 @@ def resolved(
     add: dict[str, tuple[str | None, Any]] | None = None,
     doc: str = "",
 ) -> type[PlanModel]:
-    """The run-entry model of ``spec_model`` as `plan` records it (see the module docstring).
-
-    ``add``: new field -> (the field it follows, or None for the end; its type). A renamed field
-    moves to the end (where the plan has always written it).
-    """
+    """The run-entry model of ``spec_model`` as `plan` records it. ``add``: new field -> (the field
+    it follows, or None for the end; its type). A renamed field moves to the end (where the plan
+    has always written it)."""
     rename, replace, add = rename or {}, replace or {}, add or {}
     fields: dict[str, Any] = {}
     moved: dict[str, Any] = {}

@@ -16,9 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from olmoablate.errors import NAME_RE, NonNegInt, PosInt, Strict, parse_count, parse_minutes
-from olmoablate.plan.arch import (
-    Architecture,
-)
+from olmoablate.plan.arch import Architecture
 from olmoablate.plan.blocks import known_names
 from olmoablate.plan.gate import Budget, Gate
 from olmoablate.plan.metrics import DEFAULT_FACTOR, DEFAULT_MIN_RELATIVE_JUMP, DEFAULT_WINDOW

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from olmoablate.io import sha256_file, user_cache_get, user_cache_put
 from olmoablate.plan import sizes as sizes_mod
@@ -58,20 +58,11 @@ class TokenizerInfo:
     sha256: str
 
 
-class PackagedTokenizer(NamedTuple):
-    """A tokenizer file shipped in the package, with its ids and hash stated like dolma2's so
-    `validate` never parses the file (tests/plan/test_tokens.py reads each file and checks)."""
-
-    file: str
-    vocab_size: int
-    eos_token_id: int | None
-    pad_token_id: int | None
-    sha256: str
-
-
-#: Tokenizer files shipped in the package, by the name a spec gives them (``data.tokenizer``).
-PACKAGED_TOKENIZERS: dict[str, PackagedTokenizer] = {
-    "bpe4096-python-docs": PackagedTokenizer(
+#: Tokenizer files shipped in the package, by the name a spec gives them (``data.tokenizer``), each
+#: (its file name, ids, hash) stated like dolma2's so `validate` never parses the file
+#: (tests/plan/test_tokens.py reads each file and checks).
+PACKAGED_TOKENIZERS: dict[str, TokenizerInfo] = {
+    "bpe4096-python-docs": TokenizerInfo(
         sizes_mod.BPE_FILENAME,
         sizes_mod.BPE_VOCAB_SIZE,
         sizes_mod.BPE_EOS_TOKEN_ID,
@@ -85,7 +76,7 @@ def packaged_tokenizer(name: str) -> Path | None:
     """The installed file of a packaged tokenizer name (None for any other string)."""
     if name not in PACKAGED_TOKENIZERS:
         return None
-    return sizes_mod.dolma2_tokenizer_file().parent / PACKAGED_TOKENIZERS[name].file
+    return sizes_mod.dolma2_tokenizer_file().parent / PACKAGED_TOKENIZERS[name].name
 
 
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
@@ -93,8 +84,7 @@ def tokenizer_info(tokenizer: str) -> TokenizerInfo:
     ``tokenizer.json`` path (ValueError when bad)."""
     packaged = packaged_tokenizer(tokenizer)
     if packaged is not None:
-        p = PACKAGED_TOKENIZERS[tokenizer]
-        return TokenizerInfo(str(packaged), p.vocab_size, p.eos_token_id, p.pad_token_id, p.sha256)
+        return replace(PACKAGED_TOKENIZERS[tokenizer], name=str(packaged))
     if tokenizer == "dolma2":
         return TokenizerInfo(
             "dolma2",
@@ -126,9 +116,8 @@ def _read_tokenizer(path: str, size: int, mtime_ns: int, name: str) -> Tokenizer
         for added in data.get("added_tokens") or []:
             ids[str(added["content"])] = int(added["id"])
     except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
-        raise ValueError(
-            f"tokenizer file {name} is not a Hugging Face tokenizer.json ({err})"
-        ) from None
+        why = f"tokenizer file {name} is not a Hugging Face tokenizer.json ({err})"
+        raise ValueError(why) from None
     if not ids:
         raise ValueError(f"tokenizer file {name} has an empty vocabulary")
 
@@ -171,19 +160,22 @@ def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
     return int(len(n) + extra.sum())
 
 
-def chunk_bounds(tokens: Any, eos_token_id: int, sequence_length: int) -> Any:
-    """(start, end) of every eval sequence of a token array: the rule :func:`eval_sequences` counts.
+def _doc_ends(arr: Any, eos: int) -> Any:
+    """Where each document of a token array ends: after each EOS, and a trailing piece without
+    EOS is a document too."""
+    import numpy as np
 
-    Documents end at EOS (a trailing piece without EOS is a document too). Documents of one token
-    have nothing to predict and give no sequence.
-    """
+    ends = np.flatnonzero(arr == eos) + 1
+    return ends if len(ends) and ends[-1] == len(arr) else np.append(ends, len(arr))
+
+
+def chunk_bounds(tokens: Any, eos_token_id: int, sequence_length: int) -> Any:
+    """(start, end) of every eval sequence of a token array: the rule :func:`eval_sequences` counts
+    (documents of one token have nothing to predict and give no sequence)."""
     import numpy as np
 
     arr = np.asarray(tokens)
-    n = len(arr)
-    ends = np.flatnonzero(arr == eos_token_id) + 1
-    if not len(ends) or ends[-1] != n:
-        ends = np.append(ends, n)
+    ends = _doc_ends(arr, eos_token_id)
     starts = np.concatenate([[0], ends[:-1]])
     keep = ends - starts > 1
     starts, ends = starts[keep], ends[keep]
@@ -251,10 +243,7 @@ def _read_scan(path: str, size: int, dtype: str, eos: int, seq: int, vocab: int)
         return TokenFileScan(path, dtype, 0, -1, 0, 0, 0, True)
     arr = np.memmap(path, dtype=np.dtype(dtype).newbyteorder("<"), mode="r", shape=(n,))
     max_id = int(arr.max())
-    ends = np.flatnonzero(arr == eos) + 1
-    if not len(ends) or ends[-1] != n:
-        ends = np.append(ends, n)
-    lengths = np.diff(ends, prepend=0)
+    lengths = np.diff(_doc_ends(arr, eos), prepend=0)
     counts = sparse_counts(np.bincount(arr, minlength=vocab)) if max_id < vocab else None
     return TokenFileScan(
         path=path,
@@ -359,9 +348,7 @@ class EvalSetFacts:
         return asdict(self)
 
 
-def resolve_ids(
-    settings: SizeSettings, dims: sizes_mod.SizeDims
-) -> tuple[TokenizerInfo, int, int]:
+def resolve_ids(settings: SizeSettings, dims: sizes_mod.SizeDims) -> tuple[TokenizerInfo, int, int]:
     """Tokenizer info and the EOS/PAD ids the runs use (ValueError naming what is missing/wrong).
 
     ``tokenizer: dolma2`` (the default) with a vocabulary smaller than dolma2's and explicit
@@ -415,13 +402,11 @@ def check_size(
         field = "tokenizer" if data.tokenizer != "dolma2" else "eos_token_id"
         return [(("training", "data", field), str(err))], {}
     if info.vocab_size > dims.vocab_size:
-        return [
-            (
-                ("training", "data", "tokenizer"),
-                f"tokenizer {info.name} has {info.vocab_size} ids but size {dims.name} has "
-                f"vocab_size={dims.vocab_size} (allowed: vocab_size >= {info.vocab_size})",
-            )
-        ], {}
+        why = (
+            f"tokenizer {info.name} has {info.vocab_size} ids but size {dims.name} has "
+            f"vocab_size={dims.vocab_size} (allowed: vocab_size >= {info.vocab_size})"
+        )
+        return [(("training", "data", "tokenizer"), why)], {}
     for key, val in (("eos_token_id", eos), ("pad_token_id", pad)):
         if val >= info.vocab_size:
             problems.append(
@@ -445,9 +430,8 @@ def check_size(
             problems.append((where, f"token file {path} was made with tokenizer {entry['tokenizer']}"
                              f" (per {entry['manifest']}), not {info.name}"))
             return  # fmt: skip
-        item = {"uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}[dtype]
         size = p.stat().st_size
-        if size % item:
+        if size % _ITEMSIZE[dtype]:
             problems.append((where, f"token file {path}: {size} bytes is not a whole number of "
                              f"{dtype} ids (wrong dtype? vocab_size={dims.vocab_size} reads {dtype})"))
             return  # fmt: skip

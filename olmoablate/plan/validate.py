@@ -30,22 +30,26 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
-def render_compact(plan: Plan, plan_path: Path) -> None:
-    """The default view: arms, totals and budget, then the evaluation protocol and the gates."""
+def _table(title: str, cols: tuple[str, ...], left: int) -> Any:
+    """A rich table whose first ``left`` columns are left-justified, the rest right."""
     from rich.table import Table
 
+    table = Table(title=title)
+    for i, col in enumerate(cols):
+        table.add_column(col, justify="left" if i < left else "right")
+    return table
+
+
+def render_compact(plan: Plan, plan_path: Path) -> None:
+    """The default view: arms, totals and budget, then the evaluation protocol and the gates."""
     from olmoablate.io import make_console, print_whole
-
-    console = make_console()
-
-    t = totals(plan)
-    table = Table(title=f"plan: {plan.spec_name}  ({plan_path})")
     from olmoablate.plan.feasibility import wall_hours
 
+    console = make_console()
+    t = totals(plan)
     cols = ("size", "arm", "runs", "params", "tokens", "steps", "GPU-h/run", "train h/run",
             "mem GB/dev")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="left" if col in {"size", "arm"} else "right")
+    table = _table(f"plan: {plan.spec_name}  ({plan_path})", cols, left=2)
     reused = plan.identity.reused if plan.identity is not None else {}
     rows: dict[tuple[str, str], list[Any]] = {}
     for r in plan.runs:
@@ -62,18 +66,16 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         )  # fmt: skip
     print_whole(console, table)
     limits = budget_limits(plan)
-    tot = Table(title="totals")
-    for col in ("", "stage", "runs", "GPU-hours", "tokens", "budget"):
-        tot.add_column(col, justify="left" if col in {"", "stage"} else "right")
-    for size, v in t.by_size.items():
-        cap = limits.get(size)
-        tot.add_row(size, t.stage_of[size], str(v.runs), f"{v.gpu_hours:,.1f}", human(v.tokens),
-                    _cap(v.gpu_hours, cap))  # fmt: skip
+    tot = _table("totals", ("", "stage", "runs", "GPU-hours", "tokens", "budget"), left=2)
+    rows_of = [
+        (size, t.stage_of[size], v, _cap(v.gpu_hours, limits.get(size)))
+        for size, v in t.by_size.items()
+    ]
     if len(t.by_stage) > 1:
-        for stage, v in t.by_stage.items():
-            tot.add_row(f"({stage})", "", str(v.runs), f"{v.gpu_hours:,.1f}", human(v.tokens), "")
-    tot.add_row("spec", "", str(t.total.runs), f"{t.total.gpu_hours:,.1f}", human(t.total.tokens),
-                _cap(t.total.gpu_hours, limits.get("total")))  # fmt: skip
+        rows_of += [(f"({stage})", "", v, "") for stage, v in t.by_stage.items()]
+    rows_of.append(("spec", "", t.total, _cap(t.total.gpu_hours, limits.get("total"))))
+    for label, stage, v, cap in rows_of:
+        tot.add_row(label, stage, str(v.runs), f"{v.gpu_hours:,.1f}", human(v.tokens), cap)
     print_whole(console, tot)
     console.print(
         f"{len(plan.pairs)} pairs, each certified to differ only in architecture"
@@ -81,8 +83,7 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         + "; `plan --wide` lists every run and pair, `--format json` every number",
         markup=False, highlight=False,
     )  # fmt: skip
-    render_evaluation(plan, console)
-    _render_gates(plan, console)
+    _render_protocol(plan, console)
 
 
 def _cap(hours: float, cap: float | None) -> str:
@@ -92,16 +93,13 @@ def _cap(hours: float, cap: float | None) -> str:
 
 
 def render_plan(plan: Plan, plan_path: Path) -> None:
-    from rich.table import Table
-
     from olmoablate.io import make_console, print_whole
 
     console = make_console()
     reused = plan.identity.reused if plan.identity is not None else {}
-    table = Table(title=f"plan: {plan.spec_name}  ({plan_path})", show_lines=False)
-    for col in ("run_id", "pair", "arm", "params", "non-emb", "FLOPs/tok", "tokens", "steps",
-                "GPU-h", "mem GB", "certificate"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in {"run_id", "pair", "arm"} else "left")
+    cols = ("run_id", "pair", "arm", "params", "non-emb", "FLOPs/tok", "tokens", "steps",
+            "GPU-h", "mem GB", "certificate")  # fmt: skip
+    table = _table(f"plan: {plan.spec_name}  ({plan_path})", cols, left=3)
     for r in plan.runs:
         table.add_row(
             r.run_id,
@@ -117,9 +115,8 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             r.certificate[:12],
         )
     print_whole(console, table)
-    pairs = Table(title="pairs (what differs between the arms)")
-    for col in ("pair_id", "baseline", "variant", "budget", "differs", "certificate"):
-        pairs.add_column(col)
+    cols = ("pair_id", "baseline", "variant", "budget", "differs", "certificate")
+    pairs = _table("pairs (what differs between the arms)", cols, left=len(cols))
     runs = plan.runs_by_id
     for p in plan.pairs:
         var, base = runs[p.variant_run], runs[p.baseline_run]
@@ -137,14 +134,15 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             p.pair_id, p.baseline_run, p.variant_run, p.budget_match, differs, p.certificate[:12]
         )
     print_whole(console, pairs)
-    render_evaluation(plan, console)
-    _render_gates(plan, console)
+    _render_protocol(plan, console)
 
 
-def _render_gates(plan: Plan, console: Any) -> None:
-    """Each pre-registered gate, its noise source and minimum detectable effect lines."""
+def _render_protocol(plan: Plan, console: Any) -> None:
+    """Below either view: the evaluation protocol, then each pre-registered gate with its noise
+    source and minimum detectable effect lines."""
     from olmoablate.plan.feasibility import gate_lines
 
+    render_evaluation(plan, console)
     views = plan.gate_views()
     for name, view in views:
         g = view.gate
@@ -213,7 +211,6 @@ def render_evaluation(plan: Plan, console: Any) -> None:
 
 if TYPE_CHECKING:
     from olmoablate.plan.layout import ResultsDir
-    from olmoablate.plan.planfile import Plan
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -446,8 +443,6 @@ def plan_command(
 
     shown = _filter(plan, size)
     if fmt is OutputFormat.json:
-        from olmoablate.plan.accounting import totals
-
         doc = shown.as_json()
         doc["totals"] = totals(plan).as_json()
         doc["warnings"] = lines
@@ -467,30 +462,31 @@ def plan_command(
     _emit(lines, False)
 
 
+def _old_plan(out: ResultsDir) -> dict[str, Any] | None:
+    """The plan.json being replaced, read without validating it (None when absent or not JSON;
+    ``{}`` when not an object), so even a plan this version cannot load is protected."""
+    try:
+        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return old if isinstance(old, dict) else {}
+
+
 def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
     """Carry the replaced plan's gate registrations (seeds added after a look are flagged)."""
     from olmoablate.plan.feasibility import carry_registrations
 
-    try:
-        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return plan
-    return carry_registrations(old, plan)
+    old = _old_plan(out)
+    return plan if old is None else carry_registrations(old, plan)
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
-    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans.
-
-    The old plan is compared by its spec hash only (read without validating it, so even a plan
-    this version cannot load is protected rather than overwritten).
-    """
-    if not out.plan_path.exists() or replan:
+    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans (the old
+    plan is compared by its spec hash only)."""
+    if replan:
         return
-    try:
-        old = json.loads(out.plan_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return
-    if isinstance(old, dict) and old.get("spec_sha256") == plan.spec_sha256:
+    old = _old_plan(out)
+    if old is None or old.get("spec_sha256") == plan.spec_sha256:
         return
     started = out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
     if started:
