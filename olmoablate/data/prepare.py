@@ -37,7 +37,6 @@ from olmoablate.data.corpus import (
     MANIFEST_SCHEMA,
     SOURCES,
     SPLITS,
-    TOKEN_DTYPE,
     CorpusSource,
     Document,
     Manifest,
@@ -45,8 +44,6 @@ from olmoablate.data.corpus import (
     batched,
     corpus_sha256,
     describe,
-    ensure_demo_data,
-    fix_command,
     get_source,
     list_documents,
     read_text,
@@ -56,20 +53,6 @@ from olmoablate.data.tokenizers import BPE_TRAIN_HOLDOUT_EVERY, DOLMA2, VOCABS, 
 from olmoablate.errors import UserError
 from olmoablate.io import file_lock, write_bytes_atomic, write_json_atomic
 from olmoablate.plan.tokens import unigram_entropy
-
-__all__ = [
-    "MANIFEST_NAME",
-    "MANIFEST_SCHEMA",
-    "SPLITS",
-    "TOKEN_DTYPE",
-    "Manifest",
-    "PrepareResult",
-    "describe",
-    "ensure_demo_data",
-    "fix_command",
-    "prepare",
-    "verify",
-]
 
 #: documents per ``encode_batch`` call: large enough for the Rust thread pool, small enough that
 #: ``--max-tokens`` stops early without tokenizing the whole corpus.
