@@ -142,14 +142,6 @@ def latest_checkpoint_step(checkpoint_dir: Path) -> int | None:
     return select_checkpoint(Path(checkpoint_dir)).step
 
 
-#: Where refused checkpoints are moved (inside the run's checkpoints folder).
-BROKEN_DIR = ".broken"
-#: Fields of the first metrics.jsonl row of an attempt that resumed past incomplete checkpoints:
-#: the newest checkpoint refused and the one resumed from.
-FALLBACK_FROM_METRIC = "checkpoint/refused step"
-RESUMED_FROM_METRIC = "checkpoint/resumed from step"
-
-
 class NoUsableCheckpoint(RuntimeError):
     """Checkpoints exist but none is complete; ``str`` is the one-line reason."""
 
@@ -300,13 +292,13 @@ MAX_REQUEUES_WITHOUT_PROGRESS = 3
 USR2_GRACE_S = 3.0
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
 class StopDecision:
     """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
     itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
 
-    def __init__(self, action: str, reason: str) -> None:
-        self.action = action
-        self.reason = reason
+    action: str
+    reason: str
 
     def __repr__(self) -> str:
         return f"StopDecision({self.action!r}, {self.reason!r})"
