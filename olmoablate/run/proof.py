@@ -146,4 +146,8 @@ def prove(run: RunEntry, model: Any, model_config: Any) -> dict[str, Any]:
     """Both cost checks; returns what was proved."""
     params = check_params(run, model)
     got, want = check_flops(run, model_config)
-    return {"unique_params": params, "counted_flops_per_token": got, "formula_flops_per_token": want}
+    return {
+        "unique_params": params,
+        "counted_flops_per_token": got,
+        "formula_flops_per_token": want,
+    }

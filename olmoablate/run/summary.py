@@ -99,7 +99,6 @@ def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
     compute precision, so the KV cache and latency are those of the trained setup."""
     import torch
 
-
     model = trainer.train_module.model
     if not env.distributed:
         return model
@@ -149,7 +148,6 @@ def _measure_decode(
     seeded random ids. Distributed runs measure an unsharded replica on rank 0.
     """
     import torch
-
 
     prompt_len = max(1, min(prompt_tokens, ctx.training.sequence_length - new_tokens))
     vocab = ctx.training.data.vocab_size
