@@ -2,13 +2,8 @@
 (:mod:`olmoablate.run.records`, :mod:`olmoablate.run.guards`): every side effect of the job is a
 :class:`Callback`, so the training loop itself stays OLMo-core's.
 
-* :class:`LoopCurriculumCallback`: a looped model's loop count b(step) and per-loop state norms;
-* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (the pre-timeout warning) become OLMo-core's
-  graceful cancel (final checkpoint, normal return);
-* :class:`StatusCallback` -> ``status.json`` while training;
-* the looped evaluators: OLMo-core's LM and downstream evaluators, plus every extra loop count;
-* :class:`WandBLoggerCallback` (optional, never required);
-* the checkpoint side of resume: the completion manifest, torch's shard index, the fallback.
+Here: a looped model's curriculum, signals, status.json while training, the looped evaluators,
+W&B (optional, never required) and the checkpoint side of resume.
 """
 
 from __future__ import annotations

@@ -2,15 +2,13 @@
 
 ``run_job(plan_path, run_id)`` is the one entry point of the local executor, of Slurm through
 submitit (a picklable module-level function) and of ``torchrun``/``srun`` (``python -m
-olmoablate.run.job PLAN RUN_ID``). It checks the run entry (bad input: a one-line UserError),
-builds OLMo-core configs from the entry only (:mod:`olmoablate.run.trainer`), runs ``fit()``
-(which resumes from the run's checkpoints by itself) and decides the outcome by step count, not
-exit status: ``completed`` iff ``global_step >= training.steps``; ``interrupted`` after
-SIGTERM/SIGUSR2 (OLMo-core returns normally once it saved a checkpoint); ``diverged`` on NaN/Inf
-or too many loss spikes (final); anything else ``failed`` and re-raised. status.json and
-summary.json are written atomically. Plan paths resolve against ``plan.workdir`` without a
-``chdir``, so the job is safe inside another program. A run already ``completed`` or
-``diverged`` is returned as is.
+olmoablate.run.job PLAN RUN_ID``). It builds OLMo-core configs from the run entry only
+(:mod:`olmoablate.run.trainer`), runs ``fit()`` (which resumes from the run's checkpoints by
+itself) and decides the outcome by step count, not exit status: ``completed`` iff
+``global_step >= training.steps``; ``interrupted`` after SIGTERM/SIGUSR2 (OLMo-core returns
+normally once it saved a checkpoint); ``diverged`` on NaN/Inf or too many loss spikes (final);
+anything else ``failed`` and re-raised. Plan paths resolve against ``plan.workdir`` without a
+``chdir``, so the job is safe inside another program.
 """
 
 from __future__ import annotations
@@ -308,11 +306,9 @@ def _summary(
 
 
 def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
-    """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
-
-    Raises :class:`UserError` for a bad plan/run entry; other exceptions (after ``status.json``
-    says ``failed``) propagate so executors see the failure.
-    """
+    """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict (as
+    is for a run already completed or diverged). Exceptions propagate once status.json says
+    ``failed``, so executors see the failure."""
     t_start = time.perf_counter()
     ctx = load_run(plan_path, run_id)
     status_path = ctx.run_dir.status

@@ -212,14 +212,6 @@ def owner_state(store: Path, spec: str, run_id: str) -> str | None:
     return None if view is None else view.state
 
 
-def _lease(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def claim(results: ResultsDir, run_id: str) -> str | None:
     """Take the lease of ``run_id``'s identity, or return ``<spec>/runs/<id>`` of the live or
     done run of another spec that holds it (and mark this run as reusing it). Call under
@@ -230,10 +222,13 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
     ident = plan.identity.runs[run_id]
     store = results.store
     path = lease_path(store, ident)
-    lease = _lease(path)
+    try:
+        lease = read_json(path)
+    except (OSError, ValueError):  # no lease, or an unreadable one: taken over
+        lease = None
     me = (results.root.name, run_id)
     own = results.own_run(run_id)
-    if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
+    if isinstance(lease, dict) and (lease.get("spec"), lease.get("run_id")) != me:
         spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
         where = f"{spec}/runs/{rid}"
         # the holder's run must still be this identity (its spec may have been re-planned)
