@@ -2,13 +2,8 @@
 (:mod:`olmoablate.run.records`, :mod:`olmoablate.run.guards`): every side effect of the job is a
 :class:`Callback`, so the training loop itself stays OLMo-core's.
 
-* :class:`LoopCurriculumCallback`: a looped model's loop count b(step) and per-loop state norms;
-* :class:`InterruptCallback`: SIGTERM and SIGUSR2 (the pre-timeout warning) become OLMo-core's
-  graceful cancel (final checkpoint, normal return);
-* :class:`StatusCallback` -> ``status.json`` while training;
-* the looped evaluators: OLMo-core's LM and downstream evaluators, plus every extra loop count;
-* :class:`WandBLoggerCallback` (optional, never required);
-* the checkpoint side of resume: the completion manifest, torch's shard index, the fallback.
+Here: a looped model's curriculum, signals, status.json while training, the looped evaluators,
+W&B (optional, never required) and the checkpoint side of resume.
 """
 
 from __future__ import annotations
@@ -46,6 +41,8 @@ from olmoablate.run.records import _model_of
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
 
+    from olmoablate.run.runplan import RunContext
+
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +54,8 @@ class LoopCurriculumCallback(Callback):
     The trainer counts a batch's FLOPs right after fetching it, before ``pre_step``, so b(step) is
     set in ``pre_load_batch`` (and again in ``pre_step``, ahead of OLMo-core's SpeedMonitor), and
     the train module's cached ``num_flops_per_token`` is cleared whenever b changes: throughput,
-    MFU and total FLOPs all use the loop count actually trained. A model
-    without the hooks is left alone, so the callback is harmless on non-looped arms.
+    MFU and total FLOPs all use the loop count actually trained. Models without the hooks (the
+    non-looped arms) are left alone.
     """
 
     priority: ClassVar[int] = 10
@@ -111,11 +108,10 @@ class LoopCurriculumCallback(Callback):
 class InterruptCallback(Callback):
     """SIGTERM/SIGUSR2 -> OLMo-core's graceful cancel (checkpoint, then ``fit`` returns).
 
-    OLMo-core already handles SIGTERM; Slurm (``--signal``) and submitit send SIGUSR2 before a
-    time limit or preemption, so USR2 gets the same treatment. The previous handlers (e.g.
-    submitit's requeue handler) are restored in ``close``. Every signal is recorded in
-    ``signals`` (a preemption sends SIGTERM then SIGUSR2), so the job wrapper
-    (olmoablate.run.task) can tell a user's stop from a requeue; ``signal_received`` is the last.
+    Slurm (``--signal``) and submitit send SIGUSR2 before a time limit or preemption, so it gets
+    SIGTERM's treatment; the previous handlers (submitit's requeue) come back in ``close``. Every
+    signal is kept in order in ``signals`` (a preemption sends SIGTERM then SIGUSR2), so the job
+    wrapper (olmoablate.run.task) can tell a user's stop from a requeue.
     """
 
     signal_received: str | None = None
@@ -191,13 +187,9 @@ class StatusCallback(Callback):
 
 
 class LoopedEvaluatorCallback(EvaluatorCallback):
-    """OLMo-core's evaluator, plus the held-out loss at each extra loop count of a looped model.
-
-    The standard pass (the model's own loop count) keeps OLMo-core's names
-    (``eval/lm/<set>/CE loss``); each extra pass is recorded as
-    ``eval/lm/<set>/CE loss (loops=<n>)`` (and PPL). Both arms evaluate at the same steps because
-    the interval comes from the plan entry.
-    """
+    """OLMo-core's evaluator, plus the held-out loss at each extra loop count of a looped model:
+    the standard pass keeps OLMo-core's names (``eval/lm/<set>/CE loss``), each extra pass is
+    recorded as ``eval/lm/<set>/CE loss (loops=<n>)`` (and PPL)."""
 
     loop_counts: list[int]
     #: Do not record the loop count the model trains with under ``(loops=n)`` names: its numbers
@@ -264,8 +256,7 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
 
 @dataclass
 class LoopedLMEvaluatorCallbackConfig(WholeSetLMEvaluatorCallbackConfig):
-    """The whole-set LM evaluator (`olmoablate.run.eval`), as a
-    :class:`LoopedEvaluatorCallback` for looped arms."""
+    """The whole-set LM evaluator (`olmoablate.run.eval`), looped for looped arms."""
 
     loop_counts: list[int] = field(default_factory=list)
 
@@ -275,9 +266,8 @@ class LoopedLMEvaluatorCallbackConfig(WholeSetLMEvaluatorCallbackConfig):
 
 @dataclass
 class LoopedDownstreamEvaluatorCallbackConfig(DownstreamEvaluatorCallbackConfig):
-    """:class:`DownstreamEvaluatorCallbackConfig` whose callback also scores a looped model at
-    each extra loop count: ``eval/downstream/<task> (<metric>) (loops=<n>)``. The trained count
-    is the standard pass (plain names), so it is not scored twice."""
+    """OLMo-core's downstream evaluator, looped for looped arms:
+    ``eval/downstream/<task> (<metric>) (loops=<n>)``."""
 
     loop_counts: list[int] = field(default_factory=list)
 
@@ -288,8 +278,8 @@ class LoopedDownstreamEvaluatorCallbackConfig(DownstreamEvaluatorCallbackConfig)
 def _with_loop_counts(
     base: Callback | None, loop_counts: list[int], skip_trained: bool = False
 ) -> Callback | None:
-    """OLMo-core's evaluator callback as a :class:`LoopedEvaluatorCallback` (same evaluators and
-    schedule) when there are loop counts to evaluate; else unchanged."""
+    """``base`` as a :class:`LoopedEvaluatorCallback` (same evaluators and schedule) when there
+    are loop counts to evaluate."""
     if base is None or not loop_counts:
         return base
     assert isinstance(base, EvaluatorCallback)
@@ -320,18 +310,17 @@ TRAIN_FLOPS = "train FLOPs"
 
 
 def wandb_id(spec_name: str, run_id: str) -> str:
-    """Stable W&B id, so a requeued job resumes the same W&B run."""
     return hashlib.sha1(f"{spec_name}/{run_id}".encode()).hexdigest()[:16]
 
 
 def tags_of(spec_name: str, run: RunEntry) -> list[str]:
-    """Filterable tags: spec, size, seed, arm (W&B caps a tag at 64 characters)."""
+    """W&B caps a tag at 64 characters."""
     tags = [f"spec:{spec_name}", f"size:{run.size}", f"seed:{run.seed}", f"arm:{run.arm}"]
     return [t[:64] for t in tags]
 
 
 class FlopsAxis:
-    """Cumulative training FLOPs after ``step`` steps, from the plan entry (curriculum-aware)."""
+    """Cumulative training FLOPs after ``step`` steps (a picklable callable)."""
 
     def __init__(self, run: RunEntry) -> None:
         self.dims = run.size_dims
@@ -445,13 +434,9 @@ class WandBLoggerCallback(Callback):
 # with every rank.
 
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from olmoablate.run.runplan import RunContext
-
-
 @dataclass
 class CheckpointManifestCallback(Callback):
-    """Marks each saved checkpoint complete (``stepN/.olmoablate-complete.json``) once OLMo-core
+    """Marks each checkpoint complete (:data:`olmoablate.run.resume.MANIFEST`) once OLMo-core
     reports it saved (after the last byte of an async save too), rank 0."""
 
     #: After OLMo-core's checkpointer (priority 1) in every hook.
@@ -470,7 +455,6 @@ def shard_index_problem(checkpoint: Path) -> str | None:
     every tensor the file, offset and length it was written to) does not fit the files on disk
     (None: it fits). Independent of the manifest, so it also catches a truncated shard of a
     checkpoint written before manifests existed."""
-
     index = checkpoint / "model_and_optim" / ".metadata"
     try:
         with open(index, "rb") as fh:
@@ -492,10 +476,8 @@ def shard_index_problem(checkpoint: Path) -> str | None:
 
 
 def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
-    """Make the newest *complete* checkpoint the one OLMo-core resumes from
-    (:func:`olmoablate.run.resume.fall_back`, decided on rank 0, every rank waits); a fallback is
-    recorded in ``base`` (every status.json of the run from now on) and returned for the
-    attempt's first metrics row."""
+    """:func:`olmoablate.run.resume.fall_back` on rank 0, shared with every rank; a fallback is
+    recorded in ``base`` (every later status.json) and returned for the first metrics row."""
     results = ctx.run_dir.path.parent.parent
     fallback: resume.Fallback | None = None
     error: str | None = None
@@ -522,8 +504,8 @@ def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> 
 
 
 def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> str:
-    """The one-line root cause of a failed attempt (:mod:`olmoablate.run.faults`); the full
-    traceback goes to ``runs/<id>/error.log`` (or, on a full disk, stays in the job's log)."""
+    """The one-line reason of a failed attempt (:mod:`olmoablate.run.faults`); the traceback
+    goes to ``runs/<id>/error.log`` (on a full disk: the job's log)."""
     results = ctx.run_dir.path.parent.parent
     log_path = ctx.run_dir.path / faults.ERROR_LOG
     header = f"{now_iso()} {ctx.run_id} step {step}"
@@ -540,7 +522,7 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
 
 
 def record_failure(write: Any, ctx: RunContext, step: int, reason: str, **extra: Any) -> None:
-    """``write("failed", step, reason=...)``; on a full disk, once, after
+    """``write("failed", step, reason=...)``; on a full disk again, once
     :func:`olmoablate.run.resume.drop_incomplete` made room."""
     try:
         write(RunState.FAILED, step, reason=reason, **extra)

@@ -48,13 +48,9 @@ ROWS_PER_UPDATE = 1000
 _META_KEY = b"olmoablate"
 
 
-#: The copy's name, next to metrics.jsonl (``contract.layout.RunDir.metrics_copy``).
-COPY_NAME = METRICS_COPY_FILE
-
-
 def copy_path(metrics_path: str | Path) -> Path:
     """``.../metrics.jsonl`` -> ``.../metrics.arrow``."""
-    return Path(metrics_path).with_name(COPY_NAME)
+    return Path(metrics_path).with_name(METRICS_COPY_FILE)
 
 
 def probe(path: Path, offset: int) -> str:
@@ -67,7 +63,7 @@ def probe(path: Path, offset: int) -> str:
 
 
 def available() -> bool:
-    """Whether pyarrow can be imported here (else there is no copy; module docstring)."""
+    """Whether pyarrow can be imported here (else there is no copy)."""
     try:
         import pyarrow.ipc  # noqa: F401
     except ImportError:
@@ -101,22 +97,25 @@ def load_copy(
         ):
             return None
         keys = [k for k in meta["keys"] if want is None or want(k)]
-        table = reader.read_all().select(["step", *keys])
-        cols = {k: _numpy(table.column(k)) for k in keys}
-        body = Metrics(
-            _numpy(table.column("step")).astype(np.int64, copy=False),
-            cols,
-            list(meta["issues"]),
-            int(meta["rows_read"]),
-            int(meta["duplicate_rows"]),
-            {k: int(v) for k, v in meta["nonfinite"].items() if want is None or want(k)},
-        )
-        return body, offset, int(meta["lines"])
+        return _body(meta, reader.read_all().select(["step", *keys]), keys)
     except (OSError, KeyError, ValueError, TypeError, pa.ArrowException):
         return None  # a missing or unreadable copy is only a missed shortcut
     finally:
         if mapped is not None:
             mapped.close()
+
+
+def _body(meta: dict[str, Any], table: Any, keys: list[str]) -> tuple[Metrics, int, int]:
+    """``(body, offset, lines)`` of a copy: its ``keys`` columns and its metadata."""
+    body = Metrics(
+        _numpy(table.column("step")).astype(np.int64, copy=False),
+        {k: _numpy(table.column(k)) for k in keys},
+        list(meta["issues"]),
+        int(meta["rows_read"]),
+        int(meta["duplicate_rows"]),
+        {k: int(v) for k, v in meta["nonfinite"].items() if k in keys},
+    )
+    return body, int(meta["offset"]), int(meta["lines"])
 
 
 _NUMPY_TYPES = {"double": np.float64, "int64": np.int64}
@@ -181,15 +180,11 @@ def refresh(metrics_path: str | Path) -> Part:
     return Part(body, part.tail, end, lines)
 
 
-#: What releases before the metrics store wrote (zstd Parquet, the same metadata, version 1).
-LEGACY_NAME = LEGACY_METRICS_COPY_FILE
-
-
 def _legacy_copy(path: Path) -> tuple[Metrics, int, int] | None:
-    """``(body, offset, lines)`` of a still-valid ``metrics.parquet`` of an older release's job,
-    else None: read once, when its results folder is first reported by this release, so that
-    the new copy starts from it rather than from a parse of the whole JSON."""
-    target = path.with_name(LEGACY_NAME)
+    """``(body, offset, lines)`` of a still-valid ``metrics.parquet`` (zstd Parquet, the same
+    metadata, version 1) of an older release's job, else None: read once, when this release
+    first reports its folder, so that the new copy starts from it, not from a parse of the JSON."""
+    target = path.with_name(LEGACY_METRICS_COPY_FILE)
     if not target.is_file() or not available():
         return None
     try:
@@ -202,16 +197,8 @@ def _legacy_copy(path: Path) -> tuple[Metrics, int, int] | None:
             return None
         if probe(path, offset) != meta["probe"]:
             return None
-        table = pf.read(columns=["step", *meta["keys"]], use_threads=False)
-        body = Metrics(
-            _numpy(table.column("step")).astype(np.int64, copy=False),
-            {k: _numpy(table.column(k)) for k in meta["keys"]},
-            list(meta["issues"]),
-            int(meta["rows_read"]),
-            int(meta["duplicate_rows"]),
-            {k: int(v) for k, v in meta["nonfinite"].items()},
-        )
-        return body, offset, int(meta["lines"])
+        keys = list(meta["keys"])
+        return _body(meta, pf.read(columns=["step", *keys], use_threads=False), keys)
     except (OSError, KeyError, ValueError, TypeError, ImportError):
         return None
 

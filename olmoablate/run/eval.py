@@ -14,7 +14,6 @@ Here:
   to a whole number of eval batches so no partial last batch is dropped.
 * :class:`WholeSetLMEvaluator` averages only positions whose target is a real token, and records
   ``<set>/tokens`` (tokens scored at this eval point, summed over ranks) beside CE and PPL.
-* :class:`WholeSetLMEvaluatorCallbackConfig` wires both into OLMo-core's ``EvaluatorCallback``.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ _INDEX_NAME = "whole-set-chunk-indices-v1"
 
 
 class WholeSetEvalDataset(NumpyPaddedFSLDataset):
-    """Padded FSL eval dataset over every chunk of every document (see module docstring)."""
+    """Padded FSL eval dataset over every chunk of every document."""
 
     def __init__(self, *paths: Any, pad_to_instances: int = 1, **kwargs: Any) -> None:
         super().__init__(*paths, **kwargs)
@@ -115,10 +114,9 @@ class WholeSetEvalDatasetConfig(NumpyPaddedFSLDatasetConfig):
 class WholeSetLMEvaluator(LMEvaluator):
     """OLMo-core's LM evaluator with target-side masking and a scored-token count per set.
 
-    ``last_metrics`` keeps the result of the latest :meth:`compute_metrics`: the looped
-    evaluator records the standard pass's numbers under the ``(loops=b)`` names from it instead
-    of scoring the whole set a second time at the same loop count. (Calling ``compute_metrics``
-    again is not an option: OLMo-core's ``MeanMetric.compute`` all-reduces its sums in place.)
+    ``last_metrics`` keeps the latest :meth:`compute_metrics`, which the looped evaluator records
+    under the ``(loops=b)`` names instead of scoring the set again (``compute_metrics`` itself
+    cannot be called twice: OLMo-core's ``MeanMetric.compute`` all-reduces its sums in place).
     """
 
     last_metrics: dict[str, torch.Tensor] | None = None
@@ -150,7 +148,7 @@ class WholeSetLMEvaluator(LMEvaluator):
 
 @dataclass
 class WholeSetLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
-    """OLMo-core's LM evaluator callback over :class:`WholeSetEvalDataset` / :class:`WholeSetLMEvaluator`."""
+    """OLMo-core's LM evaluator callback over the whole-set dataset and evaluator."""
 
     def build(self, trainer: Any) -> Any:
         if not self.enabled:

@@ -113,24 +113,19 @@ def classify(
         if type(e).__name__ == "NoUsableCheckpoint":
             return _cut(str(e))
     oserrors = [e for e in causes if isinstance(e, OSError) and e.errno is not None]
+    full = "disk full (No space left on device)"
     for e in oserrors:
-        if e.errno == errno.ENOSPC:
-            return line(
-                f"disk full (No space left on device) {doing}{_where(e, where)}", "free space, "
-            )
-        if e.errno == errno.EDQUOT:
-            return line(f"disk quota exceeded {doing}{_where(e, where)}", "free space, ")
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = full if e.errno == errno.ENOSPC else "disk quota exceeded"
+            return line(f"{what} {doing}{_where(e, where)}", "free space, ")
     if "no space left on device" in low:
-        return line(f"disk full (No space left on device) {doing}", "free space, ")
+        return line(f"{full} {doing}", "free space, ")
     for e in oserrors:
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             what = f"{e.strerror}: {e.filename}" if e.filename else str(e.strerror)
             return line(f"permission denied ({what}) {doing}", "fix the permissions or path, ")
     for e in causes:
-        missing = isinstance(e, FileNotFoundError) or (
-            isinstance(e, OSError) and e.errno == errno.ENOENT
-        )
-        if missing:
+        if isinstance(e, FileNotFoundError) or (isinstance(e, OSError) and e.errno == errno.ENOENT):
             name = getattr(e, "filename", None) or first_line(e)
             return line(
                 f"missing file ({name}) {doing}",

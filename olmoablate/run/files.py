@@ -55,8 +55,7 @@ class FutilityStop(Strict):
 
     @classmethod
     def of_record(cls, record: Any) -> FutilityStop | None:
-        """From status.json's ``futility_stop`` value, or None (absent or unreadable); read it
-        as :attr:`olmoablate.run.files.RunStatus.futility`."""
+        """From status.json's ``futility_stop`` value (:attr:`RunStatus.futility`), or None."""
         if not isinstance(record, dict):
             return None
         try:
@@ -76,7 +75,6 @@ class RunDir(Protocol):
     def summary(self) -> Path: ...
 
 
-# ---------------------------------------------------------------------------------- base
 class RunFile(BaseModel):
     """A run file: unknown keys are kept, ``None`` stands for an absent field."""
 
@@ -96,8 +94,8 @@ class RunFile(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> Any:
-        """The file at ``path``; None when it is missing or not JSON (a write in progress on a
-        copy, a truncated file): tolerated as before, the run then has no such file yet."""
+        """The file at ``path``; None when it is missing or not JSON (a truncated copy): the run
+        then has no such file yet."""
         try:
             data = read_json(path)
         except (OSError, ValueError):
@@ -112,13 +110,11 @@ class RunFile(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
 
-# ---------------------------------------------------------------------------------- status.json
 class RunStatus(RunFile):
     """``runs/<id>/status.json``: state, step, attempt and the one-line reason of a stop.
 
-    Written by the training job (:meth:`write`, every few steps and at the end), marked by launch
-    and watch (:meth:`update`). ``executor`` and ``host``: who started the attempt (submitit's
-    ``local``/``slurm``) and the node its rank 0 runs on.
+    Written by the training job (:meth:`write`), marked by launch and watch (:meth:`update`).
+    ``executor`` and ``host``: who started the attempt and the node its rank 0 runs on.
     """
 
     run_id: str | None = None
@@ -154,7 +150,6 @@ class RunStatus(RunFile):
 
     @classmethod
     def read(cls, run: RunDir) -> RunStatus | None:
-        """The run's status.json (None: the job never wrote one, or it is unreadable)."""
         return cls.load(run.status)
 
     @property
@@ -164,12 +159,11 @@ class RunStatus(RunFile):
 
     @property
     def futility(self) -> FutilityStop | None:
-
         return FutilityStop.of_record(self.futility_stop)
 
     def write(self, path: Path, updated: datetime.datetime | None = None) -> RunStatus:
-        """The one writer of status.json (atomic, ``updated`` = now unless given: synthetic
-        results keep a fixed time); returns what it wrote."""
+        """The one writer of status.json (``updated`` = now unless given: synthetic results keep
+        a fixed time); returns what it wrote."""
         when = updated or datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
         out = self.model_copy(update={"updated": when})
         out.__pydantic_fields_set__.add("updated")
@@ -178,23 +172,21 @@ class RunStatus(RunFile):
 
     @classmethod
     def update(cls, path: Path, **fields: Any) -> RunStatus:
-        """Set ``fields`` of the status.json at ``path`` and write it, keeping every other field
-        (what the training job wrote). An unreadable file is started over."""
+        """Set ``fields`` of the status.json at ``path``, keeping every other field (what the
+        training job wrote); an unreadable file is started over."""
         try:
             old = read_json(path)
         except (OSError, ValueError):
             old = {}
         if not isinstance(old, dict):
             old = {}
-        merged = {**old, **{k: (v.value if isinstance(v, RunState) else v) for k, v in fields.items()}}
-        status = cls.of(merged, str(path)) or cls()
+        new = {k: (v.value if isinstance(v, RunState) else v) for k, v in fields.items()}
+        status = cls.of({**old, **new}, str(path)) or cls()
         return status.write(path)
 
 
-# ---------------------------------------------------------------------------------- summary.json
 class ExecutionRecord(RunFile):
-    """``summary.json``'s ``execution`` block: how the run actually executed (the training job,
-    :mod:`olmoablate.run.summary`); the report compares it across the arms of a pair."""
+    """``summary.json``'s ``execution`` block (:mod:`olmoablate.run.summary`)."""
 
     device: str | None = None
     world_size: int | None = None
@@ -208,11 +200,9 @@ class ExecutionRecord(RunFile):
 
 
 class RunSummary(RunFile):
-    """``runs/<id>/summary.json``: what the run measured (cost) and how and where it executed.
-
-    Written once per attempt by the training job (:meth:`write`). The report learns where a run
-    ran from here (``hostname``, ``nodes``, ``executor``), never from launch's ledger.
-    """
+    """``runs/<id>/summary.json``: what the run measured (cost) and how and where it executed,
+    written once per attempt by the training job. The report learns where a run ran from here,
+    never from launch's ledger."""
 
     params: int | None = None
     non_embedding_params: int | None = None
@@ -246,15 +236,12 @@ class RunSummary(RunFile):
 
     @classmethod
     def read(cls, run: RunDir) -> RunSummary | None:
-        """The run's summary.json (None: the run has not finished an attempt, or unreadable)."""
         return cls.load(run.summary)
 
     def write(self, path: Path) -> None:
-        """The one writer of summary.json (atomic)."""
         write_json_atomic(path, self.as_json())
 
 
-# ---------------------------------------------------------------------------------- ledger.json
 class LedgerJob(RunFile):
     """One job the ledger recorded for a run."""
 
@@ -264,8 +251,7 @@ class LedgerJob(RunFile):
     attempt: int | None = None
     #: Local jobs: the machine that started them (their pid means nothing on another one).
     host: str | None = None
-    #: Local jobs: the process's start time, boot id and command line (:func:`olmoablate.run.state.identity`); a
-    #: pid whose identity differs is another process, never signalled.
+    #: Local jobs: :func:`olmoablate.run.state.identity` (a pid that differs is never signalled).
     identity: dict[str, Any] | None = None
 
     @field_validator("job_id", mode="before")
@@ -284,9 +270,9 @@ class LedgerRun(RunFile):
     jobs: list[LedgerJob] = Field(default_factory=list)
     reason: str | None = None
     updated: str | None = None
-    #: Runs queued by a local `submit`: that process (the queue dies with it) and its machine.
+    #: Runs queued by a local `submit`: that process (the queue dies with it), its identity and
+    #: its machine.
     owner_pid: int | None = None
-    #: The queueing `submit` process's identity (:func:`olmoablate.run.state.identity`), when recorded.
     owner_identity: dict[str, Any] | None = None
     host: str | None = None
 
@@ -301,7 +287,7 @@ class LedgerRun(RunFile):
 
 
 class LedgerFile(RunFile):
-    """``results/<spec>/ledger.json`` as a whole (:class:`olmoablate.run.state.Ledger` reads and writes it)."""
+    """``results/<spec>/ledger.json`` (:class:`olmoablate.run.state.Ledger` reads and writes it)."""
 
     schema_version: int | None = Field(None, alias="schema")
     spec_name: str | None = None
@@ -355,7 +341,7 @@ class ProofRecord(BaseModel):
             return None
         try:
             return cls.model_validate(read_json(path))
+        except ValidationError as err:
+            raise UserError(f"{path}: {first_error(err)}") from None
         except (OSError, ValueError) as err:
-            if isinstance(err, ValidationError):
-                raise UserError(f"{path}: {first_error(err)}") from None
             raise UserError(f"{path}: unreadable ({err})") from None

@@ -1,5 +1,5 @@
-"""Callbacks that guard a run's numerics: NaN/Inf and loss-spike stops, the compute-dtype
-probe (evidence a run trained in the precision its plan claims) and the NaN test hook."""
+"""Callbacks that guard a run's numerics: NaN/Inf and loss-spike stops, and the compute-dtype
+probe (evidence a run trained in the precision its plan claims)."""
 
 from __future__ import annotations
 
@@ -53,24 +53,21 @@ def nonfinite_flags(values: list[torch.Tensor | None]) -> torch.Tensor:
 class StabilityCallback(Callback):
     """Loss-spike counter and NaN/Inf stop.
 
-    Spikes follow the project's one rule (`olmoablate.plan.metrics`: above ``mean + spike_factor·std``
-    of the previous ``spike_window`` losses *and* ``min_relative_jump`` above their mean), so the
-    report counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or
-    (with ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it
-    diverged: non-finite values are flagged on the device right after each step's optimizer step
-    and checked with one all-reduce at the trainer's metrics steps (:func:`collect_due`), on every
-    rank at once, so all ranks stop together within ``topology.metrics_interval`` steps and the
-    first bad step is recorded. The divergence is final; the launcher must not retry it.
+    Spikes follow the project's one rule (`olmoablate.plan.metrics.SpikeDetector`), so the report
+    counts exactly what the job counted. More than ``max_spikes`` spikes (when set), or (with
+    ``stop_on_nonfinite``) a non-finite loss or grad norm, stops the run and marks it diverged
+    (final: never retried). Non-finite values are flagged on the device after each step and
+    checked with one all-reduce at the trainer's metrics steps (:func:`collect_due`), so the first
+    bad step is recorded.
 
     No collective here depends on state another thread sets: the spike rule runs in
     ``pre_log_metrics``, which OLMo-core calls from its bookkeeping thread at a different moment
-    on each rank, so a spike stop only records the divergence (under a lock) and asks for OLMo-core's
-    synchronised cancel; whether the non-finite all-reduce runs depends only on the all-reduce's
-    own earlier results, which are the same on every rank. Neither path uses
-    ``cancel_run(no_sync=True)``: its barrier is skipped on a rank whose bookkeeping thread has
-    already seen a cancel (e.g. the spike stop's), a hang on the others; every rank asks for the
-    cancel and OLMo-core's cancel check stops them all at the same step, within
-    ``topology.metrics_interval`` steps.
+    on each rank, so a spike stop only records the divergence (under a lock) and asks for
+    OLMo-core's synchronised cancel; whether the non-finite all-reduce runs depends only on its
+    own earlier results, the same on every rank. Neither path uses ``cancel_run(no_sync=True)``:
+    its barrier is skipped on a rank whose bookkeeping thread has already seen a cancel, a hang
+    on the others. Every rank asks for the cancel and OLMo-core's cancel check stops them all at
+    the same step, within ``topology.metrics_interval`` steps.
     """
 
     priority: ClassVar[int] = 5
@@ -113,8 +110,7 @@ class StabilityCallback(Callback):
         self.reason = state_dict.get("reason")
 
     def _record(self, step: int, reason: str) -> None:
-        """Keep the earliest divergence (either thread): every rank ends with the same step and
-        reason whichever of the spike stop and the non-finite check it saw first."""
+        """Keep the earliest divergence (either thread), so every rank ends with the same one."""
         with _DIVERGENCE_LOCK:
             if self.diverged_at_step is None or step < self.diverged_at_step:
                 self.diverged_at_step = step
@@ -123,7 +119,6 @@ class StabilityCallback(Callback):
 
     def _diverge(self, step: int, reason: str) -> None:
         self._record(step, reason)
-        # No barrier (see the class docstring): OLMo-core's cancel check stops every rank.
         self.trainer.cancel_run(f"diverged: {reason}")
 
     def pre_train(self) -> None:
@@ -144,8 +139,7 @@ class StabilityCallback(Callback):
             self._check(cancel=False)  # the last steps of a cancelled/finished attempt
 
     def _check(self, *, cancel: bool) -> None:
-        """One all-reduce (and host sync) for all steps since the last check: same decision on
-        every rank, so all stop together; the first bad step is the divergence step."""
+        """One all-reduce (and host sync) for all steps since the last check."""
         if not self._flags:
             return
         pending, self._flags = self._flags, []
@@ -190,9 +184,8 @@ class StabilityCallback(Callback):
 
 @dataclass
 class ComputeDtypeCallback(Callback):
-    """Records the dtype the model actually computes in: the output dtype of the first linear
-    layer in the first training forward. Evidence for ``summary.json`` that a run trained in
-    the precision its plan claims (FSDP mixed precision and autocast both give bf16 here).
+    """Records the output dtype of the first linear layer in the first training forward: the
+    evidence in ``summary.json`` that a run trained in the precision its plan claims.
 
     The hook sits inside the first (compiled) block, so dynamo traces it: it only stores the
     dtype in a dict (a side effect dynamo replays, no graph break) and is removed after the

@@ -2,15 +2,13 @@
 
 ``run_job(plan_path, run_id)`` is the one entry point of the local executor, of Slurm through
 submitit (a picklable module-level function) and of ``torchrun``/``srun`` (``python -m
-olmoablate.run.job PLAN RUN_ID``). It checks the run entry (bad input: a one-line UserError),
-builds OLMo-core configs from the entry only (:mod:`olmoablate.run.trainer`), runs ``fit()``
-(which resumes from the run's checkpoints by itself) and decides the outcome by step count, not
-exit status: ``completed`` iff ``global_step >= training.steps``; ``interrupted`` after
-SIGTERM/SIGUSR2 (OLMo-core returns normally once it saved a checkpoint); ``diverged`` on NaN/Inf
-or too many loss spikes (final); anything else ``failed`` and re-raised. status.json and
-summary.json are written atomically. Plan paths resolve against ``plan.workdir`` without a
-``chdir``, so the job is safe inside another program. A run already ``completed`` or
-``diverged`` is returned as is.
+olmoablate.run.job PLAN RUN_ID``). It builds OLMo-core configs from the run entry only
+(:mod:`olmoablate.run.trainer`), runs ``fit()`` (which resumes from the run's checkpoints by
+itself) and decides the outcome by step count, not exit status: ``completed`` iff
+``global_step >= training.steps``; ``interrupted`` after SIGTERM/SIGUSR2 (OLMo-core returns
+normally once it saved a checkpoint); ``diverged`` on NaN/Inf or too many loss spikes (final);
+anything else ``failed`` and re-raised. Plan paths resolve against ``plan.workdir`` without a
+``chdir``, so the job is safe inside another program.
 """
 
 from __future__ import annotations
@@ -63,11 +61,8 @@ DEBUG_STEP_SECONDS_ENV = "OLMOABLATE_DEBUG_STEP_SECONDS"
 
 @dataclass
 class DebugNaNCallback(Callback):
-    """Poisons the gradients of step ``at_step``.
-
-    It runs after backward and before the optimizer step, so the grad norm of that exact step is
-    NaN.
-    """
+    """Poisons the gradients of step ``at_step`` (after backward, before the optimizer step), so
+    the grad norm of that exact step is NaN."""
 
     at_step: int = -1
 
@@ -105,7 +100,7 @@ def _env_number(name: str, kind: type[int] | type[float]) -> int | float | None:
 
 
 def debug_callbacks() -> dict[str, Callback]:
-    """The test hooks the environment asks for (none in a normal run)."""
+    """The test hooks the environment asks for."""
     out: dict[str, Callback] = {}
     nan_step = _env_number(DEBUG_NAN_ENV, int)
     if nan_step is not None:
@@ -118,8 +113,6 @@ def debug_callbacks() -> dict[str, Callback]:
 
 log = logging.getLogger(__name__)
 
-FINAL_STATES = DONE_STATES
-
 
 def _environment(ctx: RunContext) -> Any:
     """CPU or CUDA, single process or torchrun/Slurm (RANK + WORLD_SIZE in the environment).
@@ -131,16 +124,14 @@ def _environment(ctx: RunContext) -> Any:
     """
     import torch
 
-
-    gpus = ctx.run.topology.gpus_per_node
-    if ctx.run.topology.on_gpu and not torch.cuda.is_available():
+    topo = ctx.run.topology
+    gpus, use_cuda = topo.gpus_per_node, topo.on_gpu
+    if use_cuda and not torch.cuda.is_available():
         raise UserError(
             f"runs[{ctx.run_id}].topology.gpus_per_node = {gpus} but CUDA is not available on "
             "this node (set gpus_per_node: 0 to train on CPU)"
         )
-    use_cuda = ctx.run.topology.on_gpu
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    topo = ctx.run.topology
     if world != topo.world_size:
         # e.g. a 2-node plan started by the local executor: HSDP, tokens/s and MFU would not be
         # the plan's, and nothing else would say so.
@@ -172,13 +163,10 @@ def _optimizer_state_bytes(optim: Any) -> int:
 
 
 def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tuple[Any, dict]:
-    """Build model, train module, data loader and trainer (with callbacks) from the run entry."""
+    """Model, train module, data loader and trainer (with callbacks), from the run entry; the
+    live callbacks by name."""
     from olmo_core.train import Duration, TrainerConfig
-    from olmo_core.train.callbacks import (
-        CheckpointerCallback,
-        ConsoleLoggerCallback,
-    )
-
+    from olmo_core.train.callbacks import CheckpointerCallback, ConsoleLoggerCallback
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps, gbs = tr.steps, tr.global_batch_size
@@ -318,24 +306,21 @@ def _summary(
 
 
 def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
-    """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict.
-
-    Raises :class:`UserError` for a bad plan/run entry; other exceptions (after ``status.json``
-    says ``failed``) propagate so executors see the failure.
-    """
+    """Train (or resume) ``run_id`` of ``plan_path``; return the final ``status.json`` dict (as
+    is for a run already completed or diverged). Exceptions propagate once status.json says
+    ``failed``, so executors see the failure."""
     t_start = time.perf_counter()
     ctx = load_run(plan_path, run_id)
     status_path = ctx.run_dir.status
     # status.json is the job's own record (not plan data): absent on a first start.
     previous = RunStatus.read(ctx.run_dir) or RunStatus()
-    if previous.state in FINAL_STATES:
+    if previous.state in DONE_STATES:
         log.info(f"{run_id} is already {previous.state}; nothing to do")
         return previous.as_json()
 
     import torch
     from olmo_core.distributed.utils import get_rank
     from olmo_core.train import prepare_training_environment, teardown_training_environment
-
 
     env = _environment(ctx)
     if env.device_type == "cpu":
@@ -348,9 +333,7 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         "pair_id": ctx.run.pair_id,
         "arm": ctx.run.arm,
         # The launcher's attempt counter (submitit requeues) when set, else one per call.
-        "attempt": int(
-            os.environ.get("OLMOABLATE_ATTEMPT") or (previous.attempt or 0) + 1
-        ),
+        "attempt": int(os.environ.get("OLMOABLATE_ATTEMPT") or (previous.attempt or 0) + 1),
         "diverged_at_step": None,
         "reason": None,
         # where this attempt runs (rank 0), as summary.json says at the end
@@ -401,14 +384,12 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         except BaseException as exc:  # noqa: BLE001 - classified below, re-raised unless diverged
             error = exc
         step = int(trainer.global_step)
-        metrics_cb, stability = own["metrics"], own["stability"]
-        last = metrics_cb.last_row
-        extra = {
-            "last_loss": last.get(CE_LOSS),  # a metrics row (absent before the first step)
-            "tokens_per_s": None,
-        }
+        stability = own["stability"]
         summary = _summary(trainer, own, time.perf_counter() - t_start, step, ctx, env)
-        extra["tokens_per_s"] = summary["tokens_per_s"]
+        extra = {
+            "last_loss": own["metrics"].last_row.get(CE_LOSS),  # absent before the first step
+            "tokens_per_s": summary["tokens_per_s"],
+        }
         if stability.diverged_at_step is not None:
             state = RunState.DIVERGED
             extra.update(diverged_at_step=stability.diverged_at_step, reason=stability.reason)

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from olmoablate.errors import UserError, parse_choices
-from olmoablate.plan.layout import ResultsDir, RootOpt, complete_run_ids, complete_spec
+from olmoablate.io import make_console, print_whole
+from olmoablate.plan.layout import (
+    ResultsDir,
+    RootOpt,
+    complete_run_ids,
+    complete_spec,
+    resolve_results,
+)
 from olmoablate.plan.names import LIVE_STATES, RESULTS_ROOT, RunState
+from olmoablate.plan.planfile import PLAN_FILE, Plan
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import RunStatus
 from olmoablate.run.state import Ledger, local_job_alive, reconcile
@@ -95,10 +104,6 @@ def plan_part(spec: str, results: Any) -> list[str] | None:
     """The runs of SPEC when it is a plan file other than the results folder's plan.json (the
     report's ``next_plan.json``: the promoted sizes), each checked to be that plan's run (same
     certificate); None for any other SPEC."""
-    from pathlib import Path
-
-    from olmoablate.plan.planfile import PLAN_FILE, Plan
-
     path = Path(spec)
     if not (path.is_file() and path.suffix == ".json" and path.name != PLAN_FILE):
         return None
@@ -205,7 +210,6 @@ def submit_command(
     """
     from rich.table import Table
 
-    from olmoablate.io import make_console, print_whole
     from olmoablate.run.submit import check_budget, check_overrides, results_for, submit
 
     results = results_for(spec, results_root, set_ or [])
@@ -286,8 +290,6 @@ def submit_command(
 def _exit_if_failed(results: Any, run_ids: list[str]) -> None:
     """A foreground local `submit` exits 1 when a run it trained failed (scripts can trust the
     exit code), after one line per failed run with its reason."""
-    from olmoablate.run.state import Ledger, reconcile
-
     views = reconcile(results, Ledger.read(results))
     failed = [views[r] for r in run_ids if r in views and views[r].state == RunState.FAILED]
     for v in failed:
@@ -301,9 +303,7 @@ def status_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     max_age: Annotated[
         float,
-        typer.Option(
-            "--max-age", metavar="SECONDS", help="Reuse sacct answers younger than this."
-        ),
+        typer.Option("--max-age", metavar="SECONDS", help="Reuse sacct answers younger than this."),
     ] = 10.0,
     results_root: RootOpt = RESULTS_ROOT,
     fail_on: Annotated[
@@ -322,10 +322,7 @@ def status_command(
     own, or Slurm's state and exit code/signal when the job died outside the training loop, with
     the checkpoint it would resume from and the command that resumes it.
     """
-    from olmoablate.io import make_console, print_whole
-    from olmoablate.plan.layout import resolve_results
     from olmoablate.run.localpool import status_table, views_json
-    from olmoablate.run.state import Ledger, reconcile
 
     fail_states = parse_choices(fail_on, STATUS_FAIL_ON, "--fail-on")
     results = resolve_results(spec, results_root)
@@ -369,8 +366,6 @@ def cancel_command(
     """Cancel live runs. Running jobs get SIGTERM, save a checkpoint and stop, so the next
     `olmoablate submit` resumes them; pending jobs leave the queue. The ledger marks them cancelled.
     """
-    from olmoablate.plan.layout import resolve_results
-
     results = resolve_results(spec, results_root)
     ids = results.plan.check_run_ids(run, "--run") or None
     actions = cancel(results, ids, force=force)

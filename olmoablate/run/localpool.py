@@ -74,6 +74,25 @@ def fmt_tokens(n: float | None) -> str:
     return str(int(n))
 
 
+def _num(v: Any, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, int | float) and not isinstance(v, bool) else "-"
+
+
+def _cells(view: RunView) -> dict[str, str]:
+    """One run's columns, as the `status` table and the plain progress lines show them."""
+    return {
+        "run": view.run_id,
+        "state": view.state,
+        "step": f"{view.step if view.step is not None else '-'}/{view.total_steps or '-'}",
+        "tokens": fmt_tokens(view.tokens),
+        "loss": _num(view.last_loss, ".4f"),
+        "tok/s": _num(view.tokens_per_s, ",.0f"),
+        "ETA": fmt_eta(view.eta_s) if view.state in ACTIVE_STATES else "-",
+        "job": view.job_id or "-",
+        "executor": view.executor or "-",
+    }
+
+
 def status_table(views: list[RunView], title: str | None = None) -> Any:
     """The rich Table of `status` (and of the live progress of `submit --executor local`)."""
     from rich.table import Table
@@ -86,19 +105,10 @@ def status_table(views: list[RunView], title: str | None = None) -> Any:
             no_wrap=col in ("run", "state", "step"),
         )
     for v in views:
-        step = f"{v.step if v.step is not None else '-'}/{v.total_steps or '-'}"
-        style = STATE_STYLE.get(v.state, "")
-        table.add_row(
-            v.run_id,
-            f"[{style}]{v.state}[/]" if style else v.state,
-            step,
-            fmt_tokens(v.tokens),
-            f"{v.last_loss:.4f}" if isinstance(v.last_loss, (int, float)) else "-",
-            f"{v.tokens_per_s:,.0f}" if isinstance(v.tokens_per_s, (int, float)) else "-",
-            fmt_eta(v.eta_s) if v.state in ACTIVE_STATES else "-",
-            v.job_id or "-",
-            v.executor or "-",
-        )
+        cells = _cells(v)
+        if style := STATE_STYLE.get(v.state):
+            cells["state"] = f"[{style}]{v.state}[/]"
+        table.add_row(*cells.values())
     return table
 
 
@@ -117,37 +127,18 @@ def views_json(views: list[RunView]) -> str:
 PLAIN_INTERVAL_S = 30.0
 
 
-def _num(v: Any, fmt: str) -> str:
-    return format(v, fmt) if isinstance(v, int | float) and not isinstance(v, bool) else "-"
-
-
-def plain_line(view: Any) -> str:
+def plain_line(view: RunView) -> str:
     """One run as a single ``key=value`` line: whole values, no colour, no padding."""
-    step = f"{view.step if view.step is not None else '-'}/{view.total_steps or '-'}"
-    eta = fmt_eta(view.eta_s) if view.state in ACTIVE_STATES else "-"
-    fields = [
-        ("run", view.run_id),
-        ("state", view.state),
-        ("step", step),
-        ("tokens", fmt_tokens(view.tokens)),
-        ("loss", _num(view.last_loss, ".4f")),
-        ("tok/s", _num(view.tokens_per_s, ",.0f")),
-        ("ETA", eta),
-        ("job", view.job_id or "-"),
-        ("executor", view.executor or "-"),
-    ]
-    reason = getattr(view, "reason", None)
-    if reason and view.state in STOPPED_STATES:
-        fields.append(("reason", " ".join(str(reason).split())))
-    return time.strftime("%Y-%m-%dT%H:%M:%S") + " " + " ".join(f"{k}={v}" for k, v in fields)
+    fields = _cells(view)
+    if view.reason and view.state in STOPPED_STATES:
+        fields["reason"] = " ".join(view.reason.split())
+    line = " ".join(f"{k}={v}" for k, v in fields.items())
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}"
 
 
 class Progress:
-    """Shows ``views()`` (a list of ``launch.reconcile.RunView``) while a local pool trains.
-
-    ``table(views)`` renders the table (the same one `status` prints). ``live`` forces the
-    form (tests); by default it is a live table iff stdout is a terminal.
-    """
+    """Shows ``views()`` while a local pool trains, through ``table(views)`` (the table `status`
+    prints). ``live`` forces the form (tests); by default it is live iff stdout is a terminal."""
 
     def __init__(
         self,
@@ -197,7 +188,7 @@ class Progress:
         out.flush()
 
     def stop(self, final: bool = True) -> None:
-        """End the live display (if any) and, when ``final``, print the last table whole."""
+        """End the live display and, when ``final``, print the last table whole."""
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -257,11 +248,11 @@ def _local_executor_class() -> type:
 
 
 def local_executor(folder: Path, run: RunEntry) -> Any:
-    """The submitit local executor for one plan run, parameters from the plan only."""
+    """The submitit local executor of one plan run, every parameter from the plan."""
     ex = _local_executor_class()(folder=folder, max_num_timeout=run.slurm.max_num_timeout)
     ex.update_parameters(
         timeout_min=LOCAL_TIMEOUT_MIN,
-        tasks_per_node=sl.tasks_per_node(run.topology),
+        tasks_per_node=run.topology.ranks_per_node,
         signal_delay_s=run.slurm.signal_delay_s,
     )
     return ex
@@ -278,7 +269,7 @@ def exception_line(text: str) -> str | None:
 
 
 class LocalPool:
-    """Runs at most `parallel` local submitit jobs at a time, with a live progress table."""
+    """Runs at most `parallel` local submitit jobs at a time."""
 
     def __init__(
         self, results: ResultsDir, run_ids: list[str], parallel: int, target: JobTarget
@@ -291,9 +282,8 @@ class LocalPool:
         self.active: dict[str, Any] = {}
         self.submitted: list[tuple[str, str]] = []
         self.runs = results.plan.runs_by_id
-        # GPU slots: each concurrent job trains on its own GPUs (:mod:`olmoablate.run.slurm`).
         self.gpus = visible_gpus()
-        self.slots: dict[str, int] = {}
+        self.slots: dict[str, int] = {}  # each concurrent job's GPU slot
 
     def _start(self, rid: str) -> None:
         run = self.runs[rid]
@@ -395,7 +385,6 @@ class LocalPool:
         """Train every run of the pool; returns (run_id, job_id) of each job started."""
         shown = None
         if progress:  # live table in a terminal, plain lines in a log (:class:`Progress`)
-
             shown = Progress(self._views, self._table)
             shown.start()
         try:

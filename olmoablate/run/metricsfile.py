@@ -23,7 +23,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -146,15 +146,7 @@ def append(a: Metrics, b: Metrics) -> Metrics | None:
     if len(b) and len(a) and int(b.steps[0]) <= int(a.steps[-1]):
         return None
     if not len(a) or not len(b):  # one side has no rows: the other, with both sides' issues
-        keep = a if not len(b) else b
-        return Metrics(
-            keep.steps,
-            keep.columns,
-            _merge_issues(a.issues, b.issues),
-            keep.rows_read,
-            keep.duplicate_rows,
-            keep.nonfinite,
-        )
+        return replace(a if not len(b) else b, issues=_merge_issues(a.issues, b.issues))
     columns: dict[str, np.ndarray] = {}
     for key in sorted(set(a.columns) | set(b.columns)):
         ca = a.columns.get(key)

@@ -5,19 +5,15 @@ Why at job start: the plan's parameter and FLOP figures come from each block's a
 formulas (:mod:`olmoablate.plan.accounting`), and the report compares arms with them; a
 formula that disagrees with the module it describes would silently skew every comparison, and a
 block edited between ``plan`` and a (re)start would train code the certificate does not cover.
-Both checks fail the run with one line naming the block(s) and the two numbers.
+Each check fails the run with one line naming the block(s) and the two numbers; parameters must
+match exactly.
 
-* Code: :func:`olmoablate.plan.blocks.code_changes` against ``run.code`` (a plan from before
-  code identities has none; nothing to check then).
-* Parameters: the built model's unique parameter count must equal ``run.unique_params`` exactly.
-* FLOPs: torch's FLOP counter (``torch.utils.flop_counter``) over one training step (forward +
-  backward) of a replica of the model built under ``FakeTensorMode`` (no memory, no arithmetic:
-  shapes only, so it costs the same on a login-sized CPU and for a 7B model) on one sequence of
-  ``PROOF_SEQ_LEN`` tokens. The counter sees matrix products; the formula's part it cannot see
-  (attention scores, which SDPA kernels compute under a causal/windowed mask; the QK-/final-norm
-  weights OLMo-core's 6 x params convention counts; a block's declared elementwise terms) is
-  :attr:`~olmoablate.plan.accounting.FlopsBreakdown.unseen` and left out of the match. The
-  rest must agree within ``FLOPS_TOLERANCE``.
+FLOPs are counted by torch's FLOP counter over one training step of a replica built under
+``FakeTensorMode`` (shapes only: it costs the same on a login-sized CPU and for a 7B model). The
+counter sees matrix products; the formula's part it cannot see (attention scores, computed by
+SDPA kernels under a mask; the QK-/final-norm weights OLMo-core's 6 x params convention counts; a
+block's declared elementwise terms) is :attr:`~olmoablate.plan.accounting.FlopsBreakdown.unseen`
+and left out of the match.
 """
 
 from __future__ import annotations
@@ -64,8 +60,6 @@ def check_code(run: RunEntry, *, resuming: bool) -> None:
 
 
 def check_params(run: RunEntry, model: Any) -> int:
-    """The built model's unique parameters must be the plan's, exactly."""
-
     built = unique_param_count(model)
     if built != run.unique_params:
         raise UserError(
@@ -97,7 +91,6 @@ def measured_flops_per_token(model_config: Any, seq_len: int = PROOF_SEQ_LEN) ->
 
 
 def check_flops(run: RunEntry, model_config: Any) -> tuple[float, int]:
-    """The counted FLOPs per token must match the formula's counted part within tolerance."""
     seq = min(PROOF_SEQ_LEN, run.training.sequence_length)
     phase = acc.phase_at(run.architecture, 1)
     split = acc.flops_breakdown(run.size_dims, run.architecture, seq, phase)
@@ -143,7 +136,10 @@ def at_start(ctx: RunContext, model: Any, model_config: Any, attempt: int = 1) -
 
 
 def prove(run: RunEntry, model: Any, model_config: Any) -> dict[str, Any]:
-    """Both cost checks; returns what was proved."""
     params = check_params(run, model)
     got, want = check_flops(run, model_config)
-    return {"unique_params": params, "counted_flops_per_token": got, "formula_flops_per_token": want}
+    return {
+        "unique_params": params,
+        "counted_flops_per_token": got,
+        "formula_flops_per_token": want,
+    }

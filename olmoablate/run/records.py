@@ -63,10 +63,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def truncate_jsonl_after(path: Path, step: int) -> int:
-    """Rewrite ``path`` atomically keeping only rows with ``row["step"] <= step``.
-
-    Returns the number of rows dropped. This is the resume half of the merge rule.
-    """
+    """Rewrite ``path`` atomically without its rows of a step > ``step`` (the resume half of the
+    merge rule); returns how many were dropped."""
     if not path.exists():
         return 0
     rows = read_jsonl(path)
@@ -81,13 +79,10 @@ def _model_of(trainer: Trainer) -> Any:
 
 
 def collect_due(trainer: Trainer, step: int, first_step: int) -> bool:
-    """Steps at which cross-rank work (fingerprint gathering, the non-finite check) is done.
-
-    The same steps at which OLMo-core itself syncs and logs metrics: the first step of an
-    attempt, every ``metrics_collect_interval`` steps, the last step, and every checkpoint step
-    (the trainer logs metrics right before saving, so nothing buffered is ever older than the
-    checkpoint a resume starts from).
-    """
+    """Steps at which cross-rank work (fingerprint gathering, the non-finite check) is done:
+    those at which OLMo-core syncs and logs metrics. The first step of an attempt, every
+    ``metrics_collect_interval`` steps, the last step, and every checkpoint step (the trainer
+    logs metrics right before saving: nothing buffered is older than a resume's checkpoint)."""
     if step == first_step or step % max(1, int(trainer.metrics_collect_interval)) == 0:
         return True
     max_steps = trainer.max_steps
@@ -111,19 +106,16 @@ def cuda_timing() -> bool:
 
 @dataclass
 class MetricsJSONLCallback(Callback):
-    """Per-step metrics rows for ``metrics.jsonl`` (rank 0 writes; see module docstring).
+    """Per-step metrics rows for ``metrics.jsonl`` (rank 0 writes).
 
-    ``step_time_s`` is the time of the step's training work only (forward, backward, optimizer
-    step): the window opens in ``pre_step`` (after the batch is loaded) and closes in
-    ``post_train_batch`` (before evaluation, checkpointing and the other post-step hooks), the
-    same for every arm. On CUDA the window is a pair of CUDA events on the current stream,
-    read once the trainer has synchronised for its metrics (no extra per-step sync): this is the
-    device's real time for the step whether the GPU or the kernel launches are the bottleneck,
-    where a host clock would only measure how long queueing the kernels took. On CPU it is
-    ``perf_counter``. ``step_cpu_time_s`` is the process's CPU seconds over the same window.
-    ``step_in_attempt`` (1 = first step after a start or resume) lets readers drop warm-up
-    steps (compilation, allocator growth) of every attempt: steady-state steps are those with
-    ``step_in_attempt > WARMUP_STEPS``.
+    ``step_time_s`` is the time of the step's training work only: the window opens in
+    ``pre_step`` (after the batch is loaded) and closes in ``post_train_batch`` (before
+    evaluation, checkpointing and the other post-step hooks), the same for every arm. On CUDA it
+    is a pair of CUDA events, read once the trainer has synchronised for its metrics (no extra
+    sync): the device's real time whether the GPU or the kernel launches are the bottleneck,
+    where a host clock would only measure the queueing. On CPU it is ``perf_counter``;
+    ``step_cpu_time_s`` is the process's CPU seconds over the same window. ``step_in_attempt``
+    (1 = first step after a start or resume) lets readers drop every attempt's warm-up steps.
     """
 
     #: Runs first, so a step's timing is taken before e.g. the checkpointer flushes metrics.
@@ -133,8 +125,7 @@ class MetricsJSONLCallback(Callback):
 
     path: str = METRICS_FILE
     global_batch_size: int = 0
-    #: Set by the job: the step the trainer resumed from (None = fresh start).
-    resume_step: int | None = None
+    resume_step: int | None = None  # the step the trainer resumed from (None = fresh start)
     #: Set by the job: extra fields of this attempt's first row (a checkpoint fallback's steps,
     #: :mod:`olmoablate.run.callbacks`), so metrics.jsonl itself says where the attempt resumed.
     attempt_note: dict[str, float] = field(default_factory=dict)
@@ -163,8 +154,7 @@ class MetricsJSONLCallback(Callback):
             self._update_copy()
 
     def _update_copy(self) -> None:
-        """Refresh ``metrics.arrow`` (olmoablate.run.columnar): a cache for the report, so a
-        failure is logged and training goes on; the report then parses the JSON itself."""
+        """Refresh ``metrics.arrow``: only a cache for the report, so a failure is logged."""
         self._rows_since_copy = 0
         try:
             columnar.update_copy(self.path)
@@ -203,11 +193,9 @@ class MetricsJSONLCallback(Callback):
         self.trainer.record_metric(PEAK_MEMORY, peak_memory_gb(), ReduceType.max)
 
     def _resolve_events(self, up_to: int) -> None:
-        """Turn recorded event pairs of steps <= ``up_to`` into seconds (waits for the GPU).
-
-        Called from OLMo-core's bookkeeping thread (``log_metrics``) while the main thread keeps
-        recording events: the due pairs are taken out under the lock, the GPU wait happens outside
-        it (the main thread never blocks on the device here)."""
+        """Turn recorded event pairs of steps <= ``up_to`` into seconds. Called from OLMo-core's
+        bookkeeping thread: the GPU wait happens outside the lock, so the main thread, which
+        keeps recording events, never blocks on the device here."""
         with _TIMING_LOCK:
             due = [(s, self._events.pop(s)) for s in sorted(s for s in self._events if s <= up_to)]
         for step, (start, end) in due:
@@ -281,8 +269,8 @@ def interleave_rank_batches(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 def instance_digests(input_ids: torch.Tensor) -> torch.Tensor:
-    """sha256 of each instance (row) of token ids as int64 little-endian: a (rows, 32) uint8
-    tensor on the CPU. Hashing rows locally means ranks exchange 32 bytes per instance, not ids."""
+    """sha256 of each instance (row) of token ids as int64 little-endian, a (rows, 32) uint8 CPU
+    tensor: ranks exchange 32 bytes per instance, not ids."""
     arr = input_ids.detach().to("cpu", torch.int64).numpy().astype("<i8", copy=False)
     rows = [hashlib.sha256(row.tobytes()).digest() for row in arr.reshape(arr.shape[0], -1)]
     return torch.frombuffer(bytearray(b"".join(rows)), dtype=torch.uint8).reshape(-1, 32)
@@ -316,9 +304,8 @@ def global_batch_sha256(input_ids: torch.Tensor, group: Any = None) -> str:
 class FingerprintCallback(Callback):
     """Appends ``{"step", "tokens", "sha256"}`` for every global batch to ``fingerprints.jsonl``.
 
-    Each rank hashes its instances in ``pre_step`` (host only, the ids are still on the CPU);
-    the digests of all pending steps are gathered in one collective at the trainer's metrics
-    steps (:func:`collect_due`) and at the end, instead of an all-gather every step.
+    Each rank hashes its instances in ``pre_step`` (the ids are still on the CPU); the pending
+    digests are gathered in one collective at :func:`collect_due` steps and at the end.
     """
 
     #: After the metrics timing (100), before the checkpointer (1) saves at the same step.

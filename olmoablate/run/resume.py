@@ -81,7 +81,6 @@ def checkpoint_steps(folder: Path) -> list[tuple[int, Path]]:
 
 
 def write_manifest(checkpoint: Path) -> None:
-    """Record every file of a saved checkpoint and its size (the completion marker)."""
     files: dict[str, int] = {}
     for root, _, names in os.walk(checkpoint):
         for name in names:
@@ -93,7 +92,7 @@ def write_manifest(checkpoint: Path) -> None:
 
 
 def problem(checkpoint: Path, *, need_manifest: bool = True) -> str | None:
-    """Why ``checkpoint`` does not count (None: it is complete)."""
+    """Why ``checkpoint`` does not count (None: it does)."""
     for rel in OLMO_CORE_FILES:
         if not (checkpoint / rel).is_file():
             return f"{rel} missing"
@@ -121,9 +120,8 @@ def problem(checkpoint: Path, *, need_manifest: bool = True) -> str | None:
 def select_checkpoint(
     folder: Path, extra_check: Callable[[Path], str | None] | None = None
 ) -> Selection:
-    """The newest checkpoint of ``folder`` that counts (module docstring), and the newer ones
-    refused with their reason. ``extra_check`` (the job: torch's own shard index, which
-    needs torch) may refuse a checkpoint the manifest accepts."""
+    """The newest checkpoint of ``folder`` that counts, and the newer ones refused with their
+    reason; ``extra_check`` (the job's, which needs torch) may refuse one the manifest accepts."""
     found = checkpoint_steps(folder)
     need = any((p / MANIFEST).exists() for _, p in found)
     refused: list[tuple[int, Path, str]] = []
@@ -138,16 +136,8 @@ def select_checkpoint(
 
 
 def latest_checkpoint_step(checkpoint_dir: Path) -> int | None:
-    """Step of the newest checkpoint that counts (None: none): where a run really resumes."""
+    """Where a run really resumes (None: from step 0)."""
     return select_checkpoint(Path(checkpoint_dir)).step
-
-
-#: Where refused checkpoints are moved (inside the run's checkpoints folder).
-BROKEN_DIR = ".broken"
-#: Fields of the first metrics.jsonl row of an attempt that resumed past incomplete checkpoints:
-#: the newest checkpoint refused and the one resumed from.
-FALLBACK_FROM_METRIC = "checkpoint/refused step"
-RESUMED_FROM_METRIC = "checkpoint/resumed from step"
 
 
 class NoUsableCheckpoint(RuntimeError):
@@ -163,7 +153,7 @@ class Fallback:
 
     @property
     def metrics(self) -> dict[str, float]:
-        """The fields of the attempt's first metrics row that record the fallback."""
+        """The fields of the attempt's first metrics row."""
         return {
             FALLBACK_FROM_METRIC: float(max(s for s, _ in self.refused)),
             RESUMED_FROM_METRIC: float(self.step or 0),
@@ -181,10 +171,9 @@ class Fallback:
 def fall_back(
     checkpoints: Path, *, way_out: str, extra_check: Callable[[Path], str | None] | None = None
 ) -> Fallback | None:
-    """Make the newest checkpoint that counts the one OLMo-core resumes from: move the newer ones
-    to ``checkpoints/.broken/`` (None: nothing refused). Raises :class:`NoUsableCheckpoint`
-    naming ``way_out`` (the command that starts the run over) when checkpoints exist and none
-    counts. Rank 0 only (the job's callback shares the outcome with the other ranks)."""
+    """Move the checkpoints newer than the newest that counts to ``checkpoints/.broken/`` (None:
+    nothing refused); :class:`NoUsableCheckpoint` naming ``way_out`` (the command that starts
+    the run over) when none counts. Rank 0 only."""
     sel = select_checkpoint(checkpoints, extra_check=extra_check)
     if not sel.refused:
         return None
@@ -204,10 +193,9 @@ def fall_back(
 
 
 def drop_incomplete(checkpoints: Path) -> bool:
-    """Delete the checkpoint folders newer than the newest complete one (incomplete by definition:
-    no completion marker); complete checkpoints are never touched. True when one was deleted.
-    Why: a save that failed on a full disk leaves its partial ``stepN`` filling it, so the status
-    write saying so would fail too and the run would look alive."""
+    """Delete the checkpoint folders newer than the newest complete one (True: one was). Why: a
+    save that failed on a full disk leaves its partial ``stepN`` filling it, so the status write
+    saying so would fail too and the run would look alive."""
     freed = False
     for _, path in checkpoint_steps(checkpoints):
         if problem(path) is None:
@@ -224,7 +212,7 @@ class _View(Protocol):
 def decide(
     views: Mapping[str, _View], *, retry_failed: bool, redo: list[str], only: list[str] | None
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """Which runs `submit` sends now (``views``: :func:`olmoablate.run.state.reconcile`), and
+    """Which runs `submit` sends now (from :func:`olmoablate.run.state.reconcile`'s views), and
     why the others are not sent."""
     send: list[str] = []
     skip: list[tuple[str, str]] = []
@@ -245,10 +233,9 @@ def decide(
 
 
 def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str]) -> None:
-    """Refuse to continue a run folder that was started as another identity than the plan now
-    names (its identity.json): the spec was re-planned with the same spec file but other data
-    (a token file rewritten in place), and resuming would continue the old checkpoint on the
-    new data under the new identity. ``redo`` runs start over in a fresh folder."""
+    """Refuse to continue a run folder started as another identity than the plan now names: the
+    spec was re-planned with other data (a token file rewritten in place), and resuming would
+    continue the old checkpoint on the new data under the new identity."""
     plan = results.plan
     if plan.identity is None:
         return
@@ -265,7 +252,7 @@ def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str])
 
 
 def write_identity(results: ResultsDir, run_id: str) -> None:
-    """``runs/<id>/identity.json``: the identity trained in this folder (with the versions)."""
+    """``runs/<id>/identity.json``: the identity trained in this folder, with the versions."""
     plan = results.plan
     if plan.identity is None or run_id not in plan.identity.runs:
         return
@@ -300,13 +287,13 @@ MAX_REQUEUES_WITHOUT_PROGRESS = 3
 USR2_GRACE_S = 3.0
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
 class StopDecision:
     """What an interrupted run does next: ``requeue`` (submitit), ``slurm`` (Slurm requeues it
     itself), ``cancel`` (ends cancelled) or ``stop`` (ends interrupted, resumable by ``submit``)."""
 
-    def __init__(self, action: str, reason: str) -> None:
-        self.action = action
-        self.reason = reason
+    action: str
+    reason: str
 
     def __repr__(self) -> str:
         return f"StopDecision({self.action!r}, {self.reason!r})"
@@ -318,12 +305,9 @@ def decide_stop(
     slurm_job: dict[str, Any] | None,
     restarts_at_start: int,
 ) -> StopDecision:
-    """The meaning of a stop, from what the job can observe (docs/slurm.md's table; the job
-    wrapper, :class:`olmoablate.run.task.TrainRun`, acts on it).
-
-    ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` for this job (None off Slurm or
-    when the controller cannot be asked); ``restarts_at_start`` is SLURM_RESTART_COUNT at start.
-    """
+    """The meaning of a stop, from what the job can observe (docs/slurm.md's table):
+    ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` (None off Slurm or when the
+    controller cannot be asked), ``restarts_at_start`` SLURM_RESTART_COUNT at start."""
     if cancel_requested:
         return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
     if "SIGUSR2" in signals:

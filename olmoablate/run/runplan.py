@@ -1,16 +1,11 @@
-"""One run of a plan, loaded through the contract and checked before any compute is spent.
+"""One run of a plan, loaded (:meth:`~olmoablate.plan.planfile.Plan.load`) and checked before
+any compute is spent: the job must be startable from the results folder alone (inside submitit,
+under torchrun), so everything it needs comes from the run entry. On top of the typed load: the
+checks across fields of one entry, the certificate check and the run's paths.
 
-Why a separate module: the job must be startable from the results folder alone (on a login node,
-inside submitit, under torchrun), so everything it needs comes from the run entry. Loading is the
-contract's :meth:`~olmoablate.plan.planfile.Plan.load` (typed, torch-free, every malformed field a
-one-line :class:`UserError` naming the file and the field); this module adds only what the job
-needs on top: the checks that involve several fields of one entry, the certificate check, and the
-run's paths.
-
-The certificate check is the guard on the pair contract: a baseline and its variant must share
-every setting except the architecture. The plan stores ``certificate`` = hash of those shared
-settings; if someone edits one arm's entry by hand (another LR, another data seed) the hash no
-longer matches and the job refuses to train it.
+The certificate is the guard on the pair contract: ``certificate`` is the hash of the settings a
+baseline and its variant share; an arm's entry edited by hand (another LR, another data seed) no
+longer matches it and the job refuses to train it.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from olmoablate.plan.schema import Evaluation
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run of a plan (typed), with the folder it writes and the plan's working directory."""
+    """One run of a plan, with the folder it writes and the plan's working directory."""
 
     plan: Plan
     run: RunEntry
@@ -59,14 +54,12 @@ class RunContext:
 
     @property
     def cache_dir(self) -> Path:
-        """Scratch space of the run (OLMo-core's trainer, dataset and loader work dirs)."""
+        """OLMo-core's trainer, dataset and loader work dirs."""
         return self.run_dir.cache
 
     def resolve(self, path: str) -> str:
-        """A plan path (as written in the spec) -> absolute, relative to the plan's workdir.
-
-        Remote URLs (s3://, gs://, http(s)://, weka://) pass through for OLMo-core's io layer.
-        """
+        """A plan path (as written in the spec) -> absolute, relative to the plan's workdir;
+        remote URLs pass through for OLMo-core's io layer."""
         expanded = os.path.expandvars(path)
         if "$" in expanded:
             missing = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
@@ -81,8 +74,7 @@ class RunContext:
 
 
 def check_run(run: RunEntry, plan_path: Path) -> None:
-    """What the plan's field types cannot say: rules across fields of one entry, checked here so
-    a bad entry fails in one line before torch loads."""
+    """Rules across fields of one entry, so a bad entry fails in one line before torch loads."""
     where = f"{plan_path}: runs[{run.run_id}].training"
     tr = run.training
     seq = tr.sequence_length
@@ -113,7 +105,6 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
     it saw): otherwise another spec would reuse these numbers as that identity's."""
     if plan.identity is None:
         return
-
     bad = version_mismatch(run.as_json(), plan.identity.versions, installed_versions())
     if bad:
         said = ", ".join(f"{d} {rec} (installed here: {now})" for d, rec, now in bad)
@@ -125,13 +116,9 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
 
 
 def load_run(plan_path: str | Path, run_id: str) -> RunContext:
-    """Load ``plan_path`` (plan.json or its results folder) and return the context of ``run_id``.
-
-    Raises :class:`UserError` for a missing or malformed plan, an unknown run id, an entry that
-    breaks :func:`check_run` or a certificate that does not match the run's shared settings.
-    The launcher's wrapper has read the same plan.json in this process just before (for the
-    device setup): :meth:`Plan.load` hands back that validated plan instead of a second one.
-    """
+    """The context of ``run_id`` of ``plan_path`` (plan.json or its results folder), or a
+    :class:`UserError`. (The launcher's wrapper read the same plan.json in this process just
+    before: :meth:`Plan.load` hands back that validated plan.)"""
     plan = Plan.load(Path(plan_path).expanduser().resolve())
     path = plan.path
     assert path is not None

@@ -24,7 +24,6 @@ from olmoablate.io import read_json, write_json_atomic
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import RunEntry
-from olmoablate.plan.schema import Topology
 
 SACCT_CACHE = ".sacct-cache.json"
 # DerivedExitCode: the highest exit code / signal of the job's steps (a SIGKILLed training task
@@ -33,24 +32,18 @@ SACCT_FIELDS = "JobID,State,ExitCode,DerivedExitCode,Elapsed,Start,End,NodeList"
 CMD_TIMEOUT_S = 30
 
 
-def tasks_per_node(topology: Topology) -> int:
-    """One task per GPU; on CPU-only topologies one task per CPU process (gloo DDP)."""
-    return topology.ranks_per_node
-
-
 def sbatch_parameters(run: RunEntry, job_name: str) -> dict[str, Any]:
     """Map a plan run's `topology`/`slurm` blocks to submitit SlurmExecutor parameters.
 
     Names are sbatch-native (submitit's `_make_sbatch_string` arguments) so the same dict serves
-    the real executor and the dry-run renderer. Every value is the plan's (the spec's defaults
-    were applied by `plan`, from olmoablate.plan.schema): nothing here has a default of its own.
+    the real executor and the dry-run renderer. Every value is the plan's: no defaults here.
     """
     topo, slurm = run.topology, run.slurm
     params: dict[str, Any] = {
         "job_name": job_name,
         "time": slurm.time_min,
         "nodes": topo.nodes,
-        "ntasks_per_node": tasks_per_node(topo),
+        "ntasks_per_node": topo.ranks_per_node,  # one task per GPU, or per CPU process
         "signal_delay_s": slurm.signal_delay_s,
     }
     if topo.on_gpu:
@@ -85,11 +78,8 @@ CPU_MALLOC_ENV: dict[str, str] = {
 
 
 def job_env(run: RunEntry) -> dict[str, str]:
-    """Environment a run's job process needs before Python starts (glibc reads it at start-up).
-
-    Threads per process come from the plan (reproducible CPU numbers); CPU runs get the malloc
-    settings above. GPU runs keep the defaults.
-    """
+    """Environment a run's job process needs before Python starts (glibc reads it at start-up):
+    the plan's threads per process (reproducible CPU numbers), and on CPU the malloc settings."""
     env = {"OMP_NUM_THREADS": str(run.training.threads)}
     if not run.topology.on_gpu:
         env.update(CPU_MALLOC_ENV)
@@ -204,17 +194,14 @@ def parse_sacct(text: str) -> dict[str, dict[str, str]]:
 
 
 def sacct_cache(results: ResultsDir) -> Path:
-    """Where the sacct answers of one results folder are cached (launch's own file)."""
     return results.root / SACCT_CACHE
 
 
 def sacct_states(
     results: ResultsDir, job_ids: list[str], max_age_s: float = 10.0
 ) -> dict[str, dict[str, str]] | None:
-    """One sacct call for all `job_ids`, cached for `max_age_s`. None when sacct is unavailable.
-
-    Purged jobs (sacct no longer knows them) are simply absent; callers fall back to status.json.
-    """
+    """One sacct call for all `job_ids`, cached for `max_age_s`; None when sacct is unavailable.
+    Purged jobs are absent (callers fall back to status.json)."""
     if not job_ids:
         return {}
     cache_path = sacct_cache(results)
@@ -225,8 +212,6 @@ def sacct_states(
             return cache["records"]
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         pass
-    if shutil.which("sacct") is None:
-        return None
     out = _query(["sacct", "--parsable2", "-j", key, "-o", SACCT_FIELDS])
     if out is None:
         return None
@@ -240,9 +225,8 @@ def invalidate_sacct_cache(results: ResultsDir) -> None:
 
 
 def scontrol_job(job_id: str) -> dict[str, str] | None:
-    """``scontrol show job -o JOB``: the controller's live record of one job as {Key: value}
-    (JobState, Restarts, Reason...), None when it cannot be asked. Used by the job itself to tell
-    a user's scancel (state leaves RUNNING) from Slurm's own requeue (Restarts grows)."""
+    """``scontrol show job -o JOB`` as {Key: value} (JobState, Restarts...), None when it cannot
+    be asked: the job tells a user's scancel (leaves RUNNING) from a requeue (Restarts grows)."""
     out = _query(["scontrol", "show", "job", "-o", job_id])
     if out is None or not out.strip():
         return None
@@ -255,10 +239,10 @@ def scontrol_job(job_id: str) -> dict[str, str] | None:
 
 
 def squeue_states(job_ids: list[str]) -> dict[str, str] | None:
-    """Live states of our jobs from the controller in one call (no accounting lag); None if it
-    cannot be asked. Jobs that left the queue are absent."""
-    if not job_ids or shutil.which("squeue") is None:
-        return {} if job_ids == [] else None
+    """Live states of our jobs in one call (no accounting lag); None if the controller cannot be
+    asked. Jobs that left the queue are absent."""
+    if not job_ids:
+        return {}
     listing = _query(["squeue", "-h", "-a", "-r", "-o", "%i|%T"])
     if listing is None:
         return None
@@ -355,10 +339,9 @@ def check_local_capacity(visible: list[str], gpus_per_run: int, parallel: int) -
 
 
 def check_local_topology(run_id: str, nodes: int) -> None:
-    """The local executor starts every task on this one machine (submitit's LocalExecutor has
-    no nodes): a multi-node plan would train with another world size than the plan's (an HSDP
-    2 x 8 plan as 1 x 8 on one box, its tokens/s and MFU not the plan's). Refused before
-    anything is queued; the job refuses it again at start (`olmoablate.run.job`)."""
+    """Refuse a multi-node plan before anything is queued: the local executor starts every task
+    on this machine, so an HSDP 2 x 8 plan would train as 1 x 8 (its tokens/s and MFU not the
+    plan's). The job refuses it again at start."""
     if nodes > 1:
         raise UserError(
             f"runs[{run_id}].topology.nodes = {nodes} but the local executor runs on one machine "
@@ -367,7 +350,7 @@ def check_local_topology(run_id: str, nodes: int) -> None:
 
 
 def local_slot_devices(visible: list[str], gpus_per_run: int, slot: int) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for the local job in ``slot`` (0-based): its own G GPUs."""
+    """``CUDA_VISIBLE_DEVICES`` of the local job in ``slot`` (0-based): its own G GPUs."""
     if gpus_per_run <= 0:
         return ""
     start = slot * gpus_per_run

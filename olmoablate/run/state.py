@@ -141,17 +141,10 @@ class Ledger:
         entry = self.runs.setdefault(
             run_id, {"executor": executor, "state": state, "attempts": 0, "job_ids": [], "jobs": []}
         )
-        entry["attempts"] = LedgerRun.of(entry, str(self.path)).attempts + 1
-        entry["executor"] = executor
-        entry["state"] = state
-        entry["reason"] = None
+        attempt = LedgerRun.of(entry, str(self.path)).attempts + 1
+        entry.update(attempts=attempt, executor=executor, state=state, reason=None)
         entry.setdefault("job_ids", []).append(job_id)
-        job = {
-            "job_id": job_id,
-            "executor": executor,
-            "submitted": now_iso(),
-            "attempt": entry["attempts"],
-        }
+        job = {"job_id": job_id, "executor": executor, "submitted": now_iso(), "attempt": attempt}
         if host is not None:
             job["host"] = host
         if identity is not None:
@@ -160,12 +153,8 @@ class Ledger:
         entry["updated"] = now_iso()
 
     def set_state(self, run_id: str, state: str, reason: str | None = None) -> None:
-        entry = self.runs.get(run_id)
-        if entry is None:
-            return
-        entry["state"] = state
-        entry["reason"] = reason
-        entry["updated"] = now_iso()
+        if run_id in self.runs:
+            self.runs[run_id].update(state=state, reason=reason, updated=now_iso())
 
     def forget(self, run_id: str) -> None:
         """Drop a run's history (for --redo): its old jobs belong to a superseded spec."""
@@ -193,7 +182,6 @@ def lease_path(store: Path, identity: str) -> Path:
 
 @contextlib.contextmanager
 def store_locked(results: ResultsDir) -> Iterator[None]:
-    """The store's lock (taken before the spec's ledger lock by every `submit`)."""
     with file_lock(results.store / STORE_DIR / "lock"):
         yield
 
@@ -224,14 +212,6 @@ def owner_state(store: Path, spec: str, run_id: str) -> str | None:
     return None if view is None else view.state
 
 
-def _lease(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def claim(results: ResultsDir, run_id: str) -> str | None:
     """Take the lease of ``run_id``'s identity, or return ``<spec>/runs/<id>`` of the live or
     done run of another spec that holds it (and mark this run as reusing it). Call under
@@ -242,10 +222,13 @@ def claim(results: ResultsDir, run_id: str) -> str | None:
     ident = plan.identity.runs[run_id]
     store = results.store
     path = lease_path(store, ident)
-    lease = _lease(path)
+    try:
+        lease = read_json(path)
+    except (OSError, ValueError):  # no lease, or an unreadable one: taken over
+        lease = None
     me = (results.root.name, run_id)
     own = results.own_run(run_id)
-    if lease is not None and (lease.get("spec"), lease.get("run_id")) != me:
+    if isinstance(lease, dict) and (lease.get("spec"), lease.get("run_id")) != me:
         spec, rid = str(lease.get("spec")), str(lease.get("run_id"))
         where = f"{spec}/runs/{rid}"
         # the holder's run must still be this identity (its spec may have been re-planned)
@@ -278,9 +261,8 @@ def apply_leases(
     skip: list[tuple[str, str]],
     redo: Collection[str] = (),
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """``send`` without the runs another spec trains (each then skipped "reused from ..."); the
-    skipped runs that are reused say so too (e.g. "completed, reused from ..."). First, a run
-    folder started as another identity is refused (:func:`check_resumable`)."""
+    """``send`` without the runs another spec trains (then skipped "reused from ...", as are the
+    skipped runs that are reused); a folder of another identity is refused first."""
     check_resumable(results, send, redo)
     skip = [
         (rid, why if where is None else f"{why}, reused from {results.store / where}")
@@ -307,11 +289,6 @@ def apply_leases(
 # Either way the line ends with where the run would resume and the command that resumes it.
 
 
-#: Run states the training job writes only from inside the job: anything else means the job
-#: ended without writing its final word.
-OWN_FINAL_STATES = ENDED_STATES
-
-
 def exit_text(record: dict[str, str]) -> str:
     """``signal 9`` / ``exit code 1`` from a sacct record (ExitCode, DerivedExitCode and the
     steps' StepExitCodes are ``code:signal``; a killed task's signal shows in its step, while the
@@ -334,8 +311,7 @@ def exit_text(record: dict[str, str]) -> str:
 
 
 def resume_hint(results: ResultsDir, run_id: str, state: str, command: bool = True) -> str:
-    """Where the run resumes and (unless ``command`` is False: the reason names it already)
-    the command that does it."""
+    """Where the run resumes and (unless ``command`` is False) the command that does it."""
     step = latest_checkpoint_step(results.run(run_id).checkpoints)
     flag = " --retry-failed" if state == RunState.FAILED else ""
     cmd = f": olmoablate submit {results.root}{flag}" if command else ""
@@ -354,17 +330,15 @@ def reason_for(
     sacct: dict[str, str] | None,
     ledger_reason: str | None,
 ) -> str | None:
-    """The reason line of one run in state ``state`` (None for running/completed/pending runs).
-
-    ``own`` is the run's status.json, ``sacct`` Slurm's record of its last job (None when there
-    is none), ``ledger_reason`` what the launcher recorded (local jobs, cancels).
-    """
+    """The reason line of a run in ``state`` (None for running/completed/pending runs), from
+    its status.json (``own``), Slurm's record of its last job and the ledger's reason."""
     if state not in EXPLAINED_STATES:
         return None
     step = own.step
     at = f" at step {step}" if step is not None and step > 0 else " before training started"
     cause: str | None = None
-    if own.state == state or (own.state in OWN_FINAL_STATES and own.reason):
+    # ENDED_STATES are written only from inside the job: its own final word
+    if own.state == state or (own.state in ENDED_STATES and own.reason):
         cause = own.reason
     if cause is None and sacct is not None and sacct.get("State"):
         # The job ended outside the training loop: Slurm's word.
@@ -381,10 +355,8 @@ def reason_for(
 
 
 def requeued_reason(results: ResultsDir, run_id: str, own: RunStatus) -> str | None:
-    """The reason of a run pending again after its job failed and Slurm requeued it (a node
-    failure: ``NODE_FAIL`` with ``JobRequeue``): the job's own cause, without its way out (the
-    requeue is the way out), and where it resumes. None when the run's last word is no failure.
-    """
+    """The reason of a run Slurm requeued after a failure (``NODE_FAIL`` with ``JobRequeue``):
+    the job's own cause without its way out (the requeue is that), and where it resumes."""
     if own.state != RunState.FAILED or not own.reason:
         return None
     cause = own.reason.split("; ")[0]
@@ -399,8 +371,7 @@ def requeued_reason(results: ResultsDir, run_id: str, own: RunStatus) -> str | N
 # signalled.
 
 
-#: What every local job's controller runs (:mod:`olmoablate.run.localpool`): the fallback identity of jobs
-#: recorded before identities were (their pid must at least run this).
+#: What every local job's controller runs: the identity of jobs recorded before identities were.
 LOCAL_JOB_COMMAND = "submitit.local._local"
 
 
@@ -436,10 +407,7 @@ def _cmdline(pid: int) -> str | None:
 
 def identity(pid: int) -> dict[str, Any] | None:
     """What makes ``pid`` this process and no other (None: it does not run, or no /proc).
-
-    A process caught between fork and exec (just started) has no command line yet: asked again
-    for up to half a second, so the launcher records the command it started.
-    """
+    Between fork and exec there is no command line yet: asked again for up to half a second."""
     stat, cmd = _stat(pid), _cmdline(pid)
     for _ in range(50):
         if cmd or stat is None:
@@ -456,11 +424,8 @@ def identity(pid: int) -> dict[str, Any] | None:
 
 
 def is_same_process(pid: int, recorded: dict[str, Any] | None) -> bool:
-    """Whether ``pid`` is alive and is the process ``recorded`` describes (:func:`identity`).
-
-    Without a recorded identity (ledgers of older versions) the pid must at least run a local
-    job's command line.
-    """
+    """Whether ``pid`` is alive and is the process ``recorded`` describes (:func:`identity`);
+    without one (older ledgers) it must at least run a local job's command line."""
     now = identity(pid)
     if now is None:
         return False
@@ -499,17 +464,12 @@ class RunView:
 
 def pid_alive(pid: int) -> bool:
     """True if pid runs and is not a zombie (PID 1 may reap late)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
 
 
 def local_job_alive(job: LedgerJob) -> bool:
-    """Whether the local job still runs: same host, and its pid is still the process the
-    launcher started (start time, boot and command line, :func:`identity`), not a reused pid."""
+    """Whether the local job still runs: same host, same process (:func:`is_same_process`)."""
     if job.host and job.host != socket.gethostname():
         return False  # another machine's job: we cannot see it; treat as ended
     try:
@@ -532,7 +492,7 @@ def reconcile(
     require_scheduler: bool = False,
     follow_reuse: bool = True,
 ) -> dict[str, RunView]:
-    """Current state of every run of the plan (see the module docstring for the rules).
+    """Current state of every run of the plan.
 
     A run this spec reuses from another spec of the store (``ResultsDir.run``) has that run's
     state, with the reason saying where it is (``follow_reuse``: one level, never a loop), while
@@ -553,17 +513,19 @@ def reconcile(
     views: dict[str, RunView] = {}
     for rid, run in runs.items():
         status = own_status(results.run(rid))
-        rec = records[rid]
-        job = rec.last_job if rec is not None else None
+        known = records[rid] is not None
+        rec = records[rid] or LedgerRun()  # never submitted: an empty entry
+        job = rec.last_job
+        step, total = status.step, status.total_steps or run.steps
         view = RunView(
             run_id=rid,
             group_id=run.group_id,
             state=RunState.MISSING,
-            executor=rec.executor if rec is not None else None,
+            executor=rec.executor,
             job_id=job.job_id if job is not None else None,
-            attempts=rec.attempts if rec is not None else 0,
-            step=status.step,
-            total_steps=status.total_steps or run.steps,
+            attempts=rec.attempts,
+            step=step,
+            total_steps=total,
             tokens=status.tokens,
             total_tokens=run.tokens,
             last_loss=status.last_loss,
@@ -572,9 +534,8 @@ def reconcile(
         )
         views[rid] = view
         own = status.state
-        step, total = status.step, view.total_steps
-        reached_end = step is not None and isinstance(total, int) and total > 0 and step >= total
-        ledger_state = rec.state if rec is not None else None
+        reached_end = step is not None and total > 0 and step >= total
+        ledger_state = rec.state
         cancelled = ledger_state == RunState.CANCELLED
 
         # Is a job for this run alive right now?
@@ -593,13 +554,9 @@ def reconcile(
         elif job is not None and job.executor == "local":
             sched = RunState.RUNNING if local_job_alive(job) else "ended"
             view.scheduler_state = "alive" if sched == RunState.RUNNING else "exited"
-        elif rec is not None and ledger_state == RunState.QUEUED:
-            owner = rec.owner_pid
-            alive = owner and (
-                is_same_process(owner, rec.owner_identity)
-                if rec.owner_identity
-                else pid_alive(owner)
-            )
+        elif ledger_state == RunState.QUEUED:
+            owner, ident = rec.owner_pid, rec.owner_identity
+            alive = owner and (is_same_process(owner, ident) if ident else pid_alive(owner))
             sched = RunState.QUEUED if alive else "ended"
 
         live_now = sched in (RunState.PENDING, RunState.RUNNING, RunState.QUEUED)
@@ -619,15 +576,14 @@ def reconcile(
             view.state = RunState.CANCELLED
         elif own == RunState.FAILED or sched == RunState.FAILED or ledger_state == RunState.FAILED:
             view.state = RunState.FAILED
-        elif rec is not None:
+        elif known:
             # The job ended (or nobody can tell us about it) before the run reached its last step:
             # it was interrupted and can resume from its checkpoint.
             view.state = RunState.INTERRUPTED if sched is not None or own else RunState.UNKNOWN
-        elif status.present:
-            view.state = RunState.INTERRUPTED  # trained before, without a ledger (e.g. ledger moved)
+        elif status.present:  # trained before, without a ledger (e.g. the ledger moved)
+            view.state = RunState.INTERRUPTED
         sacct = acct.get(slurm_jobs[rid].job_id) if acct and rid in slurm_jobs else None
-        reason = rec.reason if rec is not None else None
-        view.reason = reason_for(results, rid, view.state, status, sacct, reason)
+        view.reason = reason_for(results, rid, view.state, status, sacct, rec.reason)
         if view.reason is None and view.state == RunState.PENDING:
             view.reason = requeued_reason(results, rid, status)
         if view.reason is None and status.recovery:

@@ -69,7 +69,7 @@ def group_batches(plan: Plan, run_ids: list[str]) -> list[Batch]:
 
 
 def render_all(results: ResultsDir, run_ids: list[str]) -> list[Path]:
-    """Write results/<spec>/slurm/<group_id>.sbatch for every batch (no cluster needed)."""
+    """Write results/<spec>/slurm/<group_id>.sbatch for every batch."""
     folder = results.submitit.resolve()
     paths = []
     for gid, params, runs in group_batches(results.plan, run_ids):
@@ -80,8 +80,8 @@ def render_all(results: ResultsDir, run_ids: list[str]) -> list[Path]:
 
 
 def check_code(plan: Plan, run_ids: list[str]) -> None:
-    """Refuse to send a run whose blocks' code changed since ``plan`` (the certificate covers
-    the code too: the pair would compare code nobody planned)."""
+    """Refuse to send a run whose blocks' code changed since ``plan`` (the pair would compare code
+    nobody planned)."""
     for rid in run_ids:
         run = plan.run(rid)
         if run.code is None:  # a plan from before code identities: nothing recorded
@@ -122,14 +122,13 @@ def submit(
     target: JobTarget = DEFAULT_TARGET,
     progress: bool = True,
 ) -> SubmitResult:
-    """Send the runs of ``results.plan`` that need sending. Local: blocks until they finish (or
-    Ctrl-C)."""
+    """Send the runs of ``results.plan`` that need sending (local: until they finish)."""
     if executor not in EXECUTORS:
         raise UserError(f"--executor {executor}: allowed values are {', '.join(EXECUTORS)}")
     redo = list(redo or [])
     if dry_run or test_only:
         # Exactly what the real command would decide, refuse and send (ledger read, not locked
-        # and never written): the spec-change check, the runs, the local capacity check.
+        # and never written).
         ledger = Ledger.read(results)
         check_spec(ledger, results.plan, redo)
         views = reconcile(results, ledger)
@@ -158,6 +157,23 @@ def submit(
     return _submit_local(results, retry_failed, redo, only, parallel, target, progress)
 
 
+def _to_send(
+    results: ResultsDir,
+    ledger: Ledger,
+    retry_failed: bool,
+    redo: list[str],
+    only: list[str] | None,
+    require_scheduler: bool = False,
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Under the store's and the ledger's locks: the runs to send (their leases taken) and why
+    the others are skipped."""
+    check_spec(ledger, results.plan, redo)
+    views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=require_scheduler)
+    send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
+    check_code(results.plan, send)
+    return apply_leases(results, send, skip, redo)  # one identity is trained once per store
+
+
 def _submit_slurm(
     results: ResultsDir,
     retry_failed: bool,
@@ -170,11 +186,7 @@ def _submit_slurm(
     folder = results.submitit.resolve()
     submitted: list[tuple[str, str]] = []
     with store_locked(results), Ledger.locked(results) as ledger:
-        check_spec(ledger, results.plan, redo)
-        views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=True)
-        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
-        check_code(results.plan, send)
-        send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
+        send, skip = _to_send(results, ledger, retry_failed, redo, only, require_scheduler=True)
         for rid in redo:
             ledger.forget(rid)
         rendered = render_all(results, send) if send else []
@@ -215,11 +227,7 @@ def _submit_local(
         raise UserError(f"--parallel {parallel}: must be at least 1")
     plan = results.plan
     with store_locked(results), Ledger.locked(results) as ledger:
-        check_spec(ledger, plan, redo)
-        views = reconcile(results, ledger, sacct_max_age_s=0)
-        send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
-        check_code(plan, send)
-        send, skip = apply_leases(results, send, skip, redo)  # one identity is trained once per store
+        send, skip = _to_send(results, ledger, retry_failed, redo, only)
         gpus = visible_gpus()
         for rid in send:  # before anything is marked queued: a run that cannot get its GPUs
             check_local_topology(rid, plan.run(rid).topology.nodes)
@@ -243,7 +251,7 @@ def _submit_local(
 
 
 def results_for(spec: str, results_root: Path, overrides: list[str]) -> ResultsDir:
-    """SPEC's results folder; a ``--set name=...`` override picks the folder of that name."""
+    """SPEC's results folder (a ``--set name=...`` override picks the folder of that name)."""
     for text in overrides:
         key, eq, value = text.partition("=")
         if eq and key.strip() == "name" and value.strip():
@@ -271,7 +279,7 @@ def check_overrides(spec: str, results: ResultsDir, overrides: list[str]) -> Non
 
 
 def check_budget(results: ResultsDir, only: list[str] | None) -> None:
-    """Refuse when the plan exceeds budget.max_gpu_hours (the whole spec, or a size submitted)."""
+    """Refuse a plan over budget.max_gpu_hours (the whole spec, or the sizes submitted)."""
     plan = results.plan
     sizes = None if only is None else {plan.run(r).size for r in only}
     over = over_budget(plan, sizes)

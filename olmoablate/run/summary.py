@@ -20,12 +20,10 @@ from olmoablate.run.runplan import RunContext
 def execution_record(
     trainer: Any, compute_dtype: str | None, env: Any, ctx: RunContext
 ) -> dict[str, Any]:
-    """How the run actually executed (device, parallelism, precision, backend, compilation, GPU
-    model), from the live train module: what both arms must share (the report refuses to compare
-    the cost of arms whose records differ, `olmoablate.report.pairing`) and what the plan
-    claimed, checkable after the fact. ``param_dtype`` is the FSDP mixed-precision policy the
-    train module was built with (what FSDP casts the parameters to for compute);
-    ``compute_dtype`` is the dtype a linear layer really produced in the first forward."""
+    """How the run actually executed, from the live train module: what both arms must share and
+    what the plan claimed, checkable after the fact. ``param_dtype`` is the FSDP mixed-precision
+    policy (what FSDP casts the parameters to for compute); ``compute_dtype`` the dtype a linear
+    layer really produced in the first forward."""
     import torch
 
     tm = trainer.train_module
@@ -58,11 +56,8 @@ def compile_record(requested: Any, model: Any) -> dict[str, Any]:
 
 
 def where_record() -> dict[str, Any]:
-    """Where the run executed, for ``summary.json``: rank 0's node (``hostname``), every node of
-    the job (``nodes``: Slurm's node list, else this one) and who started it (``executor``:
-    submitit's ``SUBMITIT_EXECUTOR``, ``slurm`` or ``local``; None when started by hand). The
-    report reads these from the run's own summary, never from launch's ledger."""
-
+    """Where the run executed: rank 0's node (``hostname``), every node of the job (``nodes``)
+    and who started it (``executor``: submitit's, None when started by hand)."""
     host = socket.gethostname()
     nodes = expand_nodelist(os.environ.get("SLURM_JOB_NODELIST") or "") or [host]
     return {"hostname": host, "nodes": nodes, "executor": os.environ.get("SUBMITIT_EXECUTOR")}
@@ -70,7 +65,6 @@ def where_record() -> dict[str, Any]:
 
 def expand_nodelist(text: str) -> list[str]:
     """Slurm's compressed node list (``gpu[01-03,07],login1``) -> ``[gpu01, gpu02, ...]``."""
-
     out: list[str] = []
     for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
         if plain:
@@ -86,19 +80,16 @@ def expand_nodelist(text: str) -> list[str]:
 
 
 # -- Decode figures of a completed run (per-token latency, KV-cache size): decoding cost is part of
-# what a variant costs, measured once on the trained setup; a measurement never fails a run.
-
+# what a variant costs, measured once on the trained setup.
 
 log = logging.getLogger(__name__)
 
 
 def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
-    """The trained model as one plain module on this rank's device: the model itself in a
-    single process; under DDP/FSDP/HSDP a replica loaded from the gathered full state dict
-    (a collective: every rank calls this) on rank 0, ``None`` on the other ranks. In the run's
-    compute precision, so the KV cache and latency are those of the trained setup."""
+    """The trained model as one plain module on this rank's device, in the run's compute
+    precision: in a single process the model itself; under DDP/FSDP/HSDP a replica loaded from
+    the gathered full state dict on rank 0 (``None`` on the other ranks)."""
     import torch
-
 
     model = trainer.train_module.model
     if not env.distributed:
@@ -123,14 +114,15 @@ def _decode_model(trainer: Any, ctx: RunContext, env: Any) -> Any:
 
 
 def decode_figures(trainer: Any, ctx: RunContext, env: Any) -> dict[str, Any]:
-    """Decode figures of the trained model (rank 0); never fails the run. See
-    :func:`_measure_decode`. Every rank must call this (the state-dict gather is collective)."""
+    """Decode figures of the trained model (rank 0). Every rank must call this (the state-dict
+    gather is collective)."""
+    out: dict[str, Any] = {}
     try:
         model = _decode_model(trainer, ctx, env)
+        if model is not None:
+            out = _measure_decode(model, ctx)
     except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
         log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        model = None
-    out = _measure_decode(model, ctx) if model is not None else {}
     if env.distributed:
         import torch
 
@@ -141,15 +133,10 @@ def decode_figures(trainer: Any, ctx: RunContext, env: Any) -> dict[str, Any]:
 def _measure_decode(
     model: Any, ctx: RunContext, prompt_tokens: int = 64, new_tokens: int = 16
 ) -> dict[str, Any]:
-    """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1).
-
-    Measured once at the end of a completed run with our KV-cache decoder
-    (`olmoablate.models.generate`; looped arms at their trained loop count, one cache per virtual
-    layer), so the report can compare arms. Content does not change the cost, so the prompt is
-    seeded random ids. Distributed runs measure an unsharded replica on rank 0.
-    """
+    """Greedy-decode latency per token and KV-cache bytes of the trained model (batch 1), with
+    our KV-cache decoder (`olmoablate.models.generate`; looped arms at their trained loop count).
+    Content does not change the cost, so the prompt is seeded random ids."""
     import torch
-
 
     prompt_len = max(1, min(prompt_tokens, ctx.training.sequence_length - new_tokens))
     vocab = ctx.training.data.vocab_size
@@ -169,9 +156,6 @@ def _measure_decode(
                 torch.cuda.synchronize()
             per_token = (time.perf_counter() - t0) / new_tokens
             cache = int(dec.cache_bytes())
-    except Exception as err:  # noqa: BLE001 - a measurement must never fail a finished run
-        log.warning(f"decode measurement skipped: {type(err).__name__}: {err}")
-        return {}
     finally:
         model.train(was_training)
     return {

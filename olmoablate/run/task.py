@@ -46,7 +46,6 @@ FIT_STARTED_ENV = "OLMOABLATE_FIT_STARTED"
 
 
 def resolve_target(target: JobTarget) -> Any:
-    """``"package.module:function"`` -> the function (imported on the compute node)."""
     if callable(target):
         return target
     module_name, _, attr = target.partition(":")
@@ -58,15 +57,10 @@ def setup_distributed_env(on_gpu: bool) -> dict[str, str]:
 
     submitit's TorchDistributedEnvironment gives RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*; OLMo-core's
     ``init_distributed`` additionally validates LOCAL_WORLD_SIZE or NUM_NODES and wants to know the
-    checkpoint folder is on a shared filesystem (OLMO_SHARED_FS=1). The training job then picks
-    NCCL on GPU and gloo on CPU. Single-task jobs get nothing: OLMo-core bootstraps a one-process
-    environment itself.
-
-    Device placement follows `olmoablate.run.slurm`: ``CUDA_VISIBLE_DEVICES`` is left as the
-    scheduler/launcher set it (all of the node's GPUs of this job) and local rank r uses
-    ``cuda:r``, which is what OLMo-core's ``init_distributed`` selects.
+    checkpoint folder is on a shared filesystem (OLMO_SHARED_FS=1). Single-task jobs get nothing:
+    OLMo-core bootstraps a one-process environment itself. ``CUDA_VISIBLE_DEVICES`` is left as
+    the scheduler set it (the GPU rule of `olmoablate.run.slurm`).
     """
-
     env = submitit.JobEnvironment()
     if env.num_tasks <= 1:
         return {}
@@ -97,9 +91,8 @@ class TrainRun(submitit.helpers.Checkpointable):
     """One run of the plan, as a requeueable submitit job.
 
     Holds only paths and counters, so the pickle submitit re-dumps at each requeue stays tiny;
-    all training state lives in the OLMo-core checkpoint folder. The run's plan entry is read
-    (``Plan.load``, typed) on the compute node at every start: a plan that does not validate
-    fails the run with the one-line reason in its status.json.
+    all training state lives in the OLMo-core checkpoint folder. The plan entry is read on the
+    compute node at every start.
     """
 
     def __init__(
@@ -121,7 +114,6 @@ class TrainRun(submitit.helpers.Checkpointable):
         return ResultsDir(self.results_dir).run(self.run_id)
 
     def entry(self) -> RunEntry:
-        """This run's plan entry, validated."""
         return Plan.load(self.plan_path).run(self.run_id)
 
     def cancel_requested(self) -> bool:
@@ -137,8 +129,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         rank0 = submitit.JobEnvironment().global_rank == 0
         if rank0:
             # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
-            # environment export); one line in the job log.
-            # (print: logging is configured only later, by the training job)
+            # environment export); print: logging is configured only later, by the training job.
             print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
         if self.cancel_requested():
             return self._cancelled(
@@ -164,7 +155,7 @@ class TrainRun(submitit.helpers.Checkpointable):
                     )
                     if not os.environ.get(FIT_STARTED_ENV):
                         why = f"failed before training started: {why}"
-                    RunStatus.update(self.run_dir.status, state=RunState.FAILED, reason=why)
+                    self._mark(RunState.FAILED, why)
             raise
         if not isinstance(result, dict):
             result = {"state": RunState.FAILED, "reason": f"job returned {type(result).__name__}"}
@@ -176,10 +167,9 @@ class TrainRun(submitit.helpers.Checkpointable):
         """Decide what the stop meant (module docstring) and act on it; the decision is final."""
         rank = int(os.environ.get("RANK", "0"))
         signals = [*(_said(result).signals or []), *self._signals]
-        record = self._record
-        signal.signal(signal.SIGTERM, record)
-        signal.signal(signal.SIGUSR2, record)
-        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        signal.signal(signal.SIGTERM, self._record)
+        signal.signal(signal.SIGUSR2, self._record)
+        slurm_job = _slurm_job()
         decision = decide_stop(signals, self.cancel_requested(), slurm_job, self.restarts_at_start)
         if decision.action == "cancel" and slurm_job is not None:
             deadline = time.monotonic() + USR2_GRACE_S
@@ -198,7 +188,7 @@ class TrainRun(submitit.helpers.Checkpointable):
             return self._cancelled(result, rank == 0, decision.reason)
         if decision.action in ("slurm", "stop"):
             if rank == 0:
-                RunStatus.update(self.run_dir.status, state=RunState.INTERRUPTED, reason=decision.reason)
+                self._mark(RunState.INTERRUPTED, decision.reason)
             return result
         step = _said(result).step or 0
         if step <= self.last_step:
@@ -208,11 +198,8 @@ class TrainRun(submitit.helpers.Checkpointable):
         self.last_step = step
         if self.stalled_requeues >= MAX_REQUEUES_WITHOUT_PROGRESS:
             if rank == 0:
-                RunStatus.update(
-                    self.run_dir.status,
-                    state=RunState.FAILED,
-                    reason=f"interrupted {self.stalled_requeues} times without progress",
-                )
+                why = f"interrupted {self.stalled_requeues} times without progress"
+                self._mark(RunState.FAILED, why)
             return {**result, "state": RunState.FAILED}
         if callable(submitit_usr2) and rank == 0:
             self.requeues += 1
@@ -221,11 +208,8 @@ class TrainRun(submitit.helpers.Checkpointable):
             try:
                 submitit_usr2(signal.SIGUSR2, None)
             except submitit.core.utils.UncompletedJobError as err:
-                RunStatus.update(
-                    self.run_dir.status,
-                    state=RunState.FAILED,
-                    reason=f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"[:500],
-                )
+                why = f"timed out, requeue budget spent (slurm.max_num_timeout): {err}"
+                self._mark(RunState.FAILED, why[:500])
                 raise
         return result
 
@@ -233,9 +217,13 @@ class TrainRun(submitit.helpers.Checkpointable):
         del frame
         self._signals.append(signal.Signals(signum).name)
 
+    def _mark(self, state: RunState, reason: str) -> None:
+        """Set the run's state and reason in its status.json (rank 0 only, the callers check)."""
+        RunStatus.update(self.run_dir.status, state=state, reason=reason)
+
     def _cancelled(self, result: dict[str, Any], rank0: bool, reason: str) -> dict[str, Any]:
         if rank0:
-            RunStatus.update(self.run_dir.status, state=RunState.CANCELLED, reason=reason)
+            self._mark(RunState.CANCELLED, reason)
         return {**result, "state": RunState.CANCELLED}
 
     def _outside_training(self, signum: int, frame: Any) -> None:
@@ -249,7 +237,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         self._record(signum, frame)
         if os.environ.get(FIT_STARTED_ENV):
             return
-        slurm_job = sl.scontrol_job(os.environ["SLURM_JOB_ID"]) if _on_slurm() else None
+        slurm_job = _slurm_job()
         if slurm_job is not None and slurm_job.get("JobState") == "RUNNING":
             time.sleep(USR2_GRACE_S)  # a USR2 arriving now runs submitit's requeue handler
         decision = decide_stop(
@@ -257,11 +245,11 @@ class TrainRun(submitit.helpers.Checkpointable):
         )
         if os.environ.get("RANK", "0") == "0":
             state = RunState.CANCELLED if decision.action == "cancel" else RunState.INTERRUPTED
-            RunStatus.update(self.run_dir.status, state=state, reason=decision.reason)
+            self._mark(state, decision.reason)
         raise SystemExit(0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
-        """Requeue this same callable; the training job resumes from its own checkpoint."""
+        """Requeue this same callable (the training job resumes from its checkpoint)."""
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
@@ -270,5 +258,9 @@ def _said(result: dict[str, Any]) -> RunStatus:
     return RunStatus.of(result, "the training job's result") or RunStatus()
 
 
-def _on_slurm() -> bool:
-    return os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and bool(os.environ.get("SLURM_JOB_ID"))
+def _slurm_job() -> dict[str, str] | None:
+    """The controller's record of this job (:func:`olmoablate.run.slurm.scontrol_job`), None off
+    Slurm."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "slurm" or not os.environ.get("SLURM_JOB_ID"):
+        return None
+    return sl.scontrol_job(os.environ["SLURM_JOB_ID"])

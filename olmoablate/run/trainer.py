@@ -1,15 +1,13 @@
 """Run entry -> OLMo-core configs (model, train module, dataset, data loader, trainer).
 
 Why a pure translation layer: the pair contract says everything two arms share comes from the
-plan entry, never from the arm. Keeping the mapping in one place, as plain OLMo-core config
-dataclasses with no side effects, makes that auditable (tests build both arms' configs and check
-that only the model differs) and keeps the job itself a thin ``build() -> fit()`` wrapper in the
-OLMo-core idiom.
+plan entry, never from the arm. One place, plain OLMo-core config dataclasses and no side effects
+make that auditable (tests build both arms' configs and check that only the model differs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from olmoablate.errors import UserError
@@ -30,8 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 @dataclass(frozen=True)
 class Environment:
-    """Where the job runs. The device must be the one the plan's topology asks for (the job
-    checks that), so precision and parallelism below follow from the plan alone."""
+    """Where the job runs: the device the plan's topology asks for (the job checks that), so
+    precision and parallelism below follow from the plan alone."""
 
     device_type: str  # "cpu" | "cuda"
     world_size: int = 1
@@ -39,16 +37,12 @@ class Environment:
 
 
 def computes_in_bf16(run: RunEntry) -> bool:
-    """The plan's precision rule (:func:`olmoablate.plan.schema.computes_in_bf16`)."""
     return precision_rule(run.training.precision, run.topology)
 
 
 def attention_backend(run: RunEntry, env: Environment) -> str:
-    """The attention backend both arms use: never flash in fp32 or without CUDA.
-
-    ``auto`` picks flash_2 only when this node has CUDA and flash-attn and the run computes in
-    bf16; the resolved name is recorded in ``summary.json``.
-    """
+    """The attention backend both arms use: never flash in fp32 or without CUDA (``auto``: flash_2
+    when this node has CUDA and flash-attn and the run computes in bf16)."""
     name = run.topology.attention_backend
     half = computes_in_bf16(run)
     where = f"runs[{run.run_id}].topology.attention_backend = {name!r}"
@@ -67,8 +61,8 @@ def attention_backend(run: RunEntry, env: Environment) -> str:
 
 
 def tokenizer_config(run: RunEntry) -> TokenizerConfig:
-    """Only the ids matter: training reads pre-tokenized token files, so the tokenizer itself
-    is never loaded here (downstream evaluation tokenizes; :func:`downstream_tokenizer_file`)."""
+    """Only the ids: training reads pre-tokenized token files (downstream evaluation tokenizes,
+    :func:`downstream_tokenizer_file`)."""
     from olmo_core.data import TokenizerConfig
 
     data = run.training.data
@@ -78,9 +72,7 @@ def tokenizer_config(run: RunEntry) -> TokenizerConfig:
 
 
 def model_config(run: RunEntry, env: Environment) -> TransformerConfig:
-    """The model of this arm (:func:`olmoablate.models.build_model_config`), with the pair's
-    shared ``init_seed`` and the attention backend of :func:`attention_backend`."""
-
+    """The model of this arm, with the pair's shared ``init_seed``."""
     init_seed = run.training.init_seed
     cfg = build_model_config(
         run.size_dims,
@@ -133,28 +125,23 @@ def scheduler(run: RunEntry) -> Scheduler:
 
 
 def compile_enabled(run: RunEntry, env: Environment) -> bool:
-    """``training.compile``: ``auto`` and ``true`` compile on CUDA, ``false`` never; never on CPU.
+    """``training.compile``: ``auto`` and ``true`` compile on CUDA, never on CPU.
 
-    Why never on CPU: OLMo-core's train module skips compilation without CUDA ("Skipping model
-    compilation since CUDA is not available"), so ``validate`` refuses ``true`` on a CPU
-    topology and a plan made before that check still trains eagerly here; ``summary.json``'s
-    ``execution.compile`` records what ran (requested vs compiled). (Inductor would also cost
-    tens of seconds per block graph on a small CPU box, more than the short CPU runs could save;
-    bench/RESULTS.md.) The setting sits in the run's ``training`` mapping, which the pairing
-    certificate covers, so the two arms of a pair always compile alike.
+    Why never on CPU: OLMo-core's train module skips compilation without CUDA, so ``validate``
+    refuses ``true`` on a CPU topology and an older plan still trains eagerly here (inductor
+    would also cost more on a small CPU box than short runs save; bench/RESULTS.md). The setting
+    is in ``training``, which the pairing certificate covers: both arms compile alike.
     """
-    value = run.training.compile
-    return env.device_type == "cuda" and value in ("auto", True)
+    return env.device_type == "cuda" and run.training.compile in ("auto", True)
 
 
 def train_module_config(run: RunEntry, env: Environment) -> TransformerTrainModuleConfig:
     """Optimizer, schedule, clipping, z-loss, microbatching, parallelism and precision.
 
-    Precision is exactly the plan's (:func:`computes_in_bf16`) on every path: sharded data
-    parallelism (fsdp/hsdp) computes in bf16 through FSDP2's mixed-precision policy (fp32 master
-    weights, bf16 params in forward/backward, fp32 gradient reduction), as OLMo-core's official
-    OLMo 3 scripts do; DDP and single-process runs through bf16 autocast (OLMo-core's DDP
-    ``param_dtype`` would cast the weights themselves to bf16, i.e. no fp32 master copy).
+    Precision is the plan's on every path: fsdp/hsdp compute in bf16 through FSDP2's
+    mixed-precision policy (fp32 master weights, fp32 gradient reduction), as OLMo-core's OLMo 3
+    scripts do; DDP and single-process runs through bf16 autocast (OLMo-core's DDP
+    ``param_dtype`` would cast the weights themselves to bf16: no fp32 master copy).
     """
     from olmo_core.config import DType
     from olmo_core.distributed.parallel import DataParallelType
@@ -220,8 +207,8 @@ def train_module_config(run: RunEntry, env: Environment) -> TransformerTrainModu
 
 
 def trainer_intervals(run: RunEntry) -> dict[str, int]:
-    """Metrics collection and cancel checks every ``topology.metrics_interval`` steps (official
-    OLMo 3: 10 on GPU). Per-step rows are still written: OLMo-core buffers each step's metrics."""
+    """Metrics collection and cancel checks every ``topology.metrics_interval`` steps (OLMo 3: 10
+    on GPU); per-step rows are still written (OLMo-core buffers each step's metrics)."""
     interval = run.topology.metrics_interval
     assert interval is not None  # the schema resolves it
     return {"metrics_collect_interval": interval, "cancel_check_interval": interval}
@@ -259,9 +246,7 @@ def data_loader_config(ctx: RunContext) -> NumpyDataLoaderConfig:
 
 
 def eval_dataset_config(ctx: RunContext) -> Any | None:
-    """All held-out LM sets as one dataset scored whole (`olmoablate.run.eval`); each file
-    carries its set name as label."""
-
+    """All held-out LM sets as one dataset scored whole (`olmoablate.run.eval`), labelled by set."""
     sets = ctx.evaluation.lm_sets
     if not sets:
         return None
@@ -281,8 +266,7 @@ def eval_dataset_config(ctx: RunContext) -> Any | None:
 
 
 def downstream_tokenizer_file(ctx: RunContext) -> str:
-    """The tokenizer.json the downstream tasks are tokenized with: the one the run trained on."""
-
+    """The tokenizer.json the run trained on (``dolma2``: the vendored OLMo 3 file)."""
     name = ctx.training.data.tokenizer
     return str(dolma2_tokenizer_file()) if name == "dolma2" else ctx.resolve(name)
 
@@ -292,32 +276,20 @@ def downstream_evaluator_config(
 ) -> Any:
     """OLMo-core's downstream evaluator (ai2-olmo-eval) with the run's own tokenizer file.
 
-    ai2-olmo-eval tokenizes each task's raw text at build time with whatever ``tokenizer.json``
-    it is given, so a run trained on a small BPE (the CPU demo) is scored in its own vocabulary;
-    ``dolma2`` uses the vendored OLMo 3 tokenizer file. The ids (vocab, EOS, PAD) are the plan's,
-    which `validate` checked against that same file.
-
-    Same points as the LM evaluator (every ``evaluation.interval`` steps and at the end), so both
-    arms are scored on identical checkpoints. ``evaluation.max_downstream_batches`` (optional)
-    caps each task's eval for quick checks; by default every instance is scored. A looped arm
-    (``loop_counts``) is also scored at each of its evaluation loop counts.
+    ai2-olmo-eval tokenizes each task's raw text at build time with the ``tokenizer.json`` it is
+    given, so a run trained on a small BPE (the CPU demo) is scored in its own vocabulary; the ids
+    are the plan's, which `validate` checked against that same file. Same points as the LM
+    evaluator, so both arms are scored on identical checkpoints; ``max_downstream_batches``
+    (optional) caps each task for quick checks.
     """
-    from olmo_core.data import TokenizerConfig
     from olmo_core.train import Duration
 
-
-    data = ctx.training.data
     interval = ctx.evaluation.interval
     cap = ctx.evaluation.max_downstream_batches
     return LoopedDownstreamEvaluatorCallbackConfig(
         loop_counts=list(loop_counts or []),
         tasks=tasks,
-        tokenizer=TokenizerConfig(
-            vocab_size=data.vocab_size,
-            eos_token_id=data.eos_token_id,
-            pad_token_id=data.pad_token_id,
-            identifier=downstream_tokenizer_file(ctx),
-        ),
+        tokenizer=replace(tokenizer_config(ctx.run), identifier=downstream_tokenizer_file(ctx)),
         eval_interval=interval,
         fixed_steps=[steps] if steps % interval else None,
         eval_duration=Duration.steps(cap) if cap else Duration.epochs(1),
