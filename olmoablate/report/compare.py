@@ -89,10 +89,7 @@ def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
     if v.size == 0:
         return np.full(y.size, np.nan)
     beta = 1.0 - float(alpha)
-    if beta <= 0.0:
-        smooth = v.copy()
-    else:
-        smooth = _weighted_mean_blocks(v, beta)
+    smooth = v.copy() if beta <= 0.0 else _weighted_mean_blocks(v, beta)
     if v.size == y.size:
         return smooth
     out = np.full(y.size, np.nan)
@@ -365,12 +362,7 @@ def _eval_keys(run: RunData) -> list[str]:
 
 def measure_all(results: Results) -> list[PairResult]:
     """Every pair of the plan measured once (gate-independent; :func:`for_gate` per gate)."""
-    out = []
-    for p in results.pairs:
-        r = measure_pair(results, p)
-        if r is not None:
-            out.append(r)
-    return out
+    return [r for p in results.pairs if (r := measure_pair(results, p)) is not None]
 
 
 def measure_pair(results: Results, pair: Pair) -> PairResult | None:
@@ -380,9 +372,7 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     if base is None or var is None:
         return None
     notes: list[str] = []
-    budget = results.budget_match
-    if "tokens" in pair.differs:
-        budget = "flops"
+    budget = "flops" if "tokens" in pair.differs else results.budget_match
     before = certificate_problems(base.entry, var.entry, budget)
     before.extend(pair_identity_problems(results.plan, pair, budget))
     for run in (base, var):
