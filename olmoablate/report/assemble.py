@@ -305,10 +305,6 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         )
 
 
-# One verdict per proposal: the pairs are measured once (gate-independent), then each gate is
-# decided by exactly the one-gate code, so two gates can never influence each other's verdict.
-
-
 def results_for_gate(results: Results, view: Plan) -> Results:
     """``results`` deciding with the gate of ``view`` (a plan with that gate in ``gate``)."""
     prereg = resolve_gate(view)
@@ -323,7 +319,9 @@ def results_for_gate(results: Results, view: Plan) -> Results:
 
 
 def build_all(results: Results) -> Report:
-    """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
+    """The report of the first gate, with ``gates`` holding every gate's report (itself first).
+    The pairs are measured once, then each gate is decided by exactly the one-gate code, so two
+    gates can never influence each other's verdict."""
     views = results.plan.gate_views()
     measured = measure_all(results)
     if len(views) <= 1:

@@ -277,10 +277,6 @@ def figure_hash(module_file: str) -> Any:
     return hashlib.sha256(_drawing_code(module_file))
 
 
-# The card's paired-delta plot: each seed's improvement at matched tokens, the interval and the
-# bar, so a reader sees whether the seeds agree, the curve has settled, and how far the bar is.
-
-
 def _vs_baseline(v: VariantVerdict) -> Estimate | None:
     """The estimate of the check against the baseline (not the reference's)."""
     return next((c.estimate for c in v.checks if "reference" not in c.name), None)
@@ -301,7 +297,9 @@ def card_key(r: Report) -> str:
 
 
 def plot_card(r: Report, out: Path) -> Path | None:
-    """``plots/gate__<name>.png`` for one gate's report; None without evidence to draw."""
+    """``plots/gate__<name>.png`` for one gate's report (None without evidence to draw): each
+    seed's improvement at matched tokens, the interval and the bar, so a reader sees whether the
+    seeds agree, the curve has settled, and how far the bar is."""
     v = headline_variant(r)
     if v is None:
         return None

@@ -31,13 +31,12 @@ from olmoablate.report.pairing import (
 from olmoablate.report.prereg import pair_identity_problems
 from olmoablate.run.files import ProofRecord, RunStatus, RunSummary
 
-# Alignment: the arms are compared at the same amount of training, never "at the end": train loss
-# on one grid that stops where the shorter arm stops, eval points only at identical token counts.
-
 
 @dataclass
 class Aligned:
-    """Two arms on a shared x axis (tokens or FLOPs); ``delta`` = variant - baseline (raw)."""
+    """Two arms on a shared x axis (tokens or FLOPs); ``delta`` = variant - baseline (raw). The
+    arms are compared at the same amount of training, never "at the end": train loss on one grid
+    that stops where the shorter arm stops, eval points only at identical token counts."""
 
     x: np.ndarray
     baseline: np.ndarray
@@ -139,10 +138,6 @@ def loss_spikes(
     return np.asarray(names.spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
 
-# Looped variants: eval loss against the loop count at eval (below, at and beyond the trained
-# count) and H norms; only a ``looped:`` variant logs these.
-
-
 def loop_eval(name: str) -> tuple[str, int] | None:
     """(eval set's CE loss name, loop count) of an LM eval scored at another loop count
     (``eval/lm/<set>/CE loss (loops=n)``), None for any other metric."""
@@ -155,6 +150,8 @@ def loop_eval(name: str) -> tuple[str, int] | None:
 def looped_summary(
     var: RunData, base: RunData, evals: Mapping[str, Aligned]
 ) -> dict[str, Any] | None:
+    """A ``looped:`` variant's eval loss against the loop count at eval (below, at and beyond the
+    trained count) and its H norms; None for any other variant."""
     looped = var.entry.architecture.looped
     if looped is None or var.metrics is None:
         return None

@@ -139,10 +139,6 @@ def parity_note(problems: list[str]) -> str:
     )
 
 
-# Cost rows: planned (plan.json, exact FLOPs and parameters) beside measured (summary.json, else
-# metrics; what the overhead limits are about), each naming its source.
-
-
 def _measured(run: RunData) -> dict[str, float | None]:
     """Measured cost of one arm: summary.json first, metrics as the fallback."""
     s = run.summary or RunSummary()
@@ -185,6 +181,8 @@ def _ratio(b: float | None, v: float | None) -> float | None:
 
 
 def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """Planned costs (plan.json: exact FLOPs and parameters) beside measured ones (what the
+    overhead limits are about), each row naming its source; and the measured overheads."""
     mb, mv = _measured(base), _measured(var)
     rows: list[dict[str, Any]] = []
 
@@ -226,11 +224,6 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     return rows, overhead
 
 
-# Eval coverage: a held-out CE needs how many tokens it averages and the set's unigram entropy
-# (the CE of token frequencies alone), both recorded by the plan; arms whose eval points scored
-# different token counts are flagged (their CEs average different text).
-
-
 @dataclass
 class ArmCoverage:
     """One (size, arm, set): final CE per seed and the token counts its eval points scored."""
@@ -270,7 +263,10 @@ def coverage(results: Results) -> list[ArmCoverage]:
 
 
 def coverage_lines(results: Results) -> list[str]:
-    """Human lines for the terminal and the markdown report (warnings start with WARNING)."""
+    """Eval coverage for the terminal and the markdown report: a held-out CE needs how many tokens
+    it averages and the set's unigram entropy (the CE of token frequencies alone), both recorded
+    by the plan; arms whose eval points scored different token counts are flagged (their CEs
+    average different text) in lines starting with WARNING."""
     facts = results.plan.eval_sets
     lines: list[str] = []
     warnings: list[str] = []
