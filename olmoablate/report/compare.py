@@ -415,7 +415,6 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
                 res.evals_flops[key] = interp_points(
                     Curve.of(fb, base.column(key)), Curve.of(fv, var.column(key))
                 )
-    # final deltas at the last matched token count
     for key, al in evals.items():
         res.final.append(_final_row(key, al, "eval"))
     if len(train_s):

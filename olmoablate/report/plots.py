@@ -334,35 +334,25 @@ def _data_key(report: Report, data: Any) -> str:
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
     """Every plot of the report, cached and drawn in parallel (the module docstring)."""
     global _FORK_REPORT
-    jobs: list[tuple[str, str, str, str]] = []
-    seen: set[tuple[str, str]] = set()
+    o = str(out)
+    keys: dict[tuple[str, str, str, str], str] = {}  # every figure's job -> its cache key
     for p in report.pairs:
-        if (p.size, p.variant_name) not in seen:
-            seen.add((p.size, p.variant_name))
-            jobs.append(("group", p.size, p.variant_name, str(out)))
-    for size in report.sizes:
-        if any(p.looped for p in report.pairs if p.size == size):
-            jobs.append(("tradeoff", size, "", str(out)))
-    jobs.append(("consistency", "", "", str(out)))
+        if ("group", p.size, p.variant_name, o) not in keys:
+            keys[("group", p.size, p.variant_name, o)] = _group_key(report, p.size, p.variant_name)
+    for size in report.sizes:  # the tradeoff and consistency figures, keyed by the data they draw
+        ps = [p for p in report.pairs if p.size == size]
+        if any(p.looped for p in ps):
+            keys[("tradeoff", size, "", o)] = _data_key(report, [size, tradeoff_points(report, ps)])
+    rows = [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in consistency_rows(report)]
+    keys[("consistency", "", "", o)] = _data_key(report, rows)
     # the verdict cards' paired-delta plots (the job's "size" slot names the gate)
-    jobs.extend(("card", r.gate_name, "", str(out)) for r in report.gates or [report])
+    keys.update({("card", r.gate_name, "", o): card_key(r) for r in report.gates or [report]})
+    jobs = list(keys)
     try:
         cache = json.loads((out / _PLOT_CACHE).read_text(encoding="utf-8"))
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         cache = {}
-    keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
-    gates = {r.gate_name: r for r in report.gates or [report]}
-    keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
-    for j in jobs:  # the tradeoff and consistency figures, keyed by the data they draw
-        if j[0] == "tradeoff":
-            ps = [p for p in report.pairs if p.size == j[1]]
-            keys[j] = _data_key(report, [j[1], tradeoff_points(report, ps)])
-        elif j[0] == "consistency":
-            rows = consistency_rows(report)
-            keys[j] = _data_key(
-                report, [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in rows]
-            )
     done: dict[tuple[str, str, str, str], list[Path]] = {}
     for j, key in keys.items():
         hit = cache.get(_cache_name(j))

@@ -211,15 +211,11 @@ def evaluate_design(
                 Look(i, total, kind, frac, n, CONTINUE, boundary, note="noise unknown: no decision")
             )
             continue
+        m, s = np.array(est.mean), np.array(est.se)
         if kind == "interim":
-            d = str(interim_decision(np.array(est.mean), np.array(est.se), est.dof, bar, fq))
+            d = str(interim_decision(m, s, est.dof, bar, fq))
         else:
-            final = k == len(stages) - 1
-            d = str(
-                stage_decision(
-                    np.array(est.mean), np.array(est.se), est.dof, bar, levels[k], conf, final, fq
-                )
-            )
+            d = str(stage_decision(m, s, est.dof, bar, levels[k], conf, k == len(stages) - 1, fq))
         q_lower = _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof)
         lower, upper = est.mean - q_lower * est.se, est.mean + _q(fq, est.dof) * est.se
         looks.append(Look(i, total, kind, frac, n, d, boundary, est.mean, lower, upper, note=note))
