@@ -285,7 +285,9 @@ def _pandas(table: pa.Table) -> pd.DataFrame:
     return pd.DataFrame(cols, columns=table.column_names, copy=False)
 
 
-def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+def _frame(records: list[dict[str, Any]], row: Any) -> pd.DataFrame:
+    """``records`` as a frame with the columns of the dataclass ``row`` (even when empty)."""
+    columns = [f.name for f in dataclasses.fields(row)]
     return pd.DataFrame(records, columns=columns) if records else pd.DataFrame(columns=columns)
 
 
@@ -299,15 +301,15 @@ class Campaign:
 
     @functools.cached_property
     def specs(self) -> pd.DataFrame:
-        return _frame(self.doc["specs"], _fields("SpecRow"))
+        return _frame(self.doc["specs"], board.SpecRow)
 
     @functools.cached_property
     def proposals(self) -> pd.DataFrame:
-        return _frame(self.doc["proposals"], _fields("ProposalRow"))
+        return _frame(self.doc["proposals"], board.ProposalRow)
 
     @functools.cached_property
     def track(self) -> pd.DataFrame:
-        return _frame(self.doc["track_record"], _fields("TrackRow"))
+        return _frame(self.doc["track_record"], track.TrackRow)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -324,11 +326,6 @@ class Campaign:
 
     def __repr__(self) -> str:
         return f"Campaign({self.root}: {len(self.doc['specs'])} specs, {len(self.doc['proposals'])} proposals)"
-
-
-def _fields(name: str) -> list[str]:
-    cls = getattr(board, name, None) or getattr(track, name)
-    return [f.name for f in dataclasses.fields(cls)]
 
 
 def load_all(root: str | Path = "results") -> Campaign:
