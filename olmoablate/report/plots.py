@@ -271,7 +271,6 @@ _FORK_REPORT: Report | None = None
 def _worker_init() -> None:
     """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
     installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
-
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
