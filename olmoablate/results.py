@@ -49,7 +49,7 @@ def load(
 
 @dataclass
 class ResultSet:
-    """One results folder as DataFrames (see the module docstring); ``report`` is the report."""
+    """One results folder as DataFrames (docs/results.md); ``report`` is the report."""
 
     root: Path
     results: Results
