@@ -1,35 +1,11 @@
 """Results as pandas DataFrames, for notebooks: ``olmoablate.results.load("results/<spec>")``.
 
-Why built on the report's own code: every frame here comes from the objects `olmoablate report`
-builds (`report.collect.collect` -> `report.assemble.build_all`), so a notebook and the report can never
-disagree: ``comparisons`` *is* comparison.csv (same rows, same columns), ``gate_json`` *is*
-gate.json, and the long-form ``metrics`` are the very columns the report aligned (the same
-forgiving parser, requeue duplicates resolved the same way, the same FLOPs axis).
-
-Frames (tidy: one observation per row), all built lazily on first access. Metrics are built per
-metric and run on demand, Arrow-backed (pandas with pyarrow dtypes: labels dictionary-encoded,
-numbers zero-copy), from the report's read or one column of each run's metrics store
-(``report.collect``'s metrics store: metrics.jsonl through its columnar copy):
-
-* ``curves(metric, runs=None)``: one metric's curves, ``run, group, size, seed, arm, step,
-  tokens, train_flops, value`` (``per_pair=True``: once per pair, with ``pair``).
-* ``run_metrics(run, metrics=None)``: one run as a wide frame (a column per metric).
-* ``long(metrics=None, runs=None)`` and ``metrics`` (= ``long()``, the full long frame, only
-  when asked: tens of millions of rows on a ladder): ``run, pair, group, size, seed, arm, step,
-  tokens, train_flops, metric, value``.
-  A baseline serves every variant of its (size, seed), so its rows appear once per pair it
-  belongs to: ``m[m.pair == p]`` is that whole pair. ``m.drop_duplicates(["run", "step",
-  "metric"])`` lists each run once. Rows where a run did not record a metric are left out.
-* ``runs``: one row per planned run: state, planned and reached tokens, parameters, FLOPs, the
-  measured costs of summary.json, the certificate and the W&B id/URL.
-* ``pairs``: one row per pair: arms, budget, certificate, validity (with the reasons), whether
-  both arms finished, tokens matched.
-* ``matched``: every pair's curves at matched tokens (the eval points both arms share, and the
-  train loss on the report's common grid): ``pair, ..., metric, tokens, baseline, variant, delta``.
-* ``comparisons``: the report's comparison rows (final values, stability, costs), = comparison.csv.
-* ``costs``: the cost rows of ``comparisons`` with the cost name in its own column.
-* ``gate``: one row per gated variant of gate.json's ``variants`` (nested fields flattened with
-  dots), with the gate's stage, rule, metric and overall verdict; ``gate_json`` is the dict.
+Every frame is built from the objects `olmoablate report` builds (`report.collect.collect` ->
+`report.assemble.build_all`), so a notebook and the report can never disagree: ``comparisons``
+*is* comparison.csv, ``gate_json`` *is* gate.json, and the metrics frames are the columns the
+report aligned (same parser, same requeue resolution, same FLOPs axis). Metrics frames are built
+per metric and run on demand (``report.frames``); the frames and their columns are described in
+docs/results.md.
 
 Importing this module imports pandas; the CLI never imports it (``validate``/``plan``/``status``
 stay fast on a login node).
@@ -63,13 +39,9 @@ from olmoablate.run.files import RunStatus, RunSummary
 def load(
     path: str | Path, *, results_root: str | Path = "results", all_metrics: bool = False
 ) -> ResultSet:
-    """Load a results folder (``results/<spec>``), a spec file or a spec name.
-
-    ``all_metrics=False`` keeps the metrics the report reads (losses, evals, loop counts, costs);
-    ``True`` reads every key of each metrics.jsonl (optimizer, throughput, ...) with the same
-    parser. Nothing is written but the report's caches (each run's columnar copy
-    ``metrics.arrow`` where it is missing or stale, ``.report-cache/`` for fingerprints).
-    """
+    """Load a results folder (``results/<spec>``), a spec file or a spec name; ``all_metrics``:
+    every key of each metrics.jsonl, not only those the report reads. Writes only the report's
+    caches (``metrics.arrow`` copies, ``.report-cache/``)."""
     layout = resolve_results_dir(str(path), results_root)
     results = collect(layout)
     return ResultSet(layout.root, results, build_all(results), all_metrics)
@@ -77,14 +49,13 @@ def load(
 
 @dataclass
 class ResultSet:
-    """One results folder as DataFrames (see the module docstring); ``report`` is the report."""
+    """One results folder as DataFrames (docs/results.md); ``report`` is the report."""
 
     root: Path
     results: Results
     report: Report
     all_metrics: bool = False
 
-    # ------------------------------------------------------------------ metrics, on demand
     @functools.cached_property
     def _frames(self) -> MetricFrames:
         return MetricFrames(self.results, self.all_metrics)
@@ -92,11 +63,8 @@ class ResultSet:
     def curves(
         self, metric: str, runs: Iterable[str] | None = None, *, per_pair: bool = False
     ) -> pd.DataFrame:
-        """One metric's curves: ``run, group, size, seed, arm, step, tokens, train_flops,
-        value`` for ``runs`` (all if None), one row per run and step where the run recorded it.
-        ``per_pair=True`` adds ``pair`` and repeats a baseline's rows once per pair it serves
-        (``c[c.pair == p]`` is that pair's two curves). Built on each call, from the report's
-        read or one column of the run's metrics store."""
+        """One metric's curves for ``runs`` (all if None), a row per run and step where it was
+        recorded; ``per_pair=True`` adds ``pair``, a baseline's rows once per pair it serves."""
         cols = [c for c in METRIC_COLUMNS if c != "metric" and (per_pair or c != "pair")]
         return _pandas(self._frames.table([metric], runs, per_pair=per_pair, columns=cols))
 
@@ -127,11 +95,10 @@ class ResultSet:
 
     @functools.cached_property
     def metrics(self) -> pd.DataFrame:
-        """Every metric of every run, long form (module docstring): tens of millions of rows on
-        a full ladder, so built only when asked; prefer :meth:`curves` or :meth:`long`."""
+        """Every metric of every run, long form: tens of millions of rows on a full ladder, so
+        built only when asked; prefer :meth:`curves` or :meth:`long`."""
         return self.long()
 
-    # ------------------------------------------------------------------ per run / per pair
     @functools.cached_property
     def runs(self) -> pd.DataFrame:
         links = wandb_links(self.results)
@@ -208,7 +175,6 @@ class ResultSet:
             )
         return pd.DataFrame(rows)
 
-    # ------------------------------------------------------------------ comparisons
     @functools.cached_property
     def matched(self) -> pd.DataFrame:
         frames = []
@@ -253,7 +219,6 @@ class ResultSet:
         out.insert(0, "cost", out.pop("metric").str.removeprefix("cost/"))
         return out.dropna(axis=1, how="all").reset_index(drop=True)
 
-    # ------------------------------------------------------------------ gate
     @functools.cached_property
     def gate_json(self) -> dict[str, Any]:
         return self.report.gate_json()
@@ -320,35 +285,31 @@ def _pandas(table: pa.Table) -> pd.DataFrame:
     return pd.DataFrame(cols, columns=table.column_names, copy=False)
 
 
-def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
+def _frame(records: list[dict[str, Any]], row: Any) -> pd.DataFrame:
+    """``records`` as a frame with the columns of the dataclass ``row`` (even when empty)."""
+    columns = [f.name for f in dataclasses.fields(row)]
     return pd.DataFrame(records, columns=columns) if records else pd.DataFrame(columns=columns)
 
 
 @dataclass
 class Campaign:
-    """Every spec of a store as DataFrames: what `olmoablate board` shows (its JSON, as frames).
-
-    ``specs``: one row per spec (state, runs, GPU-hours planned/spent/saved by reuse and by
-    futility stops, reused runs, the specs it shares a baseline with); ``proposals``: one row per
-    gated variant (verdict, effect and bounds, seeds, noise source, held at each promoted size);
-    ``track``: one row per decided proposal and promoted size with results; ``summary``: the
-    decision accuracy with the number of proposals and independent groups it rests on.
-    """
+    """Every spec of a store as DataFrames: `olmoablate board`'s JSON as frames (``specs``,
+    ``proposals``, ``track``: rows of board.SpecRow, board.ProposalRow, track.TrackRow)."""
 
     root: Path
     doc: dict[str, Any]
 
     @functools.cached_property
     def specs(self) -> pd.DataFrame:
-        return _frame(self.doc["specs"], list(_fields("SpecRow")))
+        return _frame(self.doc["specs"], board.SpecRow)
 
     @functools.cached_property
     def proposals(self) -> pd.DataFrame:
-        return _frame(self.doc["proposals"], list(_fields("ProposalRow")))
+        return _frame(self.doc["proposals"], board.ProposalRow)
 
     @functools.cached_property
     def track(self) -> pd.DataFrame:
-        return _frame(self.doc["track_record"], list(_fields("TrackRow")))
+        return _frame(self.doc["track_record"], track.TrackRow)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -367,15 +328,8 @@ class Campaign:
         return f"Campaign({self.root}: {len(self.doc['specs'])} specs, {len(self.doc['proposals'])} proposals)"
 
 
-def _fields(name: str) -> list[str]:
-
-    cls = getattr(board, name, None) or getattr(track, name)
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 def load_all(root: str | Path = "results") -> Campaign:
     """Every spec under the store ``root`` as DataFrames (the board: `olmoablate board ROOT`)."""
-
     board = build_board(root)
     return Campaign(Path(root), json.loads(json.dumps(board.as_json())))
 

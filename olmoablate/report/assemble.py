@@ -212,31 +212,29 @@ def _ratio_txt(a: Any, b: Any) -> str:
         return "n/a"
 
 
+_NOT_SAVED = "of the baseline (compute is not saved by sharing parameters)"
+_TRADEOFFS = (
+    ("unique parameters", "unique_params", "of the depth-matched baseline"),
+    ("training FLOPs", "total_train_flops", _NOT_SAVED),
+)
+
+
 def _tradeoff_notes(at_stage: list[PairResult], gated: list[str], reference: Any) -> list[str]:
     """quality_per_param: unique parameters and training FLOPs, stated separately, so that a
     parameter saving is never read as a compute saving."""
     notes: list[str] = []
+    ref = next((p for p in at_stage if p.variant_name == reference), None)
     for v in gated:
         pair = next((p for p in at_stage if p.variant_name == v), None)
-        ref = next((p for p in at_stage if p.variant_name == reference), None)
         if pair is None:
             continue
-        ve, be = pair.variant.entry, pair.baseline.entry
-        re_ = ref.variant.entry if ref is not None else None
-        ref_params = re_.unique_params if re_ is not None else None
-        ref_flops = re_.total_train_flops if re_ is not None else None
-        notes.append(
-            f"{v}: unique parameters {_num_txt(ve.unique_params)} = "
-            f"{_ratio_txt(ve.unique_params, ref_params)} of reference "
-            f"{reference!r}, {_ratio_txt(ve.unique_params, be.unique_params)} of "
-            "the depth-matched baseline"
-        )
-        notes.append(
-            f"{v}: training FLOPs {_num_txt(ve.total_train_flops)} = "
-            f"{_ratio_txt(ve.total_train_flops, ref_flops)} of reference "
-            f"{reference!r}, {_ratio_txt(ve.total_train_flops, be.total_train_flops)} "
-            "of the baseline (compute is not saved by sharing parameters)"
-        )
+        for label, attr, tail in _TRADEOFFS:
+            mine, base = (getattr(a.entry, attr) for a in (pair.variant, pair.baseline))
+            of_ref = getattr(ref.variant.entry, attr) if ref is not None else None
+            notes.append(
+                f"{v}: {label} {_num_txt(mine)} = {_ratio_txt(mine, of_ref)} of reference "
+                f"{reference!r}, {_ratio_txt(mine, base)} {tail}"
+            )
     return notes
 
 
@@ -245,7 +243,6 @@ def promoted_plan(
 ) -> dict[str, Any]:
     """next_plan.json: the plan restricted to the promoted runs, a real plan that ``submit`` reads
     (checked here), with what promoted them in its ``description``."""
-
     ids = {r.run_id for r in runs}
     ident = plan.identity
     if ident is not None:
@@ -308,10 +305,6 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         )
 
 
-# One verdict per proposal: the pairs are measured once (gate-independent), then each gate is
-# decided by exactly the one-gate code, so two gates can never influence each other's verdict.
-
-
 def results_for_gate(results: Results, view: Plan) -> Results:
     """``results`` deciding with the gate of ``view`` (a plan with that gate in ``gate``)."""
     prereg = resolve_gate(view)
@@ -326,7 +319,9 @@ def results_for_gate(results: Results, view: Plan) -> Results:
 
 
 def build_all(results: Results) -> Report:
-    """The report of the first gate, with ``gates`` holding every gate's report (itself first)."""
+    """The report of the first gate, with ``gates`` holding every gate's report (itself first).
+    The pairs are measured once, then each gate is decided by exactly the one-gate code, so two
+    gates can never influence each other's verdict."""
     views = results.plan.gate_views()
     measured = measure_all(results)
     if len(views) <= 1:

@@ -329,9 +329,6 @@ def _groups(share: dict[str, list[str]]) -> dict[str, int]:
     return out
 
 
-# `olmoablate board [ROOT]`: the board as a terminal table, markdown, HTML or JSON (rich only).
-
-
 FORMATS = ("table", "md", "html", "json")
 COLUMNS = (
     "spec", "gate", "variant", "verdict", "effect [bounds]", "seeds", "noise", "held at",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import itertools
 import json
 import math
 import re
@@ -21,13 +22,10 @@ from olmoablate.report.noise import Estimate
 from olmoablate.report.sequential import SequentialResult
 from olmoablate.report.verdict import VariantVerdict
 
-# The gate's statistics in words, one function for every renderer: the noise source, seeds
-# needed, Holm and the overhead interval make a verdict checkable, and all outputs must agree.
-
 
 def statistics_lines(report: Report) -> list[str]:
-    """One line per fact: per variant its role, noise source, seeds needed, step-time interval,
-    jitter diagnostic and timing conditions; then the family note and noise notes."""
+    """The gate's statistics in words, one line per fact, for every renderer (noise source, seeds
+    needed, Holm, the overhead interval: what makes a verdict checkable)."""
     out: list[str] = []
     if report.results.prereg_broken:
         out.append(report.results.prereg_broken)
@@ -90,8 +88,7 @@ def gate_text(report: Report) -> str:
 
 
 def estimate_cells(est: Any) -> list[Any]:
-    """The effect, its one-sided bounds and the seed count of a check's estimate (a table's
-    four number cells; blank and 0 seeds when the check has no estimate)."""
+    """A check's estimate as a table's four number cells: effect, bounds, seeds (0 for none)."""
     if est is None:
         return [None, None, None, 0]
     return [est.mean, est.lower, est.upper, est.n_seeds]
@@ -131,7 +128,7 @@ class Card:
 
     @property
     def title(self) -> str:
-        """The card's heading: the gate's name (``Gate`` for the unnamed gate of a ``gate:``)."""
+        """``Gate`` for the unnamed gate of a ``gate:`` spec."""
         return "Gate" if self.name == "gate" else self.name
 
     @property
@@ -229,8 +226,6 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
 
 
 # Matplotlib (Agg) set-up and the PNG writer shared by the report's figures.
-
-
 def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
@@ -253,6 +248,18 @@ def save_png(fig: Any, path: Path, dpi: int = 72) -> Path:
     return path
 
 
+def token_axes(ax: Any, label: str, **label_kw: Any) -> None:
+    """A tokens x axis (engineering notation), ~5 ticks per axis (every tick is three artists
+    to draw: mark, grid line, label) and a light grid."""
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    ax.set_xlabel(label, **label_kw)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.yaxis.set_major_locator(MaxNLocator(5))
+    ax.grid(alpha=0.3)
+
+
 @functools.cache
 def _drawing_code(module_file: str) -> bytes:
     import matplotlib
@@ -270,18 +277,13 @@ def figure_hash(module_file: str) -> Any:
     return hashlib.sha256(_drawing_code(module_file))
 
 
-# The card's paired-delta plot: each seed's improvement at matched tokens, the interval and the
-# bar, so a reader sees whether the seeds agree, the curve has settled, and how far the bar is.
-
-
 def _vs_baseline(v: VariantVerdict) -> Estimate | None:
     """The estimate of the check against the baseline (not the reference's)."""
     return next((c.estimate for c in v.checks if "reference" not in c.name), None)
 
 
 def card_key(r: Report) -> str:
-    """Hash of everything :func:`plot_card` draws for one gate, plus this module's source and
-    the matplotlib version: equal hashes mean byte-identical figures (the plot cache's key)."""
+    """Hash of everything :func:`plot_card` draws for one gate (the plot cache's key)."""
     h = figure_hash(__file__)
     v = headline_variant(r)
     g = r.results.gate
@@ -295,7 +297,9 @@ def card_key(r: Report) -> str:
 
 
 def plot_card(r: Report, out: Path) -> Path | None:
-    """``plots/gate__<name>.png`` for one gate's report; None without evidence to draw."""
+    """``plots/gate__<name>.png`` for one gate's report (None without evidence to draw): each
+    seed's improvement at matched tokens, the interval and the bar, so a reader sees whether the
+    seeds agree, the curve has settled, and how far the bar is."""
     v = headline_variant(r)
     if v is None:
         return None
@@ -310,12 +314,9 @@ def plot_card(r: Report, out: Path) -> Path | None:
     bar, bar_label = (-g.tolerance, f"-tolerance {g.tolerance:g}") if qpp else (g.min_effect, "")
     bar_label = bar_label or f"min_effect {g.min_effect:g}"
     plt = pyplot()
-    from matplotlib.ticker import EngFormatter, MaxNLocator
-
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, e in enumerate(evidence):
-        c = colors[i % len(colors)]
+    for e, c in zip(evidence, itertools.cycle(colors)):
         ax.plot(e.series_x, e.series, "o-", color=c, ms=3, lw=1.2, label=f"seed {e.seed}")
         n = len(e.improvement)
         if n:
@@ -329,16 +330,10 @@ def plot_card(r: Report, out: Path) -> Path | None:
         ax.hlines(est.mean, x0, x1, color="#1f6feb", lw=1.5, label=label)
     ax.axhline(0.0, color="k", lw=0.8)
     ax.axhline(bar, color="#cf222e", ls="--", lw=1, label=bar_label)
-    ax.set_title(
-        f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9
-    )
-    ax.set_xlabel("tokens (circled: the last_n points the gate averages)", fontsize=8)
+    ax.set_title(f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9)
+    token_axes(ax, "tokens (circled: the last_n points the gate averages)", fontsize=8)
     ax.set_ylabel("improvement (+ = better)", fontsize=8)
-    ax.xaxis.set_major_formatter(EngFormatter())
-    ax.xaxis.set_major_locator(MaxNLocator(5))
-    ax.yaxis.set_major_locator(MaxNLocator(5))
     ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.subplots_adjust(left=0.13, right=0.98, bottom=0.17, top=0.88)
     return save_png(fig, out / card_plot_name(r.gate_name), dpi=100)  # 640 px: the card's width

@@ -31,13 +31,11 @@ from olmoablate.run import columnar
 from olmoablate.run.files import RunFile, RunStatus, RunSummary
 from olmoablate.run.metricsfile import Metrics, append, read_metrics, read_part
 
-# One arm's curve (finite, sorted by x) and a run's cumulative-FLOPs axis: built once per metric
-# of a run, read by every comparison and by the notebook frames on the same axis.
-
 
 @dataclass
 class Curve:
-    """y(x) of one arm, finite points only, sorted by x."""
+    """y(x) of one arm, finite points only, sorted by x: built once per metric of a run
+    (:meth:`RunData.curve`), read by every comparison."""
 
     x: np.ndarray
     y: np.ndarray
@@ -64,7 +62,8 @@ def cumulative_flops(
     tokens: np.ndarray, flops_per_token: float | None, petaflops: np.ndarray | None
 ) -> tuple[np.ndarray | None, str]:
     """Cumulative training FLOPs per metrics row and how they were obtained: OLMo-core's total
-    petaflops (exact under a loop curriculum), else tokens x the plan's FLOPs/token."""
+    petaflops (exact under a loop curriculum), else tokens x the plan's FLOPs/token. The one
+    FLOPs axis of the comparisons and the notebook frames."""
     if petaflops is not None and np.isfinite(petaflops).sum() >= 2:
         pf = np.asarray(petaflops, dtype=float) * 1e15
         # fill rows without the metric (SpeedMonitor starts at step 2) by tokens-proportional
@@ -420,11 +419,9 @@ def collect(
     return out
 
 
-# Each run's W&B record (runs/<id>/wandb.json), written by the job: the report works offline.
-
-
 def wandb_links(results: Results) -> dict[str, dict[str, Any]]:
-    """run_id -> the W&B record of that run, for runs that logged to W&B."""
+    """run_id -> the W&B record of that run (runs/<id>/wandb.json, written by the job: the
+    report works offline), for runs that logged to W&B."""
     out: dict[str, dict[str, Any]] = {}
     for rid, run in results.runs.items():
         path = run.dir.wandb

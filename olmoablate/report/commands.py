@@ -107,11 +107,6 @@ def _failing(report: Any, conditions: set[str]) -> list[str]:
     return hit
 
 
-# `olmoablate watch SPEC`: cancel (resumably, once) the live arms of a variant whose design says
-# ``stop: futility``, recording why in their status.json; futility is non-binding, so a user who
-# resumes them is not cancelled again. The watch's own record is watch.json.
-
-
 def _read_state(results: ResultsDir) -> dict[str, Any]:
     from olmoablate.run.files import WATCH_FILE
 
@@ -123,8 +118,9 @@ def _read_state(results: ResultsDir) -> dict[str, Any]:
 
 
 def watch_once(results: ResultsDir) -> list[str]:
-    """One round: evaluate every gate's design, cancel variants stopped for futility (once).
-    Returns one line per action."""
+    """One round: evaluate every gate's design, cancel variants stopped for futility, once (the
+    stops are recorded in watch.json: futility is non-binding, so resumed arms are not cancelled
+    again). Returns one line per action."""
     from olmoablate.report.assemble import build_all
     from olmoablate.report.collect import collect
     from olmoablate.report.sequential import FUTILITY

@@ -31,13 +31,12 @@ from olmoablate.report.pairing import (
 from olmoablate.report.prereg import pair_identity_problems
 from olmoablate.run.files import ProofRecord, RunStatus, RunSummary
 
-# Alignment: the arms are compared at the same amount of training, never "at the end": train loss
-# on one grid that stops where the shorter arm stops, eval points only at identical token counts.
-
 
 @dataclass
 class Aligned:
-    """Two arms on a shared x axis (tokens or FLOPs); ``delta`` = variant - baseline (raw)."""
+    """Two arms on a shared x axis (tokens or FLOPs); ``delta`` = variant - baseline (raw). The
+    arms are compared at the same amount of training, never "at the end": train loss on one grid
+    that stops where the shorter arm stops, eval points only at identical token counts."""
 
     x: np.ndarray
     baseline: np.ndarray
@@ -89,10 +88,7 @@ def ema(y: np.ndarray, alpha: float = 0.05) -> np.ndarray:
     if v.size == 0:
         return np.full(y.size, np.nan)
     beta = 1.0 - float(alpha)
-    if beta <= 0.0:
-        smooth = v.copy()
-    else:
-        smooth = _weighted_mean_blocks(v, beta)
+    smooth = v.copy() if beta <= 0.0 else _weighted_mean_blocks(v, beta)
     if v.size == y.size:
         return smooth
     out = np.full(y.size, np.nan)
@@ -142,10 +138,6 @@ def loss_spikes(
     return np.asarray(names.spike_indices(loss, window, factor, min_relative_jump), dtype=np.int64)
 
 
-# Looped variants: eval loss against the loop count at eval (below, at and beyond the trained
-# count) and H norms; only a ``looped:`` variant logs these.
-
-
 def loop_eval(name: str) -> tuple[str, int] | None:
     """(eval set's CE loss name, loop count) of an LM eval scored at another loop count
     (``eval/lm/<set>/CE loss (loops=n)``), None for any other metric."""
@@ -158,6 +150,8 @@ def loop_eval(name: str) -> tuple[str, int] | None:
 def looped_summary(
     var: RunData, base: RunData, evals: Mapping[str, Aligned]
 ) -> dict[str, Any] | None:
+    """A ``looped:`` variant's eval loss against the loop count at eval (below, at and beyond the
+    trained count) and its H norms; None for any other variant."""
     looped = var.entry.architecture.looped
     if looped is None or var.metrics is None:
         return None
@@ -365,12 +359,7 @@ def _eval_keys(run: RunData) -> list[str]:
 
 def measure_all(results: Results) -> list[PairResult]:
     """Every pair of the plan measured once (gate-independent; :func:`for_gate` per gate)."""
-    out = []
-    for p in results.pairs:
-        r = measure_pair(results, p)
-        if r is not None:
-            out.append(r)
-    return out
+    return [r for p in results.pairs if (r := measure_pair(results, p)) is not None]
 
 
 def measure_pair(results: Results, pair: Pair) -> PairResult | None:
@@ -380,9 +369,7 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
     if base is None or var is None:
         return None
     notes: list[str] = []
-    budget = results.budget_match
-    if "tokens" in pair.differs:
-        budget = "flops"
+    budget = "flops" if "tokens" in pair.differs else results.budget_match
     before = certificate_problems(base.entry, var.entry, budget)
     before.extend(pair_identity_problems(results.plan, pair, budget))
     for run in (base, var):
@@ -428,7 +415,6 @@ def measure_pair(results: Results, pair: Pair) -> PairResult | None:
                 res.evals_flops[key] = interp_points(
                     Curve.of(fb, base.column(key)), Curve.of(fv, var.column(key))
                 )
-    # final deltas at the last matched token count
     for key, al in evals.items():
         res.final.append(_final_row(key, al, "eval"))
     if len(train_s):

@@ -242,10 +242,6 @@ def sections(report: Report) -> list[Section]:
     return secs
 
 
-# The Jinja2 environment: one template per format under templates/, so markup stays out of what
-# is said. HTML autoescapes; markdown and the terminal escape with their own filters.
-
-
 VERDICT_COLOR = {PROCEED: "#1a7f37", STOP: "#cf222e", INCONCLUSIVE: "#9a6700"}
 VERDICT_STYLE = {PROCEED: "bold green", STOP: "bold red", INCONCLUSIVE: "bold yellow"}
 
@@ -266,7 +262,8 @@ def _rich(text: Any) -> str:
 
 @functools.cache
 def environment(kind: str) -> Any:
-    """The environment for ``kind`` ("html" autoescapes; "md" and "text" do not)."""
+    """The environment for ``kind``: one template per format under templates/, so markup stays
+    out of what is said ("html" autoescapes; "md" and "text" escape with their own filters)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(
@@ -293,10 +290,6 @@ def render(template: str, **context: Any) -> str:
     return environment(kind).get_template(template).render(**context)
 
 
-# Writers: report.md, self-contained report.html (plots embedded as base64 PNG, nothing to fetch:
-# read offline and in air-gapped clusters), comparison.csv, gate.json and the terminal block.
-
-
 #: The terminal block's width: it fits a 100-column terminal or CI log.
 TERMINAL_WIDTH = 100
 
@@ -314,7 +307,8 @@ def render_markdown(report: Report | Document, plots: Sequence[Path], out: Path)
 
 
 def render_html(report: Report | Document, plots: Sequence[Path]) -> str:
-    """report.html, self-contained: every plot embedded as a base64 PNG."""
+    """report.html, self-contained: every plot embedded as a base64 PNG (nothing to fetch: read
+    offline and in air-gapped clusters)."""
     return render("report.html.j2", doc=_doc(report, plots))
 
 
@@ -332,7 +326,6 @@ def _csv_cell(v: Any) -> str:
 def _csv_text(rows: Sequence[dict[str, Any]]) -> str:
     """Rows as CSV, columns in first-seen order, empty cells for missing values and NaN (the
     csv module, not pandas: importing pandas would cost more than the whole table)."""
-
     columns: dict[str, None] = {}
     for r in rows:
         columns.update(dict.fromkeys(r))
@@ -366,7 +359,6 @@ def write_all(report: Report, out: Path, formats: Sequence[str]) -> dict[str, Pa
 
 def print_terminal(report: Report, written: dict[str, Path]) -> None:
     """The compact verdict block, then `gate verdict(s): ...` and the report's path (last)."""
-
     con = make_console()  # readable in CI logs too: the template wraps, rich does not
     con.print(render_terminal(report))
     path = written.get("html") or written.get("md") or written.get("json")

@@ -184,9 +184,7 @@ def noise_source(results: Results, cfg: Gate) -> tuple[NoiseSource | None, list[
             "points yet; the run-to-run sd needs at least 2"
         )
         return None, notes
-    window = 0
-    if not names.is_eval(metric):
-        window = runs[0].entry.evaluation.interval
+    window = 0 if names.is_eval(metric) else runs[0].entry.evaluation.interval
     curves = [(rd.curve(metric).x, rd.curve(metric).y) for rd in runs]
     values = run_level_values(curves, cfg.last_n, window)
     src = aa_source(values, [rd.run_id for rd in runs])

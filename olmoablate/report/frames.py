@@ -10,6 +10,7 @@ report's: ``tokens`` (else step x global batch) and ``train_flops``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -101,9 +102,7 @@ class MetricFrames:
         keys = tuple(dict.fromkeys(keys))
         if m is not None and all(k in m.columns for k in keys):
             full = RunMetrics.of(run, m)
-            return RunMetrics(
-                full.steps, full.tokens, full.flops, {k: full.columns[k] for k in keys}
-            )
+            return dataclasses.replace(full, columns={k: full.columns[k] for k in keys})
         return self._store_read(rid, keys)
 
     def pairs_of(self) -> dict[str, list[str | None]]:

@@ -264,9 +264,6 @@ def step_time_check(
             why = "; ".join(f"{t.run_id}: {w}" for t in (b, v) if (w := too_short(t.times)))
             short.append(f"pair {pid}: {why or 'no usable batch means'}")
     col = timings[0][1].column if timings else WALL
-    # Some runs too short for a within-run interval, several pairs: each pair's ratio of run
-    # means is one replicate (independent runs), and the spread across seeds gives the interval
-    # (no pair is dropped for being short).
     means = _pair_mean_logs(timings) if short else []
     if len(means) >= 2:
         logs = np.array(means)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -87,10 +87,6 @@ def token_shortfall(arm: str, run: Any) -> str | None:
 # block what ran (``attention_backend: auto`` resolves per node). A kernel, dtype, compile or
 # world-size difference would be charged to the variant's cost: it keeps the cost out of the gate.
 
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from olmoablate.run.files import RunSummary
-
 #: The fields of ``summary.json``'s ``execution`` block that must be equal in both arms of a
 #: pair for their measured cost (step time, tokens/s, memory, decode) to be compared.
 PARITY_KEYS = (
@@ -143,36 +139,26 @@ def parity_note(problems: list[str]) -> str:
     )
 
 
-# Cost rows: planned (plan.json, exact FLOPs and parameters) beside measured (summary.json, else
-# metrics; what the overhead limits are about), each naming its source.
-
-
 def _measured(run: RunData) -> dict[str, float | None]:
     """Measured cost of one arm: summary.json first, metrics as the fallback."""
     s = run.summary or RunSummary()
 
-    def col_stat(key: str, fn: Any) -> float | None:
+    def or_metrics(value: float | None, key: str, fn: Any) -> float | None:
         c = run.column(key)
-        if c is None or not np.isfinite(c).any():
-            return None
+        if value is not None or c is None or not np.isfinite(c).any():
+            return value
         return float(fn(c[np.isfinite(c)]))
 
-    step_time = s.mean_step_time_s
-    if step_time is None:
-        step_time = col_stat(WALL, lambda a: np.median(a[1:] if a.size > 1 else a))
-    peak = s.peak_memory_gb
-    if peak is None:
-        peak = col_stat(names.PEAK_MEMORY_GB, np.max)
-    tps = s.tokens_per_s
-    if tps is None:
-        tps = col_stat(names.DEVICE_TPS, np.median)
+    def median_past_first(a: np.ndarray) -> Any:
+        return np.median(a[1:] if a.size > 1 else a)
+
     opt = s.optimizer_state_bytes
     gpus, nodes = run.entry.topology.gpus_per_node, run.entry.topology.nodes
     wall = s.wall_time_s
     return {
-        names.STEP_TIME: num(step_time),
-        "peak_memory_gb": num(peak),
-        "tokens_per_s": num(tps),
+        names.STEP_TIME: num(or_metrics(s.mean_step_time_s, WALL, median_past_first)),
+        "peak_memory_gb": num(or_metrics(s.peak_memory_gb, names.PEAK_MEMORY_GB, np.max)),
+        "tokens_per_s": num(or_metrics(s.tokens_per_s, names.DEVICE_TPS, np.median)),
         "optimizer_state_gb": num(opt / 1e9) if isinstance(opt, int | float) else None,
         "gpu_hours": num(wall * gpus * nodes / 3600.0) if wall and gpus else None,
         "decode_latency_s": num(s.decode_latency_s),
@@ -195,6 +181,8 @@ def _ratio(b: float | None, v: float | None) -> float | None:
 
 
 def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """Planned costs (plan.json: exact FLOPs and parameters) beside measured ones (what the
+    overhead limits are about), each row naming its source; and the measured overheads."""
     mb, mv = _measured(base), _measured(var)
     rows: list[dict[str, Any]] = []
 
@@ -236,11 +224,6 @@ def cost_rows(base: RunData, var: RunData) -> tuple[list[dict[str, Any]], dict[s
     return rows, overhead
 
 
-# Eval coverage: a held-out CE needs how many tokens it averages and the set's unigram entropy
-# (the CE of token frequencies alone), both recorded by the plan; arms whose eval points scored
-# different token counts are flagged (their CEs average different text).
-
-
 @dataclass
 class ArmCoverage:
     """One (size, arm, set): final CE per seed and the token counts its eval points scored."""
@@ -280,7 +263,10 @@ def coverage(results: Results) -> list[ArmCoverage]:
 
 
 def coverage_lines(results: Results) -> list[str]:
-    """Human lines for the terminal and the markdown report (warnings start with WARNING)."""
+    """Eval coverage for the terminal and the markdown report: a held-out CE needs how many tokens
+    it averages and the set's unigram entropy (the CE of token frequencies alone), both recorded
+    by the plan; arms whose eval points scored different token counts are flagged (their CEs
+    average different text) in lines starting with WARNING."""
     facts = results.plan.eval_sets
     lines: list[str] = []
     warnings: list[str] = []

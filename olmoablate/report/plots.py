@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 import json
 import math
 import multiprocessing
@@ -23,19 +24,28 @@ import numpy as np
 
 from olmoablate.io import write_json_atomic
 from olmoablate.report.assemble import Report
-from olmoablate.report.cards import card_key, figure_hash, plot_card, pyplot, safe_name, save_png
-from olmoablate.report.compare import LOSS, PairResult
+from olmoablate.report.cards import (
+    card_key,
+    figure_hash,
+    plot_card,
+    pyplot,
+    safe_name,
+    save_png,
+    token_axes,
+)
+from olmoablate.report.compare import LOSS, Aligned, PairResult
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
 #: to dodge them (about a fifth of a figure's drawing time).
 _TITLE_Y = 1.03
 
 
-def _decimate(x: np.ndarray, y: np.ndarray, n: int = 500) -> tuple[np.ndarray, np.ndarray]:
-    if x.size <= n:
-        return x, y
-    idx = np.linspace(0, x.size - 1, n).astype(np.int64)
-    return x[idx], y[idx]
+def _decimate(al: Aligned, n: int = 500) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x, baseline and variant of ``al`` at no more than ``n`` evenly spaced points."""
+    if al.x.size <= n:
+        return al.x, al.baseline, al.variant
+    idx = np.linspace(0, al.x.size - 1, n).astype(np.int64)
+    return al.x[idx], al.baseline[idx], al.variant[idx]
 
 
 def _gate_eval_key(report: Report, pairs: Sequence[PairResult]) -> str | None:
@@ -64,14 +74,12 @@ def plot_group(
         c = colors[i % len(colors)]
         tag = f"seed {p.seed}" + ("" if p.valid else " INVALID")
         if len(p.train):
-            x, yb = _decimate(p.train.x, p.train.baseline)
-            _, yv = _decimate(p.train.x, p.train.variant)
+            x, yb, yv = _decimate(p.train)
             a_loss.plot(x, yb, color="0.6", alpha=0.25, lw=0.6)
             a_loss.plot(x, yv, color=c, alpha=0.25, lw=0.6)
             a_dloss.plot(x, yv - yb, color=c, alpha=0.2, lw=0.6)
         if len(p.train_smooth):
-            x, yb = _decimate(p.train_smooth.x, p.train_smooth.baseline)
-            _, yv = _decimate(p.train_smooth.x, p.train_smooth.variant)
+            x, yb, yv = _decimate(p.train_smooth)
             a_loss.plot(x, yb, color="0.3", lw=1.2, label="baseline" if i == 0 else None)
             # one legend entry per arm here; the seeds' colours are listed on the eval-delta panel
             # (legends are the costliest artists to draw: ~0.1 s for ten entries)
@@ -90,15 +98,8 @@ def plot_group(
     a_dloss.set_title(f"Δ {LOSS}: {variant} − baseline (EMA over raw)", y=_TITLE_Y)
     a_eval.set_title(f"{eval_key or 'no eval metric'} at matched tokens", y=_TITLE_Y)
     a_deval.set_title(f"Δ {eval_key or 'eval'}: {variant} − baseline", y=_TITLE_Y)
-    from matplotlib.ticker import EngFormatter, MaxNLocator
-
     for ax in axes.ravel():
-        ax.set_xlabel("tokens")
-        ax.xaxis.set_major_formatter(EngFormatter())
-        # ~5 ticks per axis: every tick is three artists (mark, grid line, label) to draw
-        ax.xaxis.set_major_locator(MaxNLocator(5))
-        ax.yaxis.set_major_locator(MaxNLocator(5))
-        ax.grid(alpha=0.3)
+        token_axes(ax, "tokens")
     # a fixed corner: "best" searches every line's points for the emptiest spot
     for ax in (a_loss, a_deval):
         if ax.get_legend_handles_labels()[0]:  # no metrics yet: no lines, no legend (a warning)
@@ -113,11 +114,9 @@ def plot_group(
     flops = [p for p in pairs if p.train_flops is not None and len(p.train_flops)]
     if flops:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
-        for i, p in enumerate(flops):
-            c = colors[i % len(colors)]
+        for p, c in zip(flops, itertools.cycle(colors)):
             assert p.train_flops is not None
-            x, yb = _decimate(p.train_flops.x, p.train_flops.baseline)
-            _, yv = _decimate(p.train_flops.x, p.train_flops.variant)
+            x, yb, yv = _decimate(p.train_flops)
             a1.plot(x, yb, color="0.3", lw=1, label=f"baseline seed {p.seed}")
             a1.plot(x, yv, color=c, lw=1.2, label=f"{variant} seed {p.seed}")
             if eval_key and eval_key in p.evals_flops:
@@ -126,6 +125,8 @@ def plot_group(
         a1.set_title(f"{LOSS} at matched training FLOPs", y=_TITLE_Y)
         a2.set_title(f"Δ {eval_key or 'eval'} at matched FLOPs (variant interpolated)", y=_TITLE_Y)
         a2.axhline(0.0, color="k", lw=0.8)
+        from matplotlib.ticker import EngFormatter
+
         for ax in (a1, a2):
             ax.set_xlabel("training FLOPs")
             ax.xaxis.set_major_formatter(EngFormatter())
@@ -144,8 +145,7 @@ def plot_group(
         fig, axs = plt.subplots(1, n_ax, figsize=(5.5 * n_ax, 3.8), squeeze=False)
         a1 = axs[0][0] if by_loops else None
         a2 = axs[0][-1] if by_t else None
-        for i, p in enumerate(looped):
-            c = colors[i % len(colors)]
+        for p, c in zip(looped, itertools.cycle(colors)):
             info = p.looped or {}
             if a1 is not None:
                 for key, s in info["sets"].items():
@@ -271,7 +271,6 @@ _FORK_REPORT: Report | None = None
 def _worker_init() -> None:
     """A forked worker dies on SIGTERM (``Pool.terminate``), whatever handler the parent had
     installed (a job wrapper's, a test's): otherwise leaving the pool waits for it forever."""
-
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
@@ -294,8 +293,7 @@ def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
 
 
 def _group_key(report: Report, size: str, variant: str) -> str:
-    """Hash of everything ``plot_group`` draws for one (size, variant), plus this module's
-    source and the matplotlib version: equal hashes mean byte-identical figures."""
+    """Hash of everything ``plot_group`` draws for one (size, variant) (see figure_hash)."""
     h = figure_hash(__file__)
     pairs = [p for p in report.pairs if p.size == size and p.variant_name == variant]
     h.update(json.dumps([size, variant, report.results.gate.metric]).encode())
@@ -325,8 +323,7 @@ def _cache_name(job: tuple[str, str, str, str]) -> str:
 
 
 def _data_key(report: Report, data: Any) -> str:
-    """Hash of what a figure draws (its data, as JSON), this module's source, the PNG writer's
-    and the matplotlib version: equal hashes mean byte-identical figures."""
+    """Hash of what a figure draws (its data, as JSON; see figure_hash)."""
     h = figure_hash(__file__)
     gate = report.results.gate
     h.update(json.dumps([gate.metric, gate.min_effect, report.sizes, data], default=repr).encode())
@@ -334,38 +331,27 @@ def _data_key(report: Report, data: Any) -> str:
 
 
 def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Path]:
-    """Every plot of the report, drawn in parallel (fork) when there are many; a figure whose inputs
-    hash the same as when it was last drawn here is not drawn again."""
+    """Every plot of the report, cached and drawn in parallel (the module docstring)."""
     global _FORK_REPORT
-    jobs: list[tuple[str, str, str, str]] = []
-    seen: set[tuple[str, str]] = set()
+    o = str(out)
+    keys: dict[tuple[str, str, str, str], str] = {}  # every figure's job -> its cache key
     for p in report.pairs:
-        if (p.size, p.variant_name) not in seen:
-            seen.add((p.size, p.variant_name))
-            jobs.append(("group", p.size, p.variant_name, str(out)))
-    for size in report.sizes:
-        if any(p.looped for p in report.pairs if p.size == size):
-            jobs.append(("tradeoff", size, "", str(out)))
-    jobs.append(("consistency", "", "", str(out)))
+        if ("group", p.size, p.variant_name, o) not in keys:
+            keys[("group", p.size, p.variant_name, o)] = _group_key(report, p.size, p.variant_name)
+    for size in report.sizes:  # the tradeoff and consistency figures, keyed by the data they draw
+        ps = [p for p in report.pairs if p.size == size]
+        if any(p.looped for p in ps):
+            keys[("tradeoff", size, "", o)] = _data_key(report, [size, tradeoff_points(report, ps)])
+    rows = [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in consistency_rows(report)]
+    keys[("consistency", "", "", o)] = _data_key(report, rows)
     # the verdict cards' paired-delta plots (the job's "size" slot names the gate)
-    jobs.extend(("card", r.gate_name, "", str(out)) for r in report.gates or [report])
+    keys.update({("card", r.gate_name, "", o): card_key(r) for r in report.gates or [report]})
+    jobs = list(keys)
     try:
         cache = json.loads((out / _PLOT_CACHE).read_text(encoding="utf-8"))
         cache = cache if isinstance(cache, dict) else {}
     except (OSError, ValueError):
         cache = {}
-    keys = {j: _group_key(report, j[1], j[2]) for j in jobs if j[0] == "group"}
-    gates = {r.gate_name: r for r in report.gates or [report]}
-    keys.update({j: card_key(gates[j[1]]) for j in jobs if j[0] == "card"})
-    for j in jobs:  # the tradeoff and consistency figures, keyed by the data they draw
-        if j[0] == "tradeoff":
-            ps = [p for p in report.pairs if p.size == j[1]]
-            keys[j] = _data_key(report, [j[1], tradeoff_points(report, ps)])
-        elif j[0] == "consistency":
-            rows = consistency_rows(report)
-            keys[j] = _data_key(
-                report, [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in rows]
-            )
     done: dict[tuple[str, str, str, str], list[Path]] = {}
     for j, key in keys.items():
         hit = cache.get(_cache_name(j))

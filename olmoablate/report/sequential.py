@@ -211,15 +211,11 @@ def evaluate_design(
                 Look(i, total, kind, frac, n, CONTINUE, boundary, note="noise unknown: no decision")
             )
             continue
+        m, s = np.array(est.mean), np.array(est.se)
         if kind == "interim":
-            d = str(interim_decision(np.array(est.mean), np.array(est.se), est.dof, bar, fq))
+            d = str(interim_decision(m, s, est.dof, bar, fq))
         else:
-            final = k == len(stages) - 1
-            d = str(
-                stage_decision(
-                    np.array(est.mean), np.array(est.se), est.dof, bar, levels[k], conf, final, fq
-                )
-            )
+            d = str(stage_decision(m, s, est.dof, bar, levels[k], conf, k == len(stages) - 1, fq))
         q_lower = _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof)
         lower, upper = est.mean - q_lower * est.se, est.mean + _q(fq, est.dof) * est.se
         looks.append(Look(i, total, kind, frac, n, d, boundary, est.mean, lower, upper, note=note))
@@ -248,11 +244,6 @@ def evaluate_design(
     return SequentialResult(looks, decision, reason, saved, status, flags)
 
 
-# The design applied to the fixed-sample verdicts: a sequential design replaces the one test at
-# full alpha by its looks, and seeds added by an unplanned ``plan --replan`` are never tested at
-# full alpha (Bonferroni over the registrations).
-
-
 def earlier_registrations(entry: GateEntry | None) -> int:
     """How many earlier registrations of this gate had other seeds (unplanned seed additions)."""
     if entry is None or entry.seeds is None:
@@ -272,7 +263,9 @@ def apply_design(
     legacy: bool = False,
 ) -> tuple[list[VariantVerdict], dict[str, SequentialResult]]:
     """The verdicts with each gated (non-exploratory) one's quality check rewritten by the design
-    (new verdicts, same order), and the look history per variant (empty without a design)."""
+    (new verdicts, same order), and the look history per variant (empty without a design).
+    Without a design, seeds added by an unplanned ``plan --replan`` are still never tested at
+    full alpha (Bonferroni over the registrations)."""
     extra = earlier_registrations(entry)
     out: dict[str, SequentialResult] = {}
     family = [v for v in verdicts if v.role != "exploratory" and v.checks]
@@ -337,16 +330,13 @@ def apply_design(
     return [revised.get(id(v), v) for v in verdicts], out
 
 
-# Several variants under one gate: ``gate.variant`` decides alone (the others exploratory), or
-# Holm over every gated variant keeps P(promoting any null variant) at 1 - confidence.
-
-
 def apply_holm(
     verdicts: Sequence[VariantVerdict], confidence: float
 ) -> tuple[list[VariantVerdict], str]:
-    """Holm over the gated variants' first (quality) checks, H0: improvement <= min_effect: the new
-    verdicts (a pass that does not survive becomes inconclusive) and the sentence to say (none, and
-    the verdicts unchanged, for fewer than two)."""
+    """Holm over the gated variants' first (quality) checks, H0: improvement <= min_effect, keeps
+    P(promoting any null variant) at 1 - confidence: the new verdicts (a pass that does not survive
+    becomes inconclusive) and the sentence to say (none, and the verdicts unchanged, for fewer
+    than two)."""
     m = len(verdicts)
     if m < 2:
         return list(verdicts), ""

@@ -268,13 +268,14 @@ def evaluate_variant(
     floor = cfg.noise.floor
     if noise is None and floor is not None:
         noise = floor_source(floor)
-    reasons: list[str] = []
     stops: list[str] = []
     blockers: list[str] = []
     excluded = [p.pair_id for p in evidence if not p.valid]
-    for p in evidence:
-        if not p.valid:
-            reasons.append(f"pair {p.pair_id} INVALID, excluded: {'; '.join(p.invalid_reasons)}")
+    preamble = [
+        f"pair {p.pair_id} INVALID, excluded: {'; '.join(p.invalid_reasons)}"
+        for p in evidence
+        if not p.valid
+    ]
     valid = [p for p in evidence if p.valid]
     if not valid:
         blockers.append(f"no valid pair for variant {variant!r} at stage {cfg.stage}")
@@ -320,12 +321,9 @@ def evaluate_variant(
             checks.append(
                 quality_check("vs baseline", main, cfg.min_effect, conf, metric, way_out, legacy)
             )
-    reasons.extend(stops)
-    reasons.extend(blockers)
-    reasons.extend(c.reason for c in checks)
+    reasons = [*preamble, *stops, *blockers, *(c.reason for c in checks)]
     est = checks[0].estimate if checks else None
     noise_txt = f"noise source: {est.source_detail}" if est else ""
-    preamble = reasons[: len(reasons) - len(stops) - len(blockers) - len(checks)]
     return VariantVerdict(
         variant, combine(stops, blockers, checks), reasons, checks, [p.pair_id for p in valid],
         excluded, noise=noise_txt, jitter=jitter_txt, step_time=step_check,
