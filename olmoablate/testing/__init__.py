@@ -24,13 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# Where the test support's files are: the tiny spec it ships, and the checkout it runs from.
-#
-# ``MINIMAL_SPEC`` is package data (it travels with ``olmoablate.testing``, so a block package's own
-# tests can plan it too). ``REPO`` and ``TESTS`` name the source checkout this ``olmoablate`` was
-# imported from: only meaningful in a checkout (the test suite, ``bench/``), never in an install.
-
-
+# ``REPO`` and ``TESTS`` are only meaningful in a source checkout (the test suite, ``bench/``),
+# never in an install; ``MINIMAL_SPEC`` is package data, so a block package's tests can plan it.
 HERE = Path(__file__).resolve().parent
 #: The tiny valid spec (one 64-wide size, one depth-attention variant, CPU topology) that the
 #: launcher, Slurm and CLI tests plan through the real `plan` command and edit per test.
@@ -41,12 +36,8 @@ REPO = HERE.parents[1]
 TESTS = REPO / "tests"
 
 
-# Run the real `olmoablate` command line in a fresh process, as a user would.
-#
-# Wide terminal (``COLUMNS=200``, so rich tables are not wrapped in the assertions' text) and one
-# intra-op thread (the tests share 2 cores); no return-code check, the caller asserts on it.
-
-
+# Wide terminal (``COLUMNS=200``: rich tables unwrapped in the assertions' text), one intra-op
+# thread (the tests share 2 cores); the caller checks the return code.
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
@@ -56,9 +47,6 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
     )
-
-
-# plan.json as earlier releases wrote it, built from a current plan (for the upgrade tests).
 
 
 def as_format_1(doc: dict[str, Any]) -> dict[str, Any]:
