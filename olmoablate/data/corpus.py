@@ -129,13 +129,9 @@ def batched(items: list[Document], size: int) -> Iterator[list[Document]]:
         yield items[start : start + size]
 
 
-# The prepared demo folder's ``manifest.json``, and the check that a folder is what it says.
-#
-# Why apart from the preparing code: the training job, `data check` and `validate` read and verify
-# prepared folders on machines that never tokenize anything, so this module imports neither
-# tokenizers nor numpy. What the files are (OLMo-core's raw token-file format, the dtype rule, the
-# held-out split) is described in :mod:`olmoablate.data.prepare`, which writes them.
-
+# The prepared folder's ``manifest.json`` and its check. The training job, `data check` and
+# `validate` verify folders on machines that never tokenize, so this module imports neither
+# tokenizers nor numpy; what the files are is described in :mod:`olmoablate.data.prepare`.
 
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = MANIFEST_FILE
@@ -189,7 +185,6 @@ class Manifest:
     tokenizer_extra: dict[str, Any] = field(default_factory=dict)
 
     def path_of(self, split: str) -> Path:
-        """Path of a split's token file (``"train"`` or ``"heldout"``)."""
         return self.dir / str(self.files[split]["path"])
 
     @property
@@ -368,10 +363,8 @@ def ensure_demo_data(directory: Path | str = DEFAULT_DIR) -> Manifest:
 
 def describe(manifest: Manifest) -> str:
     """One human line per split, for `data prepare` / `data check` output."""
-    lines = []
-    for split in SPLITS:
-        lines.append(
-            f"  {manifest.path_of(split)}: {manifest.tokens[split]:,} tokens, "
-            f"{manifest.documents[split]:,} documents, sha256 {manifest.files[split]['sha256'][:12]}…"
-        )
-    return "\n".join(lines)
+    return "\n".join(
+        f"  {manifest.path_of(split)}: {manifest.tokens[split]:,} tokens, "
+        f"{manifest.documents[split]:,} documents, sha256 {manifest.files[split]['sha256'][:12]}…"
+        for split in SPLITS
+    )
