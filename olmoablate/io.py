@@ -87,7 +87,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 
     Used by the ledger so two concurrent `submit` calls serialize their read-modify-write.
     """
-
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+") as fh:
@@ -96,8 +95,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 
 
 def user_cache_path(name: str) -> Path:
@@ -141,9 +138,7 @@ def user_cache_put(name: str, key: str, value: Any, *, keep: int = 64) -> None:
         pass  # includes an entry another process removed while we sorted
 
 
-# ----------------------------------------------------------------------------------------------
-# Bounded parsing: every file a user (or a pull request) hands us is parsed with limits
-# ----------------------------------------------------------------------------------------------
+# Bounded parsing: every file a user (or a pull request) hands us is parsed with limits.
 
 #: Largest spec file read (bytes): real specs are a few KB.
 MAX_YAML_BYTES = 1 << 20
@@ -294,17 +289,11 @@ def parse_json_bounded(data: bytes) -> Any:
         raise InputLimitError("nested too deeply") from None
 
 
-# Tables and progress lines that stay whole in a terminal, a Slurm log, CI or ``| tee``.
-#
-# Why: rich sizes a table to the console, and a console that is not a terminal is 80 columns wide,
-# so cells were cut (``to…``, ``lo…``) exactly where results are read later (job logs, CI). Every
-# table of the CLI is printed through :func:`print_whole`, which widens the output to what the
-# table needs instead of cutting cells. rich is imported inside the functions: ``plan`` and
-# ``status`` import this module on a login node.
-
-
-#: Widest output a table may ask for (a safety cap, far beyond any real table of ours).
-MAX_WIDTH = 100_000
+# Tables that stay whole in a terminal, a Slurm log, CI or ``| tee``. Why: rich sizes a table to
+# the console, and a console that is not a terminal is 80 columns wide, so cells were cut (``to…``)
+# exactly where results are read later (job logs, CI); every CLI table goes through
+# :func:`print_whole`. rich is imported inside the functions: ``plan`` and ``status`` import this
+# module on a login node.
 
 
 def make_console(stderr: bool = False, file: IO[str] | None = None) -> Any:
@@ -326,22 +315,18 @@ def is_terminal(stream: Any = None) -> bool:
     return tty and os.environ.get("TERM", "") != "dumb"
 
 
-def needed_width(console: Any, renderable: Any) -> int:
-    """Columns ``renderable`` needs to show every cell whole (its maximum rich measurement)."""
-    from rich.measure import Measurement
-
-    options = console.options.update(max_width=MAX_WIDTH)
-    return int(Measurement.get(console, options, renderable).maximum)
-
-
 def print_whole(console: Any, renderable: Any) -> None:
     """Print a table (or any renderable) at least as wide as it needs, so no cell is cut.
 
     In a narrow terminal the lines are then wider than the screen (the terminal wraps them),
     which keeps every value readable; cutting a run id or a loss is never acceptable.
     """
+    from rich.measure import Measurement
+
     before = int(console.width)
-    width = max(before, needed_width(console, renderable))
+    # the columns every cell needs whole (its maximum measurement, capped far beyond any table)
+    options = console.options.update(max_width=100_000)
+    width = max(before, int(Measurement.get(console, options, renderable).maximum))
     console.width = width  # Console.print(width=...) can only narrow, never widen
     try:
         console.print(renderable, crop=False)
