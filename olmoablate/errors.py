@@ -66,11 +66,7 @@ class Strict(BaseModel):
     """
 
     model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        allow_inf_nan=False,
-        populate_by_name=False,
-        defer_build=True,
+        extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=False, defer_build=True
     )
 
 
