@@ -187,8 +187,7 @@ def compose_yaml_bounded(text: str, loader_cls: type | None = None) -> tuple[Any
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING:
-                    line = event.start_mark.line + 1 if event.start_mark else 1
-                    raise InputLimitError(f"nested deeper than {MAX_NESTING} levels", line)
+                    raise InputLimitError(f"nested deeper than {MAX_NESTING} levels", _line(event))
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     finally:

@@ -272,12 +272,11 @@ def make_results(
 ) -> dict[str, Any]:
     """Write a full results folder; ``truths`` maps arm name (or run_id) to its ArmTruth."""
     truths = truths or {}
-    plan = synthetic_plan(spec)
-    plan.write(root / PLAN_FILE)
-    for run in plan.runs:
-        truth = truths.get(run.run_id) or truths.get(run.arm) or ArmTruth()
+    doc = write_plan(root, spec)
+    for run in doc["runs"]:
+        truth = truths.get(run["run_id"]) or truths.get(run["arm"]) or ArmTruth()
         write_run(root, spec, run, truth)
-    return plan.as_json()
+    return doc
 
 
 # Checks `olmoablate.results` frames against the files `report` wrote (shared by the synthetic
