@@ -63,7 +63,6 @@ SOURCES: dict[str, CorpusSource] = {
 
 
 def get_source(name: str) -> CorpusSource:
-    """The source called ``name``; UserError listing the allowed names otherwise."""
     try:
         return SOURCES[name]
     except KeyError:
@@ -80,10 +79,7 @@ class Document:
 
 
 def list_documents(source: CorpusSource, source_dir: Path | None = None) -> list[Document]:
-    """Every ``*<suffix>`` file below the folder, sorted by relative path (the document order).
-
-    Raises UserError naming the folder and the fix when it is absent or holds no matching file.
-    """
+    """Every ``*<suffix>`` file below the folder, sorted by relative path (the document order)."""
     root = source_dir if source_dir is not None else source.default_dir
     flag = "--source-dir" if source_dir is not None else f"--source {source.name}"
     hint = (
@@ -297,13 +293,9 @@ def _make_readable(path: Path) -> None:
 
 
 def verify(directory: Path | str, expect: Vocab | None = None) -> Manifest:
-    """Read ``manifest.json`` in ``directory`` and check every file against it.
-
-    Returns the manifest; raises UserError with one line naming the first problem found and the
-    command that fixes it. Checks: folder and manifest exist and parse, schema and tokenizer
-    match this version, each ``.bin`` exists with the recorded size (= 4 bytes x tokens) and
-    sha256, and the dtype is the one OLMo-core will infer from the tokenizer's vocabulary
-    (uint32 for dolma2, uint16 for the BPE). ``expect`` also pins which tokenizer it must be.
+    """The manifest in ``directory``, every file checked against it (and the dtype against the
+    one OLMo-core infers from the tokenizer's vocabulary); ``expect`` also pins the tokenizer.
+    A UserError names the first problem and the command that fixes it.
     """
     directory = Path(directory)
     fix = fix_command(directory)

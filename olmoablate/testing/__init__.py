@@ -1,15 +1,9 @@
 """Test support for olmoablate: what the test suite and the benchmarks build their inputs with.
 
-* here: where the tiny spec (package data, ``specs/minimal.yaml``) and the checkout are
-  (``MINIMAL_SPEC``, ``REPO``, ``TESTS``), the real command line in a fresh process
-  (``run_cli``), and plan.json as earlier releases wrote it (for the upgrade tests);
-* :mod:`.plans` -- synthetic plans as real ``Plan``/``RunEntry`` objects, the tiny CPU plans and
-  token files the training and launch tests run, and the tiny baseline/variant pair;
-* :mod:`.synthetic` -- synthetic results folders with known truth, and the check of
-  ``olmoablate.results`` frames against what ``report`` wrote;
-* :mod:`.cluster` -- helpers of the launcher tests against the local Slurm cluster, and a job
-  target that records each task's device environment;
-* :mod:`.bad_blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.bad_blocks:ATTR``.
+Here: the tiny spec and the checkout (``MINIMAL_SPEC``, ``REPO``, ``TESTS``), ``run_cli`` and
+plan.json as earlier releases wrote it (``as_format_1``); synthetic plans and the tiny training pair
+in :mod:`.plans`, synthetic results folders in :mod:`.synthetic`, the launcher and Slurm tests'
+helpers in :mod:`.cluster`, deliberately wrong blocks in :mod:`.bad_blocks`.
 
 Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests),
 never the product (import-linter's ``testing-not-in-product`` contract).
