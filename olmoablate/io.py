@@ -224,16 +224,12 @@ def _bad_scalar_mark(loader: Any, root: Any) -> Any:
                 loader.construct_object(node, deep=True)
             except ValueError:
                 return node.start_mark
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend(n for kv in reversed(node.value) for n in reversed(kv))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(reversed(node.value))
+        else:
+            stack.extend(reversed(_children(node)))
     return root.start_mark
 
 
 def _check_expanded_size(root: Any) -> None:
-    import yaml
-
     sizes: dict[int, int] = {}
     open_: set[int] = set()
 
@@ -245,13 +241,7 @@ def _check_expanded_size(root: Any) -> None:
             raise InputLimitError("recursive YAML alias (a node contains itself)", _line(node))
         open_.add(key)
         total = 1
-        if isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        else:
-            children = []
-        for child in children:
+        for child in _children(node):
             total += size(child)
             if total > MAX_EXPANDED_NODES:
                 raise InputLimitError(
@@ -264,6 +254,15 @@ def _check_expanded_size(root: Any) -> None:
         return total
 
     size(root)
+
+
+def _children(node: Any) -> list[Any]:
+    """A node's child nodes in document order (a mapping's keys and values alternating)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
 def _line(node: Any) -> int:
