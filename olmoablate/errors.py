@@ -51,13 +51,6 @@ def parse_choices(values: list[str] | None, allowed: tuple[str, ...], option: st
     return chosen
 
 
-# The pydantic base every contract model shares, and the small types they reuse.
-#
-# Why strict: a typo in a 7B spec (``learning_rate`` instead of ``lr``) must fail `validate` in CI,
-# not silently train with a default for days; the same strictness makes a hand-edited plan.json
-# fail `Plan.load` with the field's name instead of a KeyError ten minutes into a Slurm job.
-
-
 #: Names of specs, variants, gates and eval sets (they become file and run names).
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -65,16 +58,15 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 class Strict(BaseModel):
     """Unknown keys, type coercions (``true`` as 1, ``"8"`` as 8) and inf/nan are errors.
 
+    Why strict: a typo in a 7B spec (``learning_rate`` for ``lr``) must fail `validate` in CI, not
+    train with a default for days; a hand-edited plan.json fails `Plan.load` naming the field.
+
     ``defer_build``: a model's validator is built on its first use, not at import, so a command
     pays only for the models it validates (`validate` starts in ~0.3 s on a login node).
     """
 
     model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
-        allow_inf_nan=False,
-        populate_by_name=False,
-        defer_build=True,
+        extra="forbid", strict=True, allow_inf_nan=False, populate_by_name=False, defer_build=True
     )
 
 

@@ -87,7 +87,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 
     Used by the ledger so two concurrent `submit` calls serialize their read-modify-write.
     """
-
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+") as fh:
@@ -96,8 +95,6 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 
 
 def user_cache_path(name: str) -> Path:
@@ -141,9 +138,7 @@ def user_cache_put(name: str, key: str, value: Any, *, keep: int = 64) -> None:
         pass  # includes an entry another process removed while we sorted
 
 
-# ----------------------------------------------------------------------------------------------
-# Bounded parsing: every file a user (or a pull request) hands us is parsed with limits
-# ----------------------------------------------------------------------------------------------
+# Bounded parsing: every file a user (or a pull request) hands us is parsed with limits.
 
 #: Largest spec file read (bytes): real specs are a few KB.
 MAX_YAML_BYTES = 1 << 20
@@ -192,8 +187,7 @@ def compose_yaml_bounded(text: str, loader_cls: type | None = None) -> tuple[Any
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_NESTING:
-                    line = event.start_mark.line + 1 if event.start_mark else 1
-                    raise InputLimitError(f"nested deeper than {MAX_NESTING} levels", line)
+                    raise InputLimitError(f"nested deeper than {MAX_NESTING} levels", _line(event))
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     finally:
@@ -230,16 +224,12 @@ def _bad_scalar_mark(loader: Any, root: Any) -> Any:
                 loader.construct_object(node, deep=True)
             except ValueError:
                 return node.start_mark
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend(n for kv in reversed(node.value) for n in reversed(kv))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(reversed(node.value))
+        else:
+            stack.extend(reversed(_children(node)))
     return root.start_mark
 
 
 def _check_expanded_size(root: Any) -> None:
-    import yaml
-
     sizes: dict[int, int] = {}
     open_: set[int] = set()
 
@@ -251,13 +241,7 @@ def _check_expanded_size(root: Any) -> None:
             raise InputLimitError("recursive YAML alias (a node contains itself)", _line(node))
         open_.add(key)
         total = 1
-        if isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        else:
-            children = []
-        for child in children:
+        for child in _children(node):
             total += size(child)
             if total > MAX_EXPANDED_NODES:
                 raise InputLimitError(
@@ -270,6 +254,15 @@ def _check_expanded_size(root: Any) -> None:
         return total
 
     size(root)
+
+
+def _children(node: Any) -> list[Any]:
+    """A node's child nodes in document order (a mapping's keys and values alternating)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
 def _line(node: Any) -> int:
@@ -294,17 +287,11 @@ def parse_json_bounded(data: bytes) -> Any:
         raise InputLimitError("nested too deeply") from None
 
 
-# Tables and progress lines that stay whole in a terminal, a Slurm log, CI or ``| tee``.
-#
-# Why: rich sizes a table to the console, and a console that is not a terminal is 80 columns wide,
-# so cells were cut (``to…``, ``lo…``) exactly where results are read later (job logs, CI). Every
-# table of the CLI is printed through :func:`print_whole`, which widens the output to what the
-# table needs instead of cutting cells. rich is imported inside the functions: ``plan`` and
-# ``status`` import this module on a login node.
-
-
-#: Widest output a table may ask for (a safety cap, far beyond any real table of ours).
-MAX_WIDTH = 100_000
+# Tables that stay whole in a terminal, a Slurm log, CI or ``| tee``. Why: rich sizes a table to
+# the console, and a console that is not a terminal is 80 columns wide, so cells were cut (``to…``)
+# exactly where results are read later (job logs, CI); every CLI table goes through
+# :func:`print_whole`. rich is imported inside the functions: ``plan`` and ``status`` import this
+# module on a login node.
 
 
 def make_console(stderr: bool = False, file: IO[str] | None = None) -> Any:
@@ -326,22 +313,18 @@ def is_terminal(stream: Any = None) -> bool:
     return tty and os.environ.get("TERM", "") != "dumb"
 
 
-def needed_width(console: Any, renderable: Any) -> int:
-    """Columns ``renderable`` needs to show every cell whole (its maximum rich measurement)."""
-    from rich.measure import Measurement
-
-    options = console.options.update(max_width=MAX_WIDTH)
-    return int(Measurement.get(console, options, renderable).maximum)
-
-
 def print_whole(console: Any, renderable: Any) -> None:
     """Print a table (or any renderable) at least as wide as it needs, so no cell is cut.
 
     In a narrow terminal the lines are then wider than the screen (the terminal wraps them),
     which keeps every value readable; cutting a run id or a loss is never acceptable.
     """
+    from rich.measure import Measurement
+
     before = int(console.width)
-    width = max(before, needed_width(console, renderable))
+    # the columns every cell needs whole (its maximum measurement, capped far beyond any table)
+    options = console.options.update(max_width=100_000)
+    width = max(before, int(Measurement.get(console, options, renderable).maximum))
     console.width = width  # Console.print(width=...) can only narrow, never widen
     try:
         console.print(renderable, crop=False)

@@ -223,10 +223,8 @@ def seeds_for_power(
     return lo, resolve_power(gap, sd, lo, confidence)
 
 
-# Group-sequential boundaries for the gate's seed stages: Lan-DeMets alpha spending.
-#
-# Why here (the contract): `plan` prints the boundaries a design will use and `report` decides
-# with them, so both compute them with this one function.
+# Group-sequential boundaries for the gate's seed stages: Lan-DeMets alpha spending (`plan`
+# prints the boundaries a design will use, `report` decides with them: both call this code).
 #
 # Approximation (stated in docs/gate-statistics.md): the boundaries are computed on the z scale,
 # where the cumulative statistics Z_1..Z_K of looks at information fractions t_k = n_k / n_K are
@@ -315,7 +313,6 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
     not cross earlier, leaving exactly that stage's spend above it -- a fixed-seed simulation of
     ``T_REPS`` draws (deterministic; MC error about 0.0003 on the total level).
     """
-
     st = [int(n) for n in stages]
     if len(st) == 1:  # one full-budget look (any noise source): the whole alpha
         return [alpha]
@@ -325,8 +322,6 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
     cum = [spent(f, alpha, kind) for f in fr]
     inc = [cum[0]] + [b - a for a, b in zip(cum, cum[1:], strict=False)]
     levels = [inc[0]]
-    if len(st) == 1:
-        return levels
     rng = np.random.default_rng(20231)
     z = rng.standard_normal((T_REPS, st[-1]))
     csum, csq = np.cumsum(z, axis=1), np.cumsum(z * z, axis=1)
@@ -336,7 +331,6 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
         var = (csq[:, n - 1] - n * mean**2) / (n - 1)
         t = mean / np.sqrt(var / n)
         if k == 0:
-
             c = t_ppf(1.0 - inc[0], n - 1)
         else:
             live = np.sort(t[alive])[::-1]

@@ -63,7 +63,6 @@ SOURCES: dict[str, CorpusSource] = {
 
 
 def get_source(name: str) -> CorpusSource:
-    """The source called ``name``; UserError listing the allowed names otherwise."""
     try:
         return SOURCES[name]
     except KeyError:
@@ -80,10 +79,7 @@ class Document:
 
 
 def list_documents(source: CorpusSource, source_dir: Path | None = None) -> list[Document]:
-    """Every ``*<suffix>`` file below the folder, sorted by relative path (the document order).
-
-    Raises UserError naming the folder and the fix when it is absent or holds no matching file.
-    """
+    """Every ``*<suffix>`` file below the folder, sorted by relative path (the document order)."""
     root = source_dir if source_dir is not None else source.default_dir
     flag = "--source-dir" if source_dir is not None else f"--source {source.name}"
     hint = (
@@ -129,13 +125,9 @@ def batched(items: list[Document], size: int) -> Iterator[list[Document]]:
         yield items[start : start + size]
 
 
-# The prepared demo folder's ``manifest.json``, and the check that a folder is what it says.
-#
-# Why apart from the preparing code: the training job, `data check` and `validate` read and verify
-# prepared folders on machines that never tokenize anything, so this module imports neither
-# tokenizers nor numpy. What the files are (OLMo-core's raw token-file format, the dtype rule, the
-# held-out split) is described in :mod:`olmoablate.data.prepare`, which writes them.
-
+# The prepared folder's ``manifest.json`` and its check. The training job, `data check` and
+# `validate` verify folders on machines that never tokenize, so this module imports neither
+# tokenizers nor numpy; what the files are is described in :mod:`olmoablate.data.prepare`.
 
 MANIFEST_SCHEMA = 2
 MANIFEST_NAME = MANIFEST_FILE
@@ -189,7 +181,6 @@ class Manifest:
     tokenizer_extra: dict[str, Any] = field(default_factory=dict)
 
     def path_of(self, split: str) -> Path:
-        """Path of a split's token file (``"train"`` or ``"heldout"``)."""
         return self.dir / str(self.files[split]["path"])
 
     @property
@@ -302,13 +293,9 @@ def _make_readable(path: Path) -> None:
 
 
 def verify(directory: Path | str, expect: Vocab | None = None) -> Manifest:
-    """Read ``manifest.json`` in ``directory`` and check every file against it.
-
-    Returns the manifest; raises UserError with one line naming the first problem found and the
-    command that fixes it. Checks: folder and manifest exist and parse, schema and tokenizer
-    match this version, each ``.bin`` exists with the recorded size (= 4 bytes x tokens) and
-    sha256, and the dtype is the one OLMo-core will infer from the tokenizer's vocabulary
-    (uint32 for dolma2, uint16 for the BPE). ``expect`` also pins which tokenizer it must be.
+    """The manifest in ``directory``, every file checked against it (and the dtype against the
+    one OLMo-core infers from the tokenizer's vocabulary); ``expect`` also pins the tokenizer.
+    A UserError names the first problem and the command that fixes it.
     """
     directory = Path(directory)
     fix = fix_command(directory)
@@ -368,10 +355,8 @@ def ensure_demo_data(directory: Path | str = DEFAULT_DIR) -> Manifest:
 
 def describe(manifest: Manifest) -> str:
     """One human line per split, for `data prepare` / `data check` output."""
-    lines = []
-    for split in SPLITS:
-        lines.append(
-            f"  {manifest.path_of(split)}: {manifest.tokens[split]:,} tokens, "
-            f"{manifest.documents[split]:,} documents, sha256 {manifest.files[split]['sha256'][:12]}…"
-        )
-    return "\n".join(lines)
+    return "\n".join(
+        f"  {manifest.path_of(split)}: {manifest.tokens[split]:,} tokens, "
+        f"{manifest.documents[split]:,} documents, sha256 {manifest.files[split]['sha256'][:12]}…"
+        for split in SPLITS
+    )

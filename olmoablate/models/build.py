@@ -144,9 +144,6 @@ def build_model_config(
     return config
 
 
-# ``build_model``: a ready-to-run model on CPU for tests, benchmarks, decoding and the accounting
-# checks (the job builds ``build_model_config(...)`` on meta and lets OLMo-core initialize it).
-
 def build_model(
     size: str | dict[str, Any] | SizeDims,
     arch: dict[str, Any] | Architecture | None,
@@ -156,7 +153,9 @@ def build_model(
     attn_backend: str | None = None,
     device: str | torch.device = "cpu",
 ) -> torch.nn.Module:
-    """Build on ``meta`` and initialize exactly as the TrainModule does (``init_weights``)."""
+    """A ready-to-run model for tests, benchmarks, decoding and the accounting checks: built on
+    ``meta`` and initialized exactly as the TrainModule does (``init_weights``); the job itself
+    builds ``build_model_config(...)`` on meta and lets OLMo-core initialize it."""
     config = build_model_config(
         size, arch, vocab_size=vocab_size, init_seed=init_seed, attn_backend=attn_backend
     )

@@ -39,10 +39,7 @@ class SiameseNormModel(BlockModel):
         block = config.block
         assert not isinstance(block, dict)
         config = ablation_config(config, arch)
-        config.block = SiameseNormBlockConfig(
-            **fields_of(block),
-            output_norms=opts.output_norms,
-        )
+        config.block = SiameseNormBlockConfig(**fields_of(block), output_norms=opts.output_norms)
         return config
 
     def extra_model_params(self, opts: Any, config: TransformerConfig) -> int:
@@ -64,8 +61,7 @@ class DepthAttentionModel(BlockModel):
         mixer = block.sequence_mixer
         config = ablation_config(config, arch)
         config.block = dataclasses.replace(
-            block,
-            sequence_mixer=DepthAttentionConfig(**fields_of(mixer)),
+            block, sequence_mixer=DepthAttentionConfig(**fields_of(mixer))
         )
         return config
 

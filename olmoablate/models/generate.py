@@ -42,11 +42,7 @@ class IncrementalDecoder:
     """
 
     def __init__(
-        self,
-        model: nn.Module,
-        batch_size: int,
-        max_len: int,
-        n_loops: int | None = None,
+        self, model: nn.Module, batch_size: int, max_len: int, n_loops: int | None = None
     ) -> None:
         self.model = model
         self.batch_size = batch_size
@@ -68,7 +64,6 @@ class IncrementalDecoder:
         self._masks: dict[int | None, torch.Tensor] = {}
         self._installed = False
 
-    # ------------------------------------------------------------------ context management
     def __enter__(self) -> IncrementalDecoder:
         for att in self.attentions:
             att.forward = self._make_forward(att)  # type: ignore[method-assign]
@@ -87,7 +82,6 @@ class IncrementalDecoder:
         """Bytes held by the KV cache (all virtual layers, keys and values)."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values)
 
-    # ------------------------------------------------------------------ decoding
     @torch.no_grad()
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Feed ``ids`` (B, t) at positions pos..pos+t-1; returns their logits (B, t, V)."""
@@ -108,22 +102,14 @@ class IncrementalDecoder:
 
     def _make_forward(self, att: nn.Module) -> Any:
         def forward(
-            x: torch.Tensor,
-            *args: object,
-            depth: DepthSlot | None = None,
-            **kwargs: object,
+            x: torch.Tensor, *args: object, depth: DepthSlot | None = None, **kwargs: object
         ) -> torch.Tensor:
             del args, kwargs
             return self._cached_attention(att, x, depth)
 
         return forward
 
-    def _cached_attention(
-        self,
-        att: Any,
-        x: torch.Tensor,
-        depth: DepthSlot | None,
-    ) -> torch.Tensor:
+    def _cached_attention(self, att: Any, x: torch.Tensor, depth: DepthSlot | None) -> torch.Tensor:
         u = self._counter
         self._counter += 1
         b, t, _ = x.shape
@@ -195,10 +181,7 @@ def _rms_norm_forward(norm: Any) -> Any:
 
 @torch.no_grad()
 def greedy_decode(
-    model: nn.Module,
-    prompt_ids: torch.Tensor,
-    max_new_tokens: int,
-    n_loops: int | None = None,
+    model: nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int, n_loops: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy continuation of ``prompt_ids`` (B, P).
 

@@ -55,7 +55,6 @@ class SiameseNormBlock(TransformerBlock):
         d_model = self.d_model
         self.output_norms = output_norms
         if not output_norms:
-            # OLMo 3's output norms are not part of the equations in this mode.
             del self.attention_norm
             del self.feed_forward_norm
         self.gamma = nn.Parameter(torch.ones(d_model, dtype=torch.float32, device=init_device))

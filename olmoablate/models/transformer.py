@@ -60,7 +60,6 @@ class AblationTransformer(Transformer):
             self.__dict__.pop(name, None)
             getattr(self, name)  # re-cache (pipeline parallelism may remove params later)
 
-    # ----------------------------------------------------------------------------- looped API
     def set_train_step(self, step: int) -> int:
         """Apply the loop curriculum; returns the loop count b now in force.
 
@@ -89,7 +88,6 @@ class AblationTransformer(Transformer):
         assert self.lm_head is not None
         return [cast(torch.Tensor, self.lm_head(h)) for h in outs]
 
-    # ----------------------------------------------------------------------------- forward
     def forward(  # type: ignore[override]
         self,
         input_ids: torch.Tensor,
@@ -231,7 +229,6 @@ class AblationTransformer(Transformer):
         z = None if results[0].z_loss is None else sum(r.z_loss for r in results) / n  # type: ignore[misc]
         return LMOutputWithLoss(logits=results[-1].logits, loss=loss, ce_loss=ce, z_loss=z)
 
-    # ----------------------------------------------------------------------------- compile
     def apply_compile(self) -> None:
         """OLMo-core's per-block ``torch.compile`` plus the glue between blocks, with a
         recompile limit that fits this architecture's distinct block graphs (see
@@ -245,7 +242,6 @@ class AblationTransformer(Transformer):
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(int(limit), compile_graph_bound(self))
 
-    # ----------------------------------------------------------------------------- accounting
     def _attention_dims(self) -> tuple[int, int, int]:
         att = next(iter(self.blocks.values())).attention
         return int(att.n_heads), int(att.n_kv_heads), int(att.head_dim)

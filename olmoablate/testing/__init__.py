@@ -1,15 +1,9 @@
 """Test support for olmoablate: what the test suite and the benchmarks build their inputs with.
 
-* here: where the tiny spec (package data, ``specs/minimal.yaml``) and the checkout are
-  (``MINIMAL_SPEC``, ``REPO``, ``TESTS``), the real command line in a fresh process
-  (``run_cli``), and plan.json as earlier releases wrote it (for the upgrade tests);
-* :mod:`.plans` -- synthetic plans as real ``Plan``/``RunEntry`` objects, the tiny CPU plans and
-  token files the training and launch tests run, and the tiny baseline/variant pair;
-* :mod:`.synthetic` -- synthetic results folders with known truth, and the check of
-  ``olmoablate.results`` frames against what ``report`` wrote;
-* :mod:`.cluster` -- helpers of the launcher tests against the local Slurm cluster, and a job
-  target that records each task's device environment;
-* :mod:`.bad_blocks` -- deliberately wrong blocks a spec names as ``olmoablate.testing.bad_blocks:ATTR``.
+Here: the tiny spec and the checkout (``MINIMAL_SPEC``, ``REPO``, ``TESTS``), ``run_cli`` and
+plan.json as earlier releases wrote it (``as_format_1``); synthetic plans and the tiny training pair
+in :mod:`.plans`, synthetic results folders in :mod:`.synthetic`, the launcher and Slurm tests'
+helpers in :mod:`.cluster`, deliberately wrong blocks in :mod:`.bad_blocks`.
 
 Who may import it: ``tests/``, ``bench/`` and ``scripts/`` (and a block package's own tests),
 never the product (import-linter's ``testing-not-in-product`` contract).
@@ -24,13 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# Where the test support's files are: the tiny spec it ships, and the checkout it runs from.
-#
-# ``MINIMAL_SPEC`` is package data (it travels with ``olmoablate.testing``, so a block package's own
-# tests can plan it too). ``REPO`` and ``TESTS`` name the source checkout this ``olmoablate`` was
-# imported from: only meaningful in a checkout (the test suite, ``bench/``), never in an install.
-
-
+# ``REPO`` and ``TESTS`` are only meaningful in a source checkout (the test suite, ``bench/``),
+# never in an install; ``MINIMAL_SPEC`` is package data, so a block package's tests can plan it.
 HERE = Path(__file__).resolve().parent
 #: The tiny valid spec (one 64-wide size, one depth-attention variant, CPU topology) that the
 #: launcher, Slurm and CLI tests plan through the real `plan` command and edit per test.
@@ -41,12 +30,8 @@ REPO = HERE.parents[1]
 TESTS = REPO / "tests"
 
 
-# Run the real `olmoablate` command line in a fresh process, as a user would.
-#
-# Wide terminal (``COLUMNS=200``, so rich tables are not wrapped in the assertions' text) and one
-# intra-op thread (the tests share 2 cores); no return-code check, the caller asserts on it.
-
-
+# Wide terminal (``COLUMNS=200``: rich tables unwrapped in the assertions' text), one intra-op
+# thread (the tests share 2 cores); the caller checks the return code.
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
     return subprocess.run(
@@ -56,9 +41,6 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
     )
-
-
-# plan.json as earlier releases wrote it, built from a current plan (for the upgrade tests).
 
 
 def as_format_1(doc: dict[str, Any]) -> dict[str, Any]:

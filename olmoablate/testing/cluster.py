@@ -114,7 +114,6 @@ def kill_training_processes(job_id: str) -> list[int]:
     """SIGKILL the training processes of one job (what the OOM killer does): the submitit
     workers whose environment says SLURM_JOB_ID is this job. Not `scancel --signal=KILL`: Slurm
     turns that into a full cancel (SIGTERM first)."""
-    import os
     import re
     import signal
 

@@ -44,7 +44,6 @@ class ArmTruth:
     spikes_at: Sequence[int] = ()  # steps with a +1.5 loss spike
     step_time_s: float = 0.5
     peak_memory_gb: float = 40.0
-    decode_latency_s: float | None = None
     state: str = RunState.COMPLETED
     stop_at: int | None = None  # last step written (partial run)
     nonfinite_at: int | None = None
@@ -265,8 +264,6 @@ def write_run(
             summary["hostname"] = truth.host
         if truth.execution is not None:
             summary["execution"] = dict(truth.execution)
-        if truth.decode_latency_s is not None:
-            summary["decode_latency_s"] = truth.decode_latency_s
         RunSummary.model_validate(summary).write(rd.summary)
 
 
@@ -275,12 +272,11 @@ def make_results(
 ) -> dict[str, Any]:
     """Write a full results folder; ``truths`` maps arm name (or run_id) to its ArmTruth."""
     truths = truths or {}
-    plan = synthetic_plan(spec)
-    plan.write(root / PLAN_FILE)
-    for run in plan.runs:
-        truth = truths.get(run.run_id) or truths.get(run.arm) or ArmTruth()
+    doc = write_plan(root, spec)
+    for run in doc["runs"]:
+        truth = truths.get(run["run_id"]) or truths.get(run["arm"]) or ArmTruth()
         write_run(root, spec, run, truth)
-    return plan.as_json()
+    return doc
 
 
 # Checks `olmoablate.results` frames against the files `report` wrote (shared by the synthetic
