@@ -63,9 +63,9 @@ def _expected(split_every: int) -> dict[str, list[int]]:
     return out
 
 
-def _run_cli(*args: str, module: str = "olmoablate") -> subprocess.CompletedProcess[str]:
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [sys.executable, "-m", "olmoablate", *args],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -256,11 +256,8 @@ def test_fix_command_names_the_folder() -> None:
     assert fix_command("/x/y") == "bash scripts/prepare-data.sh --out /x/y"
 
 
-@pytest.mark.parametrize("module", ["olmoablate.data", "olmoablate"])
-def test_check_cli_missing_dir_is_one_line_exit_2(tmp_path: Path, module: str) -> None:
-    args = ("check", "--dir", str(tmp_path / "missing"))
-    # `python -m olmoablate data ...` (the real CLI) and `python -m olmoablate.data ...`
-    proc = _run_cli(*args, module=module) if module.endswith(".data") else _run_cli("data", *args)
+def test_check_cli_missing_dir_is_one_line_exit_2(tmp_path: Path) -> None:
+    proc = _run_cli("data", "check", "--dir", str(tmp_path / "missing"))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
@@ -278,7 +275,7 @@ def test_check_cli_reports_corrupt_file(tmp_path: Path) -> None:
     with open(out / "train.bin", "r+b") as fh:
         fh.seek(8)
         fh.write(b"\x00\x00\x00\x00")
-    proc = _run_cli("check", "--dir", str(out), module="olmoablate.data")
+    proc = _run_cli("data", "check", "--dir", str(out))
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "train.bin: sha256 does not match" in proc.stderr
 
@@ -293,7 +290,7 @@ def test_prepare_cli_with_source_dir(tmp_path: Path) -> None:
     assert "wrote" in first.output and "4 documents" in first.output
     second = runner.invoke(data_app, args)
     assert second.exit_code == 0 and second.output.startswith("kept")
-    bad = _run_cli("prepare", "--out", str(out), "--source", "nope", module="olmoablate.data")
+    bad = _run_cli("data", "prepare", "--out", str(out), "--source", "nope")
     assert bad.returncode == 2 and "allowed: python-docs" in bad.stderr
     assert oct(os.stat(out / "train.bin").st_mode & 0o777) == "0o644"
 
