@@ -1,9 +1,7 @@
 """Analytic compute accounting: parameters, training FLOPs, memory and GPU-hours — no torch.
 
-Why analytic: `plan` must state what every run costs before anything is submitted, on a login node,
-in milliseconds. The counts are exact, not estimates: tests build the models (tiny ones for real,
-1B/3B/7B on the meta device) and compare with ``Transformer.num_params`` and
-``num_flops_per_token``.
+Why analytic: `plan` prices every run on a login node in milliseconds. The counts are exact: tests
+build the models (1B/3B/7B on the meta device) and compare with OLMo-core's own counts.
 
 FLOPs convention (OLMo-core 3.0, `Attention.num_flops_per_token` etc.): training FLOPs per token =
 6 x (parameters inside attention, feed-forward and LM head, block norms excluded) + per attention
@@ -410,10 +408,8 @@ def budget_limits(plan: Plan) -> dict[str, float]:
 
 
 def over_budget(plan: Plan, sizes: set[str] | None = None) -> list[str]:
-    """One line per exceeded limit, naming the total and the limit (empty when within).
-
-    ``sizes``: only the per-size limits of these sizes (what `submit --size` launches); the
-    whole-spec limit always counts every planned run."""
+    """One line per exceeded limit (empty when within). ``sizes``: only those sizes' limits (what
+    `submit --size` launches); the whole-spec limit always counts every planned run."""
     t = totals(plan)
     out = []
     for key, limit in budget_limits(plan).items():

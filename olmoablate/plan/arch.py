@@ -1,11 +1,7 @@
 """The architecture blocks of a variant, defined once for the spec, the models and the accounting.
 
-Why here: the spec validates them, the plan records them, the model builder instantiates them and
-the accounting counts their parameters and FLOPs. Each rule that more than one of those needs —
-which earlier layers a Depth-Attention layer reads (``DepthAttention.sources``), how many loops
-a looped model runs at a training step (``Looped.loops_at_step``) — is a method here, so the model
-and the cost of the model cannot disagree. Pure pydantic: ``validate``/``plan`` import it on a
-login node.
+Each rule that both the model and its cost need (``DepthAttention.sources``,
+``Looped.loops_at_step``) is a method here, so they cannot disagree. Pure pydantic (login node).
 """
 
 from __future__ import annotations
@@ -133,13 +129,8 @@ class Layers(Strict):
 
 class Architecture(Strict):
     """A variant: a combination of architecture blocks; no block at all is plain OLMo 3.
-
-    Blocks are found through the registry (:func:`olmoablate.plan.blocks.get_block`: bundled,
-    installed through the ``olmoablate.blocks`` entry points, or a ``module:attr`` key), so this
-    model has no field per block: ``blocks`` maps each key to its validated options, in the
-    blocks' ``order``. ``arch.<name>`` reads a block's options (None when absent) for any
-    registered name, e.g. ``arch.looped``.
-    """
+    ``blocks`` maps each registry key to its validated options, in the blocks' ``order``;
+    ``arch.<name>`` reads a block's options (None when absent), e.g. ``arch.looped``."""
 
     blocks: dict[str, Any] = {}
     #: Restrict this variant to some of the spec's sizes (e.g. single-component ablations at 1B

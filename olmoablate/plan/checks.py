@@ -1,9 +1,7 @@
 """Cross-field checks of one spec, after the schema (`olmoablate.plan.load` calls them).
 
-Why apart from loading: these are the rules that need more than one section at a time (the
-global batch against the data-parallel size, GPU settings against the topology, a gate's stage,
-metric and reference against the sizes, variants and evaluation of the spec). Each adds one
-problem per violation at the spec path it is about; `load` turns the path into a line number.
+The rules that need more than one section at a time; each adds one problem per violation at
+the spec path it is about (`load` turns the path into a line number).
 """
 
 from __future__ import annotations
@@ -52,10 +50,8 @@ _TASKS_CACHE = "olmo-eval-tasks-v3"
 def _tasks_in(tasks_py: Path) -> frozenset[str]:
     """The task labels of ``tasks_py``, parsed once per version of the file.
 
-    Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget, so the
-    result is kept in the user cache keyed by the file's path, size and mtime (a best-effort
-    cache: unreadable or stale means parse again; a read-only home just never caches). Keyed per
-    file, so two checkouts with their own virtualenvs do not evict each other.
+    Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget: cached
+    (best effort) per file path, size and mtime, so two checkouts do not evict each other.
     """
     st = tasks_py.stat()
     key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
@@ -280,10 +276,8 @@ def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
 
 
 def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
-    """``training.compile: true`` on a CPU topology is a request the job cannot honour:
-    OLMo-core's train module compiles only on CUDA ("Skipping model compilation since CUDA is not
-    available") and the plan, its certificate and the cost would say ``compile: true`` for a run
-    that trained eagerly."""
+    """``training.compile: true`` on CPU: OLMo-core compiles only on CUDA, so the plan and its
+    certificate would say ``compile: true`` for a run that trained eagerly."""
     if settings.training.compile is True and not settings.topology.on_gpu:
         add(
             origin_of(("training", "compile"), origin),

@@ -1,20 +1,10 @@
 """Run identity: one hash of everything that determines a run's numbers, and of nothing else.
 
-Why a deny-list and not an allow-list: the identity hashes the canonical run entry of plan.json
-*minus* the fields listed in :data:`EXCLUDED` (each with the reason it cannot change a number),
-with the data named by what it is instead of where it lives (:data:`SUBSTITUTED`), plus the
-software versions. A field someone adds to the run entry later (a block's code identity, a new
-optimizer knob) is therefore part of the identity by default: forgetting to exclude a field
-costs one missed reuse, never a wrong verdict from a run that was trained differently.
-
-Two runs with the same identity are interchangeable: `plan` reuses a run of another spec whose
-identity equals one of its own (:mod:`olmoablate.plan.store`), and `olmoablate explain` prints the
-field-by-field difference of two identities' payloads. The pairing rule, in these terms: the two
-arms of a pair have payloads equal except the architecture (and what it implies: parameter and
-FLOP counts; under FLOPs matching also the token budget) — :func:`pair_key` is the hash of the
-payload without those, equal on both arms of every valid pair.
-
-No torch import: versions are read from the installed distributions' metadata.
+The canonical run entry *minus* :data:`EXCLUDED` (each with why it cannot change a number), data
+named by content (:data:`SUBSTITUTED`), plus software versions. Why a deny-list: a field added to
+the run entry later is in the identity by default; forgetting to exclude one costs a missed
+reuse, never a wrong verdict. Equal identities are interchangeable runs (store reuse);
+:func:`pair_key` is the payload without the architecture and what it implies, equal on both arms.
 """
 
 from __future__ import annotations

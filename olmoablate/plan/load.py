@@ -1,8 +1,7 @@
 """Load a spec file: YAML with line numbers, per-size resolution, schema and cross-field checks.
 
-Every problem becomes one line ``FILE:LINE: field.path: what is wrong (allowed: ...)`` so a person
-(or an editor's quickfix list) can jump straight to it. All problems of a file are collected, not
-just the first, because a CI run that reports one typo at a time wastes everyone's afternoon.
+Every problem becomes one line ``FILE:LINE: field.path: what is wrong (allowed: ...)`` (an editor
+can jump to it), and all of a file's problems are collected, not one typo per CI run.
 """
 
 from __future__ import annotations

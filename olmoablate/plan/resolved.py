@@ -1,14 +1,9 @@
 """The plan's run-entry sections, built from the spec's own models (one definition per field).
 
-Why derived, not re-typed: the run entry's ``training`` and ``slurm`` blocks are the spec's
-``Training``/``Slurm`` sections after `plan` resolved them for one size. Typing them again by hand
-let one training field be declared in four places whose types and bounds drifted apart. Here each
-run-entry section is :func:`resolved` from the spec model: the same fields, order, annotations and
-bounds, with only the declared differences (``required``: ``None`` dropped from the type, since
-the plan records a concrete value; ``drop``: spec-only inputs resolution consumes; ``rename``;
-``replace``/``add``: nested resolved sections and the facts `plan` adds). Every field is required
-(no defaults, see :mod:`olmoablate.plan.planfile`); nested sections copied verbatim
-(``optimizer``, ``stability``, ``wandb``) keep the spec's model itself.
+Why derived, not re-typed: ``training`` and ``slurm`` typed again by hand declared one field in
+four places whose types and bounds drifted. :func:`resolved` keeps the spec model's fields, order,
+annotations and bounds, with only declared differences (``required``, ``drop``, ``rename``,
+``replace``/``add``); every field is required. Sections copied verbatim keep the spec's model.
 
 Why ``create_model`` rather than subclasses: a subclass cannot drop a field and would inherit the
 spec models' validators (one reads ``warmup_fraction``, which the plan drops; one accepts spec

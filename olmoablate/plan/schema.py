@@ -1,10 +1,8 @@
 """The spec language: pydantic models for one experiment spec.
 
-Why pydantic with ``extra="forbid"`` everywhere: a typo in a 7B spec (``learning_rate`` instead of
-``lr``) must fail `validate` in CI, not silently train with a default for days. Sections that may
-take per-size values (``training``, ``evaluation``, ``topology``, ``slurm``) are validated once per
-size after `olmoablate.plan.load` has picked each size's values, so every model here sees plain,
-already-resolved values.
+Why ``extra="forbid"`` everywhere: a typo (``learning_rate`` for ``lr``) must fail `validate`, not
+train with a default for days. Per-size sections are validated once per size, after `load` picks
+each size's values.
 """
 
 from __future__ import annotations
@@ -32,11 +30,8 @@ GPU_METRICS_INTERVAL = 10
 
 
 def computes_in_bf16(precision: str, topology: Topology) -> bool:
-    """The one precision rule: ``bf16`` always, ``auto`` = bf16 on GPU and fp32 on CPU.
-
-    Used by the plan's cost accounting, `validate` and the training job alike, so what is
-    costed, what is validated and what is trained can never disagree.
-    """
+    """The one precision rule (cost, `validate` and the job): ``bf16`` always, ``auto`` = bf16 on
+    GPU and fp32 on CPU."""
     return precision == "bf16" or (precision == "auto" and topology.on_gpu)
 
 
