@@ -264,8 +264,7 @@ def memory_estimate_gb(
     mixed value), for the differentiated layer applications only (Looped: its T last loops; no_grad
     loops free theirs) and one set of logits per read-out. Logits: fp32 logits + their gradient.
     Full activation checkpointing keeps each differentiated layer application's input (d values
-    per token) and one layer's activations at a time (recomputed in backward).
-    """
+    per token) and one layer's activations at a time (recomputed in backward)."""
     a = parse_architecture(arch)
     blocks = _blocks(a)
     P = param_count(d, a)

@@ -35,10 +35,8 @@ class DepthAttention(Strict):
     recent_window: int = Field(0, ge=0)
 
     def sources(self, layer: int) -> list[int]:
-        """S_l = {j < l : j mod stride == 0} ∪ {the ``recent_window`` layers before l}, sorted.
-
-        ``layer`` counts unrolled layers (a looped model's loop t, block j is ``t * K + j``).
-        """
+        """S_l = {j < l : j mod stride == 0} ∪ {the ``recent_window`` layers before l}, sorted;
+        ``layer`` counts unrolled layers (a looped model's loop t, block j is ``t * K + j``)."""
         chosen = {j for j in range(layer) if j % self.stride == 0}
         chosen.update(range(max(0, layer - self.recent_window), layer))
         return sorted(chosen)
@@ -194,7 +192,6 @@ class Architecture(Strict):
 
     @property
     def n_layers(self) -> int | None:
-        """``layers.n_layers`` when the variant changes the depth, else None."""
         layers = self.blocks.get("layers")
         return layers.n_layers if layers is not None else None
 

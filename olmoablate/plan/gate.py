@@ -97,12 +97,10 @@ class GateNoise(Strict):
 
 class SequentialDesign(Strict):
     """A pre-registered sequential gate (docs/gate-statistics.md, "Sequential designs").
-
     ``seed_stages``: cumulative seed pairs looked at on the full budget (the last: every seed);
     alpha is spent across them by a Lan-DeMets ``spending`` function, so adding the planned seeds
     keeps the false-proceed rate. ``interim``: budget fractions where the gate may only stop for
-    futility (non-binding). A proceed only ever comes from a full-budget look.
-    """
+    futility (non-binding). A proceed only ever comes from a full-budget look."""
 
     seed_stages: list[PosInt] = []
     spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"

@@ -139,10 +139,8 @@ class ResultsDir:
 
     def run(self, run_id: str) -> RunDir:
         """The folder holding the run's files: its own, or the run of another spec it reuses.
-
         A reused run may itself have become reused since (a stale lease): followed to the folder
-        that trains it, never to partial files left behind; a loop leaves the run its own folder.
-        """
+        that trains it, never to partial files left behind; a loop leaves the run its own folder."""
         where = self.reused_from(run_id)
         seen = {f"{self.root.name}/runs/{run_id}"}
         while where is not None and where not in seen:
@@ -160,9 +158,7 @@ class ResultsDir:
 
     def reused_from(self, run_id: str) -> str | None:
         """``<spec>/runs/<id>`` when another spec's run is used for ``run_id``, else None.
-
-        In order: `submit`'s ``reused.json``; the run's own files; the reuse in plan.json.
-        """
+        In order: `submit`'s ``reused.json``; the run's own files; the reuse in plan.json."""
         own = self.runs_dir / run_id
         marker = _read_object(own / REUSED_FILE)
         if marker is not None and isinstance(marker.get("from"), str):
@@ -178,11 +174,8 @@ class ResultsDir:
 
 
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
-    """The one resolver from what a user typed as SPEC to its results folder.
-
-    SPEC is a results folder, a plan.json, another plan file (``next_plan.json``: its
-    ``spec_name``), a spec file (its ``name:``, the only field read) or a spec name.
-    """
+    """The one resolver from what a user typed as SPEC to its results folder. SPEC is a results folder, a plan.json, another plan file (``next_plan.json``: its
+    ``spec_name``), a spec file (its ``name:``, the only field read) or a spec name."""
     text = str(arg)
     path = Path(text)
     if path.is_dir():

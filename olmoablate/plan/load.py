@@ -89,11 +89,8 @@ def apply_overrides(
     raw: dict[str, Any], overrides: Sequence[str], size_names: set[str]
 ) -> tuple[dict[str, Any], dict[Path_, str]]:
     """A copy of ``raw`` with every override applied, and {field path: override text}.
-
-    Setting a size's value of a field that has one value for all sizes (``lr.1B=3e-4`` where
-    ``lr: 4e-4``) makes it per-size: ``{1B: 3e-4, default: 4e-4}``. Raises OverrideError
-    (with the override's text) for a path through a value or past the end of a list.
-    """
+    ``lr.1B=3e-4`` where ``lr: 4e-4`` makes it per-size: ``{1B: 3e-4, default: 4e-4}``.
+    OverrideError for a path through a value or past the end of a list."""
     doc = copy.deepcopy(raw)
     where: dict[Path_, str] = {}
     for text in overrides:
@@ -146,9 +143,8 @@ def covering(path: Path_, where: dict[Path_, str]) -> str | None:
 
 
 def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:
-    """The spec's identity as plan.json records it: sha256 of the file's bytes, then
-    ``\\n--set <override>`` for each override in order (no overrides: the file's own sha256, as
-    before overrides existed)."""
+    """sha256 of the file's bytes, then ``\\n--set <override>`` for each override in order (none:
+    the file's own sha256, as before overrides existed)."""
     h = hashlib.sha256(data)
     for text in overrides:
         h.update(b"\n--set " + text.encode("utf-8"))
@@ -380,9 +376,8 @@ def _resolve(
 
 # ----------------------------------------------------------------------------------------- loading
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
-    """Parse and fully validate one spec file, with ``--set`` ``overrides`` applied (in order).
-
-    Raises SpecError listing every problem found."""
+    """Parse and fully validate one spec file, ``--set`` ``overrides`` applied in order; a
+    SpecError lists every problem found."""
     p = Path(path)
     fname = str(path)
     try:

@@ -101,7 +101,6 @@ REUSABLE_STATES = frozenset(
 # ---------------------------------------------------------------------------------- timestamps
 def recorded_state(status_path: Path) -> RunState | None:
     """The state a run's status.json records, or None (no file, not JSON, no known state).
-
     The store's one question about another spec's run, answered below the plan (the typed file:
     :class:`olmoablate.run.files.RunStatus`)."""
     try:

@@ -63,11 +63,9 @@ def run_named(err: ValidationError, doc: dict[str, Any]) -> str:
 
 def upgrade(doc: dict[str, Any], where: str = PLAN_FILE) -> dict[str, Any]:
     """A format-1 plan (``doc`` as parsed) in the current format; a current one as it is.
-
     The top-level copy of the first gate goes; two copies that differ are an error, since only
     one could be the pre-registered gate. A plan from before ``gates`` existed gets its ``gate``
-    as the only entry, as `plan` records a ``gate:`` spec today.
-    """
+    as the only entry, as `plan` records a ``gate:`` spec today."""
     if doc.get("schema") != 1:
         return doc
     doc = _fill_v1(doc)

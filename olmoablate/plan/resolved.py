@@ -32,7 +32,6 @@ class PlanModel(BaseModel):
 
 
 def _without_none(annotation: Any) -> Any:
-    """``X | None`` -> ``X``."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = tuple(a for a in typing.get_args(annotation) if a is not type(None))
         if len(rest) == 1:

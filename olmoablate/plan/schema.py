@@ -42,8 +42,7 @@ class Topology(Strict):
     ``data_parallel`` -> ``hsdp`` on more than one GPU node (one replica per node, sharded inside
     the node, as OLMo-core's official OLMo 3 7B/32B scripts), else ``fsdp``; ``data_workers`` ->
     8 on GPU (official), 0 on CPU; ``metrics_interval`` (metrics collection, cancel checks,
-    fingerprint gathering, non-finite checks) -> 10 steps on GPU (official), 1 on CPU.
-    """
+    fingerprint gathering, non-finite checks) -> 10 steps on GPU (official), 1 on CPU."""
 
     nodes: PosInt = 1
     gpus_per_node: NonNegInt = 8

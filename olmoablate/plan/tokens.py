@@ -40,7 +40,6 @@ def narrowest_dtype(vocab_size: int) -> str:
 
 @dataclass(frozen=True)
 class TokenizerInfo:
-    """Ids that training and the token files depend on."""
 
     name: str  # "dolma2" or the path as written in the spec
     vocab_size: int  # ids 0..vocab_size-1 (special tokens included)
@@ -122,7 +121,6 @@ def _read_tokenizer(path: str, size: int, mtime_ns: int, name: str) -> Tokenizer
 
 @dataclass(frozen=True)
 class TokenFileScan:
-    """Facts about one token file read as ``dtype``."""
 
     path: str
     dtype: str
@@ -136,12 +134,9 @@ class TokenFileScan:
 
 
 def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
-    """Sequences the eval dataset makes from documents of these lengths (EOS included).
-
-    A document of n tokens gives chunks starting at 0, L-1, 2(L-1), ... (L = sequence_length), each
-    overlapping the previous by one token, so every token but the document's first is predicted
-    exactly once: 1 chunk when n <= L, else 1 + ceil((n - L) / (L - 1)).
-    """
+    """Sequences the eval dataset makes from documents of these lengths (EOS included): chunks at
+    0, L-1, 2(L-1), ... overlapping by one token, so every token but the first is predicted once:
+    1 chunk when n <= L, else 1 + ceil((n - L) / (L - 1))."""
     import numpy as np
 
     n = np.asarray(doc_lengths, dtype=np.int64)
@@ -330,11 +325,8 @@ class EvalSetFacts:
 
 
 def resolve_ids(settings: SizeSettings, dims: sizes_mod.SizeDims) -> tuple[TokenizerInfo, int, int]:
-    """Tokenizer info and the EOS/PAD ids the runs use (ValueError naming what is missing/wrong).
-
-    ``tokenizer: dolma2`` with a smaller vocabulary and explicit ids means synthetic token files
-    (tests, smoke runs): only the ids are checked, against the size's ``vocab_size``.
-    """
+    """Tokenizer info and the EOS/PAD ids the runs use (ValueError naming what is wrong).
+    ``dolma2`` with a smaller vocabulary and explicit ids: synthetic files, only the ids checked."""
     data = settings.training.data
     info = tokenizer_info(data.tokenizer)
     if info.name == "dolma2" and dims.vocab_size < info.vocab_size:

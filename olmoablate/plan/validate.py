@@ -31,7 +31,6 @@ def human(n: float) -> str:
 
 
 def _table(title: str, cols: tuple[str, ...], left: int) -> Any:
-    """A rich table whose first ``left`` columns are left-justified, the rest right."""
     from rich.table import Table
 
     table = Table(title=title)
@@ -473,7 +472,6 @@ def _old_plan(out: ResultsDir) -> dict[str, Any] | None:
 
 
 def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
-    """Carry the replaced plan's gate registrations (seeds added after a look are flagged)."""
     from olmoablate.plan.feasibility import carry_registrations
 
     old = _old_plan(out)
