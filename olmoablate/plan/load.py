@@ -37,10 +37,9 @@ from olmoablate.plan.checks import (
 )
 from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
 
-# `--set a.b.c=value` overrides, defined here once for `plan`, `submit --set` and the report's
-# pre-registration check. An override is applied to the parsed document before validation (checked
-# like the file) and is part of the spec's identity (:func:`spec_sha256`). Values are YAML with
-# YAML 1.2 exponent floats (``3e-4`` is a float, as users expect).
+# `--set a.b.c=value` overrides (`plan`, `submit --set`, the report's pre-registration check):
+# applied to the parsed document before validation, part of :func:`spec_sha256`; values are YAML
+# with YAML 1.2 exponent floats (``3e-4`` is a float, as users expect).
 
 #: Floats YAML 1.1 leaves as strings: an exponent without a dot or without a sign (``3e-4``,
 #: ``1e5``, ``1.0e5``). Integers and YAML 1.1 floats are matched by PyYAML's own resolvers first.

@@ -266,7 +266,6 @@ class EvalSetInfo(PlanModel):
 
 
 class Plan(PlanModel):
-    """plan.json: every run and pair of a spec, their costs, certificates and gates."""
 
     schema_version: int = Field(alias="schema")
     spec_name: str
@@ -399,18 +398,15 @@ class Plan(PlanModel):
     # ``gate``, ``gate_sha256``, ``gate_raw_sha256``: of this plan's (or view's) entry of ``gates``
     @property
     def gate(self) -> Gate | None:
-        e = self.gate_entry()
-        return e.gate if e is not None else None
+        return getattr(self.gate_entry(), "gate", None)
 
     @property
     def gate_sha256(self) -> str | None:
-        e = self.gate_entry()
-        return e.gate_sha256 if e is not None else None
+        return getattr(self.gate_entry(), "gate_sha256", None)
 
     @property
     def gate_raw_sha256(self) -> str | None:
-        e = self.gate_entry()
-        return e.gate_raw_sha256 if e is not None else None
+        return getattr(self.gate_entry(), "gate_raw_sha256", None)
 
     def gate_views(self) -> list[tuple[str, Plan]]:
         """(name, this plan viewed as that gate's) per gate. Why: every piece of the gate code

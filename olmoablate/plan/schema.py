@@ -60,9 +60,8 @@ class Topology(Strict):
     attention_backend: Literal["auto", "torch", "flash_2", "flash_3"] = "auto"
     data_workers: NonNegInt | None = None
     metrics_interval: PosInt | None = None
-    #: Memory per GPU in GB, for `validate`'s memory check (default: from slurm.constraint or
-    #: gpu_type, `olmoablate.plan.sizes`). A planning fact, not an execution setting: never
-    #: written to the plan, so it is no part of any certificate.
+    #: Memory per GPU in GB for `validate` (default: by slurm.constraint or gpu_type). A planning
+    #: fact: never written to the plan, so no part of any certificate.
     gpu_memory_gb: float | None = Field(None, gt=0, exclude=True)
 
     @model_validator(mode="after")
@@ -90,7 +89,6 @@ class Topology(Strict):
 
     @property
     def world_size(self) -> int:
-        """Ranks of the whole job (nodes x ranks per node)."""
         return self.nodes * self.ranks_per_node
 
 
@@ -377,9 +375,8 @@ class Spec(Strict):
     topology: dict[str, Any] = {}
     slurm: dict[str, Any] = {}
     gate: Gate | None = None
-    #: Several pre-registered gates, one per proposal (name -> gate block, each with its own
-    #: `variant`): one verdict per gate. `gate:` is the one-gate shorthand. After validation
-    #: `gate` is the first of `gates`, so everything that reads one gate reads that one.
+    #: Several pre-registered gates (name -> block), one verdict each; `gate:` is the one-gate
+    #: shorthand, and after validation `gate` is the first of `gates`.
     gates: dict[str, Gate] | None = None
 
     @field_validator("seeds")

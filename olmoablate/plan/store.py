@@ -191,7 +191,6 @@ def owner_problem(
 
 @dataclasses.dataclass(frozen=True)
 class StoredRun:
-    """A run that trains (or trained) in its own spec's folder."""
 
     spec: str
     run_id: str
