@@ -93,8 +93,7 @@ def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int
 
 
 def phase_at(arch: ArchLike, step: int) -> int | None:
-    """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
-    the loop count b), or None."""
+    """The step-dependent setting at OLMo-core's 1-based ``step`` (Looped: b), or None."""
     for b, o in _blocks(parse_architecture(arch)):
         p = b.phase_at(o, step)
         if p is not None:
@@ -103,8 +102,7 @@ def phase_at(arch: ArchLike, step: int) -> int | None:
 
 
 def unrolled(a: Architecture, L: int, phase: int | None) -> Unrolled:
-    """How one training forward applies the ``L`` physical layers (the one block that unrolls,
-    if any)."""
+    """How one training forward applies the ``L`` physical layers (the block that unrolls)."""
     for b, o in _blocks(a):
         u = b.unroll(o, L, phase, True)
         if u is not None:
@@ -137,8 +135,7 @@ def train_flops_per_token(
 ) -> int:
     """Training FLOPs per token (forward + backward), OLMo-core's convention (module doc): every
     layer application costs the OLMo 3 layer plus each block's ``layer_flops``; read-outs the
-    LM head plus each block's ``head_flops``. ``loops``: the step-dependent phase in force
-    (Looped: the loop count b; default: the final)."""
+    LM head plus each block's ``head_flops``. ``loops``: the phase in force (default: final)."""
     a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     adding = _adding(a)
@@ -213,8 +210,7 @@ class RunCost:
 def total_train_flops(
     d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, steps: int
 ) -> int:
-    """Training FLOPs of the whole run, summed over the architecture's phases (a loop
-    curriculum's b per step)."""
+    """Training FLOPs of the whole run, summed over the phases (a loop curriculum's b per step)."""
     a = parse_architecture(arch)
     return sum(
         train_flops_per_token(d, a, seq_len, phase) * tokens_per_step * n

@@ -95,9 +95,8 @@ class Looped(Strict):
         return self
 
     def loops_at_step(self, step: int) -> int:
-        """The loop count b of training step ``step``: OLMo-core's 1-based ``global_step`` of the
-        step being trained (the first step is 1). The one definition the model, the training
-        callback and the FLOPs accounting all use."""
+        """The loop count b of OLMo-core's 1-based ``global_step`` ``step``: the one definition
+        the model, the training callback and the FLOPs accounting use."""
         c = self.curriculum
         if c is None:
             return self.loops
@@ -234,8 +233,7 @@ def _nested(key: Any, err: ValidationError) -> list[InitErrorDetails]:
 def parse_architecture(
     arch: Architecture | Mapping[str, Any] | None, where: str = "architecture"
 ) -> Architecture:
-    """``arch`` (a plan's mapping or a model) as an :class:`Architecture`; a one-line UserError
-    naming the field and what is allowed when it is not one."""
+    """``arch`` (a plan's mapping or a model) as an :class:`Architecture`, else a UserError."""
     if isinstance(arch, Architecture):
         return arch
     if arch is None:

@@ -46,8 +46,8 @@ _TASKS_CACHE = "olmo-eval-tasks-v3"
 
 @lru_cache(maxsize=4)
 def _tasks_in(tasks_py: Path) -> frozenset[str]:
-    """The task labels of ``tasks_py``, parsed once per version of the file. Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget: cached
-    (best effort) per file path, size and mtime, so two checkouts do not evict each other."""
+    """The task labels of ``tasks_py``. Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a
+    seventh of `validate`'s budget: cached (best effort) per path, size and mtime."""
     st = tasks_py.stat()
     key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     hit = user_cache_get(_TASKS_CACHE, key)
@@ -278,8 +278,8 @@ def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) 
         )
 
 
-# Spec paths resolve against the spec file's folder, not the cwd (old cwd-relative specs work, with a
-# warning); `$VAR` paths and URLs are kept as written (the job expands them).
+# Spec paths resolve against the spec file's folder, not the cwd (old cwd-relative specs work,
+# with a warning); `$VAR` paths and URLs are kept as written (the job expands them).
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 _VAR = re.compile(r"\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)")

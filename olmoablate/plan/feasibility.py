@@ -175,9 +175,8 @@ def eval_points(steps: int, interval: int) -> int:
 
 
 def _interim_short(gate: Any, steps: int, interval: int) -> list[str]:
-    """The sequential design's interim looks (fractions of the budget) that the eval schedule
-    cannot serve: fewer than ``last_n`` eval points at or before the fraction, or the last one
-    well before it (report/gate/sequential.py then decides on earlier data, losing power)."""
+    """Interim looks the eval schedule cannot serve: fewer than ``last_n`` eval points by the
+    fraction, or the last well before it (the report then decides on earlier data)."""
     seq = getattr(gate, "sequential", None)
     short = []
     for frac in getattr(seq, "interim", None) or []:

@@ -100,9 +100,8 @@ def installed_versions() -> dict[str, str | None]:
 def version_mismatch(
     run: Mapping[str, Any], recorded: Mapping[str, Any], installed: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
-    """(distribution, version in the identity, version installed) of each version that counts
-    for ``run`` (:data:`ONLY_WHEN`) and differs: a job that trains with these would file its
-    numbers under an identity that says otherwise."""
+    """(distribution, version in the identity, installed) of each version that counts for ``run``
+    and differs: a job training with these would file its numbers under the wrong identity."""
     counts = [d for d in VERSIONED if d not in ONLY_WHEN or _used(run, ONLY_WHEN[d])]
     return [
         (d, recorded.get(d), installed.get(d))
@@ -181,9 +180,8 @@ def pair_key(
 
 
 def is_run_place(where: str) -> bool:
-    """``<spec>/runs/<run_id>``: a run folder of the store, named relative to it (what plan.json's
-    ``reused`` and a run's reused.json hold). Nothing else is followed: an absolute path or a
-    ``..`` would make a stage read files outside the store it was given."""
+    """``<spec>/runs/<run_id>``, relative to the store (``reused`` and reused.json); nothing else
+    is followed: an absolute path or ``..`` would read files outside the store."""
     parts = where.split("/")
     return (
         len(parts) == 3
@@ -213,8 +211,7 @@ def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
 
 
 class PlanIdentity(BaseModel):
-    """plan.json's ``identity`` section (written by `plan` since run identities exist; a plan
-    without it is an older one: its runs have no identity and are never shared)."""
+    """plan.json's ``identity`` section (absent in older plans: their runs are never shared)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

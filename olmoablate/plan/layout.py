@@ -174,8 +174,8 @@ class ResultsDir:
 
 
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
-    """The one resolver from what a user typed as SPEC to its results folder. SPEC is a results folder, a plan.json, another plan file (``next_plan.json``: its
-    ``spec_name``), a spec file (its ``name:``, the only field read) or a spec name."""
+    """The one resolver from what a user typed as SPEC to its results folder: a results folder, a
+    plan.json, another plan file (its ``spec_name``), a spec file (its ``name:``) or a name."""
     text = str(arg)
     path = Path(text)
     if path.is_dir():

@@ -120,8 +120,7 @@ def format_time(when: datetime.datetime) -> str:
 
 
 def parse_time(value: Any) -> datetime.datetime | None:
-    """A timestamp of a run file (either format ever written: ``+00:00`` or ``+0000``); None
-    for anything else. A time without an offset is taken as UTC."""
+    """A run file's timestamp (``+00:00`` or ``+0000``; no offset: UTC), else None."""
     if isinstance(value, datetime.datetime):
         when = value
     elif isinstance(value, str) and value:

@@ -57,9 +57,8 @@ def resolved(
     add: dict[str, tuple[str | None, Any]] | None = None,
     doc: str = "",
 ) -> type[PlanModel]:
-    """The run-entry model of ``spec_model`` as `plan` records it. ``add``: new field -> (the field
-    it follows, or None for the end; its type). A renamed field moves to the end (where the plan
-    has always written it)."""
+    """The run-entry model of ``spec_model``. ``add``: new field -> (the field it follows, or None
+    for the end; its type). A renamed field moves to the end (where plans have written it)."""
     rename, replace, add = rename or {}, replace or {}, add or {}
     fields: dict[str, Any] = {}
     moved: dict[str, Any] = {}

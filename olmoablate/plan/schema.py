@@ -36,13 +36,10 @@ def computes_in_bf16(precision: str, topology: Topology) -> bool:
 
 
 class Topology(Strict):
-    """Where and how a run executes. Every field is shared by both arms (pairing certificate).
-
-    ``None`` fields are resolved by ``_resolve`` (so the plan records concrete values):
-    ``data_parallel`` -> ``hsdp`` on more than one GPU node (one replica per node, sharded inside
-    the node, as OLMo-core's official OLMo 3 7B/32B scripts), else ``fsdp``; ``data_workers`` ->
-    8 on GPU (official), 0 on CPU; ``metrics_interval`` (metrics collection, cancel checks,
-    fingerprint gathering, non-finite checks) -> 10 steps on GPU (official), 1 on CPU."""
+    """Where and how a run executes; every field is shared by both arms (pairing certificate).
+    ``None`` fields are resolved by ``_resolve``: ``data_parallel`` -> ``hsdp`` on more than one
+    GPU node (as OLMo-core's official 7B/32B scripts), else ``fsdp``; ``data_workers`` -> 8 on GPU
+    (official), 0 on CPU; ``metrics_interval`` -> 10 steps on GPU (official), 1 on CPU."""
 
     nodes: PosInt = 1
     gpus_per_node: NonNegInt = 8
@@ -446,8 +443,7 @@ def _block_names() -> str:
 
 @dataclass
 class SizeSettings:
-    """The per-size sections of a spec, resolved and validated for one size (what `spec.load`
-    hands to its per-size checks)."""
+    """The per-size sections of a spec, resolved and validated for one size."""
 
     training: Training
     evaluation: Evaluation

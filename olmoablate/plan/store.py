@@ -1,5 +1,5 @@
-"""The run store: a results root shared by several specs, and the identities that let them share runs
-(hashing: :mod:`olmoablate.plan.identity`; the lease against training one twice: ``run.submit``).
+"""The run store: a results root shared by several specs, and the identities that let them share
+runs (hashing: :mod:`olmoablate.plan.identity`; the lease against training one twice: run.submit).
 
 ::
 

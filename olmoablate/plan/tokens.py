@@ -70,8 +70,7 @@ def packaged_tokenizer(name: str) -> Path | None:
 
 
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
-    """Vocab size / EOS / PAD of ``dolma2``, of a packaged tokenizer name or of a
-    ``tokenizer.json`` path (ValueError when bad)."""
+    """Vocab size / EOS / PAD of ``dolma2``, a packaged tokenizer or a ``tokenizer.json`` path."""
     packaged = packaged_tokenizer(tokenizer)
     if packaged is not None:
         return replace(PACKAGED_TOKENIZERS[tokenizer], name=str(packaged))
@@ -147,8 +146,7 @@ def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
 
 
 def _doc_ends(arr: Any, eos: int) -> Any:
-    """Where each document of a token array ends: after each EOS, and a trailing piece without
-    EOS is a document too."""
+    """Where each document of a token array ends: after each EOS, and at a trailing piece."""
     import numpy as np
 
     ends = np.flatnonzero(arr == eos) + 1

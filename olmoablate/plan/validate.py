@@ -137,8 +137,7 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
 
 
 def _render_protocol(plan: Plan, console: Any) -> None:
-    """Below either view: the evaluation protocol, then each pre-registered gate with its noise
-    source and minimum detectable effect lines."""
+    """Below either view: the evaluation protocol, then each gate with its noise and MDE lines."""
     from olmoablate.plan.feasibility import gate_lines
 
     render_evaluation(plan, console)
@@ -222,9 +221,8 @@ class OutputFormat(str, Enum):
 def find_spec_files(
     paths: list[Path], results_root: Path = RESULTS_ROOT
 ) -> list[tuple[Path, list[str]]]:
-    """Expand folders into the spec files they hold (recursively, sorted), each with no
-    overrides; a spec name or a results folder stands for the spec file its plan was made from,
-    with that plan's ``--set`` overrides."""
+    """Folders expanded into their spec files (recursively, sorted); a spec name or results
+    folder stands for its plan's spec file, with that plan's ``--set`` overrides."""
     files: list[tuple[Path, list[str]]] = []
     for p in paths:
         if p.is_dir() and (p / PLAN_FILE).is_file():
@@ -479,8 +477,7 @@ def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
-    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans (the old
-    plan is compared by its spec hash only)."""
+    """Keep the pre-registered plan (by spec hash) once runs exist, unless ``--replan``."""
     if replan:
         return
     old = _old_plan(out)
