@@ -113,11 +113,10 @@ def unrolled(a: Architecture, L: int, phase: int | None) -> Unrolled:
 def unrolled_flops(
     u: Unrolled, layer: Sequence[int], head: int, extra: Callable[[LayerApp], int] | None = None
 ) -> int:
-    """Training FLOPs per token of a forward that applies the layers as ``u``: each application
-    costs its physical layer's training FLOPs ``layer[j]`` plus ``extra(app)``, a forward-only one
-    a third (summed in thirds, so exact), and each of the ``readouts`` an LM head (``head``).
-    The one composition the plan and the model's ``num_flops_per_token`` use (Looped, K blocks
-    of F_body, b loops, T supervised: ``F_body·(b + 2T)/3 + T·head``)."""
+    """Training FLOPs per token of a forward applying the layers as ``u``: each application costs
+    ``layer[j]`` plus ``extra(app)``, a forward-only one a third (summed in thirds, so exact), each
+    read-out ``head``. The one composition the plan and the model use (Looped, K blocks of F_body,
+    b loops, T supervised: ``F_body·(b + 2T)/3 + T·head``)."""
     thirds = sum(
         (3 if app.grad else 1) * (layer[app.layer] + (extra(app) if extra else 0))
         for app in u.apps
@@ -133,9 +132,8 @@ def _adding(a: Architecture) -> list[tuple[Block, Any]]:
 def train_flops_per_token(
     d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
 ) -> int:
-    """Training FLOPs per token (forward + backward), OLMo-core's convention (module doc): every
-    layer application costs the OLMo 3 layer plus each block's ``layer_flops``; read-outs the
-    LM head plus each block's ``head_flops``. ``loops``: the phase in force (default: final)."""
+    """Training FLOPs per token (module doc): each layer application the OLMo 3 layer plus blocks'
+    ``layer_flops``, each read-out the LM head plus ``head_flops``; ``loops``: default final."""
     a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     adding = _adding(a)
@@ -150,10 +148,9 @@ def train_flops_per_token(
 
 @dataclass(frozen=True)
 class FlopsBreakdown:
-    """Training FLOPs per token (``total``) and the part of it a FLOP counter does not see as
-    matrix products (``unseen``: attention scores, QK-norm/final-norm weights that OLMo-core's
-    6 x params convention counts, a block's elementwise terms); the job proves ``total - unseen``
-    against torch's FLOP counter (:mod:`olmoablate.run.proof`)."""
+    """Training FLOPs per token (``total``) and the part a FLOP counter does not see as matrix
+    products (``unseen``: attention scores, norm weights, a block's elementwise terms); the job
+    proves ``total - unseen`` against torch's FLOP counter (:mod:`olmoablate.run.proof`)."""
 
     total: int
     unseen: int

@@ -44,9 +44,8 @@ class DepthAttention(Strict):
     def layer_flops(self, layer: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
         """Training FLOPs per token mixing adds to a differentiated application of unrolled layer
         ``layer`` with n >= 1 sources: 3 x (4·h_kv·d_h·(n+1), the scores and weighted sum over the
-        sources and itself, + h_q·d_h for the group-mean query under GQA); 0 without sources
-        (layer 0 mixes nothing). Softmax and elementwise work are not counted. The one formula
-        the plan (:class:`DepthAttentionBlock`) and the model's ``num_flops_per_token`` use."""
+        sources and itself, + h_q·d_h for the group-mean query under GQA); 0 without sources.
+        Softmax and elementwise work are not counted. The one formula the plan and model use."""
         n = len(self.sources(layer))
         if n == 0:
             return 0
@@ -366,8 +365,7 @@ OLMO_CORE_GATES = ("headwise", "elementwise")
 
 
 class OlmoCoreFields(Strict):
-    """OLMo-core's own ``TransformerConfig`` fields as a variant (each field names where it
-    lands in OLMo-core's config; unset = OLMo 3's value)."""
+    """OLMo-core's own ``TransformerConfig`` fields as a variant (unset = OLMo 3's value)."""
 
     #: block.sequence_mixer.qk_norm: false drops OLMo 3's QK-norm
     qk_norm: bool | None = None

@@ -110,8 +110,7 @@ class LayerApp:
 
 @dataclass(frozen=True)
 class Unrolled:
-    """How a forward pass applies the physical layers: ``apps`` in order, and ``readouts``, the
-    LM-head applications (a looped model supervises its last ``tail`` loops)."""
+    """How a forward pass applies the layers: ``apps`` in order, ``readouts`` LM-head reads."""
 
     apps: tuple[LayerApp, ...]
     readouts: int = 1
@@ -144,8 +143,7 @@ class Block:
     source_modules: ClassVar[tuple[str, ...]] = ()
 
     def check_size(self, opts: Any, dims: SizeDims) -> str | tuple[str, str] | None:
-        """A problem with this block at this size: one line, or (option, line) to point the
-        spec error at that option; None when fine."""
+        """A problem at this size: a line, or (option, line) to point at that option; or None."""
         return None
 
     def physical_layers(self, opts: Any, n_layers: int) -> int:
@@ -164,8 +162,7 @@ class Block:
         return None
 
     def phase_at(self, opts: Any, step: int) -> int | None:
-        """A step-dependent setting of the block (Looped: the loop count b at OLMo-core's
-        1-based step), or None when the cost does not depend on the step."""
+        """A step-dependent setting (Looped: b at OLMo-core's 1-based step), or None."""
         return None
 
     def phases(self, opts: Any, steps: int) -> list[tuple[int, int]] | None:
@@ -328,8 +325,7 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> bytes:
 
 
 def code_identity(key: str) -> dict[str, Any]:
-    """Where block ``key``'s code comes from and a sha256 over its source files (path + bytes),
-    as the plan records it in ``runs[].code``."""
+    """Where block ``key``'s code comes from and a sha256 over its files (``runs[].code``)."""
     block = get_block(key)
     if key not in _files:  # which files: fixed per process (the content is re-read on change)
         found, root = _source_files(block)

@@ -80,8 +80,7 @@ def compare(a: RunRef, b: RunRef) -> Comparison:
 
 
 def compare_plans(a: tuple[str, Plan], b: tuple[str, Plan]) -> list[Comparison]:
-    """Run by run: runs with the same run id; a run id of only one side is compared with the
-    run of the other side of the same size, seed and architecture, if there is one."""
+    """Run by run: by run id, else the other side's run of the same size, seed and architecture."""
     (la, pa), (lb, pb) = a, b
     out: list[Comparison] = []
     for run in pa.runs:

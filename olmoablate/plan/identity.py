@@ -127,9 +127,8 @@ def _pop(doc: dict[str, Any], dotted: str) -> None:
 def payload(
     run: Mapping[str, Any], fingerprints: Mapping[str, str], versions: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """What the identity hashes: the run entry (plan.json's form) without :data:`EXCLUDED`, its
-    paths replaced by ``fingerprints`` (path as written -> its name: content fingerprint, or where
-    the job reads it; `olmoablate.plan.store.name_of`), and the versions."""
+    """What the identity hashes: the run entry without :data:`EXCLUDED`, its paths replaced by
+    ``fingerprints`` (`olmoablate.plan.store.name_of`), and the versions."""
     doc = copy.deepcopy(dict(run))
     for dotted in EXCLUDED:
         _pop(doc, dotted)
@@ -165,9 +164,8 @@ def identity_of(payload_doc: Mapping[str, Any]) -> str:
 def pair_key(
     payload_doc: Mapping[str, Any], budget_match: str = "tokens", depth_declared: bool = False
 ) -> str:
-    """The payload's hash without the architecture (and, FLOPs-matched, the budget): both arms of
-    a valid pair have the same key. ``depth_declared``: a ``layers:`` reference arm, declared to
-    change the depth (``size_dims.n_layers`` is left out too)."""
+    """The payload's hash without the architecture (and, FLOPs-matched, the budget), equal on both
+    arms of a valid pair; ``depth_declared`` (a ``layers:`` arm) leaves out size_dims.n_layers."""
     doc = copy.deepcopy(dict(payload_doc))
     for key in ARCH_KEYS:
         doc.pop(key, None)
@@ -196,8 +194,7 @@ def short(identity: str) -> str:
 
 
 def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted path, value in a, value in b) of every leaf that differs (lists compared whole
-    unless both are lists of the same length, then element by element)."""
+    """(dotted path, value in a, value in b) of every differing leaf (same-length lists by item)."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         out: list[tuple[str, Any, Any]] = []
         for key in sorted(set(a) | set(b), key=str):

@@ -134,7 +134,6 @@ class ResultsDir:
 
     @property
     def store(self) -> Path:
-        """The results root holding this folder (shared by the specs of a store)."""
         return self.root.parent
 
     def run(self, run_id: str) -> RunDir:

@@ -56,8 +56,7 @@ def loader_class() -> type:
 
 
 def parse_value(text: str) -> Any:
-    """One override's value as YAML (an empty value is null), within the limits every spec is
-    parsed with (olmoablate.io: size, nesting, alias expansion; an InputLimitError)."""
+    """One override's value as YAML (empty: null), within every spec's parse limits."""
     return compose_yaml_bounded(text, loader_class())[1]
 
 

@@ -148,8 +148,7 @@ class BlockCode(PlanModel):
 
 
 class RunEntry(PlanModel):
-    """One training run: an arm of one or more pairs (a baseline serves every variant of its
-    size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
+    """One training run: an arm of one or more pairs, or an A/A baseline (``role: aa``)."""
 
     #: Part of a path (runs/<run_id>/): a name, never ``..`` or ``a/b`` (a hostile plan.json).
     run_id: Annotated[str, Field(pattern=NAME_RE)]

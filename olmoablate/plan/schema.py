@@ -191,8 +191,7 @@ class Schedule(Strict):
         return self
 
     def warmup_for(self, steps: int) -> int:
-        """Warm-up in steps for a run of ``steps``: ``warmup_steps``, else ``warmup_fraction`` of
-        the steps, else 1% of them (the default, here only)."""
+        """Warm-up steps: ``warmup_steps``, else ``warmup_fraction`` of ``steps``, else 1%."""
         if self.warmup_steps is not None:
             return self.warmup_steps
         return round(steps * (DEFAULT_WARMUP_FRACTION if self.warmup_fraction is None else self.warmup_fraction))

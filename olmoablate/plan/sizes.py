@@ -103,7 +103,6 @@ def preset(name: str, vocab_size: int = DOLMA2_PADDED_VOCAB_SIZE) -> SizeDims:
 
 
 def custom(name: str, dims: dict[str, int]) -> SizeDims:
-    """From the spec's ``custom_sizes`` entry (validated by the schema)."""
     return SizeDims(
         name=name,
         d_model=int(dims["d_model"]),

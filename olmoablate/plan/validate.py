@@ -186,8 +186,7 @@ def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
 
 
 def render_evaluation(plan: Plan, console: Any) -> None:
-    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
-    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
+    """The evaluation protocol per size (identical ones share a block; part of the certificate)."""
     by_size: dict[str, tuple[Evaluation, list[str]]] = {}
     for r in plan.runs:
         ev, loops = by_size.setdefault(r.size, (r.evaluation, []))
@@ -349,8 +348,7 @@ def validate_command(
 
 
 def spec_file_of(spec: str, results_root: Path) -> tuple[Path, list[str]]:
-    """SPEC as every command takes it (a spec file, a spec name or a results folder) -> the spec
-    file to plan from, and the overrides its existing plan was made with."""
+    """SPEC (a spec file, name or results folder) -> its spec file and its plan's overrides."""
     path = Path(spec)
     if path.is_file() and path.suffix in SPEC_SUFFIXES:
         return path, []
@@ -460,8 +458,8 @@ def plan_command(
 
 
 def _old_plan(out: ResultsDir) -> dict[str, Any] | None:
-    """The plan.json being replaced, read without validating it (None when absent or not JSON;
-    ``{}`` when not an object), so even a plan this version cannot load is protected."""
+    """The plan.json being replaced, unvalidated, so even one this version cannot load is
+    protected (None when absent or not JSON; ``{}`` when not an object)."""
     try:
         old = json.loads(out.plan_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
