@@ -1,9 +1,7 @@
 """Analytic compute accounting: parameters, training FLOPs, memory and GPU-hours — no torch.
 
-Why analytic: `plan` must state what every run costs before anything is submitted, on a login node,
-in milliseconds. The counts are exact, not estimates: tests build the models (tiny ones for real,
-1B/3B/7B on the meta device) and compare with ``Transformer.num_params`` and
-``num_flops_per_token``.
+Why analytic: `plan` prices every run on a login node in milliseconds. The counts are exact: tests
+build the models (1B/3B/7B on the meta device) and compare with OLMo-core's own counts.
 
 FLOPs convention (OLMo-core 3.0, `Attention.num_flops_per_token` etc.): training FLOPs per token =
 6 x (parameters inside attention, feed-forward and LM head, block norms excluded) + per attention
@@ -95,8 +93,7 @@ def _layer_table(d: SizeDims, L: int, seq_len: int) -> tuple[list[int], list[int
 
 
 def phase_at(arch: ArchLike, step: int) -> int | None:
-    """The step-dependent setting of the architecture at OLMo-core's 1-based ``step`` (Looped:
-    the loop count b), or None."""
+    """The step-dependent setting at OLMo-core's 1-based ``step`` (Looped: b), or None."""
     for b, o in _blocks(parse_architecture(arch)):
         p = b.phase_at(o, step)
         if p is not None:
@@ -105,8 +102,7 @@ def phase_at(arch: ArchLike, step: int) -> int | None:
 
 
 def unrolled(a: Architecture, L: int, phase: int | None) -> Unrolled:
-    """How one training forward applies the ``L`` physical layers (the one block that unrolls,
-    if any)."""
+    """How one training forward applies the ``L`` physical layers (the block that unrolls)."""
     for b, o in _blocks(a):
         u = b.unroll(o, L, phase, True)
         if u is not None:
@@ -117,11 +113,10 @@ def unrolled(a: Architecture, L: int, phase: int | None) -> Unrolled:
 def unrolled_flops(
     u: Unrolled, layer: Sequence[int], head: int, extra: Callable[[LayerApp], int] | None = None
 ) -> int:
-    """Training FLOPs per token of a forward that applies the layers as ``u``: each application
-    costs its physical layer's training FLOPs ``layer[j]`` plus ``extra(app)``, a forward-only one
-    a third (summed in thirds, so exact), and each of the ``readouts`` an LM head (``head``).
-    The one composition the plan and the model's ``num_flops_per_token`` use (Looped, K blocks
-    of F_body, b loops, T supervised: ``F_body·(b + 2T)/3 + T·head``)."""
+    """Training FLOPs per token of a forward applying the layers as ``u``: each application costs
+    ``layer[j]`` plus ``extra(app)``, a forward-only one a third (summed in thirds, so exact), each
+    read-out ``head``. The one composition the plan and the model use (Looped, K blocks of F_body,
+    b loops, T supervised: ``F_body·(b + 2T)/3 + T·head``)."""
     thirds = sum(
         (3 if app.grad else 1) * (layer[app.layer] + (extra(app) if extra else 0))
         for app in u.apps
@@ -137,10 +132,8 @@ def _adding(a: Architecture) -> list[tuple[Block, Any]]:
 def train_flops_per_token(
     d: SizeDims, arch: ArchLike, seq_len: int, loops: int | None = None
 ) -> int:
-    """Training FLOPs per token (forward + backward), OLMo-core's convention (module doc): every
-    layer application costs the OLMo 3 layer plus each block's ``layer_flops``; read-outs the
-    LM head plus each block's ``head_flops``. ``loops``: the step-dependent phase in force
-    (Looped: the loop count b; default: the final)."""
+    """Training FLOPs per token (module doc): each layer application the OLMo 3 layer plus blocks'
+    ``layer_flops``, each read-out the LM head plus ``head_flops``; ``loops``: default final."""
     a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     adding = _adding(a)
@@ -155,10 +148,9 @@ def train_flops_per_token(
 
 @dataclass(frozen=True)
 class FlopsBreakdown:
-    """Training FLOPs per token (``total``) and the part of it a FLOP counter does not see as
-    matrix products (``unseen``: attention scores, QK-norm/final-norm weights that OLMo-core's
-    6 x params convention counts, a block's elementwise terms); the job proves ``total - unseen``
-    against torch's FLOP counter (:mod:`olmoablate.run.proof`)."""
+    """Training FLOPs per token (``total``) and the part a FLOP counter does not see as matrix
+    products (``unseen``: attention scores, norm weights, a block's elementwise terms); the job
+    proves ``total - unseen`` against torch's FLOP counter (:mod:`olmoablate.run.proof`)."""
 
     total: int
     unseen: int
@@ -167,7 +159,6 @@ class FlopsBreakdown:
 def flops_breakdown(
     d: SizeDims, arch: ArchLike, seq_len: int, phase: int | None = None
 ) -> FlopsBreakdown:
-    """:func:`train_flops_per_token` and the part of it a FLOP counter does not see."""
     a = parse_architecture(arch)
     L = a.n_physical_layers(d.n_layers)
     base, seen = _layer_table(d, L, seq_len)
@@ -216,8 +207,7 @@ class RunCost:
 def total_train_flops(
     d: SizeDims, arch: ArchLike, seq_len: int, tokens_per_step: int, steps: int
 ) -> int:
-    """Training FLOPs of the whole run, summed over the architecture's phases (a loop
-    curriculum's b per step)."""
+    """Training FLOPs of the whole run, summed over the phases (a loop curriculum's b per step)."""
     a = parse_architecture(arch)
     return sum(
         train_flops_per_token(d, a, seq_len, phase) * tokens_per_step * n
@@ -266,8 +256,7 @@ def memory_estimate_gb(
     mixed value), for the differentiated layer applications only (Looped: its T last loops; no_grad
     loops free theirs) and one set of logits per read-out. Logits: fp32 logits + their gradient.
     Full activation checkpointing keeps each differentiated layer application's input (d values
-    per token) and one layer's activations at a time (recomputed in backward).
-    """
+    per token) and one layer's activations at a time (recomputed in backward)."""
     a = parse_architecture(arch)
     blocks = _blocks(a)
     P = param_count(d, a)
@@ -410,10 +399,8 @@ def budget_limits(plan: Plan) -> dict[str, float]:
 
 
 def over_budget(plan: Plan, sizes: set[str] | None = None) -> list[str]:
-    """One line per exceeded limit, naming the total and the limit (empty when within).
-
-    ``sizes``: only the per-size limits of these sizes (what `submit --size` launches); the
-    whole-spec limit always counts every planned run."""
+    """One line per exceeded limit (empty when within). ``sizes``: only those sizes' limits (what
+    `submit --size` launches); the whole-spec limit always counts every planned run."""
     t = totals(plan)
     out = []
     for key, limit in budget_limits(plan).items():

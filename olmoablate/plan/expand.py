@@ -1,9 +1,8 @@
 """Expand a validated spec into runs and matched pairs: the plan.
 
-Why one baseline run per (size, seed) shared by all of that group's pairs: every variant of a
-group is compared with the same OLMo 3 run (same seed, data order, budget), so training it once
-per variant would only burn compute. A pair is (that baseline, one variant); its certificate is
-checked to be identical on both arms here, and again by the job and by the report.
+One baseline run per (size, seed), shared by every variant's pair (same seed, data order,
+budget: training it per variant would only burn compute); certificates are checked here, by the
+job and by the report.
 """
 
 from __future__ import annotations
@@ -147,10 +146,7 @@ def _run_entry(
 
 def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
     """Every run and pair of the spec, with costs and certificates. Raises PairingError.
-
-    The document is validated as a :class:`Plan` here, so `plan` can never write a
-    plan.json that a later stage would reject.
-    """
+    Validated as a :class:`Plan` here: `plan` never writes one a later stage would reject."""
     spec = ls.spec
     runs: list[dict[str, Any]] = []
     pairs: list[dict[str, Any]] = []
@@ -239,12 +235,8 @@ def aa_seeds(seeds: list[int], k: int) -> list[int]:
 
 def aa_runs(ls: LoadedSpec, memo: CostMemo) -> list[dict[str, Any]]:
     """``gate.noise.measure.aa_seeds: k``: k extra baselines at the stage size with other seeds.
-
-    Why plain baselines: an A/A run is exactly the baseline the seed would have, so its id,
-    settings and certificate are that baseline's (adding the seed later reuses it); ``role: aa``
-    marks it as belonging to no pair. The report takes the run-to-run sd from these and the
-    pairs' baselines (`olmoablate.report.noise`).
-    """
+    Why plain baselines: an A/A run is the baseline that seed would have (adding the seed later
+    reuses it); ``role: aa`` marks it as in no pair."""
     gate = ls.spec.gate
     if gate is None or gate.noise.measure is None or gate.stage not in ls.per_size:
         return []

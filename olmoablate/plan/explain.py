@@ -1,11 +1,6 @@
-"""Why two runs are not the same run: the field-by-field difference of their identities.
-
-The question users of content-addressed pipelines ask most ("why is this baseline not reused?",
-"what exactly differs between these arms?") is answered from the identity *payloads*, not the
-hashes: the payload of each run is rebuilt from its plan's entry and the plan's recorded data
-fingerprints and versions (:class:`olmoablate.plan.identity.PlanIdentity`), and compared
-leaf by leaf. Fields the identity leaves out (:data:`olmoablate.plan.identity.EXCLUDED`)
-never show up: they do not make two runs different.
+"""Why two runs are not the same run ("why is this baseline not reused?"): their identity
+*payloads*, rebuilt from each plan's entry, data fingerprints and versions, compared leaf by leaf.
+Fields the identity leaves out (:data:`olmoablate.plan.identity.EXCLUDED`) never show up.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from olmoablate.plan.planfile import Plan, RunEntry
 
 @dataclasses.dataclass(frozen=True)
 class RunRef:
-    """One side of a comparison: a run of a plan (``label`` says where it came from)."""
+    """One side of a comparison (``label``: where it came from)."""
 
     label: str
     plan: Plan
@@ -85,30 +80,20 @@ def compare(a: RunRef, b: RunRef) -> Comparison:
 
 
 def compare_plans(a: tuple[str, Plan], b: tuple[str, Plan]) -> list[Comparison]:
-    """Run by run: runs with the same run id; a run id of only one side is compared with the
-    run of the other side of the same size, seed and architecture, if there is one."""
+    """Run by run: by run id, else the other side's run of the same size, seed and architecture."""
     (la, pa), (lb, pb) = a, b
     out: list[Comparison] = []
     for run in pa.runs:
         other = pb.runs_by_id.get(run.run_id)
         if other is None:
-            other = next(
-                (
-                    r
-                    for r in pb.runs
-                    if (r.size, r.seed, r.architecture) == (run.size, run.seed, run.architecture)
-                ),
-                None,
-            )
+            key = (run.size, run.seed, run.architecture)
+            other = next((r for r in pb.runs if (r.size, r.seed, r.architecture) == key), None)
         if other is not None:
             out.append(compare(RunRef(la, pa, run), RunRef(lb, pb, other)))
     if not out:
         raise UserError(f"{la} and {lb} have no runs of the same id, size, seed and architecture")
     return out
 
-
-# `olmoablate explain A B`: why two runs (or the runs of two plans) are different runs. A and B
-# are each a run, a results folder, plan.json, or a spec file (expanded and identified now).
 
 if TYPE_CHECKING:  # pydantic models and the store load when the command runs (fast --help)
     from olmoablate.plan.planfile import Plan
@@ -138,7 +123,6 @@ def _recorded(arg: str, results_root: Path) -> Plan:
 
 
 def resolve(arg: str, results_root: Path) -> tuple[str, Plan, str | None]:
-    """(label, plan, run id or None) of one operand."""
     p = Path(arg)
     parts = p.parts
     if len(parts) >= 3 and parts[-2] == "runs" and not p.suffix:

@@ -1,12 +1,7 @@
-"""Will the plan run as asked? Per-device memory, wall time, eval points and paths, checked
-against what the spec says it has (`validate` and `plan`; warnings, errors under ``--strict``).
-
-Why: `plan` computes every number a user needs and used to compare none of them with anything —
-a 7B arm estimated at 203 GB per device on 80 GB GPUs, a 29-minute run under a 5-minute limit that
-is never requeued, a gate averaging the last three eval points of runs that have one, paths that
-exist only on another machine, a gate metric no run records. Each finding names the fix; the
-estimates are the plan's own (`olmoablate.plan.accounting`: memory is a labelled estimate,
-time is training compute at the spec's stated peak and MFU, evaluation excluded).
+"""Will the plan run as asked? Per-device memory, wall time, eval points, gate metrics and paths
+checked against what the spec says it has (`validate`, `plan`; warnings, errors under ``--strict``),
+each finding with its fix. The estimates are `olmoablate.plan.accounting`'s: memory is a labelled
+estimate, time is training compute at the spec's peak and MFU, evaluation excluded.
 """
 
 from __future__ import annotations
@@ -89,11 +84,10 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
         return acc.memory_estimate_gb(dims, run.architecture, **{**kw, **change})[0]
 
     ws, ac_now, mb_now = topo.world_size, topo.activation_checkpointing == "full", t.microbatch_size
-    mbs = []  # smaller micro-batches: halvings down to one sequence
-    mb = mb_now
-    while mb > t.sequence_length:
-        mb = max(t.sequence_length, mb // 2)
-        mbs.append(mb)
+    mbs = [mb_now]  # smaller micro-batches: halvings down to one sequence
+    while mbs[-1] > t.sequence_length:
+        mbs.append(max(t.sequence_length, mbs[-1] // 2))
+    mbs = mbs[1:]
 
     def more_gpus(ac: bool, mb: int) -> tuple[int, float] | None:
         for mult in (2, 4, 8, 16, 32, 64):  # only the sharded states shrink with more GPUs
@@ -103,40 +97,34 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
                 return ws * mult, e
         return None
 
-    fixes: list[str] = []
     g = more_gpus(ac_now, mb_now)
-    fixes.append(
+    fixes = [
         f"more GPUs (world size {g[0]}, est. {g[1]:.0f} GB)" if g else
         f"more GPUs (world size {ws * 64}: est. {est(world_size=ws * 64, sharded=True):.0f} GB, "
         "not enough alone)"
-    )  # fmt: skip
+    ]  # fmt: skip
     alone = g is not None
+    # one change alone: activation checkpointing, the largest micro-batch that fits (or the least)
+    singles = []
     if not ac_now:
         e = est(activation_checkpointing=True)
+        singles.append(("topology.activation_checkpointing: full (", e))
+    if mbs:
+        mb = next((m for m in mbs if est(microbatch_tokens=m) <= gb), mbs[-1])
+        text = f"a smaller micro-batch (training.microbatch_size: {mb}, "
+        singles.append((text, est(microbatch_tokens=mb)))
+    for text, e in singles:
         alone |= e <= gb
-        fixes.append(f"topology.activation_checkpointing: full (est. {e:.0f} GB"
-                     + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
-    for mb in mbs:
-        e = est(microbatch_tokens=mb)
-        if e <= gb or mb == mbs[-1]:
-            alone |= e <= gb
-            fixes.append(f"a smaller micro-batch (training.microbatch_size: {mb}, est. {e:.0f} GB"
-                         + (")" if e <= gb else ", not enough alone)"))  # fmt: skip
-            break
-    if not alone:
-        for ac in sorted({ac_now, True}):
-            for mb in [mb_now, *mbs]:
-                e = est(activation_checkpointing=ac, microbatch_tokens=mb)
-                g = (ws, e) if e <= gb else more_gpus(ac, mb)
-                if g is None:
-                    continue
-                parts = ([f"world size {g[0]}"] if g[0] != ws else []) + (
-                    ["activation_checkpointing: full"] if ac and not ac_now else []
-                ) + ([f"microbatch_size: {mb}"] if mb != mb_now else [])
-                fixes.append(f"together: {' + '.join(parts)} (est. {g[1]:.0f} GB)")
-                break
-            else:
-                continue
+        fixes.append(f"{text}est. {e:.0f} GB" + (")" if e <= gb else ", not enough alone)"))
+    combos = [(ac, mb) for ac in sorted({ac_now, True}) for mb in [mb_now, *mbs]]
+    for ac, mb in [] if alone else combos:
+        e = est(activation_checkpointing=ac, microbatch_tokens=mb)
+        g = (ws, e) if e <= gb else more_gpus(ac, mb)
+        if g is not None:
+            parts = [f"world size {g[0]}"] if g[0] != ws else []
+            parts += ["activation_checkpointing: full"] if ac and not ac_now else []
+            parts += [f"microbatch_size: {mb}"] if mb != mb_now else []
+            fixes.append(f"together: {' + '.join(parts)} (est. {g[1]:.0f} GB)")
             break
     _warn(
         out, ls, ("topology", "gpus_per_node"), run.size,
@@ -164,15 +152,14 @@ def _time(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
     need = hours * 60
     if need <= limit * attempts:
         return
-    time_for = math.ceil(need / attempts)
-    requeues = math.ceil(need / limit) - 1
     _warn(
         out, ls, ("slurm", "time"), run.size,
         f"size {run.size}: {run.run_id} needs ~{_dur(need)} of training (at "
         f"{run.topology.gpu_peak_tflops:g} TFLOPS x MFU {run.topology.assumed_mfu:g} on "
         f"{run.topology.world_size} GPUs) but gets {_dur(limit)} x {attempts} attempt(s) "
-        f"(slurm.time x (max_num_timeout + 1)); fix: slurm.time >= {time_for} minutes, or "
-        f"slurm.max_num_timeout >= {requeues} (each requeue resumes from the last checkpoint)",
+        f"(slurm.time x (max_num_timeout + 1)); fix: slurm.time >= {math.ceil(need / attempts)} "
+        f"minutes, or slurm.max_num_timeout >= {math.ceil(need / limit) - 1} (each requeue "
+        "resumes from the last checkpoint)",
     )  # fmt: skip
 
 
@@ -188,9 +175,8 @@ def eval_points(steps: int, interval: int) -> int:
 
 
 def _interim_short(gate: Any, steps: int, interval: int) -> list[str]:
-    """The sequential design's interim looks (fractions of the budget) that the eval schedule
-    cannot serve: fewer than ``last_n`` eval points at or before the fraction, or the last one
-    well before it (report/gate/sequential.py then decides on earlier data, losing power)."""
+    """Interim looks the eval schedule cannot serve: fewer than ``last_n`` eval points by the
+    fraction, or the last well before it (the report then decides on earlier data)."""
     seq = getattr(gate, "sequential", None)
     short = []
     for frac in getattr(seq, "interim", None) or []:
@@ -227,12 +213,12 @@ def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
         need = gate.last_n
         if points >= need:
             continue
-        why = f"averages the last {gate.last_n}"
+        last_n = "gate.last_n" if where == ("gate",) else ".".join(map(str, where)) + ".last_n"
         _warn(
             out, ls, ("evaluation", "interval"), gate.stage,
-            f"{label} {why} eval points of {gate.metric!r}, but {run.run_id} has {points} "
-            f"({run.steps} steps, evaluation.interval {interval}); fix: evaluation.interval <= "
-            f"{max(1, run.steps // need)} (or {'gate.last_n' if where == ('gate',) else '.'.join(map(str, where)) + '.last_n'} <= {points})",
+            f"{label} averages the last {need} eval points of {gate.metric!r}, but {run.run_id} "
+            f"has {points} ({run.steps} steps, evaluation.interval {interval}); fix: "
+            f"evaluation.interval <= {max(1, run.steps // need)} (or {last_n} <= {points})",
         )  # fmt: skip
 
 
@@ -283,10 +269,8 @@ POWER = 0.8
 
 
 def _hours(plan: Plan, size: str, arm: str, aa: bool = False) -> float:
-    for r in plan.runs:
-        if r.size == size and r.arm == arm and r.is_aa == aa:
-            return r.gpu_hours
-    return 0.0
+    runs = (r for r in plan.runs if (r.size, r.arm, r.is_aa) == (size, arm, aa))
+    return next((r.gpu_hours for r in runs), 0.0)
 
 
 def _cost(runs: int, hours: float) -> str:
@@ -299,10 +283,7 @@ def gated_variants(plan: Plan) -> list[str]:
     g = plan.gate
     if g is None:
         return []
-    at: list[str] = []
-    for p in plan.pairs:
-        if p.size == g.stage and p.variant not in at:
-            at.append(p.variant)
+    at = list(dict.fromkeys(p.variant for p in plan.pairs if p.size == g.stage))
     if g.variant:
         return [g.variant] if g.variant in at else []
     return [v for v in at if v != g.reference]
@@ -350,12 +331,10 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
     if g is None:
         return [], []
     stage, conf = g.stage, g.confidence
-    floor = g.noise.floor_sd
-    fdof = g.noise.floor_dof
+    floor, fdof = g.noise.floor_sd, g.noise.floor_dof
     k = g.noise.measure.aa_seeds if g.noise.measure is not None else 0
     variants = gated_variants(plan)
-    seeds = {p.seed for p in plan.pairs if p.size == stage and p.variant in variants}
-    n = len(seeds)
+    n = len({p.seed for p in plan.pairs if p.size == stage and p.variant in variants})
     base_h = _hours(plan, stage, "baseline")
     pair_h = base_h + sum(_hours(plan, stage, v) for v in variants)
     lines: list[str] = []
@@ -425,11 +404,8 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
 
 def carry_registrations(old: Any, plan: Plan) -> Plan:
     """``plan`` with each gate's earlier registrations from the plan.json it replaces (``old``,
-    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report.
-
-    A registration is kept when its seeds or gate hash differ from the new one; an old plan
-    without design records (an earlier release) counts with its top-level ``seeds``.
-    """
+    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report. Kept
+    when seeds or gate hash differ; an old plan without design records has top-level ``seeds``."""
     if not isinstance(old, dict) or not isinstance(old.get("gates"), list):
         return plan
     prior = {g.get("name"): g for g in old["gates"] if isinstance(g, dict)}

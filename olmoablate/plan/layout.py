@@ -1,9 +1,7 @@
 """The results folder ``results/<spec>/``: one object that names every file the stages share.
 
-Why one object: each stage reads only what the previous one wrote here, so "where does the
-ledger live" or "what is a run's status file called" must have one answer. Every path of the
-layout is a property below; nothing is created or read when the object is made, so building one
-is free and works on a copy of a cluster's results anywhere.
+Each stage reads only what the previous one wrote here, so every path has one answer (a property
+below); making the object reads nothing, so it works on a copy of a cluster's results anywhere.
 
 ::
 
@@ -136,17 +134,12 @@ class ResultsDir:
 
     @property
     def store(self) -> Path:
-        """The results root holding this folder (shared by the specs of a store)."""
         return self.root.parent
 
     def run(self, run_id: str) -> RunDir:
         """The folder holding the run's files: its own, or the run of another spec it reuses.
-
-        A reused run may itself have become reused since (its spec's lease went stale, another
-        spec trained the identity, its retry found that lease): the reuse is followed to the
-        folder that trains it, never to the partial files left behind. A loop of reuses (no
-        folder trains it) leaves the run its own folder.
-        """
+        A reused run may itself have become reused since (a stale lease): followed to the folder
+        that trains it, never to partial files left behind; a loop leaves the run its own folder."""
         where = self.reused_from(run_id)
         seen = {f"{self.root.name}/runs/{run_id}"}
         while where is not None and where not in seen:
@@ -164,10 +157,7 @@ class ResultsDir:
 
     def reused_from(self, run_id: str) -> str | None:
         """``<spec>/runs/<id>`` when another spec's run is used for ``run_id``, else None.
-
-        In order: a ``reused.json`` that `submit` wrote (the lease it found); the run's own files
-        (it trained here); the reuse `plan` recorded in plan.json.
-        """
+        In order: `submit`'s ``reused.json``; the run's own files; the reuse in plan.json."""
         own = self.runs_dir / run_id
         marker = _read_object(own / REUSED_FILE)
         if marker is not None and isinstance(marker.get("from"), str):
@@ -183,13 +173,8 @@ class ResultsDir:
 
 
 def resolve_results(arg: str | Path, results_root: str | Path = RESULTS_ROOT) -> ResultsDir:
-    """The one resolver from what a user typed as SPEC to its results folder.
-
-    SPEC is a results folder (holding plan.json), a plan.json, another plan file of the spec
-    (``next_plan.json``: its ``spec_name`` picks ``<results_root>/<spec_name>``), a spec file
-    (its ``name:`` picks ``<results_root>/<name>``; the YAML is only read for that field) or a
-    spec name. Every problem is a one-line :class:`UserError`.
-    """
+    """The one resolver from what a user typed as SPEC to its results folder: a results folder, a
+    plan.json, another plan file (its ``spec_name``), a spec file (its ``name:``) or a name."""
     text = str(arg)
     path = Path(text)
     if path.is_dir():

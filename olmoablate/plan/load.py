@@ -1,8 +1,7 @@
 """Load a spec file: YAML with line numbers, per-size resolution, schema and cross-field checks.
 
-Every problem becomes one line ``FILE:LINE: field.path: what is wrong (allowed: ...)`` so a person
-(or an editor's quickfix list) can jump straight to it. All problems of a file are collected, not
-just the first, because a CI run that reports one typo at a time wastes everyone's afternoon.
+Every problem becomes one line ``FILE:LINE: field.path: what is wrong (allowed: ...)`` (an editor
+can jump to it), and all of a file's problems are collected, not one typo per CI run.
 """
 
 from __future__ import annotations
@@ -38,10 +37,9 @@ from olmoablate.plan.checks import (
 )
 from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
 
-# `--set a.b.c=value` overrides, defined here once for `plan`, `submit --set` and the report's
-# pre-registration check. An override is applied to the parsed document before validation (checked
-# like the file) and is part of the spec's identity (:func:`spec_sha256`). Values are YAML with
-# YAML 1.2 exponent floats (``3e-4`` is a float, as users expect).
+# `--set a.b.c=value` overrides (`plan`, `submit --set`, the report's pre-registration check):
+# applied to the parsed document before validation, part of :func:`spec_sha256`; values are YAML
+# with YAML 1.2 exponent floats (``3e-4`` is a float, as users expect).
 
 #: Floats YAML 1.1 leaves as strings: an exponent without a dot or without a sign (``3e-4``,
 #: ``1e5``, ``1.0e5``). Integers and YAML 1.1 floats are matched by PyYAML's own resolvers first.
@@ -58,8 +56,7 @@ def loader_class() -> type:
 
 
 def parse_value(text: str) -> Any:
-    """One override's value as YAML (an empty value is null), within the limits every spec is
-    parsed with (olmoablate.io: size, nesting, alias expansion; an InputLimitError)."""
+    """One override's value as YAML (empty: null), within every spec's parse limits."""
     return compose_yaml_bounded(text, loader_class())[1]
 
 
@@ -90,11 +87,8 @@ def apply_overrides(
     raw: dict[str, Any], overrides: Sequence[str], size_names: set[str]
 ) -> tuple[dict[str, Any], dict[Path_, str]]:
     """A copy of ``raw`` with every override applied, and {field path: override text}.
-
-    Setting a size's value of a field that has one value for all sizes (``lr.1B=3e-4`` where
-    ``lr: 4e-4``) makes it per-size: ``{1B: 3e-4, default: 4e-4}``. Raises OverrideError
-    (with the override's text) for a path through a value or past the end of a list.
-    """
+    ``lr.1B=3e-4`` where ``lr: 4e-4`` makes it per-size: ``{1B: 3e-4, default: 4e-4}``.
+    OverrideError for a path through a value or past the end of a list."""
     doc = copy.deepcopy(raw)
     where: dict[Path_, str] = {}
     for text in overrides:
@@ -147,9 +141,8 @@ def covering(path: Path_, where: dict[Path_, str]) -> str | None:
 
 
 def spec_sha256(data: bytes, overrides: Sequence[str] = ()) -> str:
-    """The spec's identity as plan.json records it: sha256 of the file's bytes, then
-    ``\\n--set <override>`` for each override in order (no overrides: the file's own sha256, as
-    before overrides existed)."""
+    """sha256 of the file's bytes, then ``\\n--set <override>`` for each override in order (none:
+    the file's own sha256, as before overrides existed)."""
     h = hashlib.sha256(data)
     for text in overrides:
         h.update(b"\n--set " + text.encode("utf-8"))
@@ -381,9 +374,8 @@ def _resolve(
 
 # ----------------------------------------------------------------------------------------- loading
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
-    """Parse and fully validate one spec file, with ``--set`` ``overrides`` applied (in order).
-
-    Raises SpecError listing every problem found."""
+    """Parse and fully validate one spec file, ``--set`` ``overrides`` applied in order; a
+    SpecError lists every problem found."""
     p = Path(path)
     fname = str(path)
     try:

@@ -1,12 +1,6 @@
-"""Metric names, defined once: what the training job records and the report and gate read.
-
-Why here: a metric is written by one stage (OLMo-core's trainer and our callbacks, into
-``metrics.jsonl``) and read by others (report, gate, validate checking a gate's ``metric``). A name
-spelled twice drifts; a renamed metric must fail at one place. The names that OLMo-core itself
-records (``train/CE loss``, ``optim/total grad norm``, ``throughput/...``) are OLMo-core 3.0's.
-
-Looped models are also scored at other loop counts; those passes carry the suffix
-``" (loops=<n>)"`` (:func:`with_loops` / :func:`split_loops`).
+"""Metric names, defined once: what the training job records and the report and gate read (a
+name spelled twice drifts). OLMo-core's own names are OLMo-core 3.0's. Looped models scored at
+other loop counts carry the suffix ``" (loops=<n>)"`` (:func:`with_loops` / :func:`split_loops`).
 """
 
 from __future__ import annotations
@@ -28,22 +22,19 @@ TOTAL_PFLOPS = "throughput/total petaflops"
 DEVICE_TPS = "throughput/device/TPS"
 #: Ours (olmoablate.run.callbacks): the loop count in force and each loop's state norm.
 LOOPS = "train/loops"
-#: Peak memory of the step, max over ranks (the training job records it with OLMo-core's max
-#: reduction; metrics.jsonl and summary.json carry it as ``peak_memory_gb``).
+#: Peak memory of the step, max over ranks (as ``peak_memory_gb`` in metrics.jsonl/summary.json).
 PEAK_MEMORY = "system/peak memory (GB, max over ranks)"
 H_NORM_PREFIX = "train/H norm"
-#: Ours (olmoablate.run.records, one key of each metrics.jsonl row): the step's wall time
-#: (training work only, synchronised on the device), its process CPU time, the step's index in
-#: its attempt (1 = first step after a start or resume) and the step's peak memory in GB.
+#: Ours (olmoablate.run.records, keys of each metrics.jsonl row): the step's wall time (synchronised
+#: on the device), tokens trained through it (the report's x axis), its process CPU time, its index
+#: in its attempt (1 = first after a start or resume) and its peak memory in GB.
 STEP_TIME = "step_time_s"
-#: ... and the tokens trained through the step (step x global batch size: the report's x axis).
 TOKENS = "tokens"
 STEP_CPU_TIME = "step_cpu_time_s"
 STEP_IN_ATTEMPT = "step_in_attempt"
 PEAK_MEMORY_GB = "peak_memory_gb"
-#: Steps of every attempt that are warm-up (compilation, cold caches, the first checkpoint
-#: load), never steady state: left out of summary.json's mean step time by the training job and
-#: out of the step-time overhead by the report (``step_in_attempt <= ATTEMPT_WARMUP_STEPS``).
+#: Warm-up steps of every attempt (compilation, cold caches, checkpoint load): left out of the
+#: mean step time and the report's step-time overhead.
 ATTEMPT_WARMUP_STEPS = 5
 #: Every evaluation metric starts with this (OLMo-core's evaluator callbacks' prefix).
 EVAL_PREFIX = "eval/"
@@ -55,52 +46,44 @@ _H_NORM = re.compile(r"^train/H norm \(loop (?P<t>\d+)\)$")
 
 
 def h_norm(loop: int) -> str:
-    """``train/H norm (loop <t>)`` for loop ``t`` (1-based)."""
     return f"{H_NORM_PREFIX} (loop {loop})"
 
 
 def h_norm_loop(name: str) -> int | None:
-    """The loop of an :func:`h_norm` name, None for any other name."""
+    """The loop of an :func:`h_norm` name, else None."""
     m = _H_NORM.match(name)
     return int(m.group("t")) if m else None
 
 
 def lm_eval(set_name: str, metric: str = "CE loss") -> str:
-    """``eval/lm/<set>/<metric>``: OLMo-core's LM evaluator names (CE loss, PPL, tokens)."""
     return f"{LM_EVAL_PREFIX}{set_name}/{metric}"
 
 
 def downstream(task: str, metric: str) -> str:
-    """``eval/downstream/<task> (<metric>)``: OLMo-core's downstream evaluator names."""
     return f"{DOWNSTREAM_PREFIX}{task} ({metric})"
 
 
 #: OLMo-core 3.0 ``DownstreamEvaluator.metric_type_to_label``: ai2-olmo-eval metric key -> the
 #: suffix OLMo-core writes (``eval/downstream/<task> (<suffix>)``).
+_LABELS = {
+    "f1": "F1 score",
+    "acc": "accuracy",
+    "len_norm": "length-normalized accuracy",
+    "pmi_dc": "PMI-DC accuracy",
+    "ce_loss": "CE loss",
+    "bpb": "BPB",
+    "soft": "soft loss",
+    "soft_log": "log soft loss",
+}
 DOWNSTREAM_LABELS: dict[str, str] = {
-    "f1_v1": "F1 score",
-    "acc_v1": "accuracy",
-    "len_norm_v1": "length-normalized accuracy",
-    "pmi_dc_v1": "PMI-DC accuracy",
-    "ce_loss_v1": "CE loss",
-    "bpb_v1": "BPB",
-    "soft_v1": "soft loss",
-    "soft_log_v1": "log soft loss",
-    "f1_v2": "F1 score v2",
-    "acc_v2": "accuracy v2",
-    "len_norm_v2": "length-normalized accuracy v2",
-    "pmi_dc_v2": "PMI-DC accuracy v2",
-    "ce_loss_v2": "CE loss v2",
-    "bpb_v2": "BPB v2",
-    "soft_v2": "soft loss v2",
-    "soft_log_v2": "log soft loss v2",
+    **{f"{k}_v1": v for k, v in _LABELS.items()},
+    **{f"{k}_v2": f"{v} v2" for k, v in _LABELS.items()},
 }
 
 
 def downstream_suffixes(metric_type: str | None) -> list[str]:
-    """The suffixes a task of ai2-olmo-eval ``metric_type`` records (``ICLMetric.compute``:
-    f1, ce_loss and bpb tasks report only that metric; every other task reports its own
-    accuracy plus CE loss, BPB, soft and log-soft loss). None (unknown type): every suffix."""
+    """The suffixes a task of ai2-olmo-eval ``metric_type`` records (``ICLMetric.compute``: f1,
+    ce_loss and bpb report only that; others add CE loss, BPB, soft losses). None: every one."""
     if metric_type is None:
         return list(DOWNSTREAM_LABELS.values())
     keys = [metric_type] if metric_type in {"f1", "ce_loss", "bpb"} else [
@@ -111,7 +94,7 @@ def downstream_suffixes(metric_type: str | None) -> list[str]:
 
 
 def split_downstream(name: str) -> tuple[str, str] | None:
-    """``eval/downstream/<task> (<suffix>)`` -> (task, suffix); None for any other name."""
+    """:func:`downstream`'s inverse: (task, suffix), else None."""
     if not name.startswith(DOWNSTREAM_PREFIX):
         return None
     base, _ = split_loops(name)
@@ -120,12 +103,11 @@ def split_downstream(name: str) -> tuple[str, str] | None:
 
 
 def with_loops(name: str, loops: int) -> str:
-    """``<name> (loops=<n>)``: a metric of a looped model scored at loop count ``loops``."""
     return f"{name} (loops={int(loops)})"
 
 
 def split_loops(name: str) -> tuple[str, int | None]:
-    """The inverse of :func:`with_loops`: (base name, loop count), or (name, None)."""
+    """:func:`with_loops`' inverse: (base name, loop count), or (name, None)."""
     m = _LOOPS_SUFFIX.match(name)
     if m is None:
         return name, None
@@ -153,9 +135,7 @@ def gate_metrics(lm_sets: list[str]) -> set[str]:
 # ``factor`` std above the mean of the previous ``window`` *and* ``min_relative_jump`` above it
 # (mean + 3·std alone fires on Gaussian noise every ~750 steps). Non-finite losses are divergence,
 # never in the window. Streaming and vectorised forms; a test checks they agree point for point.
-
-#: The rule's defaults, defined only here: the spec's ``training.stability`` (plan/schema.py),
-#: the training job's StabilityCallback and the report's loss_spikes all import them.
+# Its defaults are defined only here (the spec, the job and the report import them).
 DEFAULT_WINDOW = 50
 DEFAULT_FACTOR = 3.0
 DEFAULT_MIN_RELATIVE_JUMP = 0.05
@@ -202,13 +182,9 @@ def spike_indices(
     factor: float = DEFAULT_FACTOR,
     min_relative_jump: float = DEFAULT_MIN_RELATIVE_JUMP,
 ) -> list[int]:
-    """Vectorised form for the report: indices (into ``losses``) of spikes, same rule.
-
-    Rolling sums of the previous ``window`` values come from cumulative sums of centred values
-    (for precision). The cheap necessary conditions (above the mean, and by the relative jump)
-    are tested first on every step; the standard deviation is formed only where they hold, with
-    exactly the expressions a full evaluation would use, so the answer is the same bit for bit
-    at a fraction of the passes over the (100k-step) array."""
+    """Vectorised form for the report: indices (into ``losses``) of spikes, same rule. Rolling
+    sums come from cumulative sums of centred values (precision); the std is formed only where
+    the cheap necessary conditions hold, with the full evaluation's expressions (bit for bit)."""
     import numpy as np
 
     x = np.asarray(losses, dtype=np.float64)

@@ -1,9 +1,7 @@
 """The name of every file that crosses a stage, defined once.
 
-Why a module with no imports: the shell-completion code and the login-node commands need these
-names without loading the plan model, and every stage that writes or reads one of these files
-must agree on its name. :mod:`olmoablate.plan.layout` builds the paths from them (and maps
-who writes what); nothing else spells a file name.
+No imports: shell completion and the login-node commands need them without the plan model.
+:mod:`olmoablate.plan.layout` builds the paths; nothing else spells a file name.
 """
 
 from __future__ import annotations
@@ -51,11 +49,8 @@ MANIFEST_FILE = "manifest.json"
 # (no pydantic: imported at start-up; the typed files are :mod:`olmoablate.run.files`).
 
 class RunState(enum.StrEnum):
-    """Every state a run is in, wherever it is recorded (status.json, ledger.json, `status`).
-
-    A :class:`enum.StrEnum`: members compare equal to (and serialise as) their names, so files
-    written before this type read unchanged.
-    """
+    """Every state a run is in, wherever recorded; a StrEnum, so files written before it read
+    unchanged."""
 
     #: submitted, waiting for the scheduler (Slurm PENDING, a requeue)
     PENDING = "pending"
@@ -106,10 +101,8 @@ REUSABLE_STATES = frozenset(
 # ---------------------------------------------------------------------------------- timestamps
 def recorded_state(status_path: Path) -> RunState | None:
     """The state a run's status.json records, or None (no file, not JSON, no known state).
-
-    The store's one question about another spec's run (is this identity already trained?) is
-    answered here, below the plan; the typed file, with every other field, is
-    :class:`olmoablate.run.files.RunStatus`, which the job writes."""
+    The store's one question about another spec's run, answered below the plan (the typed file:
+    :class:`olmoablate.run.files.RunStatus`)."""
     try:
         state = json.loads(status_path.read_text()).get("state")
         return RunState(state)
@@ -127,8 +120,7 @@ def format_time(when: datetime.datetime) -> str:
 
 
 def parse_time(value: Any) -> datetime.datetime | None:
-    """A timestamp of a run file (either format ever written: ``+00:00`` or ``+0000``); None
-    for anything else. A time without an offset is taken as UTC."""
+    """A run file's timestamp (``+00:00`` or ``+0000``; no offset: UTC), else None."""
     if isinstance(value, datetime.datetime):
         when = value
     elif isinstance(value, str) and value:

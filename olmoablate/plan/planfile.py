@@ -1,12 +1,9 @@
-"""The plan as typed models: what `plan` writes to ``results/<spec>/plan.json`` and every later
-stage reads.
+"""The plan as typed models: ``results/<spec>/plan.json``, written by `plan`, read by every stage.
 
-Why typed: stages that re-read the plan's dicts by hand retyped the spec's defaults, and the copies
-drifted (``max_num_timeout: 0`` became 3). A plan is validated once, by :meth:`Plan.load`, and
-records *concrete* values, so the plan-only models have no defaults: a missing field is a one-line
-error, never a silent fallback. Sections copied from the spec reuse the spec's models; the resolved
-ones (``training``, ``slurm``) are :mod:`olmoablate.plan.resolved`'s. The JSON form round-trips
-(:meth:`Plan.as_json`), so certificates and pre-registration hashes of existing results still match.
+Why typed: stages re-reading the plan's dicts retyped the spec's defaults, and the copies drifted
+(``max_num_timeout: 0`` became 3). A plan records *concrete* values, so plan-only models have no
+defaults (a missing field is a one-line error). The JSON form round-trips (:meth:`Plan.as_json`),
+so certificates and pre-registration hashes of existing results still match.
 """
 
 from __future__ import annotations
@@ -43,9 +40,6 @@ from olmoablate.plan.resolved import PlanModel, RunSlurm, RunTraining
 from olmoablate.plan.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
 from olmoablate.plan.sizes import SizeDims
 
-# Reading plan.json documents of earlier formats (upgraded in memory to the current one), and
-# naming a run by its id, not its index, in an error message.
-
 #: plan.json format version. 1: the first release's format (the first gate held twice, at the top
 #: level as ``gate``/``gate_sha256``/``gate_raw_sha256`` and as ``gates[0]``); 2: every gate once,
 #: in ``gates`` (a ``gate:`` spec is its one-entry case). Format 1 is read through :func:`upgrade`.
@@ -69,14 +63,9 @@ def run_named(err: ValidationError, doc: dict[str, Any]) -> str:
 
 def upgrade(doc: dict[str, Any], where: str = PLAN_FILE) -> dict[str, Any]:
     """A format-1 plan (``doc`` as parsed) in the current format; a current one as it is.
-
-    Format 1 held the first gate twice: ``gate`` (with its two hashes) at the top level and
-    ``gates[0]``. The copy goes (``gates`` is the one source); two copies that differ are an
-    error naming the file and the field, since only one of them could be the pre-registered gate.
-    A plan from before several gates and A/A runs existed had its one gate only in ``gate``; it
-    becomes the only entry of ``gates`` (named after its variant), exactly what `plan` records
-    for a ``gate:`` spec today.
-    """
+    The top-level copy of the first gate goes; two copies that differ are an error, since only
+    one could be the pre-registered gate. A plan from before ``gates`` existed gets its ``gate``
+    as the only entry, as `plan` records a ``gate:`` spec today."""
     if doc.get("schema") != 1:
         return doc
     doc = _fill_v1(doc)
@@ -148,8 +137,7 @@ def _size_dims(value: Any) -> Any:
 
 
 class BlockCode(PlanModel):
-    """One block's code identity (:func:`olmoablate.plan.blocks.code_identity`): checked by
-    ``submit``, by the job at every (re)start and by the report."""
+    """:func:`olmoablate.plan.blocks.code_identity`, checked by submit, the job and the report."""
 
     name: str
     module: str
@@ -160,8 +148,7 @@ class BlockCode(PlanModel):
 
 
 class RunEntry(PlanModel):
-    """One training run: an arm of one or more pairs (a baseline serves every variant of its
-    size and seed), or an A/A baseline of the gate's noise measurement (``role: aa``)."""
+    """One training run: an arm of one or more pairs, or an A/A baseline (``role: aa``)."""
 
     #: Part of a path (runs/<run_id>/): a name, never ``..`` or ``a/b`` (a hostile plan.json).
     run_id: Annotated[str, Field(pattern=NAME_RE)]
@@ -202,7 +189,6 @@ class RunEntry(PlanModel):
 
     @property
     def bf16(self) -> bool:
-        """Whether this run computes in bf16 (the one rule, :func:`computes_in_bf16`)."""
         return computes_in_bf16(self.training.precision, self.topology)
 
     @property
@@ -214,12 +200,11 @@ class RunEntry(PlanModel):
         return self.role == "aa"
 
     def as_json(self) -> dict[str, Any]:
-        """The entry exactly as plan.json holds it (what the certificate hashes)."""
+        """The entry as plan.json holds it (what the certificate hashes)."""
         return _drop_absent(self.model_dump(mode="json"), ("loop_counts", "role", "code"))
 
     def certificate_now(self, budget_match: str | None = None) -> str:
-        """The certificate recomputed from this entry (the job and the report compare it with
-        the recorded ``certificate`` to catch a hand-edited arm)."""
+        """Recomputed, to catch a hand-edited arm (the job and the report compare it)."""
         return certificate_of(self.as_json(), budget_match)
 
 
@@ -246,12 +231,8 @@ class GateRegistration(PlanModel):
 
 class GateEntry(PlanModel):
     """One pre-registered gate: its block and the hashes `report` checks it against.
-
-    ``seeds`` (the seeds the gate was registered with) and ``design_sha256`` (sha256 of the block
-    together with them) are absent in plans from before sequential designs: such a gate is
-    reported exactly as then. ``history``: earlier registrations a ``plan --replan`` replaced,
-    so seeds added after a look are visible to the report.
-    """
+    ``seeds``/``design_sha256`` are absent in plans from before sequential designs (reported as
+    then); ``history``: registrations a ``plan --replan`` replaced (seeds added after a look)."""
 
     name: str
     gate: Gate
@@ -262,8 +243,7 @@ class GateEntry(PlanModel):
     history: list[GateRegistration] = []
 
     @model_serializer(mode="wrap")
-    def _dump(self, handler: Any) -> dict[str, Any]:
-        """An old plan's entry round-trips as it was written (no design record)."""
+    def _dump(self, handler: Any) -> dict[str, Any]:  # an old plan's entry round-trips as written
         out = handler(self)
         for k in ("seeds", "design_sha256"):
             if out.get(k) is None:
@@ -274,8 +254,7 @@ class GateEntry(PlanModel):
 
 
 class EvalSetInfo(PlanModel):
-    """What one LM eval set holds, measured from its files at plan time (None: not readable
-    then, e.g. a remote path)."""
+    """One LM eval set, measured from its files at plan time (None: not readable, e.g. remote)."""
 
     files: int
     tokens: int | None
@@ -286,7 +265,6 @@ class EvalSetInfo(PlanModel):
 
 
 class Plan(PlanModel):
-    """plan.json: every run and pair of a spec, their costs, certificates and gates."""
 
     schema_version: int = Field(alias="schema")
     spec_name: str
@@ -294,10 +272,8 @@ class Plan(PlanModel):
     spec_path: str
     workdir: str
     spec_sha256: str
-    #: ``--set`` overrides applied to the spec file, in order (hashed into ``spec_sha256``);
-    #: not written when there are none, so plans without overrides read and write as before.
-    #: (A plain ``[]`` default: pydantic copies it per instance, and ``default_factory=list``
-    #: would make pydantic inspect the builtin's signature, ~3 ms of every `validate`.)
+    #: ``--set`` overrides, in order (hashed into ``spec_sha256``); not written when none. A plain
+    #: ``[]``: ``default_factory=list`` makes pydantic inspect the builtin, ~3 ms of `validate`.
     overrides: list[str] = Field([], exclude_if=lambda v: not v)
     created: str
     olmoablate_version: str
@@ -311,18 +287,15 @@ class Plan(PlanModel):
     accounting: dict[str, str]
     pairs: list[Pair]
     runs: list[RunEntry]
-    #: Run identities and reuse across specs of the store (`olmoablate.plan.identity`);
-    #: None in plans from before identities (the key is then not written).
+    #: Run identities and reuse across the store; None (not written) in plans from before them.
     identity: PlanIdentity | None = None
-    #: In a view of one gate (:meth:`gate_views`): that gate's name (its block in a ``gates:``
-    #: spec is ``gates.<name>``); None: the plan itself, whose gate is the first. Never written.
+    #: A view's gate (:meth:`gate_views`); None: the plan itself, whose gate is the first.
     gate_name: str | None = Field(None, exclude=True)
 
     _path: Path | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _identity_fits(self) -> Plan:
-        """The identity section names exactly this plan's runs (a reuse only of its own runs)."""
         if self.identity is not None:
             ids = {r.run_id for r in self.runs}
             odd = sorted(set(self.identity.runs) ^ ids) or sorted(set(self.identity.reused) - ids)
@@ -336,17 +309,10 @@ class Plan(PlanModel):
     def _variants(self, variants: dict[str, Architecture]) -> dict[str, Any]:
         return {k: v.as_mapping() for k, v in variants.items()}
 
-    # ------------------------------------------------------------------ reading and writing
     @classmethod
     def load(cls, path: str | Path) -> Plan:
-        """Read and validate ``path`` (a plan.json or the results folder holding one).
-
-        Every problem is a one-line :class:`UserError` naming the file and the field.
-
-        Loaded once per content: a job start reads the plan in the launcher's wrapper and again
-        in the training job (the same process); the second load of unchanged bytes at the same
-        path returns the same validated, frozen plan (the last one loaded is kept).
-        """
+        """Read and validate ``path`` (a plan.json or its results folder); one-line errors.
+        A job start loads it twice in one process: unchanged bytes return the same frozen plan."""
         p = Path(path)
         plan_path = p / PLAN_FILE if p.is_dir() else p
         if not plan_path.is_file():
@@ -368,7 +334,6 @@ class Plan(PlanModel):
 
     @classmethod
     def from_json(cls, doc: Any, where: str = PLAN_FILE) -> Plan:
-        """Validate a plan.json document (already parsed); ``where`` names it in errors."""
         if not isinstance(doc, dict):
             raise UserError(f"{where}: not a plan (expected a JSON object)")
         version = doc.get("schema")
@@ -385,24 +350,19 @@ class Plan(PlanModel):
             ) from None
 
     def as_json(self) -> dict[str, Any]:
-        """The plan exactly as plan.json holds it."""
         out = self.model_dump(mode="json", by_alias=True)
         out["runs"] = [r.as_json() for r in self.runs]
         return _drop_absent(out, ("identity",))
 
     def write(self, path: str | Path) -> None:
-        """Write plan.json atomically (a reader never sees half a plan)."""
         write_json_atomic(path, self.as_json())
 
     @property
     def path(self) -> Path | None:
-        """The plan.json this plan was loaded from (None when built in memory)."""
         return self._path
 
-    # ------------------------------------------------------------------ lookups
     @functools.cached_property
     def runs_by_id(self) -> dict[str, RunEntry]:
-        """Runs keyed by run id, in plan order."""
         return {r.run_id: r for r in self.runs}
 
     @functools.cached_property
@@ -410,7 +370,6 @@ class Plan(PlanModel):
         return {p.pair_id: p for p in self.pairs}
 
     def run(self, run_id: str) -> RunEntry:
-        """The run ``run_id``; a one-line error listing the plan's runs when there is none."""
         return self._lookup("run", run_id, self.runs_by_id)
 
     def pair(self, pair_id: str) -> Pair:
@@ -425,7 +384,6 @@ class Plan(PlanModel):
         return table[key]
 
     def pairs_of(self, run_id: str) -> list[Pair]:
-        """The pairs run ``run_id`` is an arm of (a baseline may serve several)."""
         return [p for p in self.pairs if run_id in (p.baseline_run, p.variant_run)]
 
     def check_run_ids(self, run_ids: list[str] | None, option: str) -> list[str]:
@@ -436,34 +394,22 @@ class Plan(PlanModel):
                 raise UserError(f"{option} {rid}: not a run of this plan (allowed: {allowed})")
         return list(run_ids or [])
 
-    # ------------------------------------------------------------------ gates
-    # The gate is stored once, in ``gates`` (a ``gate:`` spec is its one-entry case); ``gate``,
-    # ``gate_sha256`` and ``gate_raw_sha256`` read this plan's (or this view's) entry of it.
+    # ``gate``, ``gate_sha256``, ``gate_raw_sha256``: of this plan's (or view's) entry of ``gates``
     @property
     def gate(self) -> Gate | None:
-        """The gate block of :meth:`gate_entry` (None: the spec has no gate)."""
-        e = self.gate_entry()
-        return e.gate if e is not None else None
+        return getattr(self.gate_entry(), "gate", None)
 
     @property
     def gate_sha256(self) -> str | None:
-        """sha256 of that block as `plan` pre-registered it (the report and W&B show it)."""
-        e = self.gate_entry()
-        return e.gate_sha256 if e is not None else None
+        return getattr(self.gate_entry(), "gate_sha256", None)
 
     @property
     def gate_raw_sha256(self) -> str | None:
-        """sha256 of that gate's block as written in the spec (before defaults)."""
-        e = self.gate_entry()
-        return e.gate_raw_sha256 if e is not None else None
+        return getattr(self.gate_entry(), "gate_raw_sha256", None)
 
     def gate_views(self) -> list[tuple[str, Plan]]:
-        """(name, this plan viewed as that gate's: ``gate``/``gate_sha256`` are its) per gate.
-
-        Why views: every piece of the gate (pre-registration check, noise source, MDE lines, the
-        report's statistics) reads one gate from ``plan.gate``; a view puts each of several
-        pre-registered gates there in turn, so each is decided by the same code, independently.
-        """
+        """(name, this plan viewed as that gate's) per gate. Why: every piece of the gate code
+        reads ``plan.gate``; a view puts each pre-registered gate there in turn."""
         out = []
         for e in self.gates:
             view = self.model_copy(update={"gate_name": e.name})
@@ -472,7 +418,6 @@ class Plan(PlanModel):
         return out
 
     def gate_entry(self) -> GateEntry | None:
-        """The :class:`GateEntry` of ``gate`` (this view's gate, or the first gate)."""
         for e in self.gates:
             if self.gate_name is None or e.name == self.gate_name:
                 return e
@@ -487,7 +432,7 @@ _LAST_LOADED: list[Any] = []
 
 
 def _at(plan: Plan, path: Path) -> Plan:
-    """``plan`` as loaded from ``path`` (the same file named another way: a shallow copy)."""
+    """``plan`` as loaded from ``path`` (the same file named another way)."""
     if plan.path == path:
         return plan
     other = plan.model_copy()
@@ -496,7 +441,7 @@ def _at(plan: Plan, path: Path) -> Plan:
 
 
 def _drop_absent(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """Optional keys the previous release left out when unset (not written as null)."""
+    """Optional keys left out when unset, as earlier releases wrote them."""
     for k in keys:
         if d.get(k) is None:
             d.pop(k, None)

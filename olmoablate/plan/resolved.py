@@ -1,14 +1,9 @@
 """The plan's run-entry sections, built from the spec's own models (one definition per field).
 
-Why derived, not re-typed: the run entry's ``training`` and ``slurm`` blocks are the spec's
-``Training``/``Slurm`` sections after `plan` resolved them for one size. Typing them again by hand
-let one training field be declared in four places whose types and bounds drifted apart. Here each
-run-entry section is :func:`resolved` from the spec model: the same fields, order, annotations and
-bounds, with only the declared differences (``required``: ``None`` dropped from the type, since
-the plan records a concrete value; ``drop``: spec-only inputs resolution consumes; ``rename``;
-``replace``/``add``: nested resolved sections and the facts `plan` adds). Every field is required
-(no defaults, see :mod:`olmoablate.plan.planfile`); nested sections copied verbatim
-(``optimizer``, ``stability``, ``wandb``) keep the spec's model itself.
+Why derived, not re-typed: ``training`` and ``slurm`` typed again by hand declared one field in
+four places whose types and bounds drifted. :func:`resolved` keeps the spec model's fields, order,
+annotations and bounds, with only declared differences (``required``, ``drop``, ``rename``,
+``replace``/``add``); every field is required. Sections copied verbatim keep the spec's model.
 
 Why ``create_model`` rather than subclasses: a subclass cannot drop a field and would inherit the
 spec models' validators (one reads ``warmup_fraction``, which the plan drops; one accepts spec
@@ -37,7 +32,6 @@ class PlanModel(BaseModel):
 
 
 def _without_none(annotation: Any) -> Any:
-    """``X | None`` -> ``X``."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = tuple(a for a in typing.get_args(annotation) if a is not type(None))
         if len(rest) == 1:
@@ -63,9 +57,8 @@ def resolved(
     add: dict[str, tuple[str | None, Any]] | None = None,
     doc: str = "",
 ) -> type[PlanModel]:
-    """The run-entry model of ``spec_model`` as `plan` records it. ``add``: new field -> (the field
-    it follows, or None for the end; its type). A renamed field moves to the end (where the plan
-    has always written it)."""
+    """The run-entry model of ``spec_model``. ``add``: new field -> (the field it follows, or None
+    for the end; its type). A renamed field moves to the end (where plans have written it)."""
     rename, replace, add = rename or {}, replace or {}, add or {}
     fields: dict[str, Any] = {}
     moved: dict[str, Any] = {}

@@ -1,10 +1,8 @@
 """The spec language: pydantic models for one experiment spec.
 
-Why pydantic with ``extra="forbid"`` everywhere: a typo in a 7B spec (``learning_rate`` instead of
-``lr``) must fail `validate` in CI, not silently train with a default for days. Sections that may
-take per-size values (``training``, ``evaluation``, ``topology``, ``slurm``) are validated once per
-size after `olmoablate.plan.load` has picked each size's values, so every model here sees plain,
-already-resolved values.
+Why ``extra="forbid"`` everywhere: a typo (``learning_rate`` for ``lr``) must fail `validate`, not
+train with a default for days. Per-size sections are validated once per size, after `load` picks
+each size's values.
 """
 
 from __future__ import annotations
@@ -32,23 +30,16 @@ GPU_METRICS_INTERVAL = 10
 
 
 def computes_in_bf16(precision: str, topology: Topology) -> bool:
-    """The one precision rule: ``bf16`` always, ``auto`` = bf16 on GPU and fp32 on CPU.
-
-    Used by the plan's cost accounting, `validate` and the training job alike, so what is
-    costed, what is validated and what is trained can never disagree.
-    """
+    """The one precision rule (cost, `validate` and the job): ``bf16`` always, ``auto`` = bf16 on
+    GPU and fp32 on CPU."""
     return precision == "bf16" or (precision == "auto" and topology.on_gpu)
 
 
 class Topology(Strict):
-    """Where and how a run executes. Every field is shared by both arms (pairing certificate).
-
-    ``None`` fields are resolved by ``_resolve`` (so the plan records concrete values):
-    ``data_parallel`` -> ``hsdp`` on more than one GPU node (one replica per node, sharded inside
-    the node, as OLMo-core's official OLMo 3 7B/32B scripts), else ``fsdp``; ``data_workers`` ->
-    8 on GPU (official), 0 on CPU; ``metrics_interval`` (metrics collection, cancel checks,
-    fingerprint gathering, non-finite checks) -> 10 steps on GPU (official), 1 on CPU.
-    """
+    """Where and how a run executes; every field is shared by both arms (pairing certificate).
+    ``None`` fields are resolved by ``_resolve``: ``data_parallel`` -> ``hsdp`` on more than one
+    GPU node (as OLMo-core's official 7B/32B scripts), else ``fsdp``; ``data_workers`` -> 8 on GPU
+    (official), 0 on CPU; ``metrics_interval`` -> 10 steps on GPU (official), 1 on CPU."""
 
     nodes: PosInt = 1
     gpus_per_node: NonNegInt = 8
@@ -66,9 +57,8 @@ class Topology(Strict):
     attention_backend: Literal["auto", "torch", "flash_2", "flash_3"] = "auto"
     data_workers: NonNegInt | None = None
     metrics_interval: PosInt | None = None
-    #: Memory per GPU in GB, for `validate`'s memory check (default: from slurm.constraint or
-    #: gpu_type, `olmoablate.plan.sizes`). A planning fact, not an execution setting: never
-    #: written to the plan, so it is no part of any certificate.
+    #: Memory per GPU in GB for `validate` (default: by slurm.constraint or gpu_type). A planning
+    #: fact: never written to the plan, so no part of any certificate.
     gpu_memory_gb: float | None = Field(None, gt=0, exclude=True)
 
     @model_validator(mode="after")
@@ -96,7 +86,6 @@ class Topology(Strict):
 
     @property
     def world_size(self) -> int:
-        """Ranks of the whole job (nodes x ranks per node)."""
         return self.nodes * self.ranks_per_node
 
 
@@ -202,8 +191,7 @@ class Schedule(Strict):
         return self
 
     def warmup_for(self, steps: int) -> int:
-        """Warm-up in steps for a run of ``steps``: ``warmup_steps``, else ``warmup_fraction`` of
-        the steps, else 1% of them (the default, here only)."""
+        """Warm-up steps: ``warmup_steps``, else ``warmup_fraction`` of ``steps``, else 1%."""
         if self.warmup_steps is not None:
             return self.warmup_steps
         return round(steps * (DEFAULT_WARMUP_FRACTION if self.warmup_fraction is None else self.warmup_fraction))
@@ -383,9 +371,8 @@ class Spec(Strict):
     topology: dict[str, Any] = {}
     slurm: dict[str, Any] = {}
     gate: Gate | None = None
-    #: Several pre-registered gates, one per proposal (name -> gate block, each with its own
-    #: `variant`): one verdict per gate. `gate:` is the one-gate shorthand. After validation
-    #: `gate` is the first of `gates`, so everything that reads one gate reads that one.
+    #: Several pre-registered gates (name -> block), one verdict each; `gate:` is the one-gate
+    #: shorthand, and after validation `gate` is the first of `gates`.
     gates: dict[str, Gate] | None = None
 
     @field_validator("seeds")
@@ -455,8 +442,7 @@ def _block_names() -> str:
 
 @dataclass
 class SizeSettings:
-    """The per-size sections of a spec, resolved and validated for one size (what `spec.load`
-    hands to its per-size checks)."""
+    """The per-size sections of a spec, resolved and validated for one size."""
 
     training: Training
     evaluation: Evaluation

@@ -1,9 +1,7 @@
 """Model sizes: OLMo-core's OLMo 3 presets as plain numbers, plus user-defined custom sizes.
 
-Why a table instead of calling ``TransformerConfig.olmo3_*``: `validate` and `plan` must run on a
-login node without importing torch. The numbers are copied from OLMo-core 3.0 and a test
-(`tests/plan/test_accounting.py`) builds every preset with OLMo-core and checks each field, so the table
-cannot silently drift from the library.
+A table, not ``TransformerConfig.olmo3_*``: `validate` and `plan` run without torch. Copied from
+OLMo-core 3.0; tests/plan/test_accounting.py builds every preset there and checks each field.
 """
 
 from __future__ import annotations
@@ -26,11 +24,9 @@ DOLMA2_PAD_TOKEN_ID = 100277
 #: `olmoablate.data` vendors); recorded in every dolma2 plan entry.
 DOLMA2_TOKENIZER_SHA256 = "3ca996cca8afea58b34e95c353e859333592642a5e51d695d7a6dbbaf692dfe9"
 
-#: The demo's 4,096-entry byte-level BPE, shipped as ``olmoablate/data/python_docs_bpe4096.json``
-#: (trained by `olmoablate.data.tokenizers.train_bpe` on the python-docs train split of Debian
-#: python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2). Its ids and hash are stated here, like
-#: dolma2's, so `validate` need not parse the file (tests/plan/test_tokens.py reads the file
-#: and checks every one of them).
+#: The demo's byte-level BPE in ``olmoablate/data/`` (`olmoablate.data.tokenizers.train_bpe` on the
+#: python-docs train split of Debian python3.11-doc 3.11.2-6+deb12u9, tokenizers 0.22.2); stated
+#: here so `validate` need not parse it (tests/plan/test_tokens.py checks them against the file).
 BPE_FILENAME = "python_docs_bpe4096.json"
 BPE_VOCAB_SIZE = 4096  # special tokens included
 BPE_EOS_TOKEN_ID = 0
@@ -39,15 +35,13 @@ BPE_SHA256 = "196b538c292e2126ad748976a595808f41092b16297c852e4b8e6521f1120c10"
 
 
 def dolma2_tokenizer_file() -> Path:
-    """Where the vendored dolma2 ``tokenizer.json`` is installed (``olmoablate/data/``): named here
-    so every stage that needs the file (data prepares with it, train's downstream evaluation
-    tokenizes with it) reads one location without importing another stage."""
+    """The vendored dolma2 ``tokenizer.json``: one location for every stage that reads it."""
     return Path(__file__).resolve().parent.parent / "data" / "allenai_dolma2.json"
 
 
 @dataclass(frozen=True)
 class SizeDims:
-    """Every dimension a model of one size needs. ``sliding_window`` is the SWA width in tokens."""
+    """Every dimension of one size (``sliding_window``: the SWA width in tokens)."""
 
     name: str
     d_model: int
@@ -94,7 +88,6 @@ PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
 
 
 def preset(name: str, vocab_size: int = DOLMA2_PADDED_VOCAB_SIZE) -> SizeDims:
-    """The OLMo 3 preset ``name`` (e.g. ``"1B"``); KeyError if there is none."""
     d, n_layers, h, kv, ff = _PRESETS[name]
     return SizeDims(
         name=name,
@@ -110,7 +103,6 @@ def preset(name: str, vocab_size: int = DOLMA2_PADDED_VOCAB_SIZE) -> SizeDims:
 
 
 def custom(name: str, dims: dict[str, int]) -> SizeDims:
-    """A custom size from the spec's ``custom_sizes`` entry (already validated by the schema)."""
     return SizeDims(
         name=name,
         d_model=int(dims["d_model"]),
@@ -125,7 +117,7 @@ def custom(name: str, dims: dict[str, int]) -> SizeDims:
 
 
 def resolve(size: str | dict[str, int] | SizeDims, vocab_size: int | None = None) -> SizeDims:
-    """A size name (preset) or a custom-size dict -> SizeDims. Used by the models package."""
+    """A preset name or a custom-size dict -> SizeDims (for the models package)."""
     if isinstance(size, SizeDims):
         return size
     if isinstance(size, str):
@@ -174,7 +166,7 @@ def _key(name: str) -> str:
 def gpu_memory_gb(
     explicit: float | None, constraint: str | None, gpu_type: str | None
 ) -> tuple[float | None, str]:
-    """(GB per device, where it came from) — (None, why) when nothing names a known GPU."""
+    """(GB per device, where it came from), or (None, why)."""
     if explicit is not None:
         return explicit, "topology.gpu_memory_gb"
     for token in re.split(r"[&|,()\[\]*\s]+", constraint or ""):

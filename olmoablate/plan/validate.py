@@ -31,7 +31,6 @@ def human(n: float) -> str:
 
 
 def _table(title: str, cols: tuple[str, ...], left: int) -> Any:
-    """A rich table whose first ``left`` columns are left-justified, the rest right."""
     from rich.table import Table
 
     table = Table(title=title)
@@ -138,8 +137,7 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
 
 
 def _render_protocol(plan: Plan, console: Any) -> None:
-    """Below either view: the evaluation protocol, then each pre-registered gate with its noise
-    source and minimum detectable effect lines."""
+    """Below either view: the evaluation protocol, then each gate with its noise and MDE lines."""
     from olmoablate.plan.feasibility import gate_lines
 
     render_evaluation(plan, console)
@@ -188,8 +186,7 @@ def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
 
 
 def render_evaluation(plan: Plan, console: Any) -> None:
-    """The evaluation protocol per size (sizes with the same protocol share one block): it is part
-    of every pair's certificate, so both arms are scored on exactly these sets and tasks."""
+    """The evaluation protocol per size (identical ones share a block; part of the certificate)."""
     by_size: dict[str, tuple[Evaluation, list[str]]] = {}
     for r in plan.runs:
         ev, loops = by_size.setdefault(r.size, (r.evaluation, []))
@@ -223,9 +220,8 @@ class OutputFormat(str, Enum):
 def find_spec_files(
     paths: list[Path], results_root: Path = RESULTS_ROOT
 ) -> list[tuple[Path, list[str]]]:
-    """Expand folders into the spec files they hold (recursively, sorted), each with no
-    overrides; a spec name or a results folder stands for the spec file its plan was made from,
-    with that plan's ``--set`` overrides."""
+    """Folders expanded into their spec files (recursively, sorted); a spec name or results
+    folder stands for its plan's spec file, with that plan's ``--set`` overrides."""
     files: list[tuple[Path, list[str]]] = []
     for p in paths:
         if p.is_dir() and (p / PLAN_FILE).is_file():
@@ -352,8 +348,7 @@ def validate_command(
 
 
 def spec_file_of(spec: str, results_root: Path) -> tuple[Path, list[str]]:
-    """SPEC as every command takes it (a spec file, a spec name or a results folder) -> the spec
-    file to plan from, and the overrides its existing plan was made with."""
+    """SPEC (a spec file, name or results folder) -> its spec file and its plan's overrides."""
     path = Path(spec)
     if path.is_file() and path.suffix in SPEC_SUFFIXES:
         return path, []
@@ -463,8 +458,8 @@ def plan_command(
 
 
 def _old_plan(out: ResultsDir) -> dict[str, Any] | None:
-    """The plan.json being replaced, read without validating it (None when absent or not JSON;
-    ``{}`` when not an object), so even a plan this version cannot load is protected."""
+    """The plan.json being replaced, unvalidated, so even one this version cannot load is
+    protected (None when absent or not JSON; ``{}`` when not an object)."""
     try:
         old = json.loads(out.plan_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -473,7 +468,6 @@ def _old_plan(out: ResultsDir) -> dict[str, Any] | None:
 
 
 def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
-    """Carry the replaced plan's gate registrations (seeds added after a look are flagged)."""
     from olmoablate.plan.feasibility import carry_registrations
 
     old = _old_plan(out)
@@ -481,8 +475,7 @@ def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
-    """Keep the pre-registered plan once runs exist, unless the user explicitly re-plans (the old
-    plan is compared by its spec hash only)."""
+    """Keep the pre-registered plan (by spec hash) once runs exist, unless ``--replan``."""
     if replan:
         return
     old = _old_plan(out)
