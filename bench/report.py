@@ -39,7 +39,8 @@ from pathlib import Path
 
 from sidebyside import BASELINE_REV, REPO, ChildResult, export_revision, load_average, run_child
 
-from olmoablate.plan.planfile import PLAN_FILE, RunEntry
+from olmoablate.plan.names import PLAN_FILE
+from olmoablate.plan.planfile import RunEntry
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, synthetic_plan, write_run
 
 SIZES = ("1B", "3B")

@@ -33,11 +33,11 @@ from olmoablate.io import (
     write_json_atomic,
 )
 from olmoablate.plan.arch import Architecture
-from olmoablate.plan.gate import LEGACY_FLOOR
+from olmoablate.plan.gate import LEGACY_FLOOR, Budget, Gate
 from olmoablate.plan.identity import PlanIdentity, certificate_of
 from olmoablate.plan.names import PLAN_FILE
 from olmoablate.plan.resolved import PlanModel, RunSlurm, RunTraining
-from olmoablate.plan.schema import Budget, Evaluation, Gate, Topology, computes_in_bf16
+from olmoablate.plan.schema import Evaluation, Topology, computes_in_bf16
 from olmoablate.plan.sizes import SizeDims
 
 #: plan.json format version. 1: the first release's format (the first gate held twice, at the top

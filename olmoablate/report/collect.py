@@ -21,10 +21,10 @@ import numpy as np
 from olmoablate.errors import UserError
 from olmoablate.io import read_json
 from olmoablate.plan import metrics as names
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.layout import ResultsDir, RunDir, resolve_results
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Pair, Plan, RunEntry
-from olmoablate.plan.schema import Gate
 from olmoablate.report import fingerprints
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate, reuse_problems
 from olmoablate.run import columnar

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from olmoablate.plan import metrics as names
-from olmoablate.plan.schema import Gate
+from olmoablate.plan.gate import Gate
 from olmoablate.report.collect import ATTEMPT, CPU, WALL, Results, RunData
 from olmoablate.report.compare import Aligned, PairResult, improvement_sign, match_points
 from olmoablate.report.noise import (

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.metrics import ATTEMPT_WARMUP_STEPS
 from olmoablate.plan.planfile import RunEntry
-from olmoablate.plan.schema import Gate
 from olmoablate.report.collect import ATTEMPT, CPU, WALL
 from olmoablate.run.files import RunStatus, RunSummary
 from olmoablate.stats import t_ppf

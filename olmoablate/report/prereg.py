@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from olmoablate.errors import UserError
 from olmoablate.io import MAX_YAML_BYTES, check_size, compose_yaml_bounded, sha256_of
 from olmoablate.plan import identity as ident
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.load import apply_overrides, loader_class, spec_sha256
 from olmoablate.plan.names import PLAN_FILE
 from olmoablate.plan.planfile import Pair, Plan
-from olmoablate.plan.schema import Gate
 from olmoablate.plan.sizes import PRESET_NAMES
 from olmoablate.plan.store import recorded_identity
 

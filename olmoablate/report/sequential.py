@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from olmoablate.plan.gate import SequentialDesign
+from olmoablate.plan.gate import Gate, SequentialDesign
 from olmoablate.plan.planfile import GateEntry
-from olmoablate.plan.schema import Gate
 from olmoablate.report.noise import NoiseSource, estimate
 from olmoablate.report.verdict import (
     INCONCLUSIVE,

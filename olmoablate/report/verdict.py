@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.names import RunState
-from olmoablate.plan.schema import Gate
 from olmoablate.report.compare import ArmHealth
 from olmoablate.report.noise import (
     FLOOR,

@@ -21,8 +21,8 @@ from olmoablate.plan.layout import (
     complete_spec,
     resolve_results,
 )
-from olmoablate.plan.names import LIVE_STATES, RESULTS_ROOT, RunState
-from olmoablate.plan.planfile import PLAN_FILE, Plan
+from olmoablate.plan.names import LIVE_STATES, PLAN_FILE, RESULTS_ROOT, RunState
+from olmoablate.plan.planfile import Plan
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import RunStatus
 from olmoablate.run.state import Ledger, local_job_alive, reconcile

@@ -18,7 +18,8 @@ from pathlib import Path
 from olmoablate.errors import UserError
 from olmoablate.plan.identity import installed_versions, version_mismatch
 from olmoablate.plan.layout import ResultsDir, RunDir
-from olmoablate.plan.planfile import Plan, RunEntry, RunTraining
+from olmoablate.plan.planfile import Plan, RunEntry
+from olmoablate.plan.resolved import RunTraining
 from olmoablate.plan.schema import Evaluation
 
 

@@ -25,8 +25,8 @@ import pandas as pd
 from olmoablate.io import write_text_atomic
 from olmoablate.plan import sizes
 from olmoablate.plan.layout import ResultsDir
-from olmoablate.plan.names import RunState
-from olmoablate.plan.planfile import PLAN_FILE, Plan, RunEntry
+from olmoablate.plan.names import PLAN_FILE, RunState
+from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.run.files import RunStatus, RunSummary
 from olmoablate.testing import plans as sp
 

@@ -361,12 +361,8 @@ def test_bpe_training_is_deterministic_across_processes() -> None:
 def test_shipped_bpe_is_reproduced_from_the_train_documents() -> None:
     """The pinned file is what `train_bpe` makes from the demo's train split (Debian package)."""
     from olmoablate.data.corpus import get_source, list_documents, read_text
-    from olmoablate.data.tokenizers import (
-        BPE_SHA256,
-        BPE_TRAIN_HOLDOUT_EVERY,
-        to_json_bytes,
-        train_bpe,
-    )
+    from olmoablate.data.tokenizers import BPE_TRAIN_HOLDOUT_EVERY, to_json_bytes, train_bpe
+    from olmoablate.plan.sizes import BPE_SHA256
 
     texts = [t for t in map(read_text, list_documents(get_source("python-docs"))) if t.strip()]
     train = [t for i, t in enumerate(texts) if i % BPE_TRAIN_HOLDOUT_EVERY]

@@ -107,7 +107,7 @@ def test_per_size_values_resolve(tmp_path: Path) -> None:
 
 
 def test_token_counts_with_suffixes() -> None:
-    from olmoablate.plan.schema import parse_count, parse_minutes
+    from olmoablate.errors import parse_count, parse_minutes
 
     assert parse_count("2.5B") == 2_500_000_000
     assert parse_count("100M") == 100_000_000

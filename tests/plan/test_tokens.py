@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.data.tokenizers import BPE_SHA256, bpe_path
+from olmoablate.data.tokenizers import bpe_path
 from olmoablate.plan.expand import build_plan
 from olmoablate.plan.load import SpecError, load_spec
+from olmoablate.plan.sizes import BPE_SHA256
 from olmoablate.plan.tokens import (
     chunk_bounds,
     eval_sequences,

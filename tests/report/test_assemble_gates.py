@@ -12,8 +12,8 @@ from typing import Any
 
 from olmoablate.io import read_json, sha256_of, write_json_atomic
 from olmoablate.plan.expand import build_plan
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.load import load_spec
-from olmoablate.plan.schema import Gate
 from olmoablate.testing import REPO
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, check_against_report, make_results
 

@@ -278,7 +278,7 @@ def test_fingerprint_check_of_appended_lines(tmp_path: Path, monkeypatch) -> Non
 def test_plan_without_a_gate_is_reported_with_the_schema_defaults(tmp_path: Path) -> None:
     """A spec may leave `gate:` out; the report then decides at 1B with the schema's gate
     defaults (`collect.UNGATED`), never with a second copy of them."""
-    from olmoablate.plan.schema import Gate
+    from olmoablate.plan.gate import Gate
     from olmoablate.report.assemble import build
     from olmoablate.report.collect import UNGATED
 

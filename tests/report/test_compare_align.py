@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from olmoablate.report.collect import cumulative_flops
-from olmoablate.report.compare import (
-    Curve,
-    common_grid,
-    ema,
-    interp_points,
-    loss_spikes,
-    match_points,
-)
+from olmoablate.report.collect import Curve, cumulative_flops
+from olmoablate.report.compare import common_grid, ema, interp_points, loss_spikes, match_points
 
 
 def test_common_grid_stops_at_shorter_arm() -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from olmoablate.plan.gate import NoiseFloor
-from olmoablate.plan.schema import Gate
+from olmoablate.plan.gate import Gate, NoiseFloor
 from olmoablate.report.assemble import Report, build
 from olmoablate.report.cards import statistics_lines
 from olmoablate.report.collect import collect
@@ -18,12 +17,12 @@ from olmoablate.report.noise import floor_source
 from olmoablate.report.sequential import (
     CONTINUE,
     FUTILITY,
-    PROCEED,
     PairCurve,
     evaluate_design,
     stage_decision,
     stage_levels,
 )
+from olmoablate.report.verdict import PROCEED
 from olmoablate.stats import nominal_levels, spent, t_ppf, z_boundaries
 from olmoablate.testing.plans import build_plan
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan

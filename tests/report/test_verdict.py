@@ -37,7 +37,7 @@ def ev(pair: str, seed: int, imp: list[float], **kw: object) -> PairEvidence:
 
 
 def test_defaults_come_from_the_schema_and_explicit_null_is_kept() -> None:
-    from olmoablate.plan.schema import Gate
+    from olmoablate.plan.gate import Gate
 
     cfg = as_gate(
         {"stage": "1B", "stability": {"max_loss_spikes": 7}, "max_step_time_overhead": None}
