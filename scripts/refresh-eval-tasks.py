@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent.parent / "olmoablate" / "spec" / "olmo_eval_tasks.json"
+OUT = Path(__file__).resolve().parent.parent / "olmoablate" / "plan" / "olmo_eval_tasks.json"
 
 
 def current() -> dict[str, Any]:
