@@ -35,12 +35,10 @@ from olmoablate.plan.gate import (
     Gate,
     NoiseFloor,  # noqa: E402
 )
+from olmoablate.plan.names import PROCEED
 from olmoablate.report.noise import estimate, floor_source  # noqa: E402
 from olmoablate.report.sequential import FUTILITY, interim_decision, stage_decision, stage_levels
-from olmoablate.report.verdict import (
-    PROCEED,
-    quality_check,  # noqa: E402
-)
+from olmoablate.report.verdict import quality_check
 from olmoablate.stats import holm, p_above  # noqa: E402
 
 CONF, ALPHA, BAR, R = 0.95, 0.05, 1.0, 0.7

@@ -99,6 +99,12 @@ REUSABLE_STATES = frozenset(
 
 
 # ---------------------------------------------------------------------------------- timestamps
+#: The gate's verdicts as gate.json, the board and ``report --fail-on`` spell them. Decided in
+#: :mod:`olmoablate.report.verdict`; named here, below every stage, so the login-node ``board``
+#: and the step-time check read the same words without importing the decision's numerics.
+PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
+
+
 def recorded_state(status_path: Path) -> RunState | None:
     """The state a run's status.json records, or None (no file, not JSON, no known state).
     The store's one question about another spec's run, answered below the plan (the typed file:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import write_json_atomic
-from olmoablate.plan.names import NEXT_PLAN_FILE
+from olmoablate.plan.names import INCONCLUSIVE, NEXT_PLAN_FILE, PROCEED
 from olmoablate.plan.planfile import Plan
 from olmoablate.report.collect import UNGATED, Results
 from olmoablate.report.compare import PairResult, for_gate, measure_all
@@ -29,7 +29,7 @@ from olmoablate.report.noise import NoiseSource
 from olmoablate.report.pairing import coverage_lines
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 from olmoablate.report.sequential import FUTILITY, SequentialResult, evaluate_gate
-from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, PairEvidence, VariantVerdict
+from olmoablate.report.verdict import PairEvidence, VariantVerdict
 
 
 @dataclass

@@ -17,11 +17,11 @@ import typer
 from olmoablate.errors import UserError, parse_choices
 from olmoablate.io import file_in_the_way, read_json, write_json_atomic
 from olmoablate.plan.layout import ResultsDir, RootOpt, complete_spec, resolve_results
-from olmoablate.plan.names import LIVE_STATES, RESULTS_ROOT, RunState
+from olmoablate.plan.names import INCONCLUSIVE, LIVE_STATES, RESULTS_ROOT, STOP, RunState
 
 FORMATS = ("md", "html", "csv", "json")
 #: `report --fail-on`: a failed run, or a gate verdict (the names of olmoablate.report.verdict).
-FAIL_ON = ("failed", "stop", "inconclusive")
+FAIL_ON = ("failed", STOP, INCONCLUSIVE)
 
 
 def report_command(
@@ -99,7 +99,7 @@ def _failing(report: Any, conditions: set[str]) -> list[str]:
         if failed:
             hit.append(f"failed runs {', '.join(failed)}")
     verdicts = {g.gate_name: g.verdict for g in (report.gates or [report])}
-    for verdict in ("stop", "inconclusive"):
+    for verdict in (STOP, INCONCLUSIVE):
         if verdict in conditions:
             names = sorted(n for n, v in verdicts.items() if v == verdict)
             if names:

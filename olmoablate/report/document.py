@@ -20,12 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import make_console, write_json_atomic, write_text_atomic
-from olmoablate.plan.names import COMPARISON_FILE, GATE_FILE, REPORT_HTML_FILE, REPORT_MD_FILE
+from olmoablate.plan.names import (
+    COMPARISON_FILE,
+    GATE_FILE,
+    INCONCLUSIVE,
+    PROCEED,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    STOP,
+)
 from olmoablate.report.assemble import Report
 from olmoablate.report.cards import Card, cards, estimate_cells
 from olmoablate.report.collect import wandb_section
 from olmoablate.report.plots import make_plots
-from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, STOP
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]

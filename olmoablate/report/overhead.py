@@ -22,6 +22,7 @@ import numpy as np
 
 from olmoablate.plan.gate import Gate
 from olmoablate.plan.metrics import ATTEMPT_WARMUP_STEPS
+from olmoablate.plan.names import INCONCLUSIVE, STOP
 from olmoablate.plan.planfile import RunEntry
 from olmoablate.report.collect import ATTEMPT, CPU, WALL
 from olmoablate.run.files import RunStatus, RunSummary
@@ -276,7 +277,7 @@ def step_time_check(
         if not short:
             return None
         return OverheadCheck(
-            "inconclusive",
+            INCONCLUSIVE,
             "step time overhead: no interval that holds under the steps' autocorrelation ("
             + "; ".join(short)
             + "); longer runs or more seeds give one",
@@ -300,12 +301,12 @@ def step_time_check(
         f"[{lo:+.1%}, {hi:+.1%}], {col} of steady-state steps, {how})"
     )
     if lo > limit:
-        outcome, reason = "stop", f"{desc} > limit {limit:.0%} (whole interval above it)"
+        outcome, reason = STOP, f"{desc} > limit {limit:.0%} (whole interval above it)"
     elif hi <= limit:
         outcome, reason = "pass", f"{desc} within limit {limit:.0%}"
     else:
         outcome, reason = (
-            "inconclusive",
+            INCONCLUSIVE,
             f"{desc} straddles the limit {limit:.0%}: cannot tell whether it exceeds it "
             "(longer runs or a quieter machine narrow the interval)",
         )
@@ -326,9 +327,9 @@ def overhead_checks(
     timed = [(pid, *timing) for pid, timing, _ in pairs if timing is not None]
     check = step_time_check(timed, limit, conf)
     if check is not None:
-        if check.outcome == "stop":
+        if check.outcome == STOP:
             stops.append(check.reason)
-        elif check.outcome == "inconclusive":
+        elif check.outcome == INCONCLUSIVE:
             blockers.append(check.reason)
     elif limit is not None:
         vals = [o.get("step_time") for _, _, o in pairs]

@@ -18,12 +18,10 @@ from typing import Any
 import numpy as np
 
 from olmoablate.plan.gate import Gate, SequentialDesign
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP
 from olmoablate.plan.planfile import GateEntry
 from olmoablate.report.noise import NoiseSource, estimate
 from olmoablate.report.verdict import (
-    INCONCLUSIVE,
-    PROCEED,
-    STOP,
     PairEvidence,
     VariantVerdict,
     as_gate,

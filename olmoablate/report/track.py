@@ -6,7 +6,7 @@ is at most ``min_effect``; ``ranked_same`` is DataDecide's criterion (the same s
 and the size). A proposal held when its verdict held at every promoted size with results.
 Proposals sharing a baseline run are not independent: the accuracy by group and its Wilson
 interval count each group (proposals linked by a shared baseline identity) once. The verdict
-words are spelled out here rather than imported from ``verdict``: ``board`` must stay light.
+words come from :mod:`olmoablate.plan.names`, so ``board`` stays light.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-DECIDED = ("proceed", "stop")
+from olmoablate.plan.names import PROCEED, STOP
+
+DECIDED = (PROCEED, STOP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +42,9 @@ class TrackRow:
 
 def held(verdict: str, effect: float, min_effect: float) -> bool:
     """Whether a stage ``verdict`` held at a size where the improvement is ``effect``."""
-    if verdict == "proceed":
+    if verdict == PROCEED:
         return effect > 0
-    if verdict == "stop":
+    if verdict == STOP:
         return effect <= min_effect
     raise ValueError(f"not a decided verdict: {verdict!r}")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from olmoablate.plan.gate import Gate
-from olmoablate.plan.names import RunState
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP, RunState
 from olmoablate.report.compare import ArmHealth
 from olmoablate.report.noise import (
     FLOOR,
@@ -33,7 +33,6 @@ from olmoablate.report.pairing import parity_note
 from olmoablate.stats import p_above, resolve_power, seeds_for_power, seeds_needed
 
 #: The verdict words (a gate's and a variant's), spelled here only.
-PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
 def as_gate(gate: Gate | Mapping[str, Any]) -> Gate:
@@ -69,7 +68,7 @@ def seeds_line(
     ``legacy``: the count line of plans from before it (their verdicts reproduced byte for byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
-    toward = "proceed" if est.mean > bar else "stop"
+    toward = PROCEED if est.mean > bar else STOP
     if not legacy:
         return _power_line(est, bar, confidence, toward)
     need = seeds_needed(est.mean, est.sd, bar, confidence, known_sd=est.source == FLOOR)

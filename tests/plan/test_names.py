@@ -47,7 +47,8 @@ def _literals(values: set[str]) -> dict[str, list[str]]:
 
 
 def test_each_file_name_is_spelled_once() -> None:
-    names = _constants(filenames)
+    verdicts = {filenames.PROCEED, filenames.STOP, filenames.INCONCLUSIVE}  # words, not files
+    names = {k: v for k, v in _constants(filenames).items() if v not in verdicts}
     assert len(set(names.values())) == len(names), "two constants name the same file"
     found = _literals(set(names.values()))
     for value in names.values():

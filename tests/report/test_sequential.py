@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from olmoablate.plan.gate import Gate, NoiseFloor
+from olmoablate.plan.names import PROCEED
 from olmoablate.report.assemble import Report, build
 from olmoablate.report.cards import statistics_lines
 from olmoablate.report.collect import collect
@@ -22,7 +23,6 @@ from olmoablate.report.sequential import (
     stage_decision,
     stage_levels,
 )
-from olmoablate.report.verdict import PROCEED
 from olmoablate.stats import nominal_levels, spent, t_ppf, z_boundaries
 from olmoablate.testing.plans import build_plan
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results, synthetic_plan

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED
 from olmoablate.report.sequential import apply_holm
-from olmoablate.report.verdict import INCONCLUSIVE, PROCEED, QualityCheck, VariantVerdict
+from olmoablate.report.verdict import QualityCheck, VariantVerdict
 
 
 def _verdict(name: str, p: float) -> VariantVerdict:

@@ -7,14 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP
 from olmoablate.report.compare import ArmHealth
 from olmoablate.report.noise import NONE, estimate, floor_source
 from olmoablate.report.overhead import ArmTiming
 from olmoablate.report.sequential import evaluate_gate
 from olmoablate.report.verdict import (
-    INCONCLUSIVE,
-    PROCEED,
-    STOP,
     PairEvidence,
     as_gate,
     evaluate_variant,
