@@ -21,6 +21,7 @@ from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as tk
 from olmoablate.plan.blocks import get_block
 from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
+from olmoablate.plan.names import group_id, run_id
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
 
@@ -201,6 +202,28 @@ def check_architectures(spec: Spec, dims: sizes_mod.SizeDims, add: Any) -> None:
                 add(("variants", name, key, problem[0]), problem[1])
             elif problem:
                 add(("variants", name, key), problem)
+
+
+def check_run_ids(spec: Spec, add: Any) -> None:
+    """Every run and (size, seed) group has its own id. Ids join names with ``-s<seed>-``, so names
+    that hold that pattern can spell another combination's id (size ``a-s0-b`` with variant
+    ``c``, and size ``a`` with variant ``b-s0-c``, are both ``a-s0-b-s0-c``): one run would be
+    dropped from the plan and the other would train into its folder."""
+    seen: dict[str, str] = {}
+    for size in spec.sizes:
+        for seed in spec.seeds:
+            ids = [(group_id(size, seed), f"group of size {size!r}, seed {seed}", ("sizes",))]
+            for name, v in [("baseline", None), *spec.variants.items()]:
+                if v is not None and v.sizes is not None and size not in v.sizes:
+                    continue
+                where = ("sizes",) if v is None else ("variants", name)
+                what = f"run of size {size!r}, seed {seed}, arm {name!r}"
+                ids.append((run_id(size, seed, name), what, where))
+            for rid, what, where in ids:
+                if rid in seen:
+                    why = f"id {rid!r} of the {what} is also the id of the {seen[rid]}"
+                    add(where, why + "; rename the size or the variant so no name holds -s<seed>-")
+                seen.setdefault(rid, what)
 
 
 def check_budget(spec: Spec, add: Any) -> None:

@@ -22,6 +22,7 @@ from olmoablate.plan.gate import design_record
 from olmoablate.plan.identity import certificate_of, differences, shared_settings
 from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.load import LoadedSpec
+from olmoablate.plan.names import group_id, run_id
 from olmoablate.plan.planfile import PLAN_SCHEMA, Plan
 from olmoablate.plan.schema import computes_in_bf16
 from olmoablate.plan.tokens import narrowest_dtype, resolve_ids
@@ -111,9 +112,9 @@ def _run_entry(
     slurm = st.slurm.model_dump()
     slurm["time_min"] = slurm.pop("time")
     run: dict[str, Any] = {
-        "run_id": f"{size}-s{seed}-{arm}",
-        "group_id": f"{size}-s{seed}",
-        "pair_id": f"{size}-s{seed}-{arm}" if arm != "baseline" else f"{size}-s{seed}",
+        "run_id": run_id(size, seed, arm),
+        "group_id": group_id(size, seed),
+        "pair_id": run_id(size, seed, arm) if arm != "baseline" else group_id(size, seed),
         "pairs": [],
         "size": size,
         "arm": arm,

@@ -33,6 +33,7 @@ from olmoablate.plan.checks import (
     check_downstream,
     check_execution,
     check_gate,
+    check_run_ids,
     origin_of,
 )
 from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
@@ -515,6 +516,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                     f"size {s!r} is not in the spec's sizes (allowed: {', '.join(spec.sizes)})",
                 )
     check_budget(spec, add)
+    check_run_ids(spec, add)
     for _name, gate, where in spec.all_gates():
         check_gate(spec, gate, where, per_size, add)
     check_downstream(per_size, add)

@@ -105,6 +105,16 @@ REUSABLE_STATES = frozenset(
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
+def group_id(size: str, seed: int) -> str:
+    """The id of a (size, seed) group: its baseline's pair id, and the prefix of its run ids."""
+    return f"{size}-s{seed}"
+
+
+def run_id(size: str, seed: int, arm: str) -> str:
+    """A run's id and folder name under ``runs/``: ``{size}-s{seed}-{arm}``."""
+    return f"{group_id(size, seed)}-{arm}"
+
+
 def recorded_state(status_path: Path) -> RunState | None:
     """The state a run's status.json records, or None (no file, not JSON, no known state).
     The store's one question about another spec's run, answered below the plan (the typed file:
