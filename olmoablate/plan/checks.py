@@ -226,6 +226,26 @@ def check_run_ids(spec: Spec, add: Any) -> None:
                 seen.setdefault(rid, what)
 
 
+#: OLMo-core's seed range (``olmo_core.utils.seed_all``): a job whose seed is outside it fails at
+#: start, after the plan was written and the job queued.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed_range(spec: Spec, per_size: dict[str, SizeSettings], add: Any) -> None:
+    """The seeds a run trains with are the spec's seed added to ``training.init_seed`` and (with
+    ``vary_with_seed``) to ``training.data.seed``: each sum must be a seed OLMo-core accepts."""
+    top = max(spec.seeds)
+    for size, st in per_size.items():
+        t = st.training
+        data = t.data.seed + (top if t.data.vary_with_seed else 0)
+        sums = {"training.init_seed + seed": t.init_seed + top, "training.data.seed + seed": data}
+        for name, value in sums.items():
+            if value > MAX_SEED:
+                why = f"{name} is {value} at size {size} for seed {top}: outside OLMo-core's"
+                add(("seeds",), f"{why} seed range (allowed: 0 to {MAX_SEED})")
+                return
+
+
 def check_budget(spec: Spec, add: Any) -> None:
     cap = spec.budget.max_gpu_hours
     for key in cap if isinstance(cap, dict) else ():

@@ -34,6 +34,7 @@ from olmoablate.plan.checks import (
     check_execution,
     check_gate,
     check_run_ids,
+    check_seed_range,
     origin_of,
 )
 from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
@@ -517,6 +518,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                 )
     check_budget(spec, add)
     check_run_ids(spec, add)
+    check_seed_range(spec, per_size, add)
     for _name, gate, where in spec.all_gates():
         check_gate(spec, gate, where, per_size, add)
     check_downstream(per_size, add)
