@@ -509,6 +509,10 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
     results = ctx.run_dir.path.parent.parent
     log_path = ctx.run_dir.path / faults.ERROR_LOG
     header = f"{now_iso()} {ctx.run_id} step {step}"
+    if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in faults.chain(error)):
+        # a save cut short by a full disk leaves its partial folder filling it: make room first,
+        # so the traceback and the status that say so are written whole
+        resume.drop_incomplete(ctx.run_dir.checkpoints)
     kept = faults.write_traceback(log_path, error, header)
     if not kept:
         log.error("traceback of the failure (not written to %s)", log_path, exc_info=error)

@@ -193,10 +193,15 @@ def fall_back(
 
 
 def drop_incomplete(checkpoints: Path) -> bool:
-    """Delete the checkpoint folders newer than the newest complete one (True: one was). Why: a
-    save that failed on a full disk leaves its partial ``stepN`` filling it, so the status write
-    saying so would fail too and the run would look alive."""
+    """Delete the checkpoint folders newer than the newest complete one, and OLMo-core's
+    in-progress ``stepN-tmp`` folders (True: one was). Why: a save that failed on a full disk
+    leaves its partial folder filling it, so the status write saying so would fail too and the
+    run would look alive; where the save failed decides which of the two names it has."""
     freed = False
+    for path in Path(checkpoints).glob("step*-tmp"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            freed = True
     for _, path in checkpoint_steps(checkpoints):
         if problem(path) is None:
             break  # the newest complete checkpoint: it and everything older stay
