@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import datetime
 import enum
-import json
 from pathlib import Path
 from typing import Any
+
+from olmoablate.io import read_json
 
 # ------------------------------------------------------------------ a spec's results folder
 #: The plan (`olmoablate plan`; :class:`olmoablate.plan.planfile.Plan`).
@@ -120,7 +121,7 @@ def recorded_state(status_path: Path) -> RunState | None:
     The store's one question about another spec's run, answered below the plan (the typed file:
     :class:`olmoablate.run.files.RunStatus`)."""
     try:
-        state = json.loads(status_path.read_text()).get("state")
+        state = read_json(status_path).get("state")
         return RunState(state)
     except (OSError, ValueError, AttributeError, TypeError):
         return None
