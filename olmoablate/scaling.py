@@ -640,3 +640,68 @@ def simulate(
             )
         )
     return out
+
+
+def fitted_truth(fit: LadderFit, rungs: Sequence[Rung]) -> Truth | None:
+    """The fit taken as the truth (the law, the FLOP trend, the noise): the plug-in model that
+    `chance_to_resolve` simulates from. None when the fit has no trend."""
+    if fit.law is None or fit.trend is None or fit.sd_delta is None or fit.sd_mean is None:
+        return None
+    if fit.unit != "flops":
+        flops = fit_ladder(rungs, unit="flops", level=fit.level, declared=None)
+        trend = flops.trend
+        if trend is None:
+            return None
+    else:
+        trend = fit.trend
+    return Truth(
+        fit.law, math.exp(trend.beta[0]), trend.beta[1], trend.c_ref, fit.sd_delta, fit.sd_mean
+    )
+
+
+def chance_to_resolve(
+    fit: LadderFit,
+    rungs: Sequence[Rung],
+    targets: Sequence[Target],
+    min_multiplier: float,
+    *,
+    declared: DeclaredNoise | None = None,
+    draws: int = 200,
+    seed: int = 0,
+) -> dict[str, float]:
+    """What would resolve an undecided gate, as probabilities: the share of simulated futures
+    in which the gate decides (clears or falls short) after (a) one more seed at every rung or
+    (b) one more rung at 4x the largest rung's compute, with that rung's seeds. The runs already
+    made are kept; only the new runs are drawn, from the fit taken as the truth (a plug-in
+    predictive probability: it ignores the fit's own uncertainty, so it is optimistic when
+    that uncertainty is large)."""
+    truth = fitted_truth(fit, rungs)
+    if truth is None:
+        return {}
+    rng = np.random.default_rng(seed)
+    rungs = sorted(rungs, key=lambda r: r.flops_b)
+    top = rungs[-1]
+    n_seeds = max(len(top.loss_v), 1)
+    grown = Rung(
+        "next", top.flops_b * 4, top.flops_v * 4, top.tokens_b * 2, top.tokens_v * 2,
+        top.params_b * 2, top.params_v * 2, {}, {},
+    )
+    out = {}
+    for option in ("one more seed", "one more rung"):
+        decided = 0
+        for _ in range(draws):
+            if option == "one more seed":
+                new = []
+                for r in rungs:
+                    (extra,) = simulate(truth, [r], 1, rng)
+                    s = max([*r.loss_b, *r.loss_v]) + 1
+                    new.append(Rung(
+                        r.size, r.flops_b, r.flops_v, r.tokens_b, r.tokens_v, r.params_b,
+                        r.params_v, {**r.loss_b, s: extra.loss_b[0]}, {**r.loss_v, s: extra.loss_v[0]},
+                    ))
+            else:
+                new = [*rungs, *simulate(truth, [grown], n_seeds, rng)]
+            f = fit_ladder(new, targets, unit=fit.unit, level=fit.level, declared=declared)
+            decided += decide(f, min_multiplier)[0] != UNDECIDED
+        out[option] = decided / draws
+    return out
