@@ -196,7 +196,12 @@ def _interval(est: float, var: float, dof: float, level: float) -> Interval:
 
     q = st.norm.ppf((1 + level) / 2) if math.isinf(dof) else st.t.ppf((1 + level) / 2, max(dof, 1e-3))
     half = q * math.sqrt(max(var, 0.0))
-    return Interval(math.exp(est), math.exp(est - half), math.exp(est + half), level, dof)
+    return Interval(_exp(est), _exp(est - half), _exp(est + half), level, dof)
+
+
+def _exp(x: float) -> float:
+    """exp that says inf (an interval with no upper end) instead of raising OverflowError."""
+    return math.inf if x > 709 else math.exp(x)
 
 
 @dataclass

@@ -146,3 +146,18 @@ def test_chance_to_resolve_is_a_probability_per_option() -> None:
     chances = chance_to_resolve(fit, rungs, targets(rungs[-1]), 1.1, draws=20)
     assert set(chances) == {"one more seed", "one more rung"}
     assert all(0.0 <= p <= 1.0 for p in chances.values())
+
+
+def test_a_far_projection_from_close_rungs_has_an_open_interval_not_an_error() -> None:
+    """Two rungs 6% apart in compute and a target 20,000x beyond: the trend's interval there
+    overflows exp; it must come back as inf, not raise (found by plan's width simulation)."""
+    b = {0: 10.28, 1: 10.35}
+    rungs = [
+        Rung("r1", 1.30e11, 1.30e11, 6656, 6656, 6.46e6, 6.46e6, b, {0: 10.218, 1: 10.276}),
+        Rung("r2", 5.170e11, 5.171e11, 13056, 13056, 1.30e7, 1.30e7, {0: 8.6547, 1: 8.6465}, {0: 8.6141, 1: 8.5839}),
+        Rung("r3", 5.492e11, 5.495e11, 13312, 13312, 1.33e7, 1.33e7, {0: 8.6638, 1: 8.6451}, {0: 8.6208, 1: 8.5954}),
+    ]
+    fit = fit_ladder(rungs, [Target("1B", 1.14e16, 1.49e6, 1.48e9)], level=0.9)
+    for p in fit.projections:
+        assert p.multiplier.lower >= 0 and p.multiplier.upper > p.multiplier.lower
+    decide(fit, 1.05)  # prints inf bounds rather than failing
