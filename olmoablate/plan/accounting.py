@@ -413,8 +413,10 @@ class Totals:
 
 
 def stage_of(plan: Plan) -> dict[str, str]:
-    """Each planned size's stage (see module docstring); a gate stage wins over behind-a-gate."""
+    """Each planned size's stage (see module docstring); a gate stage wins over behind-a-gate.
+    Every rung of a multiplier gate's ladder runs now, as its stage does."""
     stages = {e.gate.stage for e in plan.gates}
+    stages |= {s for e in plan.gates if e.ladder is not None for s in e.ladder.rungs}
     behind = {s for e in plan.gates for s in e.gate.promote_to}
     return {
         s: GATE_STAGE if s in stages else BEHIND_GATE if s in behind else UNGATED
