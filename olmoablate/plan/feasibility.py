@@ -16,7 +16,6 @@ from olmoablate.plan import checks as spec_paths
 from olmoablate.plan.gate import SequentialDesign
 from olmoablate.plan.load import LoadedSpec, Problem
 from olmoablate.plan.metrics import downstream_suffixes, is_eval, split_downstream
-from olmoablate.plan.names import INCONCLUSIVE
 from olmoablate.plan.planfile import GateRegistration, Plan, RunEntry
 from olmoablate.plan.schema import computes_in_bf16
 from olmoablate.plan.sizes import gpu_memory_gb
@@ -426,7 +425,7 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
 #: accuracy from a ladder costing about 1% of the target's compute.
 LADDER_ANCHOR = 0.01
 #: Simulated ladders behind the expected-width line (seeded: `plan` prints the same numbers).
-SIM_DRAWS = 200
+SIM_DRAWS = 100
 
 
 def _sci(x: float) -> str:
@@ -545,28 +544,38 @@ def _expected_width(plan: Plan, n: int) -> list[str]:
     rng = np.random.default_rng(0)
     widths: dict[str, list[float]] = {t.size: [] for t in targets}
     resolved = refused = 0
+    failed: list[str] = []
     for _ in range(SIM_DRAWS):
-        fit = sc.fit_ladder(
-            sc.simulate(truth, design, n, rng), targets, unit=g.unit,
-            level=2 * g.confidence - 1, declared=declared,
-        )  # fmt: skip
+        try:
+            fit = sc.fit_ladder(
+                sc.simulate(truth, design, n, rng), targets, unit=g.unit,
+                level=2 * g.confidence - 1, declared=declared,
+            )  # fmt: skip
+        except (ArithmeticError, ValueError) as err:
+            # the estimator is meant to refuse, not raise; `plan` says so instead of a traceback
+            failed.append(f"{type(err).__name__}: {err}")
+            continue
         refused += bool(fit.refused)
         for proj in fit.projections:
             widths[proj.size].append(proj.multiplier.upper / proj.multiplier.lower)
-        resolved += sc.decide(fit, g.min_multiplier)[0] != INCONCLUSIVE
+        resolved += sc.decide(fit, g.min_multiplier)[0] != sc.UNDECIDED
     per = [
-        f"{s} {float(np.median(w)):.3g}x" if w else f"{s} - (never projected)"
+        f"{s} {_sci(float(np.median(w)))}x" if w else f"{s} - (never projected)"
         for s, w in widths.items()
     ]
-    said = "the bar, the hardest case" if p.multiplier is None else "gate.planning.multiplier"
+    said = (
+        "gate.planning.multiplier" if p.multiplier is not None
+        else "min_multiplier, where either decision is an error; set gate.planning.multiplier "
+        "to the one you expect"
+    )  # fmt: skip
     return [
-        f"expected interval width (upper/lower, median of {SIM_DRAWS} simulated ladders under "
-        f"gate.planning, a true multiplier of {m0:g} in FLOPs at every size ({said}), {n} "
-        "seed(s)): "
-        + ", ".join(per)
-        + f"; resolves (proceed or stop) in {resolved / SIM_DRAWS:.0%} of draws under the "
-        "planning assumptions"
+        f"expected interval width at each target (median upper/lower of {SIM_DRAWS} ladders "
+        f"simulated under gate.planning, {n} seed(s)): " + ", ".join(per)
+        + f"; with a true multiplier of {m0:g} in FLOPs at every size ({said}), the gate "
+        f"resolves (proceed or stop) in {resolved / SIM_DRAWS:.0%} of draws under the planning "
+        "assumptions"
         + (f"; projection refused in {refused / SIM_DRAWS:.0%}" if refused else "")
+        + (f"; the estimator failed in {len(failed)} draw(s) ({failed[0]})" if failed else "")
     ]
 
 

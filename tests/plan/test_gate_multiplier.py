@@ -29,7 +29,7 @@ from olmoablate.testing import MINIMAL_SPEC, TESTS, run_cli
 RUNGS = {
     "r1": {"d_model": 32, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 64, "sliding_window": 32},
     "r2": {"d_model": 64, "n_layers": 4, "n_heads": 4, "mlp_hidden_size": 128, "sliding_window": 32},
-    "r3": {"d_model": 64, "n_layers": 8, "n_heads": 4, "mlp_hidden_size": 192, "sliding_window": 32},
+    "r3": {"d_model": 128, "n_layers": 8, "n_heads": 4, "mlp_hidden_size": 384, "sliding_window": 32},
 }
 GATE = {"stage": "r3", "rule": "multiplier", "variant": "v", "min_multiplier": 1.05,
         "at": ["7B"], "metric": "train/CE loss"}  # fmt: skip
@@ -167,13 +167,13 @@ def test_a_target_outside_sizes_needs_a_planned_budget(tmp_path: Path) -> None:
     assert target.tokens_b == 2 * 10**12 // 256 * 256
 
 
-def test_sizes_restricted_by_the_variant_make_the_default_rungs(tmp_path: Path) -> None:
-    doc = _doc(sizes=["r1", "r2", "r3", "14M"], gate={**GATE, "stage": "14M"})
-    doc["variants"]["w"] = {"siamese_norm": {}, "sizes": ["r3"]}
+def test_default_rungs_are_the_gated_variants_sizes_in_compute_order(tmp_path: Path) -> None:
+    doc = _doc(sizes=["r1", "r2", "r3", "60M"], gate={**GATE, "stage": "60M"})
+    doc["variants"]["w"] = {"siamese_norm": {}, "sizes": ["r3"]}  # another variant's sizes: no say
     ls = load_spec(_write(tmp_path, doc))
-    assert ls.ladders["v"].rungs == ["r1", "r2", "r3", "14M"]  # compute order, not spec order
-    doc["sizes"] = ["14M", "r2", "r1", "r3"]
-    assert load_spec(_write(tmp_path, doc)).ladders["v"].rungs == ["r1", "r2", "r3", "14M"]
+    assert ls.ladders["v"].rungs == ["r1", "r2", "r3", "60M"]
+    doc["sizes"] = ["60M", "r2", "r1", "r3"]  # compute order, not spec order
+    assert load_spec(_write(tmp_path, doc)).ladders["v"].rungs == ["r1", "r2", "r3", "60M"]
 
 
 # --------------------------------------------------------------------- registered gates' hashes
@@ -312,13 +312,39 @@ PLANNING = {"sd_delta": 0.01, "sd_mean": 0.03, "law": {"E": 1.7, "A": 400.0, "al
 
 @needs_estimator
 def test_expected_width_is_simulated_cheaply_and_reproducibly(tmp_path: Path) -> None:
+    import scipy.optimize  # noqa: F401 - imports (~1.5 s on a 2-core box) are not the design's
+    import scipy.stats  # noqa: F401
+
     doc = _doc(seeds=[0, 1, 2], gate={**GATE, "at": ["1B", "7B"], "planning": PLANNING})
     plan = build_plan(load_spec(_write(tmp_path, doc)))
     start = time.perf_counter()
     info = gate_lines(plan, simulate=True)[0]
     took = time.perf_counter() - start
     (line,) = [x for x in info if x.startswith("expected interval width")]
-    assert f"median of {SIM_DRAWS} simulated ladders" in line and "3 seed(s)" in line
+    assert f"median upper/lower of {SIM_DRAWS} ladders" in line and "3 seed(s)" in line
     assert "1B " in line and "7B " in line and "% of draws under the planning assumptions" in line
+    assert "true multiplier of 1.05 in FLOPs" in line and "set gate.planning.multiplier" in line
     assert took < 2.0, took
     assert [x for x in gate_lines(plan, simulate=True)[0] if x.startswith("expected")] == [line]
+
+
+def _resolves(line: str) -> float:
+    return float(line.split("resolves (proceed or stop) in ")[1].split("%")[0]) / 100
+
+
+@needs_estimator
+def test_expected_width_follows_the_design(tmp_path: Path) -> None:
+    """At the bar the gate almost never decides (either decision would be an error); a true
+    multiplier well above it resolves more often, and more seeds narrow the interval."""
+
+    def line(seeds: list[int], **planning: Any) -> str:
+        gate = {**GATE, "at": ["1B"], "planning": {**PLANNING, **planning}}
+        plan = build_plan(load_spec(_write(tmp_path, _doc(seeds=seeds, gate=gate))))
+        return next(x for x in gate_lines(plan, simulate=True)[0] if x.startswith("expected"))
+
+    def width(text: str) -> float:
+        return float(text.split(": 1B ")[1].split("x")[0])
+
+    at_bar, above = line([0, 1]), line([0, 1], multiplier=1.5)
+    assert _resolves(at_bar) <= 0.15 and _resolves(above) > _resolves(at_bar)
+    assert width(line([0, 1, 2, 3])) < width(at_bar)
