@@ -287,30 +287,10 @@ def test_validate_and_plan_show_the_gate(tmp_path: Path) -> None:
     assert "rule multiplier: proceed when" in out.stdout and "ladder: 3 rungs" in out.stdout
 
 
-# ---------------------------------------------------- the expected width (needs the estimator)
-def _estimator_ready() -> bool:
-    import numpy as np
-
-    from olmoablate import scaling as sc
-
-    truth = sc.Truth(sc.Law(1.0, 1.0, 0.1), 1.0, 0.0, 1.0, 0.01, 0.01)
-    try:
-        sc.simulate(truth, [], 1, np.random.default_rng(0))
-    except NotImplementedError:
-        return False
-    except Exception:  # noqa: BLE001 - an empty design may be refused: the bodies are there
-        return True
-    return True
-
-
-needs_estimator = pytest.mark.skipif(
-    not _estimator_ready(), reason="olmoablate.scaling's bodies have not landed yet"
-)
-
+# ------------------------------------------------- the expected width (through olmoablate.scaling)
 PLANNING = {"sd_delta": 0.01, "sd_mean": 0.03, "law": {"E": 1.7, "A": 400.0, "alpha": 0.15}}
 
 
-@needs_estimator
 def test_expected_width_is_simulated_cheaply_and_reproducibly(tmp_path: Path) -> None:
     import scipy.optimize  # noqa: F401 - imports (~1.5 s on a 2-core box) are not the design's
     import scipy.stats  # noqa: F401
@@ -332,7 +312,6 @@ def _resolves(line: str) -> float:
     return float(line.split("resolves (proceed or stop) in ")[1].split("%")[0]) / 100
 
 
-@needs_estimator
 def test_expected_width_follows_the_design(tmp_path: Path) -> None:
     """At the bar the gate almost never decides (either decision would be an error); a true
     multiplier well above it resolves more often, and more seeds narrow the interval."""
