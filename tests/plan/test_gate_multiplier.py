@@ -327,3 +327,21 @@ def test_expected_width_follows_the_design(tmp_path: Path) -> None:
     at_bar, above = line([0, 1]), line([0, 1], multiplier=1.5)
     assert _resolves(at_bar) <= 0.15 and _resolves(above) > _resolves(at_bar)
     assert width(line([0, 1, 2, 3])) < width(at_bar)
+
+
+def test_explain_says_where_two_ladders_share_their_baseline_rungs(tmp_path: Path) -> None:
+    from olmoablate.plan.explain import ladder_lines
+    from olmoablate.plan.store import identify
+
+    def plan(name: str, **training: Any) -> Plan:
+        doc = _doc(name=name)
+        doc["training"].update(training)
+        p = build_plan(load_spec(_write(tmp_path, doc, name)))
+        return p.model_copy(update={"identity": identify(p, tmp_path)})
+
+    a, b = plan("a"), plan("b")  # two specs of one recipe
+    (line, _) = ladder_lines(("a", a), ("b", b))
+    assert line.startswith("a: gate 'v' (multiplier >= 1.05 in flops at 7B; rungs r1, r2, r3)")
+    assert line.endswith("baseline rungs shared with b (same identity: trained once): r1, r2, r3")
+    c = plan("c", optimizer={"lr": 2e-3})  # another recipe: no rung shared
+    assert ladder_lines(("a", a), ("c", c))[0].endswith("no baseline rung shared with c")
