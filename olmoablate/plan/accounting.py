@@ -67,6 +67,13 @@ def param_count(d: SizeDims, arch: ArchLike = None) -> int:
     return total + sum(b.extra_params(o, d, L) for b, o in _blocks(a))
 
 
+def unique_param_count(d: SizeDims, arch: ArchLike = None) -> int:
+    """Distinct trained weights (``RunEntry.unique_params``): a looped model applies its body's
+    layers several times but stores them once, and :func:`param_count` already counts physical
+    layers, so the two agree; named apart because a multiplier "per unique parameter" means this."""
+    return param_count(d, arch)
+
+
 def non_embedding_param_count(d: SizeDims, arch: ArchLike = None) -> int:
     """OLMo-core's `num_non_embedding_params`: everything but the input embedding."""
     return param_count(d, arch) - embedding_params(d)
@@ -236,6 +243,46 @@ def steps_for_flops(
     return max(1, steps)
 
 
+def variant_steps(
+    d: SizeDims, arch: ArchLike, match: str, seq_len: int, tokens_per_step: int, base_steps: int
+) -> int:
+    """A variant's step count under the spec's budget match: the baseline's steps (``tokens``),
+    or the steps whose training FLOPs come closest to the baseline run's (``flops``)."""
+    if match != "flops":
+        return base_steps
+    target = total_train_flops(d, None, seq_len, tokens_per_step, base_steps)
+    return steps_for_flops(d, arch, seq_len, tokens_per_step, target)
+
+
+@dataclass(frozen=True)
+class ArmsPrice:
+    """Both arms of one size at a planned budget, priced as `plan` prices their runs."""
+
+    tokens_b: int
+    tokens_v: int
+    flops_b: int
+    flops_v: int
+    params_b: int
+    params_v: int  # the variant's unique parameters
+
+
+def price_arms(
+    d: SizeDims, arch: ArchLike, match: str, seq_len: int, tokens_per_step: int, tokens: int
+) -> ArmsPrice:
+    """The pair a spec would plan at ``d`` with ``tokens`` (whole steps, as expansion rounds):
+    what a multiplier gate's target costs, without planning its runs."""
+    base = tokens // tokens_per_step
+    steps = variant_steps(d, arch, match, seq_len, tokens_per_step, base)
+    return ArmsPrice(
+        tokens_b=base * tokens_per_step,
+        tokens_v=steps * tokens_per_step,
+        flops_b=total_train_flops(d, None, seq_len, tokens_per_step, base),
+        flops_v=total_train_flops(d, arch, seq_len, tokens_per_step, steps),
+        params_b=param_count(d),
+        params_v=unique_param_count(d, arch),
+    )
+
+
 def memory_estimate_gb(
     d: SizeDims,
     arch: ArchLike,
@@ -309,7 +356,7 @@ def run_cost(
     return RunCost(
         params=params,
         non_embedding_params=non_embedding_param_count(d, arch),
-        unique_params=params,
+        unique_params=unique_param_count(d, arch),
         train_flops_per_token=round(total / tokens),
         final_train_flops_per_token=train_flops_per_token(d, arch, seq_len),
         total_train_flops=total,
@@ -366,8 +413,10 @@ class Totals:
 
 
 def stage_of(plan: Plan) -> dict[str, str]:
-    """Each planned size's stage (see module docstring); a gate stage wins over behind-a-gate."""
+    """Each planned size's stage (see module docstring); a gate stage wins over behind-a-gate.
+    Every rung of a multiplier gate's ladder runs now, as its stage does."""
     stages = {e.gate.stage for e in plan.gates}
+    stages |= {s for e in plan.gates if e.ladder is not None for s in e.ladder.rungs}
     behind = {s for e in plan.gates for s in e.gate.promote_to}
     return {
         s: GATE_STAGE if s in stages else BEHIND_GATE if s in behind else UNGATED

@@ -7,6 +7,7 @@ the spec path it is about (`load` turns the path into a line number).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 import os
@@ -19,9 +20,12 @@ from typing import Any
 from olmoablate.io import user_cache_get, user_cache_put
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as tk
+from olmoablate.plan.accounting import price_arms, total_train_flops
 from olmoablate.plan.blocks import get_block
+from olmoablate.plan.gate import Gate
 from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
 from olmoablate.plan.names import group_id, run_id
+from olmoablate.plan.planfile import LadderRecord, LadderTarget
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
 
@@ -286,6 +290,8 @@ def check_gate(
                 (*where, "rule"),
                 "quality_per_param compares a looped variant with its reference, but no variant is looped",
             )
+    if gate.rule == "multiplier":
+        _check_multiplier(spec, gate, where, add)
     settings = per_size.get(gate.stage)
     if settings is not None:
         allowed = gate_metrics(list(settings.evaluation.lm_sets))
@@ -300,6 +306,136 @@ def check_gate(
                 + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
                 + ")",
             )
+
+
+def trains_at(spec: Spec, variant: str, size: str) -> bool:
+    """Whether ``variant`` has runs at ``size`` (a variant's ``sizes:`` restricts it)."""
+    arch = spec.variants.get(variant)
+    return arch is not None and size in spec.sizes and (arch.sizes is None or size in arch.sizes)
+
+
+def size_dims(spec: Spec, name: str) -> sizes_mod.SizeDims | None:
+    """The dims of a preset or custom size, planned or not (a multiplier gate's target)."""
+    if name in spec.custom_sizes:
+        return sizes_mod.custom(name, spec.custom_sizes[name].model_dump())
+    if name in sizes_mod.PRESET_NAMES:
+        return sizes_mod.preset(name)
+    return None
+
+
+def _check_multiplier(spec: Spec, gate: Gate, where: Path_, add: Any) -> None:
+    """The checks of rule multiplier that need only the spec (docs/scaling.md); the ones that
+    need each size's cost are :func:`check_ladder`'s."""
+    variants = ", ".join(spec.variants)
+    if gate.min_multiplier is None:
+        add((*where, "min_multiplier"), "rule multiplier needs min_multiplier: the compute "
+            "multiplier every target's lower bound must clear (e.g. 1.05; allowed: > 0)")  # fmt: skip
+    if gate.variant is None:
+        add((*where, "variant"), "rule multiplier needs variant: the one proposal whose "
+            f"multiplier the ladder measures (allowed: {variants})")  # fmt: skip
+    if gate.sequential is not None:
+        add((*where, "sequential"), "rule multiplier decides once, on the whole ladder: "
+            "sequential designs are not supported (drop sequential)")  # fmt: skip
+    if gate.noise.measure is not None:
+        add((*where, "noise", "measure"), "rule multiplier takes its noise from the rungs' "
+            "paired seeds, or from noise.floor when every rung has one seed; A/A baselines "
+            "are not used (drop noise.measure)")  # fmt: skip
+    if not gate.targets:
+        add((*where, "at"), "a multiplier gate needs at least one target size: at: [<size>, "
+            "...] (default: promote_to, which is empty)")  # fmt: skip
+    known = [*sizes_mod.PRESET_NAMES, *(c for c in spec.custom_sizes if c not in sizes_mod.PRESET_NAMES)]
+    for key, names in (("at", gate.at), ("rungs", gate.rungs)):
+        for i, s in enumerate(names):
+            if s in names[:i]:
+                add((*where, key, i), f"size {s!r} is listed twice")
+    for i, s in enumerate(gate.at):
+        if s not in known:
+            add((*where, "at", i), f"unknown size {s!r} (allowed: OLMo 3 presets and custom "
+                f"sizes: {', '.join(known)})")  # fmt: skip
+    for i, s in enumerate(gate.rungs):
+        if s not in spec.sizes:
+            add((*where, "rungs", i), f"size {s!r} is not in sizes: a rung is trained by both "
+                f"arms (allowed: {', '.join(spec.sizes)})")  # fmt: skip
+        elif s in gate.targets:
+            add((*where, "rungs", i), f"size {s!r} is also a target (at): a size is a rung or "
+                "a target, not both")  # fmt: skip
+        elif gate.variant in spec.variants and not trains_at(spec, gate.variant, s):
+            own = spec.variants[gate.variant].sizes or []
+            add((*where, "rungs", i), f"variant {gate.variant!r} does not train at {s} (its "
+                f"sizes: {', '.join(own)}); a rung needs both arms")  # fmt: skip
+
+
+#: The fewest rungs a ladder fits: the baseline law has three parameters (E, A, alpha).
+MIN_RUNGS = 3
+
+#: (size, its dims, the largest rung's global batch) -> (its planned tokens, or why unknown).
+BudgetOf = Any
+
+
+def baseline_flops(dims: sizes_mod.SizeDims, settings: SizeSettings) -> int:
+    """The training FLOPs of the size's baseline run (the order of a ladder's rungs)."""
+    t = settings.training
+    steps = t.tokens // t.global_batch_size
+    return total_train_flops(dims, None, t.sequence_length, t.global_batch_size, steps)
+
+
+def check_ladder(
+    spec: Spec,
+    gate: Gate,
+    where: Path_,
+    dims: dict[str, sizes_mod.SizeDims],
+    per_size: dict[str, SizeSettings],
+    budget_of: BudgetOf,
+    add: Any,
+) -> LadderRecord | None:
+    """A multiplier gate's rungs (in the baseline's training-FLOPs order) and priced targets,
+    after the checks that need them: at least :data:`MIN_RUNGS` rungs, the stage is the largest,
+    every target has a planned budget. None when a size it needs did not load (already said)
+    or a check failed."""
+    targets = gate.targets
+    if gate.variant not in spec.variants:
+        return None
+    rungs = list(gate.rungs) or [
+        s for s in spec.sizes if trains_at(spec, gate.variant, s) and s not in targets
+    ]
+    if any(s not in per_size or s not in dims for s in rungs):
+        return None
+    rungs.sort(key=lambda s: baseline_flops(dims[s], per_size[s]))
+    ok = True
+    if len(rungs) < MIN_RUNGS:
+        ok = False
+        how = "" if gate.rungs else f" (the sizes {gate.variant} trains at, other than the targets)"
+        add((*where, "rungs"), f"a ladder needs at least {MIN_RUNGS} rungs (the law has 3 "
+            f"parameters), got {len(rungs)}: {', '.join(rungs) or '-'}{how}; add sizes both "
+            "arms train at to `sizes` (e.g. 14M, 30M, 60M)")  # fmt: skip
+    elif gate.stage != rungs[-1]:
+        ok = False
+        add((*where, "stage"), f"stage must be the ladder's largest rung, {rungs[-1]} (rungs in "
+            f"compute order: {', '.join(rungs)}), got {gate.stage}")  # fmt: skip
+    if not rungs:
+        return None
+    top = per_size[rungs[-1]].training
+    arch = spec.variants[gate.variant].as_mapping()
+    match = spec.budget.variants.get(gate.variant, spec.budget.match)
+    priced: list[LadderTarget] = []
+    key = "at" if gate.at else "promote_to"
+    for i, s in enumerate(targets):
+        d = dims.get(s) or size_dims(spec, s)
+        if d is None:
+            ok = False  # an unknown size (said by check_gate)
+            continue
+        t = per_size[s].training if s in per_size else top
+        if s in per_size:
+            tokens: int | None = t.tokens
+        else:
+            tokens, why = budget_of(s, d, top.global_batch_size)
+            if tokens is None:
+                ok = False
+                add((*where, key, i), why)
+                continue
+        price = price_arms(d, arch, match, t.sequence_length, t.global_batch_size, tokens)
+        priced.append(LadderTarget(size=s, **dataclasses.asdict(price)))
+    return LadderRecord(rungs=rungs, targets=priced) if ok else None
 
 
 def check_downstream(per_size: dict[str, SizeSettings], add: Any) -> None:

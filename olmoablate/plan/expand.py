@@ -165,12 +165,9 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                     continue
                 arch = arch_model.as_mapping()
                 match = spec.budget.variants.get(name, spec.budget.match)
-                steps = base_steps
-                if match == "flops":
-                    target = base["total_train_flops"]
-                    steps = acc.steps_for_flops(
-                        ls.dims[size], arch, t.sequence_length, t.global_batch_size, target
-                    )
+                steps = acc.variant_steps(
+                    ls.dims[size], arch, match, t.sequence_length, t.global_batch_size, base_steps
+                )
                 var = _run_entry(ls, size, seed, name, arch, match, base_steps, steps, memo)
                 runs.append(var)
                 pairs.append(_pair(base, var, match))
@@ -196,6 +193,7 @@ def build_plan(ls: LoadedSpec, *, spec_path: str | None = None) -> Plan:
                 "gate_sha256": sha256_of(block),
                 "gate_raw_sha256": sha256_of(raw) if raw is not None else None,
                 **design_record(block, list(spec.seeds)),
+                **({"ladder": ls.ladders[name].model_dump()} if name in ls.ladders else {}),
             }
         )
     doc = {

@@ -95,6 +95,36 @@ def compare_plans(a: tuple[str, Plan], b: tuple[str, Plan]) -> list[Comparison]:
     return out
 
 
+def ladder_lines(a: tuple[str, Plan], b: tuple[str, Plan]) -> list[str]:
+    """Per multiplier gate of either plan: its decision in brief and, rung by rung, whether the
+    other plan's baseline there is the same run. Why: the baseline ladder is meant to be trained
+    once per recipe and shared by every proposal's ladder (docs/scaling.md); this says where two
+    specs' ladders share it and where they do not (the comparisons above say why)."""
+    out = []
+    for (la, pa), (lb, pb) in ((a, b), (b, a)):
+        for e in pa.gates:
+            g, lad = e.gate, e.ladder
+            if g.rule != "multiplier" or lad is None:
+                continue
+            shared, apart = [], []
+            for size in lad.rungs:
+                mine = {r.seed: r for r in pa.runs if r.size == size and r.is_baseline}
+                theirs = {r.seed: r for r in pb.runs if r.size == size and r.is_baseline}
+                same = [
+                    s for s, r in mine.items() if s in theirs
+                    and RunRef(la, pa, r).hash() == RunRef(lb, pb, theirs[s]).hash()
+                ]  # fmt: skip
+                (shared if same and len(same) == len(mine) else apart).append(size)
+            out.append(
+                f"{la}: gate {e.name!r} (multiplier >= {g.min_multiplier:g} in {g.unit} at "
+                f"{', '.join(t.size for t in lad.targets)}; rungs {', '.join(lad.rungs)}): "
+                + (f"baseline rungs shared with {lb} (same identity: trained once): {', '.join(shared)}"
+                   if shared else f"no baseline rung shared with {lb}")
+                + (f"; not shared: {', '.join(apart)}" if shared and apart else "")
+            )  # fmt: skip
+    return out
+
+
 if TYPE_CHECKING:  # pydantic models and the store load when the command runs (fast --help)
     from olmoablate.plan.planfile import Plan
 
@@ -166,6 +196,9 @@ def explain_command(
     else:
         for c in comparisons:
             for line in c.lines():
+                typer.echo(line)
+        if ra is None:
+            for line in ladder_lines((la, pa), (lb, pb)):
                 typer.echo(line)
     if not all(c.same for c in comparisons):
         raise typer.Exit(1)

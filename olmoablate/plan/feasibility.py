@@ -193,33 +193,43 @@ def _interim_fix(gate: Any, steps: int) -> int:
 
 def _eval_points(ls: LoadedSpec, plan: Plan, out: Findings) -> None:
     for name, gate, where in ls.spec.all_gates():
-        if not is_eval(gate.metric) or gate.stage not in ls.per_size:
-            continue
-        runs = [r for r in plan.runs if r.size == gate.stage]
-        if not runs:
-            continue
-        run = min(runs, key=lambda r: r.steps)
-        interval = run.evaluation.interval
-        points = eval_points(run.steps, interval)
-        label = "the gate" if where == ("gate",) else "gate " + name
-        short = _interim_short(gate, run.steps, interval)
-        if short:
-            _warn(
-                out, ls, ("evaluation", "interval"), gate.stage,
-                f"{label}'s interim looks at {', '.join(short)} of tokens need {gate.last_n} eval "
-                f"points of {gate.metric!r} at or just before each, but {run.run_id} evaluates every "
-                f"{interval} of {run.steps} steps; fix: evaluation.interval <= {_interim_fix(gate, run.steps)}",
-            )  # fmt: skip
-        need = gate.last_n
-        if points >= need:
-            continue
-        last_n = "gate.last_n" if where == ("gate",) else ".".join(map(str, where)) + ".last_n"
+        # a multiplier gate reads the metric's last points at every rung, the others at the stage
+        lad = ls.ladders.get(name)
+        for size in lad.rungs if lad is not None else [gate.stage]:
+            _eval_points_at(ls, plan, name, gate, where, size, out)
+
+
+def _eval_points_at(
+    ls: LoadedSpec, plan: Plan, name: str, gate: Any, where: tuple[str | int, ...], size: str,
+    out: Findings,
+) -> None:  # fmt: skip
+    if not is_eval(gate.metric) or size not in ls.per_size:
+        return
+    runs = [r for r in plan.runs if r.size == size]
+    if not runs:
+        return
+    run = min(runs, key=lambda r: r.steps)
+    interval = run.evaluation.interval
+    points = eval_points(run.steps, interval)
+    label = "the gate" if where == ("gate",) else "gate " + name
+    short = _interim_short(gate, run.steps, interval)
+    if short:
         _warn(
-            out, ls, ("evaluation", "interval"), gate.stage,
-            f"{label} averages the last {need} eval points of {gate.metric!r}, but {run.run_id} "
-            f"has {points} ({run.steps} steps, evaluation.interval {interval}); fix: "
-            f"evaluation.interval <= {max(1, run.steps // need)} (or {last_n} <= {points})",
+            out, ls, ("evaluation", "interval"), size,
+            f"{label}'s interim looks at {', '.join(short)} of tokens need {gate.last_n} eval "
+            f"points of {gate.metric!r} at or just before each, but {run.run_id} evaluates every "
+            f"{interval} of {run.steps} steps; fix: evaluation.interval <= {_interim_fix(gate, run.steps)}",
         )  # fmt: skip
+    need = gate.last_n
+    if points >= need:
+        return
+    last_n = "gate.last_n" if where == ("gate",) else ".".join(map(str, where)) + ".last_n"
+    _warn(
+        out, ls, ("evaluation", "interval"), size,
+        f"{label} averages the last {need} eval points of {gate.metric!r}, but {run.run_id} "
+        f"has {points} ({run.steps} steps, evaluation.interval {interval}); fix: "
+        f"evaluation.interval <= {max(1, run.steps // need)} (or {last_n} <= {points})",
+    )  # fmt: skip
 
 
 def _gate_metrics(ls: LoadedSpec, out: Findings) -> None:
@@ -325,11 +335,15 @@ def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: 
     return [head + "; ".join(f"look {i} of {len(looks)}: {t}" for i, t in enumerate(looks, 1))]
 
 
-def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
-    """(information lines, warnings) about the planned gate's statistics and their costs."""
+def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[str]]:
+    """(information lines, warnings) about the planned gate's statistics and their costs.
+    ``simulate``: a multiplier gate's expected interval width too (`plan` prints it; `validate`
+    reads only the warnings and stays fast)."""
     g = plan.gate
     if g is None:
         return [], []
+    if g.rule == "multiplier":
+        return ladder_lines(plan, simulate=simulate)
     stage, conf = g.stage, g.confidence
     floor, fdof = g.noise.floor_sd, g.noise.floor_dof
     k = g.noise.measure.aa_seeds if g.noise.measure is not None else 0
@@ -400,6 +414,169 @@ def gate_lines(plan: Plan) -> tuple[list[str], list[str]]:
                 "(shown uncorrected, never promoted)"
             )
     return lines, warnings
+
+
+# A multiplier gate before spending (docs/scaling.md): what its ladder costs beside one pair at
+# each target, where its noise comes from, and how wide the projected interval is expected to be,
+# by simulating the design under the spec's declared assumptions (`gate.planning`) through the
+# same estimator the report uses (`olmoablate.scaling`, imported only when simulating).
+
+#: The anchor of the cost line: the OLMo ladder paper (Bhagia et al. 2024) predicted 7B/13B task
+#: accuracy from a ladder costing about 1% of the target's compute.
+LADDER_ANCHOR = 0.01
+#: Simulated ladders behind the expected-width line (seeded: `plan` prints the same numbers).
+SIM_DRAWS = 100
+
+
+def _sci(x: float) -> str:
+    return f"{x:.3g}".replace("e+", "e")
+
+
+def ladder_runs(plan: Plan) -> list[RunEntry]:
+    """The runs of the viewed multiplier gate's ladder: both arms at every rung, every seed."""
+    g, entry = plan.gate, plan.gate_entry()
+    if g is None or entry is None or entry.ladder is None:
+        return []
+    rungs = set(entry.ladder.rungs)
+    return [
+        r for r in plan.runs if r.size in rungs and r.arm in ("baseline", g.variant) and not r.is_aa
+    ]
+
+
+def ladder_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[str]]:
+    """The multiplier gate's plan-time lines (see above) and its warnings."""
+    g, entry = plan.gate, plan.gate_entry()
+    assert g is not None and entry is not None
+    lad = entry.ladder
+    if lad is None:  # a plan.json written before the ladder record: nothing priced to say
+        return ["ladder: not recorded in this plan.json (re-plan to price it)"], []
+    runs = ladder_runs(plan)
+    reused = plan.identity.reused if plan.identity is not None else {}
+    seeds = sorted({r.seed for r in runs})
+    n = len(seeds)
+    total = sum(r.total_train_flops for r in runs)
+    shared = [r for r in runs if r.run_id in reused]
+    new = total - sum(r.total_train_flops for r in shared)
+    cost = (
+        f"ladder: {len(lad.rungs)} rungs ({', '.join(lad.rungs)}) x 2 arms x {n} seed(s) = "
+        f"{len(runs)} runs, {_sci(total)} training FLOPs"
+    )
+    if shared:
+        cost += f" ({len(shared)} reused from the store: {_sci(new)} FLOPs new)"
+    shares = [
+        f"{t.size} {total / (t.flops_b + t.flops_v):.2%} of its pair ({_sci(t.flops_b + t.flops_v)})"
+        for t in lad.targets
+    ]
+    cost += (
+        "; as a share of one target pair (both arms at the planned tokens): "
+        + ", ".join(shares)
+        + f" (the OLMo ladder paper's ladder cost ~{LADDER_ANCHOR:.0%} of its target)"
+    )
+    lines, warnings = [cost], []
+    top = max((r.total_train_flops for r in runs if r.arm == g.variant), default=0)
+    inside = [t.size for t in lad.targets if t.flops_v <= top]
+    if inside:
+        lines.append(
+            f"target(s) {', '.join(inside)} within the ladder's compute (at or below the "
+            "largest rung's): read off the fit, not projected beyond it"
+        )
+    floor, fdof = g.noise.floor_sd, g.noise.floor_dof
+    if n >= 2:
+        dof = len(lad.rungs) * (n - 1)
+        lines.append(
+            f"noise: paired seeds ({n} per rung, pooled over {len(lad.rungs)} rungs: {dof} dof)"
+            + (f"; noise.floor {floor:g} is not used" if floor is not None else "")
+        )
+    elif floor is not None:
+        how = "known exactly" if math.isinf(fdof) else f"{fdof:g} dof"
+        lines.append(f"noise: declared floor sd_d = {floor:g} ({how}; one seed per rung)")
+    else:
+        warnings.append(
+            "multiplier gate with one seed per rung and no gate.noise.floor: the noise cannot "
+            "be estimated, so the report will refuse the projection (inconclusive whatever the "
+            "runs show); add a seed, or gate.noise.floor measured earlier"
+        )
+    if simulate:
+        lines.extend(_expected_width(plan, n))
+    return lines, warnings
+
+
+def _expected_width(plan: Plan, n: int) -> list[str]:
+    """The projected interval a ladder like this one gives, by simulation under
+    ``gate.planning`` (one line); without it, what to declare."""
+    g, entry = plan.gate, plan.gate_entry()
+    assert g is not None and entry is not None and entry.ladder is not None
+    p = g.planning
+    if p is None:
+        return [
+            "expected interval width: not simulated; declare gate.planning: {sd_delta, sd_mean, "
+            "law: {E, A, alpha}} (the paired-delta and pair-mean seed sd at a rung and the "
+            "baseline law, e.g. from an earlier ladder) to see it before spending"
+        ]
+    floor = g.noise.floor_sd
+    if n < 2 and floor is None:
+        return ["expected interval width: not simulated (one seed per rung and no noise.floor)"]
+    import numpy as np
+
+    from olmoablate import scaling as sc
+
+    by = {(r.size, r.arm): r for r in sorted(ladder_runs(plan), key=lambda r: r.seed, reverse=True)}
+    design = []
+    for size in entry.ladder.rungs:
+        b, v = by.get((size, "baseline")), by.get((size, g.variant))
+        if b is None or v is None:
+            return [f"expected interval width: not simulated (no pair at rung {size} in this view)"]
+        design.append(
+            sc.Rung(size, float(b.total_train_flops), float(v.total_train_flops), float(b.tokens),
+                    float(v.tokens), float(b.unique_params), float(v.unique_params), {}, {})
+        )  # fmt: skip
+    targets = [
+        sc.Target(t.size, float(t.flops_v), float(t.tokens_v), float(t.params_v))
+        for t in entry.ladder.targets
+    ]
+    m0 = p.multiplier if p.multiplier is not None else g.min_multiplier
+    assert m0 is not None and g.min_multiplier is not None  # checked by load
+    truth = sc.Truth(
+        law=sc.Law(p.law.E, p.law.A, p.law.alpha), m0=m0, gamma=0.0, c_ref=design[-1].flops_v,
+        sd_delta=p.sd_delta, sd_mean=p.sd_mean,
+    )  # fmt: skip
+    declared = sc.DeclaredNoise(floor, g.noise.floor_dof) if floor is not None else None
+    rng = np.random.default_rng(0)
+    widths: dict[str, list[float]] = {t.size: [] for t in targets}
+    resolved = refused = 0
+    failed: list[str] = []
+    for _ in range(SIM_DRAWS):
+        try:
+            fit = sc.fit_ladder(
+                sc.simulate(truth, design, n, rng), targets, unit=g.unit,
+                level=2 * g.confidence - 1, declared=declared,
+            )  # fmt: skip
+        except (ArithmeticError, ValueError) as err:
+            # the estimator is meant to refuse, not raise; `plan` says so instead of a traceback
+            failed.append(f"{type(err).__name__}: {err}")
+            continue
+        refused += bool(fit.refused)
+        for proj in fit.projections:
+            widths[proj.size].append(proj.multiplier.upper / proj.multiplier.lower)
+        resolved += sc.decide(fit, g.min_multiplier)[0] != sc.UNDECIDED
+    per = [
+        f"{s} {_sci(float(np.median(w)))}x" if w else f"{s} - (never projected)"
+        for s, w in widths.items()
+    ]
+    said = (
+        "gate.planning.multiplier" if p.multiplier is not None
+        else "min_multiplier, where either decision is an error; set gate.planning.multiplier "
+        "to the one you expect"
+    )  # fmt: skip
+    return [
+        f"expected interval width at each target (median upper/lower of {SIM_DRAWS} ladders "
+        f"simulated under gate.planning, {n} seed(s)): " + ", ".join(per)
+        + f"; with a true multiplier of {m0:g} in FLOPs at every size ({said}), the gate "
+        f"resolves (proceed or stop) in {resolved / SIM_DRAWS:.0%} of draws under the planning "
+        "assumptions"
+        + (f"; projection refused in {refused / SIM_DRAWS:.0%}" if refused else "")
+        + (f"; the estimator failed in {len(failed)} draw(s) ({failed[0]})" if failed else "")
+    ]
 
 
 def carry_registrations(old: Any, plan: Plan) -> Plan:

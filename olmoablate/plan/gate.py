@@ -128,10 +128,36 @@ class GateStability(Strict):
     allow_nonfinite: bool = False
 
 
+class LadderLaw(Strict):
+    """An assumed baseline law ``L(C) = E + A * C^(-alpha)`` (C in training FLOPs)."""
+
+    E: float = Field(ge=0)
+    A: float = Field(gt=0)
+    alpha: float = Field(gt=0)
+
+
+class LadderPlanning(Strict):
+    """What `plan` assumes to say, before any compute, how wide a multiplier gate's projected
+    intervals will be (docs/scaling.md). Why declared: the width depends on the seed noise and
+    the law's curvature, which only an earlier ladder (or the store's baseline rungs) measures.
+    ``sd_delta``: sd of one seed's paired difference (baseline - variant loss) at a rung;
+    ``sd_mean``: sd of the pair's average (the seed's shared effect); ``multiplier``: the true
+    multiplier the simulation assumes (default: ``min_multiplier``, the hardest case)."""
+
+    sd_delta: float = Field(gt=0)
+    sd_mean: float = Field(gt=0)
+    law: LadderLaw
+    multiplier: float | None = Field(None, gt=0, exclude_if=lambda v: v is None)
+
+
+#: A multiplier gate's fields, each left out of the dump while at its default (old gate hashes).
+MULTIPLIER_FIELDS = ("min_multiplier", "at", "unit", "rungs", "planning")
+
+
 class Gate(Strict):
     stage: str
     promote_to: list[str] = []
-    rule: Literal["quality", "quality_per_param"] = "quality"
+    rule: Literal["quality", "quality_per_param", "multiplier"] = "quality"
     metric: str = CE_LOSS
     direction: Literal["lower", "higher"] = "lower"
     min_effect: float = Field(0.0, ge=0)
@@ -149,6 +175,25 @@ class Gate(Strict):
     #: while False, so gates pre-registered before the field keep their sha256.
     allow_partial_pairs: bool = Field(False, exclude_if=lambda v: v is False)
     sequential: SequentialDesign | None = None
+    # rule multiplier (docs/scaling.md): proceed when the projected compute multiplier's lower
+    # bound clears ``min_multiplier`` at every target. Not dumped at their defaults, so gates
+    # pre-registered before the rule keep their sha256; checked against the spec in
+    # `olmoablate.plan.checks` (check_gate, check_ladder).
+    min_multiplier: float | None = Field(None, gt=0, exclude_if=lambda v: v is None)
+    #: Target sizes (presets or custom sizes; a size outside ``sizes`` is priced, not planned).
+    #: Default: ``promote_to``.
+    at: list[str] = Field([], exclude_if=lambda v: not v)
+    #: Which multiplier the gate decides on; the report prints all three.
+    unit: Literal["flops", "tokens", "params"] = Field("flops", exclude_if=lambda v: v == "flops")
+    #: Sizes used as rungs. Default: every spec size the variant trains at, other than the
+    #: targets, in the baseline's training-FLOPs order.
+    rungs: list[str] = Field([], exclude_if=lambda v: not v)
+    planning: LadderPlanning | None = Field(None, exclude_if=lambda v: v is None)
+
+    @property
+    def targets(self) -> list[str]:
+        """A multiplier gate's target sizes: ``at``, else ``promote_to``."""
+        return list(self.at or self.promote_to)
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:  # as before designs: old gate hashes verify
@@ -175,6 +220,12 @@ class Gate(Strict):
                 "rule quality_per_param needs `reference`: the variant that is the "
                 "parameter-matched OLMo 3 model (e.g. `layers: {n_layers: 4}`)"
             )
+        if self.rule != "multiplier":
+            given = [f for f in MULTIPLIER_FIELDS if f in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: only for rule multiplier (rule is {self.rule})"
+                )
         return self
 
 

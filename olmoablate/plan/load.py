@@ -19,11 +19,12 @@ from typing import Any, get_args
 import yaml
 from pydantic import ValidationError
 
-from olmoablate.errors import UserError, one_union_member
+from olmoablate.errors import UserError, one_union_member, parse_count
 from olmoablate.io import MAX_YAML_BYTES, InputLimitError, check_size, compose_yaml_bounded
 from olmoablate.plan import checks as spec_paths
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as datacheck
+from olmoablate.plan.accounting import param_count
 from olmoablate.plan.checks import (
     Path_,
     check_architectures,
@@ -33,11 +34,13 @@ from olmoablate.plan.checks import (
     check_downstream,
     check_execution,
     check_gate,
+    check_ladder,
     check_run_ids,
     check_seed_range,
     origin_of,
 )
-from olmoablate.plan.schema import PER_SIZE_SECTIONS, SizeSettings, Spec
+from olmoablate.plan.planfile import LadderRecord
+from olmoablate.plan.schema import PER_SIZE_SECTIONS, PerParam, SizeSettings, Spec
 
 # `--set a.b.c=value` overrides (`plan`, `submit --set`, the report's pre-registration check):
 # applied to the parsed document before validation, part of :func:`spec_sha256`; values are YAML
@@ -194,6 +197,8 @@ class LoadedSpec:
     #: field came from: what the feasibility checks need to point at a line.
     lines: Any = None
     origins: dict[str, dict[Path_, Path_]] = field(default_factory=dict)
+    #: Per multiplier gate (by name): its rungs in compute order and its priced targets.
+    ladders: dict[str, LadderRecord] = field(default_factory=dict)
 
     def problem(self, path: Path_, message: str, size: str | None = None) -> Problem:
         """A Problem at ``path`` (a resolved per-size path when ``size`` is given)."""
@@ -374,6 +379,63 @@ def _resolve(
     return value
 
 
+def _per_param(
+    training: Any, dims: sizes_mod.SizeDims, origin: dict[Path_, Path_], add: Any
+) -> bool:
+    """``tokens: {per_param: N}`` in one size's resolved ``training`` replaced by its count
+    (:class:`olmoablate.plan.schema.PerParam`); False after adding its problems."""
+    if not isinstance(training, dict) or not isinstance(training.get("tokens"), dict):
+        return True
+    try:
+        rule = PerParam.model_validate(training["tokens"])
+    except ValidationError as err:
+        for e in err.errors():
+            add(origin_of(("training", "tokens", *e["loc"]), origin), _pydantic_message(e, PerParam))
+        return False
+    training["tokens"] = per_param_tokens(rule, dims, training.get("global_batch_size"))
+    return True
+
+
+def per_param_tokens(rule: PerParam, dims: sizes_mod.SizeDims, global_batch_size: Any) -> int:
+    """The count ``rule`` gives at ``dims``: N x the baseline's total parameters, rounded up to a
+    whole number of ``global_batch_size`` (not rounded while that is invalid: the schema says
+    what is wrong with it)."""
+    gbs = global_batch_size if type(global_batch_size) is int and global_batch_size > 0 else None
+    return rule.tokens(param_count(dims), gbs)
+
+
+def target_budget(
+    raw: dict[str, Any], size: str, size_names: set[str], dims: sizes_mod.SizeDims, gbs: int
+) -> tuple[int | None, str]:
+    """(The planned baseline tokens of a multiplier gate's target outside ``sizes``, "") or
+    (None, why). It comes from ``training.tokens`` resolved for that size: ``{per_param: N}``
+    (rounded up to whole batches of ``gbs``, the largest rung's), or a count given for that size
+    by name; a count shared with other sizes is no budget for it."""
+    found: list[tuple[Path_, str]] = []
+    origin: dict[Path_, Path_] = {}
+    training = _resolve(raw.get("training") or {}, size, size_names, ("training",), origin,
+                        ("training",), found)  # fmt: skip
+    value = training.get("tokens") if isinstance(training, dict) else None
+    fix = f"add {size} to sizes, give training.tokens a {size}: value, or use {{per_param: N}}"
+    if isinstance(value, dict):
+        try:
+            rule = PerParam.model_validate(value)
+        except ValidationError as err:
+            return None, f"target {size}: training.tokens.per_param: {_pydantic_message(err.errors()[0], PerParam)}"
+        return per_param_tokens(rule, dims, gbs), ""
+    named = size in (str(p) for p in origin.get(("training", "tokens"), ()))
+    if value is not None and named:
+        try:
+            return parse_count(value), ""
+        except ValueError as err:
+            return None, f"target {size}: training.tokens.{size}: {err}"
+    given = "no count" if value is None else f"the count {shorten(repr(value))} of other sizes"
+    return None, (
+        f"target {size} is not in sizes (priced, not planned), and training.tokens gives it "
+        f"{given}: its planned budget is unknown ({fix})"
+    )
+
+
 # ----------------------------------------------------------------------------------------- loading
 def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedSpec:
     """Parse and fully validate one spec file, ``--set`` ``overrides`` applied in order; a
@@ -480,6 +542,8 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                 add(ppath, msg)
             if res_problems:
                 continue
+            if section == "training" and not _per_param(value, dims[size], origin, add):
+                continue
             try:
                 resolved[section] = model.model_validate(value)
             except ValidationError as err:
@@ -519,8 +583,17 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     check_budget(spec, add)
     check_run_ids(spec, add)
     check_seed_range(spec, per_size, add)
-    for _name, gate, where in spec.all_gates():
+    ladders: dict[str, LadderRecord] = {}
+
+    def budget_of(size: str, d: sizes_mod.SizeDims, gbs: int) -> tuple[int | None, str]:
+        return target_budget(raw, size, size_names, d, gbs)
+
+    for name, gate, where in spec.all_gates():
         check_gate(spec, gate, where, per_size, add)
+        if gate.rule == "multiplier":
+            ladder = check_ladder(spec, gate, where, dims, per_size, budget_of, add)
+            if ladder is not None:
+                ladders[name] = ladder
     check_downstream(per_size, add)
 
     if problems:
@@ -540,6 +613,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         override_paths=set_paths,
         lines=lines,
         origins=origins,
+        ladders=ladders,
     )
 
 

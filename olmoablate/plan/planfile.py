@@ -229,10 +229,35 @@ class GateRegistration(PlanModel):
     gate_sha256: str | None
 
 
+class LadderTarget(PlanModel):
+    """One target of a multiplier gate, priced at its planned budget (docs/scaling.md): each
+    arm's tokens and whole-run training FLOPs as `plan` prices a run of that size (the variant's
+    tokens follow the spec's budget match), the baseline's total parameters and the variant's
+    unique ones (``RunEntry.unique_params``: a looped model's reused weights count once). The
+    report builds ``olmoablate.scaling.Target(size, flops_v, tokens_v, params_v)`` from it."""
+
+    size: str
+    tokens_b: int
+    tokens_v: int
+    flops_b: int
+    flops_v: int
+    params_b: int
+    params_v: int
+
+
+class LadderRecord(PlanModel):
+    """A multiplier gate's ladder as planned: ``rungs`` in the baseline's training-FLOPs order
+    (their runs are the plan's entries of those sizes) and the ``targets`` it projects to."""
+
+    rungs: list[str]
+    targets: list[LadderTarget]
+
+
 class GateEntry(PlanModel):
     """One pre-registered gate: its block and the hashes `report` checks it against.
     ``seeds``/``design_sha256`` are absent in plans from before sequential designs (reported as
-    then); ``history``: registrations a ``plan --replan`` replaced (seeds added after a look)."""
+    then); ``history``: registrations a ``plan --replan`` replaced (seeds added after a look);
+    ``ladder``: a multiplier gate's rungs and priced targets (absent for other rules)."""
 
     name: str
     gate: Gate
@@ -241,11 +266,12 @@ class GateEntry(PlanModel):
     seeds: list[int] | None = None
     design_sha256: str | None = None
     history: list[GateRegistration] = []
+    ladder: LadderRecord | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: Any) -> dict[str, Any]:  # an old plan's entry round-trips as written
         out = handler(self)
-        for k in ("seeds", "design_sha256"):
+        for k in ("seeds", "design_sha256", "ladder"):
             if out.get(k) is None:
                 out.pop(k, None)
         if not out.get("history"):

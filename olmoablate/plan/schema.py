@@ -7,8 +7,10 @@ each size's values.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -258,8 +260,33 @@ class Wandb(Strict):
 COMPILE_DEFAULT: Literal["auto"] = "auto"
 
 
+class PerParam(Strict):
+    """``training.tokens: {per_param: N}``: N tokens per parameter of the size's OLMo 3 baseline.
+
+    Why: a scaling ladder trains each rung to its own budget, and a budget per parameter is how
+    the field states one (Chinchilla's 20 tokens per parameter). Chinchilla counts *total*
+    parameters, embeddings included, and so does this rule: ``olmoablate.plan.accounting.
+    param_count`` of the size with no architecture (the variant's own count never changes its
+    budget; the spec's budget match decides the variant's tokens). Resolved per size by
+    `olmoablate.plan.load` once the size's dims are known, so every later stage (expansion,
+    identity, accounting) sees a count.
+    """
+
+    per_param: float = Field(gt=0)
+
+    def tokens(self, params: int, global_batch_size: int | None) -> int:
+        """N x ``params``, rounded *up* to whole global batches (a run trains whole steps; up,
+        so a rung never trains below its stated budget). Exact arithmetic on N as written."""
+        want = Fraction(str(self.per_param)) * params
+        if not global_batch_size or global_batch_size <= 0:
+            return math.ceil(want)
+        return math.ceil(want / global_batch_size) * global_batch_size
+
+
 class Training(Strict):
     sequence_length: PosInt
+    #: A count (``262144``, ``2.5e9``, ``'100M'``) or ``{per_param: N}`` (:class:`PerParam`,
+    #: resolved to a count by `load` before this model sees it).
     tokens: int = Field(gt=0)
     global_batch_size: PosInt
     microbatch_size: PosInt | None = None
@@ -281,7 +308,10 @@ class Training(Strict):
     @field_validator("tokens", mode="before")
     @classmethod
     def _tokens(cls, v: Any) -> int:
-        return parse_count(v)
+        try:
+            return parse_count(v)
+        except ValueError as err:
+            raise ValueError(f"{err}, or {{per_param: N}} tokens per parameter") from None
 
     @field_validator("compile", mode="before")
     @classmethod

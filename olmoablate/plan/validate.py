@@ -147,15 +147,35 @@ def _render_protocol(plan: Plan, console: Any) -> None:
         assert g is not None  # a view always holds its gate
         label = "gate" if len(views) == 1 else f"gate {name!r}"
         console.print(
-            f"{label} (pre-registered, sha256 {str(view.gate_sha256)[:12]}): "
-            f"variant {g.variant or '(all)'}; stage {g.stage} -> "
-            f"{', '.join(g.promote_to) or '-'}; rule {g.rule}; metric '{g.metric}' "
-            f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}",
+            f"{label} (pre-registered, sha256 {str(view.gate_sha256)[:12]}): " + gate_summary(view),
             markup=False,
         )
-        info, _warnings = gate_lines(view)  # warnings: printed with the others (_check)
+        # warnings: printed with the others (_check)
+        info, _warnings = gate_lines(view, simulate=True)
         for line in info:
             console.print(f"  {line}", markup=False, highlight=False)
+
+
+def gate_summary(view: Plan) -> str:
+    """What the viewed gate decides, in one line (after its name and hash)."""
+    g = view.gate
+    assert g is not None
+    if g.rule != "multiplier":
+        return (
+            f"variant {g.variant or '(all)'}; stage {g.stage} -> "
+            f"{', '.join(g.promote_to) or '-'}; rule {g.rule}; metric '{g.metric}' "
+            f"({g.direction} is better), min effect {g.min_effect}, confidence {g.confidence}"
+        )
+    entry = view.gate_entry()
+    rungs = entry.ladder.rungs if entry is not None and entry.ladder is not None else g.rungs
+    return (
+        f"variant {g.variant}; rule multiplier: proceed when the projected compute multiplier "
+        f"in {g.unit} (the report gives flops, tokens and params) has its lower bound >= "
+        f"{g.min_multiplier:g} at every target ({', '.join(g.targets)}), stop when an upper "
+        f"bound is below it; confidence {g.confidence}; rungs {', '.join(rungs) or '-'} "
+        f"(stage {g.stage}); metric '{g.metric}' ({g.direction} is better)"
+        + (f"; promote_to {', '.join(g.promote_to)}" if g.at and g.promote_to else "")
+    )
 
 
 def _eval_lines(ev: Evaluation, loop_counts: list[str]) -> list[str]:
