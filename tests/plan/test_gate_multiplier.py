@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -291,20 +290,14 @@ def test_validate_and_plan_show_the_gate(tmp_path: Path) -> None:
 PLANNING = {"sd_delta": 0.01, "sd_mean": 0.03, "law": {"E": 1.7, "A": 400.0, "alpha": 0.15}}
 
 
-def test_expected_width_is_simulated_cheaply_and_reproducibly(tmp_path: Path) -> None:
-    import scipy.optimize  # noqa: F401 - imports (~1.5 s on a 2-core box) are not the design's
-    import scipy.stats  # noqa: F401
-
+def test_expected_width_is_simulated_reproducibly(tmp_path: Path) -> None:
     doc = _doc(seeds=[0, 1, 2], gate={**GATE, "at": ["1B", "7B"], "planning": PLANNING})
     plan = build_plan(load_spec(_write(tmp_path, doc)))
-    start = time.perf_counter()
     info = gate_lines(plan, simulate=True)[0]
-    took = time.perf_counter() - start
     (line,) = [x for x in info if x.startswith("expected interval width")]
     assert f"median upper/lower of {SIM_DRAWS} ladders" in line and "3 seed(s)" in line
     assert "1B " in line and "7B " in line and "% of draws under the planning assumptions" in line
     assert "true multiplier of 1.05 in FLOPs" in line and "set gate.planning.multiplier" in line
-    assert took < 2.0, took
     assert [x for x in gate_lines(plan, simulate=True)[0] if x.startswith("expected")] == [line]
 
 
