@@ -161,3 +161,15 @@ def test_a_far_projection_from_close_rungs_has_an_open_interval_not_an_error() -
     for p in fit.projections:
         assert p.multiplier.lower >= 0 and p.multiplier.upper > p.multiplier.lower
     decide(fit, 1.05)  # prints inf bounds rather than failing
+
+
+def test_the_law_is_the_baseline_runs_alone() -> None:
+    """Two proposals sharing a baseline ladder fit the same law: each rung's C* absorbs its
+    variant points, so another variant's losses leave the law unchanged."""
+    rng = np.random.default_rng(6)
+    ours = simulate(truth(m0=1.1), design(4), 2, rng)
+    other = simulate(truth(m0=1.4, sd=0.03), design(4), 2, rng)
+    theirs = [Rung(**{**a.__dict__, "loss_v": b.loss_v}) for a, b in zip(ours, other, strict=True)]
+    a, b = fit_ladder(ours).law, fit_ladder(theirs).law
+    assert a is not None and b is not None
+    assert (a.E, a.A, a.alpha) == pytest.approx((b.E, b.A, b.alpha), rel=1e-6)
