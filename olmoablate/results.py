@@ -254,6 +254,31 @@ class ResultSet:
                     )
         return pd.DataFrame(rows)
 
+    @functools.cached_property
+    def ladder(self) -> pd.DataFrame:
+        """Every multiplier gate's ladder: one row per gate, variant, unit and rung, then one per
+        target (``projected``), with ``flops_v`` (the variant's training FLOPs), ``multiplier``
+        and its one-sided ``confidence`` bounds (NaN where undefined or ``refused``);
+        ``decided``: the gate's own unit (the others are shown, not decided on)."""
+        rows: list[dict[str, Any]] = []
+        for r in self.report.gates or [self.report]:
+            for v, lad in r.ladders.items():
+                for unit, fit in lad.fits.items():
+                    head = {"gate": r.gate_name, "variant": v, "unit": unit,
+                            "decided": unit == lad.unit, "confidence": lad.confidence}  # fmt: skip
+                    proj = {p.size: p.multiplier for p in fit.projections}
+                    rows.extend(
+                        {**head, "size": x.size, "projected": False, "flops_v": x.flops_v,
+                         **_interval(x.multiplier), "refused": x.why_undefined}
+                        for x in fit.rungs
+                    )  # fmt: skip
+                    rows.extend(
+                        {**head, "size": t.size, "projected": True, "flops_v": t.flops_v,
+                         **_interval(proj.get(t.size)), "refused": fit.refused}
+                        for t in lad.targets
+                    )  # fmt: skip
+        return pd.DataFrame(rows, columns=LADDER_COLUMNS)
+
     def __repr__(self) -> str:
         verdicts = {r.gate_name: r.verdict for r in self.report.gates or [self.report]}
         shown = ", ".join(f"{k}: {v}" for k, v in verdicts.items())
@@ -261,6 +286,19 @@ class ResultSet:
             f"ResultSet({self.root}: {len(self.results.runs)} runs, {len(self.results.pairs)} "
             f"pairs, gate {shown})"
         )
+
+
+#: The columns of :attr:`ResultSet.ladder`.
+LADDER_COLUMNS = [
+    "gate", "variant", "unit", "decided", "size", "projected", "flops_v", "multiplier", "lower",
+    "upper", "confidence", "refused",
+]  # fmt: skip
+
+
+def _interval(iv: Any) -> dict[str, float]:
+    if iv is None:
+        return {"multiplier": np.nan, "lower": np.nan, "upper": np.nan}
+    return {"multiplier": iv.estimate, "lower": iv.lower, "upper": iv.upper}
 
 
 def _pandas(table: pa.Table) -> pd.DataFrame:

@@ -25,10 +25,11 @@ from olmoablate.report.evidence import (
     pair_timing,
     way_out,
 )
+from olmoablate.report.ladder import MULTIPLIER, LadderResult, evaluate_ladder_gate
 from olmoablate.report.noise import NoiseSource
 from olmoablate.report.pairing import coverage_lines
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
-from olmoablate.report.sequential import FUTILITY, SequentialResult, evaluate_gate
+from olmoablate.report.sequential import FUTILITY, GateOutcome, SequentialResult, evaluate_gate
 from olmoablate.report.verdict import PairEvidence, VariantVerdict
 
 
@@ -58,6 +59,8 @@ class Report:
     gates: list[Report] = field(default_factory=list)
     #: per gated variant: the sequential design's looks, decision and GPU-hours saved
     sequential: dict[str, SequentialResult] = field(default_factory=dict)
+    #: a ``rule: multiplier`` gate: per gated variant, its ladder (rungs, fits, decision)
+    ladders: dict[str, LadderResult] = field(default_factory=dict)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -81,6 +84,8 @@ class Report:
                 "stopped": any(r.decision == FUTILITY for r in self.sequential.values()),
                 "gpu_hours_saved": sum(r.gpu_hours_saved for r in self.sequential.values()),
             }
+        if self.ladders:  # only for a multiplier gate, likewise
+            rec["ladder"] = {v: r.as_dict() for v, r in self.ladders.items()}
         return rec
 
     def _fixed_record(self) -> dict[str, Any]:
@@ -155,7 +160,8 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         family, exploratory = non_ref, []
         primary = non_ref[0] if len(non_ref) == 1 else None
     evidence: dict[str, list[PairEvidence]] = {}
-    for v in family + exploratory:
+    # a ladder reads every rung's runs itself (ladder.read_rungs), not the stage's paired deltas
+    for v in family + exploratory if g.rule != MULTIPLIER else []:
         mine = [r for r in at_stage if r.variant_name == v]
         ev: list[PairEvidence] = []
         for r in mine:
@@ -177,11 +183,17 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     noise, noise_notes = noise_source(results, g)
     entry = results.plan.gate_entry()
     legacy = entry is None or entry.seeds is None  # a plan from before the design record
-    outcome = evaluate_gate(
-        g, evidence, family, exploratory, noise, way_out(results, g, family), legacy, entry
-    )
-    verdict, reasons, verdicts = outcome.verdict, outcome.reasons, outcome.verdicts
-    if not at_stage:
+    ladders: dict[str, LadderResult] = {}
+    if g.rule == MULTIPLIER:
+        lad = evaluate_ladder_gate(g, entry, pair_results, _ladder_variants(g, pair_results))
+        verdict, reasons, verdicts, ladders = lad.verdict, lad.reasons, lad.verdicts, lad.ladders
+        outcome = GateOutcome(verdict, reasons, verdicts)
+    else:
+        outcome = evaluate_gate(
+            g, evidence, family, exploratory, noise, way_out(results, g, family), legacy, entry
+        )
+        verdict, reasons, verdicts = outcome.verdict, outcome.reasons, outcome.verdicts
+    if not at_stage and g.rule != MULTIPLIER:  # a ladder's stage is its rungs
         verdict = INCONCLUSIVE
         reasons = [f"no pairs at the stage size {stage!r} (sizes in the plan: {', '.join(sizes)})"]
     if results.prereg_broken:
@@ -195,10 +207,18 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         results, pair_results, stage, verdict, reasons, verdicts, evidence, primary, size_rows,
         consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
         family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
-        sequential=outcome.sequential,
+        sequential=outcome.sequential, ladders=ladders,
     )  # fmt: skip
     results.save_cache()
     return report
+
+
+def _ladder_variants(g: Any, pairs: list[PairResult]) -> list[str]:
+    """The variants a multiplier gate decides: ``gate.variant``, else every variant with pairs
+    (a reference variant is not a proposal)."""
+    if g.variant:
+        return [g.variant]
+    return [v for v in _ordered_unique([p.variant_name for p in pairs]) if v != g.reference]
 
 
 def _num_txt(a: Any) -> str:

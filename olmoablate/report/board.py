@@ -63,6 +63,9 @@ class ProposalRow:
     state: str
     shares_baseline_with: list[str]
     held_at: dict[str, bool]
+    #: a multiplier gate: the largest target's projection in the gate's unit (``unit``, ``size``,
+    #: ``estimate``, ``lower``, ``upper``), or why it was refused (``refused``); None otherwise
+    multiplier: dict[str, Any] | None = None
 
     @property
     def proposal(self) -> str:
@@ -225,7 +228,16 @@ def _reported(
                 est.get("n_seeds"), est.get("source") or (rec.get("noise_source") or {}).get("kind"),
                 float(min_effect), state, [], {},
             )  # fmt: skip
-            if p.role != "exploratory":
+            lad = (rec.get("ladder") or {}).get(v["variant"])
+            p.multiplier = track.ladder_projection(lad)
+            if p.role != "exploratory" and lad:
+                bar = float(getattr(g, "min_multiplier", 1.0)) if g is not None else 1.0
+                mine = track.ladder_rows(
+                    p.proposal, p.spec, p.variant, p.stage, p.verdict, bar, lad
+                )
+                p.held_at = {t.size: t.held for t in mine}
+                rows.extend(mine)
+            elif p.role != "exploratory":
                 mine = track.track_rows(
                     p.proposal, p.spec, p.variant, p.stage, p.verdict, p.effect, min_effect,
                     [(s, sizes.get(s)) for s in promote],
@@ -331,8 +343,9 @@ def _groups(share: dict[str, list[str]]) -> dict[str, int]:
 
 FORMATS = ("table", "md", "html", "json")
 COLUMNS = (
-    "spec", "gate", "variant", "verdict", "effect [bounds]", "seeds", "noise", "held at",
-    "state", "GPU-h spent", "saved (reuse)", "saved (futility)", "shares baseline with",
+    "spec", "gate", "variant", "verdict", "effect [bounds]", "multiplier", "seeds", "noise",
+    "held at", "state", "GPU-h spent", "saved (reuse)", "saved (futility)",
+    "shares baseline with",
 )  # fmt: skip
 
 
@@ -364,7 +377,7 @@ def rows(board: Board) -> list[list[str]]:
         mine = [p for p in board.proposals if p.spec == s.spec]
         if not mine:
             out.append(
-                [s.spec, "(no gate)", "-", "-", "-", "-", "-", "-", *_costs(s),
+                [s.spec, "(no gate)", "-", "-", "-", "-", "-", "-", "-", *_costs(s),
                  ", ".join(s.shares_baseline_with) or "-"]
             )  # fmt: skip
         for i, p in enumerate(mine):
@@ -372,7 +385,8 @@ def rows(board: Board) -> list[list[str]]:
             out.append(
                 [
                     p.spec, p.gate, p.variant + ("" if p.role == "primary" else f" ({p.role})"),
-                    p.verdict, _bounds(p), str(p.n_seeds or "-"), p.noise or "-", held or "-",
+                    p.verdict, _bounds(p), track.multiplier_text(p.multiplier, p.verdict),
+                    str(p.n_seeds or "-"), p.noise or "-", held or "-",
                     *(_costs(s) if i == 0 else ["", "", "", ""]),
                     ", ".join(p.shares_baseline_with) or "-",
                 ]

@@ -18,8 +18,10 @@ from typing import Any
 
 from olmoablate.io import write_bytes_atomic
 from olmoablate.report.assemble import Report
+from olmoablate.report.ladder import LadderResult
 from olmoablate.report.noise import Estimate
 from olmoablate.report.sequential import SequentialResult
+from olmoablate.report.track import UNIT_WORDS
 from olmoablate.report.verdict import VariantVerdict
 
 
@@ -44,6 +46,8 @@ def statistics_lines(report: Report) -> list[str]:
         out.extend(f"{tag} {n}" for n in dict.fromkeys(v.notes))
     for variant, res in report.sequential.items():
         out.extend(f"[{variant}] {line}" for line in look_lines(res))
+    for variant, lad in report.ladders.items():
+        out.extend(f"[{variant}] {line}" for line in ladder_lines(lad))
     src = report.noise
     if src is not None and src.runs:
         vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
@@ -72,12 +76,100 @@ def look_lines(res: SequentialResult) -> list[str]:
     return out
 
 
+def times(m: float | None) -> str:
+    """A multiplier as ``1.12x`` (``inf``/``n/a`` where unbounded or undefined)."""
+    if m is None or math.isnan(m):
+        return "n/a"
+    if math.isinf(m):
+        return "inf"
+    return f"{m:.2f}x" if 0.1 <= m < 10 else f"{m:.3g}x"
+
+
+def bounded(iv: Any) -> str:
+    return f"{times(iv.estimate)} [{times(iv.lower).rstrip('x')}, {times(iv.upper).rstrip('x')}]"
+
+
+def ladder_sentence(lad: LadderResult, verdict: str) -> str:
+    """The card's sentence: the largest rung's multiplier and each target's projection, in the
+    gate's unit, with one-sided bounds: ``worth 1.12x compute [1.05, 1.19] at 760M; projected
+    1.08x [0.98, 1.17] at 7B: inconclusive (one-sided 95% bounds)``."""
+    word = UNIT_WORDS.get(lad.unit, lad.unit)
+    fit = lad.fit
+    if fit is None:
+        return f"no multiplier ({lad.failed or 'no fit'}): {verdict}"
+    defined = [r for r in fit.rungs if r.multiplier is not None]
+    if defined:
+        top = max(defined, key=lambda r: r.flops_v)
+        parts = [f"worth {bounded(top.multiplier)} {word} at {top.size}"]
+    else:
+        why = next((r.why_undefined for r in fit.rungs if r.why_undefined), "")
+        parts = [f"no {word} multiplier at any rung" + (f" ({why})" if why else "")]
+    if fit.refused:
+        parts.append(f"projection refused: {fit.refused}")
+    elif fit.projections:
+        shown = ", ".join(f"{bounded(p.multiplier)} at {p.size}" for p in fit.projections)
+        parts.append(f"projected {shown}")
+    return f"{'; '.join(parts)}: {verdict} (one-sided {lad.confidence:.0%} bounds)"
+
+
+def ladder_sizes(r: Report) -> list[str]:
+    """The rung sizes of a multiplier gate's report (as the plan lists them)."""
+    entry = r.results.plan.gate_entry()
+    ladder = getattr(entry, "ladder", None)
+    return [str(x) for x in getattr(ladder, "rungs", None) or r.results.gate.rungs]
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.3g}"
+
+
+def ladder_lines(lad: LadderResult) -> list[str]:
+    """A ladder's statistics in words: the law, gamma, the lack-of-fit tests, the noise and the
+    other units' projections (shown, not decided on)."""
+    fit = lad.fit
+    if fit is None:
+        return [f"ladder: no fit ({lad.failed})"] if lad.failed else []
+    conf = f"one-sided {lad.confidence:.0%}"
+    out = []
+    if fit.law is not None:
+        law = fit.law
+        out.append(
+            f"baseline law L(C) = {law.E:.4g} + {law.A:.4g} * C^-{law.alpha:.4g} (C in training "
+            f"FLOPs), fitted on {len(lad.rungs)} rung(s) with every seed of both arms"
+        )
+    if fit.gamma is not None:
+        g = fit.gamma
+        trend = "grows" if g.lower > 0 else ("shrinks" if g.upper < 0 else "may grow or shrink")
+        out.append(
+            f"trend of the multiplier with scale: gamma {g.estimate:+.3g} ({conf} bounds "
+            f"[{g.lower:+.3g}, {g.upper:+.3g}], {g.dof:.3g} dof): the gain {trend} with compute"
+        )
+    for t in fit.lack_of_fit:
+        res = "rejects the model" if t.rejects else "no evidence against the model"
+        test = f"F {t.statistic:.3g} on ({t.dof}, {t.dof_denominator:.3g}) dof, p {_p(t.p)}"
+        out.append(f"lack of fit, {t.name}: {test if t.dof else 'not testable'}: {res}")
+    if fit.sd_delta is not None:
+        out.append(
+            f"seed noise: sd of the paired difference {fit.sd_delta:.3g}, of the pair's mean "
+            f"{fit.sd_mean if fit.sd_mean is not None else math.nan:.3g} ({fit.noise_source})"
+        )
+    for unit, other in lad.fits.items():
+        if unit == lad.unit or not other.projections or other.refused:
+            continue
+        shown = ", ".join(f"{bounded(p.multiplier)} at {p.size}" for p in other.projections)
+        out.append(f"in {UNIT_WORDS.get(unit, unit)} (shown, not decided on): projected {shown}")
+    return out
+
+
 def gate_text(report: Report) -> str:
     """The gate's settings in one plain sentence (no markup: every renderer formats it)."""
     g = report.results.gate
+    bar = f"min_effect {g.min_effect}"
+    if report.ladders:  # a multiplier gate: its bar, unit and targets
+        bar = f"min_multiplier {g.min_multiplier} in {g.unit} at {', '.join(g.at)}"
     txt = (
         f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
-        f"metric {g.metric} ({g.direction} is better), min_effect {g.min_effect}, "
+        f"metric {g.metric} ({g.direction} is better), {bar}, "
         f"confidence {g.confidence}, last_n {g.last_n}"
         + (f", reference {g.reference}" if g.reference else "")
         + f"; pre-registered (sha256 {str(report.results.plan.gate_sha256)[:12]})."
@@ -125,6 +217,8 @@ class Card:
     reasons: list[str]
     statistics: list[str]
     table: tuple[list[str], list[list[Any]]]
+    #: a multiplier gate's sentence (:func:`ladder_sentence`), shown in place of the effect
+    sentence: str = ""
 
     @property
     def title(self) -> str:
@@ -137,7 +231,10 @@ class Card:
 
     @property
     def effect_text(self) -> str:
-        """``+0.21, one-sided 95% interval [+0.12, +0.30], 2 seeds`` (or why there is none)."""
+        """``+0.21, one-sided 95% interval [+0.12, +0.30], 2 seeds`` (or why there is none);
+        a multiplier gate's sentence."""
+        if self.sentence:
+            return self.sentence
         if self.effect is None:
             return "no estimate (no valid pair with the gate metric)"
         lo = "-inf" if self.lower is None else f"{self.lower:+.4g}"
@@ -214,12 +311,15 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
         est = v.checks[0].estimate if v is not None and v.checks else None
         effect, lower, upper, seeds = estimate_cells(est)
         variant = v.variant if v is not None else (g.variant or "(none)")
+        lad = r.ladders.get(variant)
+        stage = r.stage if lad is None else "the rungs " + ", ".join(ladder_sizes(r))
         out.append(
             Card(
-                r.gate_name, variant, g.rule, g.metric, r.stage, r.verdict, effect, lower, upper,
+                r.gate_name, variant, g.rule, g.metric, stage, r.verdict, effect, lower, upper,
                 seeds, g.confidence, deciding_reason(r, v),
                 by_name.get(card_plot_name(r.gate_name)), gate_text(r), list(r.reasons),
                 statistics_lines(r), (VERDICT_HEADER, verdict_rows(r)),
+                ladder_sentence(lad, v.verdict if v else r.verdict) if lad is not None else "",
             )
         )  # fmt: skip
     return out

@@ -30,9 +30,11 @@ from olmoablate.plan.names import (
     STOP,
 )
 from olmoablate.report.assemble import Report
-from olmoablate.report.cards import Card, cards, estimate_cells
+from olmoablate.report.cards import Card, bounded, cards, estimate_cells
 from olmoablate.report.collect import wandb_section
+from olmoablate.report.ladder import LadderResult
 from olmoablate.report.plots import make_plots
+from olmoablate.report.track import UNIT_WORDS
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]
@@ -136,6 +138,7 @@ def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
     cs = cards(report, list(plots))
     on_cards = {c.plot for c in cs if c.plot is not None}
     secs = sections(report)
+    n_ladders = sum(len(r.ladders) for r in report.gates or [report])
     return Document(
         spec_name=report.results.spec_name,
         headline=headline(report),
@@ -150,7 +153,7 @@ def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
         eval_lines=list(report.eval_lines),
         next_steps=list(report.next_steps),
         sections=secs,
-        plots_after=min(PLOTS_AFTER, len(secs)),
+        plots_after=min(PLOTS_AFTER + n_ladders, len(secs)),
         plots=[p for p in plots if p not in on_cards],
         issues=list(report.results.issues),
     )
@@ -203,6 +206,8 @@ def sections(report: Report) -> list[Section]:
             [(SIZES_HEADER, size_rows)],
         )
     )
+    for r in report.gates or [report]:
+        secs.extend(ladder_section(r.gate_name, lad) for lad in r.ladders.values())
     for p in report.pairs:
         stab = [
             [who, s.health.state, s.health.spikes, s.job_spikes, s.health.max_grad_norm,
@@ -247,6 +252,58 @@ def sections(report: Report) -> list[Section]:
     if wandb is not None:
         secs.append(wandb)
     return secs
+
+
+def _cell(iv: Any) -> str:
+    return "undefined" if iv is None else bounded(iv)
+
+
+def ladder_section(gate: str, lad: LadderResult) -> Section:
+    """A multiplier gate's ladder: the rungs (each seed's loss averaged, the multiplier in every
+    unit), the projections, the lack-of-fit tests and, where results exist, the projections
+    checked at the targets. Bounds are one-sided ``confidence`` bounds."""
+    units = list(lad.fits)
+    words = [f"{UNIT_WORDS.get(u, u)} x" for u in units]
+    by_unit = {u: {r.size: r.multiplier for r in f.rungs} for u, f in lad.fits.items()}
+    rungs = [
+        [r.size, r.flops_b, r.flops_v, len(r.loss_v), sum(r.loss_b.values()) / len(r.loss_b),
+         sum(r.loss_v.values()) / len(r.loss_v),
+         *(_cell(by_unit[u].get(r.size)) for u in units)]
+        for r in lad.rungs
+    ]  # fmt: skip
+    proj = {u: {p.size: p.multiplier for p in f.projections} for u, f in lad.fits.items()}
+    targets = [
+        [t.size, t.flops_v, *(_cell(proj[u].get(t.size)) if not lad.fits[u].refused
+                              else "refused" for u in units)]
+        for t in lad.targets
+    ]  # fmt: skip
+    lof = [
+        [u, t.name, t.statistic, t.dof, t.dof_denominator, t.p, t.rejects]
+        for u, f in lad.fits.items()
+        for t in f.lack_of_fit
+    ]
+    track = [
+        [c.size, c.seeds, c.realized, c.projected, c.lower, c.upper, c.inside, c.baseline_loss,
+         c.baseline_predicted]
+        for c in lad.checks
+    ]  # fmt: skip
+    conf = f"one-sided {lad.confidence:.0%}"
+    text = [
+        f"Gate unit: {lad.unit}; min_multiplier {lad.min_multiplier:g}; bounds are {conf} "
+        f"bounds. Decision: {lad.line}",
+        *(f"Projection refused ({u}): {f.refused}" for u, f in lad.fits.items() if f.refused),
+        *(f"Left out: {x}" for x in lad.left_out),
+        *(f"Dropped: {x}" for x in lad.dropped),
+    ]
+    tables: list[Table] = [
+        (["rung", "baseline FLOPs", "variant FLOPs", "seeds", "baseline loss", "variant loss",
+          *words], rungs),
+        (["target", "variant FLOPs", *(f"projected {w}" for w in words)], targets),
+        (["unit", "lack-of-fit test", "F", "dof", "denominator dof", "p", "rejects"], lof),
+        (["checked at", "seeds", "realized x", "projected x", "lower", "upper", "inside",
+          "baseline loss", "law's baseline loss"], track),
+    ]  # fmt: skip
+    return (f"Ladder: {gate} ({lad.variant})", " ".join(text), tables)
 
 
 VERDICT_COLOR = {PROCEED: "#1a7f37", STOP: "#cf222e", INCONCLUSIVE: "#9a6700"}

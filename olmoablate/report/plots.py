@@ -26,6 +26,7 @@ from olmoablate.io import write_json_atomic
 from olmoablate.report.assemble import Report
 from olmoablate.report.cards import (
     card_key,
+    card_plot_name,
     figure_hash,
     plot_card,
     pyplot,
@@ -34,6 +35,8 @@ from olmoablate.report.cards import (
     token_axes,
 )
 from olmoablate.report.compare import LOSS, Aligned, PairResult
+from olmoablate.report.ladder import LadderResult
+from olmoablate.report.track import UNIT_WORDS
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
 #: to dodge them (about a fifth of a figure's drawing time).
@@ -264,6 +267,95 @@ def plot_consistency(report: Report, out: Path) -> Path | None:
     return save_png(fig, out / "consistency.png")
 
 
+def _log_flops_axes(ax: Any) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs (plan)", fontsize=8)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3, which="both")
+
+
+def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Path | None:
+    """``plots/ladder__<gate>__<variant>__loss.png``: every seed's loss against its training
+    FLOPs, per arm, and the fitted baseline law extended to the targets (log x): how well the
+    law goes through the baseline points, and where the variant sits against it."""
+    if not lad.rungs:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for arm, color, flops, losses in (
+        ("baseline", "0.3", "flops_b", "loss_b"), (lad.variant, "#1f6feb", "flops_v", "loss_v"),
+    ):  # fmt: skip
+        xs = [getattr(r, flops) for r in lad.rungs for _ in getattr(r, losses)]
+        ys = [y for r in lad.rungs for y in getattr(r, losses).values()]
+        ax.plot(xs, ys, "o", color=color, ms=4, alpha=0.8, label=f"{arm} (one point per seed)")
+    for c in lad.checks:  # promoted-size results, where they exist
+        ax.plot([c.realized or math.nan], [c.variant_loss], "s", mfc="none", color="#1f6feb")
+    law = lad.fits["flops"].law if "flops" in lad.fits else None
+    if law is not None:
+        hi = max([r.flops_v for r in lad.rungs] + [t.flops_v for t in lad.targets])
+        x = np.geomspace(min(r.flops_b for r in lad.rungs) / 1.5, hi * 1.5, 200)
+        ax.plot(x, law.loss(x), "-", color="0.3", lw=1, label="fitted baseline law")
+        for t in lad.targets:
+            ax.axvline(t.flops_v, color="0.6", ls=":", lw=0.8)
+            ax.annotate(t.size, (t.flops_v, law.loss(t.flops_v)), fontsize=7)
+    _log_flops_axes(ax)
+    ax.set_ylabel(metric, fontsize=7)
+    ax.set_title(f"{lad.variant} vs baseline: loss against training FLOPs", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.15, top=0.9)
+    name = f"ladder__{safe_name(gate)}__{safe_name(lad.variant)}__loss.png"
+    return save_png(fig, out / name)
+
+
+def _errbar(ax: Any, pts: list[tuple[float, Any]], **kw: Any) -> None:
+    if pts:
+        x = [f for f, _ in pts]
+        m = [iv.estimate for _, iv in pts]
+        lo = [iv.estimate - iv.lower for _, iv in pts]
+        hi = [min(iv.upper, 1e6) - iv.estimate for _, iv in pts]
+        ax.errorbar(x, m, yerr=[lo, hi], fmt="o", capsize=3, **kw)
+
+
+def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Path | None:
+    """The multiplier against the variant's training FLOPs: each rung's interval, the trend
+    through them (gamma) extended to the targets, each target's projection interval, 1x and the
+    bar. The bounds are one-sided ``confidence`` bounds, as the card says."""
+    fit = lad.fit
+    if fit is None:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    rungs = [(r.flops_v, r.multiplier) for r in fit.rungs if r.multiplier is not None]
+    _errbar(ax, rungs, color="0.3", label="rungs")
+    _errbar(ax, [(p.flops_v, p.multiplier) for p in fit.projections], color="#1f6feb",
+            label="projections")  # fmt: skip
+    if fit.projections and fit.gamma is not None and rungs:
+        p0 = fit.projections[-1]
+        x = np.geomspace(min(f for f, _ in rungs), max(p.flops_v for p in fit.projections), 100)
+        y = p0.multiplier.estimate * (x / p0.flops_v) ** fit.gamma.estimate
+        ax.plot(x, y, "--", color="#1f6feb", lw=1, label=f"trend, gamma {fit.gamma.estimate:+.3g}")
+    for p in fit.projections:
+        ax.annotate(p.size, (p.flops_v, p.multiplier.estimate), fontsize=7, xytext=(4, 4),
+                    textcoords="offset points")  # fmt: skip
+    ax.axhline(1.0, color="k", lw=0.8)
+    bar = f"min_multiplier {min_multiplier:g}"
+    ax.axhline(min_multiplier, color="#cf222e", ls="--", lw=1, label=bar)
+    _log_flops_axes(ax)
+    word = UNIT_WORDS.get(lad.unit, lad.unit)
+    ax.set_ylabel(f"multiplier ({word})", fontsize=8)
+    refused = f"; projection refused: {fit.refused}" if fit.refused else ""
+    ax.set_title(
+        f"{lad.variant}: worth x {word}, one-sided {lad.confidence:.0%} bounds{refused}"[:110],
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, loc="best")
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.17, top=0.88)
+    return save_png(fig, path, dpi=100)  # 640 px: the card's width
+
+
 #: The report being plotted, shared with forked plot workers (no pickling of curves).
 _FORK_REPORT: Report | None = None
 
@@ -284,10 +376,17 @@ def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
         return plot_group(report, size, variant, ps, out)
     if kind == "tradeoff":
         return plot_tradeoffs(report, size, [p for p in report.pairs if p.size == size], out)
-    if kind == "card":
+    if kind in ("card", "ladder"):
         gate = next(r for r in report.gates or [report] if r.gate_name == size)
-        card = plot_card(gate, out)
-        return [] if card is None else [card]
+        g = gate.results.gate
+        if kind == "ladder":
+            path = plot_ladder_loss(size, gate.ladders[variant], g.metric, out)
+        elif gate.ladders:  # a multiplier gate's card: the multiplier against compute
+            lad = gate.ladders.get(g.variant or "") or next(iter(gate.ladders.values()))
+            path = plot_multiplier(lad, g.min_multiplier, out / card_plot_name(size))
+        else:
+            path = plot_card(gate, out)
+        return [] if path is None else [path]
     c = plot_consistency(report, out)
     return [] if c is None else [c]
 
@@ -319,6 +418,8 @@ _PLOT_CACHE = ".plot-cache.json"
 def _cache_name(job: tuple[str, str, str, str]) -> str:
     """A job's entry in the plot cache: ``size\tvariant`` (as before cards), else
     ``<kind>\t<size or gate>`` (``card``, ``tradeoff``, ``consistency``)."""
+    if job[0] == "ladder":
+        return f"ladder\t{job[1]}\t{job[2]}"
     return f"{job[1]}\t{job[2]}" if job[0] == "group" else f"{job[0]}\t{job[1]}"
 
 
@@ -344,8 +445,13 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
             keys[("tradeoff", size, "", o)] = _data_key(report, [size, tradeoff_points(report, ps)])
     rows = [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in consistency_rows(report)]
     keys[("consistency", "", "", o)] = _data_key(report, rows)
-    # the verdict cards' paired-delta plots (the job's "size" slot names the gate)
-    keys.update({("card", r.gate_name, "", o): card_key(r) for r in report.gates or [report]})
+    # the verdict cards' paired-delta plots (the job's "size" slot names the gate); a multiplier
+    # gate's card and loss-vs-FLOPs plots, keyed by its ladders' data
+    for r in report.gates or [report]:
+        lads = [lad.as_dict() for lad in r.ladders.values()]
+        keys[("card", r.gate_name, "", o)] = _data_key(r, lads) if lads else card_key(r)
+        for v, lad in r.ladders.items():
+            keys[("ladder", r.gate_name, v, o)] = _data_key(r, [r.gate_name, lad.as_dict()])
     jobs = list(keys)
     try:
         cache = json.loads((out / _PLOT_CACHE).read_text(encoding="utf-8"))

@@ -14,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from olmoablate.plan.names import PROCEED, STOP
 
 DECIDED = (PROCEED, STOP)
+#: How a multiplier's unit reads in a sentence ("worth 1.12x compute"); here, so ``board`` needs
+#: no estimator to name it.
+UNIT_WORDS = {"flops": "compute", "tokens": "tokens", "params": "parameters"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +84,121 @@ def track_rows(
     return out
 
 
+class LossLaw(Protocol):
+    """A fitted baseline law (``scaling.Law``), named structurally so ``board`` imports no
+    estimator: loss at a compute, and the compute that reaches a loss (None: never)."""
+
+    def loss(self, compute: float) -> Any: ...
+
+    def compute_for(self, loss: float) -> float | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ProjectionCheck:
+    """A ladder's projection at a target size checked against runs trained there: the realized
+    multiplier is the compute the fitted baseline law needs to reach the variant's mean loss over
+    the variant's training FLOPs; ``inside``: within the projection's one-sided bounds (a point
+    check: the realized value carries its own seed noise, ``seeds`` says how much)."""
+
+    size: str
+    seeds: int
+    variant_loss: float
+    baseline_loss: float
+    #: the law's loss at the baseline's planned FLOPs there (how well the law itself held)
+    baseline_predicted: float
+    realized: float | None
+    projected: float | None
+    lower: float | None
+    upper: float | None
+    inside: bool | None
+
+    @property
+    def line(self) -> str:
+        """One sentence for the report."""
+        law = (
+            f"baseline law predicted {self.baseline_predicted:.4g}, measured "
+            f"{self.baseline_loss:.4g}"
+        )
+        if self.realized is None:
+            return (
+                f"at {self.size} ({self.seeds} seed(s)): the variant's loss "
+                f"{self.variant_loss:.4g} is at or below the law's irreducible loss, so the "
+                f"realized multiplier is undefined; {law}"
+            )
+        head = f"at {self.size} ({self.seeds} seed(s)): realized multiplier {self.realized:.3g}x"
+        if self.projected is None or self.lower is None or self.upper is None:
+            return f"{head} (no projection to compare: refused); {law}"
+        where = "inside" if self.inside else "OUTSIDE"
+        return (
+            f"{head}, {where} the projection {self.projected:.3g}x [{self.lower:.3g}, "
+            f"{self.upper:.3g}]; {law}"
+        )
+
+
+def projection_check(
+    size: str,
+    law: LossLaw,
+    baseline_losses: Sequence[float],
+    variant_losses: Sequence[float],
+    flops_b: float,
+    flops_v: float,
+    projection: tuple[float, float, float] | None,
+) -> ProjectionCheck:
+    """Check one projection ((estimate, lower, upper) or None) against the runs at ``size``."""
+    mv = sum(variant_losses) / len(variant_losses)
+    mb = sum(baseline_losses) / len(baseline_losses)
+    need = law.compute_for(mv)
+    realized = None if need is None else need / flops_v
+    est, lo, hi = projection if projection is not None else (None, None, None)
+    inside = None
+    if realized is not None and lo is not None and hi is not None:
+        inside = lo <= realized <= hi
+    return ProjectionCheck(
+        size, len(variant_losses), mv, mb, float(law.loss(flops_b)), realized, est, lo, hi, inside
+    )
+
+
+def multiplier_held(verdict: str, realized: float, min_multiplier: float) -> bool:
+    """A multiplier verdict at a size where the realized multiplier is ``realized``: proceed held
+    when the variant still saves compute there (> 1), stop when it clears no more than the bar
+    (the quality gate's rule with 1x for no effect and ``min_multiplier`` for ``min_effect``)."""
+    if verdict == PROCEED:
+        return realized > 1.0
+    if verdict == STOP:
+        return realized <= min_multiplier
+    raise ValueError(f"not a decided verdict: {verdict!r}")
+
+
+def multiplier_rows(
+    proposal: str,
+    spec: str,
+    variant: str,
+    stage: str,
+    verdict: str,
+    stage_multiplier: float | None,
+    min_multiplier: float,
+    checks: Sequence[dict[str, Any]],
+) -> list[TrackRow]:
+    """The rows of one multiplier proposal from its ladder's projection checks (gate.json):
+    effects are multipliers, ``ranked_same`` compares the sides of 1x at the stage and the size."""
+    if verdict not in DECIDED or stage_multiplier is None:
+        return []
+    out = []
+    for c in checks:
+        m = c.get("realized")
+        if m is None:
+            continue
+        out.append(
+            TrackRow(
+                proposal, spec, variant, stage, verdict, float(stage_multiplier), str(c["size"]),
+                float(m), c.get("lower"), c.get("upper"), float(min_multiplier),
+                multiplier_held(verdict, float(m), min_multiplier),
+                _sign(math.log(m)) == _sign(math.log(stage_multiplier)),
+            )
+        )  # fmt: skip
+    return out
+
+
 def wilson(successes: float, n: float, z: float = 1.96) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (None when n is 0)."""
     if n <= 0:
@@ -120,3 +238,68 @@ def summary(rows: Sequence[TrackRow], groups: dict[str, int]) -> dict[str, Any]:
             "(proposals sharing a baseline run count as one group; the interval uses the groups)"
         ),
     }
+
+
+# gate.json's ladder records as the board reads them (plain dicts: no estimator, no refit)
+
+
+def _ladder_fit(lad: dict[str, Any], unit: str) -> dict[str, Any]:
+    fit = (lad.get("fits") or {}).get(unit) or {}
+    if not isinstance(fit, dict):
+        raise ValueError(f"'ladder.fits.{unit}' is not an object")
+    return fit
+
+
+def ladder_projection(lad: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A variant's ladder record -> the projection at the largest target (by its FLOPs) in the
+    gate's unit (``unit, size, estimate, lower, upper``), or why there is none (``refused``)."""
+    if not lad:
+        return None
+    unit = str(lad.get("unit"))
+    projs = [p for p in _ladder_fit(lad, unit).get("projections") or [] if p.get("multiplier")]
+    refused = lad.get("refused") or ("" if projs else "no projection")
+    if refused:
+        return {"unit": unit, "refused": str(refused), "decision": lad.get("decision")}
+    top = max(projs, key=lambda p: float(p.get("flops_v") or 0.0))
+    m = top["multiplier"]
+    return {"unit": unit, "size": top.get("size"), "estimate": m.get("estimate"),
+            "lower": m.get("lower"), "upper": m.get("upper"), "refused": ""}  # fmt: skip
+
+
+def ladder_rows(
+    proposal: str,
+    spec: str,
+    variant: str,
+    stage: str,
+    verdict: str,
+    min_multiplier: float,
+    lad: dict[str, Any],
+) -> list[TrackRow]:
+    """A multiplier proposal's rows: its projections checked at the targets (realized
+    multipliers are in FLOPs, so only for a gate decided in FLOPs: a verdict in tokens or
+    parameters is not judged by a FLOPs multiplier)."""
+    if lad.get("unit") != "flops":
+        return []
+    rungs = [r for r in _ladder_fit(lad, "flops").get("rungs") or [] if r.get("multiplier")]
+    top = max(rungs, key=lambda r: float(r.get("flops_v") or 0.0)) if rungs else None
+    stage_m = top["multiplier"].get("estimate") if top else None
+    return multiplier_rows(
+        proposal, spec, variant, stage, verdict, stage_m, min_multiplier,
+        list(lad.get("track") or []),
+    )  # fmt: skip
+
+
+def _x(m: Any) -> str:
+    return "n/a" if m is None else f"{float(m):.3g}"
+
+
+def multiplier_text(m: dict[str, Any] | None, verdict: str) -> str:
+    """The board's cell for :func:`ladder_projection`: ``1.08x compute [0.98, 1.17] at 7B``, or
+    ``compute: refused (inconclusive)``; ``-`` for a gate of another rule."""
+    if not m:
+        return "-"
+    word = UNIT_WORDS.get(str(m.get("unit")), str(m.get("unit")))
+    if m.get("refused"):
+        return f"{word}: refused ({verdict})"
+    bounds = f"[{_x(m.get('lower'))}, {_x(m.get('upper'))}]"
+    return f"{_x(m.get('estimate'))}x {word} {bounds} at {m.get('size')}"

@@ -74,6 +74,10 @@ class SynthSpec:
     eval_set: str = "demo-heldout"
     rich_rows: bool = True  # all the keys OLMo-core logs, not only the ones the report reads
     aa_seeds: int = 0  # A/A baselines at the stage size (role aa), as gate.noise.measure adds
+    #: parameters per size (a scaling ladder's rungs); default 1e9 (4e8 for a looped arm)
+    size_params: Mapping[str, int] = field(default_factory=dict)
+    #: a variant's training FLOPs per token as a multiple of the baseline's (its extra compute)
+    flops_factor: Mapping[str, float] = field(default_factory=dict)
 
 
 def _dims(size: str) -> dict[str, Any]:
@@ -93,8 +97,9 @@ def _entry(
     role: str | None = None,
 ) -> RunEntry:
     run_id = f"{size}-s{seed}-{arm}"
-    params = 1_000_000_000 if "looped" not in arch else 400_000_000
+    params = spec.size_params.get(size, 1_000_000_000 if "looped" not in arch else 400_000_000)
     tokens = spec.steps * spec.global_batch_size
+    per_token = round(6 * params * spec.flops_factor.get(arm, 1.0))
     # As `plan` does: the baseline always keeps the spec's token budget; variants follow the
     # spec's budget.match (here with the same steps, so only the certificate rule differs).
     return sp.make_run_entry(
@@ -114,9 +119,9 @@ def _entry(
             "params": params,
             "non_embedding_params": params - 200_000_000,
             "unique_params": params,
-            "train_flops_per_token": 6 * params,
-            "final_train_flops_per_token": 6 * params,
-            "total_train_flops": 6 * params * tokens,
+            "train_flops_per_token": per_token,
+            "final_train_flops_per_token": per_token,
+            "total_train_flops": per_token * tokens,
             "gpu_hours": 1.0,
             "peak_memory_gb": 40.0,
             "optimizer_state_gb": params * 8 / 1e9,
@@ -162,6 +167,15 @@ def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
     plan = synthetic_plan(spec)
     plan.write(root / PLAN_FILE)
     return plan.as_json()
+
+
+def eval_level(spec: SynthSpec, last_n: int = 3) -> float:
+    """The noise-free mean of the held-out loss over the last ``last_n`` eval points of a run
+    with offset 0: a run's gate value is this plus its ``ArmTruth.offset`` (and the seed noise),
+    so a test sets a run's loss (e.g. a scaling law's) with ``offset = loss - eval_level``."""
+    steps = np.arange(1, spec.steps + 1)
+    evals = steps[(steps % spec.eval_interval == 0) | (steps == spec.steps)][-last_n:]
+    return float(np.mean(2.5 + 8.0 * np.exp(-evals / max(spec.steps / 5.0, 1.0)) - 0.3))
 
 
 def write_run(

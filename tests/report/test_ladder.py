@@ -1,0 +1,89 @@
+"""The multiplier gate's report side (`olmoablate.report.ladder`): rungs read off a synthetic
+results folder with known losses, what is left out and why, and the verdict built on the
+estimator's decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from olmoablate.plan.names import RunState
+from olmoablate.report.collect import collect
+from olmoablate.report.compare import measure_all
+from olmoablate.report.ladder import read_rungs
+from olmoablate.testing.synthetic import ArmTruth, SynthSpec, eval_level, make_results
+
+EVAL = "eval/lm/demo-heldout/CE loss"
+RUNGS = ("r1", "r2", "r3")
+PARAMS = {"r1": 10_000_000, "r2": 30_000_000, "r3": 90_000_000}
+
+
+def _spec(**kw: object) -> SynthSpec:
+    base = dict(
+        name="ladder", sizes=RUNGS, seeds=(0, 1), size_params=PARAMS,
+        flops_factor={"sn_da": 1.1}, gate={"metric": EVAL, "stage": "r3"},
+    )  # fmt: skip
+    return SynthSpec(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _loss(size: str, arm: str, seed: int) -> float:
+    """A known loss per run: falling with size, the variant 0.05 better, seeds 0.01 apart."""
+    return 2.0 + 20.0 / PARAMS[size] ** 0.2 - (0.05 if arm != "baseline" else 0.0) + 0.01 * seed
+
+
+def _ladder(root: Path, spec: SynthSpec, **override: ArmTruth) -> None:
+    level = eval_level(spec)
+    truths = {
+        f"{size}-s{seed}-{arm}": ArmTruth(offset=_loss(size, arm, seed) - level)
+        for size in spec.sizes
+        for seed in spec.seeds
+        for arm in ("baseline", *spec.variants)
+    }
+    truths.update(override)
+    make_results(root, spec, truths)
+
+
+def test_rungs_carry_each_runs_gate_value_and_the_plans_costs(tmp_path: Path) -> None:
+    spec = _spec()
+    _ladder(tmp_path, spec)
+    results = collect(tmp_path, use_cache=False, workers=1)
+    reading = read_rungs(measure_all(results), "sn_da", RUNGS, EVAL, 3)
+    assert [r.size for r in reading.rungs] == list(RUNGS)  # ordered by the baseline's FLOPs
+    assert not reading.left_out and not reading.dropped and not reading.unfinished
+    for r in reading.rungs:
+        assert set(r.loss_b) == set(r.loss_v) == {0, 1}
+        for seed in (0, 1):
+            assert r.loss_b[seed] == pytest.approx(_loss(r.size, "baseline", seed), abs=2e-3)
+            assert r.loss_v[seed] == pytest.approx(_loss(r.size, "sn_da", seed), abs=2e-3)
+        base = results.plan.run(f"{r.size}-s0-baseline")
+        var = results.plan.run(f"{r.size}-s0-sn_da")
+        assert (r.flops_b, r.flops_v) == (base.total_train_flops, var.total_train_flops)
+        assert r.flops_v == pytest.approx(1.1 * r.flops_b, rel=1e-6)
+        assert (r.tokens_b, r.tokens_v) == (base.tokens, var.tokens)
+        assert (r.params_b, r.params_v) == (base.params, var.unique_params)
+
+
+def test_unfinished_and_invalid_pairs_are_left_out_and_an_empty_rung_dropped(
+    tmp_path: Path,
+) -> None:
+    spec = _spec()
+    running = ArmTruth(state=RunState.RUNNING, stop_at=100)
+    _ladder(
+        tmp_path,
+        spec,
+        **{
+            "r1-s0-sn_da": running,
+            "r1-s1-sn_da": running,
+            "r2-s1-sn_da": ArmTruth(data_salt="other order"),  # data fingerprints differ
+        },
+    )
+    results = collect(tmp_path, use_cache=False, workers=1)
+    reading = read_rungs(measure_all(results), "sn_da", RUNGS, EVAL, 3)
+    assert [r.size for r in reading.rungs] == ["r2", "r3"]
+    assert set(reading.rungs[0].loss_v) == {0}  # r2's invalid seed 1 is out
+    assert reading.dropped == ["rung r1: no complete valid pair (2 planned; see the pairs left out)"]
+    assert len(reading.unfinished) == 2 and all("not complete" in x for x in reading.unfinished)
+    assert list(reading.invalid) == ["r2-s1-sn_da"]
+    assert any(x.startswith("pair r2-s1-sn_da: INVALID") for x in reading.left_out)
+    assert {p.pair_id for p in reading.used} == {"r2-s0-sn_da", "r3-s0-sn_da", "r3-s1-sn_da"}
