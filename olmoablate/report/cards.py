@@ -21,8 +21,8 @@ from olmoablate.report.assemble import Report
 from olmoablate.report.ladder import LadderResult
 from olmoablate.report.noise import Estimate
 from olmoablate.report.sequential import SequentialResult
-from olmoablate.report.track import UNIT_WORDS
 from olmoablate.report.verdict import VariantVerdict
+from olmoablate.scaling import unit_word
 
 
 def statistics_lines(report: Report) -> list[str]:
@@ -93,10 +93,8 @@ def ladder_sentence(lad: LadderResult, verdict: str) -> str:
     """The card's sentence: the largest rung's multiplier and each target's projection, in the
     gate's unit, with one-sided bounds: ``worth 1.12x compute [1.05, 1.19] at 760M; projected
     1.08x [0.98, 1.17] at 7B: inconclusive (one-sided 95% bounds)``."""
-    word = UNIT_WORDS.get(lad.unit, lad.unit)
+    word = unit_word(lad.unit)
     fit = lad.fit
-    if fit is None:
-        return f"no multiplier ({lad.failed or 'no fit'}): {verdict}"
     defined = [r for r in fit.rungs if r.multiplier is not None]
     if defined:
         top = max(defined, key=lambda r: r.flops_v)
@@ -127,8 +125,6 @@ def ladder_lines(lad: LadderResult) -> list[str]:
     """A ladder's statistics in words: the law, gamma, the lack-of-fit tests, the noise and the
     other units' projections (shown, not decided on)."""
     fit = lad.fit
-    if fit is None:
-        return [f"ladder: no fit ({lad.failed})"] if lad.failed else []
     conf = f"one-sided {lad.confidence:.0%}"
     out = []
     if fit.law is not None:
@@ -145,9 +141,12 @@ def ladder_lines(lad: LadderResult) -> list[str]:
             f"[{g.lower:+.3g}, {g.upper:+.3g}], {g.dof:.3g} dof): the gain {trend} with compute"
         )
     for t in fit.lack_of_fit:
+        if not t.dof:
+            out.append(f"lack of fit, {t.name}: not testable ({t.why_untestable})")
+            continue
         res = "rejects the model" if t.rejects else "no evidence against the model"
         test = f"F {t.statistic:.3g} on ({t.dof}, {t.dof_denominator:.3g}) dof, p {_p(t.p)}"
-        out.append(f"lack of fit, {t.name}: {test if t.dof else 'not testable'}: {res}")
+        out.append(f"lack of fit, {t.name}: {test}: {res}")
     if fit.sd_delta is not None:
         out.append(
             f"seed noise: sd of the paired difference {fit.sd_delta:.3g}, of the pair's mean "
@@ -157,7 +156,7 @@ def ladder_lines(lad: LadderResult) -> list[str]:
         if unit == lad.unit or not other.projections or other.refused:
             continue
         shown = ", ".join(f"{bounded(p.multiplier)} at {p.size}" for p in other.projections)
-        out.append(f"in {UNIT_WORDS.get(unit, unit)} (shown, not decided on): projected {shown}")
+        out.append(f"in {unit_word(unit)} (shown, not decided on): projected {shown}")
     return out
 
 
@@ -281,6 +280,9 @@ def deciding_reason(r: Report, v: VariantVerdict | None) -> str:
         return one_sentence(v.blockers[0])
     failing = [c for c in v.checks if c.outcome != "pass"]
     chk = (failing or v.checks or [None])[0]
+    if chk is not None and r.ladders:  # the card's sentence has the projections: say the test
+        head, sep, how = chk.reason.rpartition("): ")
+        return one_sentence(how if sep and head.startswith("projected") else chk.reason)
     if chk is not None:
         return one_sentence(chk.reason)
     return one_sentence(v.reasons[0]) if v.reasons else "no reason recorded."

@@ -34,7 +34,7 @@ from olmoablate.report.cards import Card, bounded, cards, estimate_cells
 from olmoablate.report.collect import wandb_section
 from olmoablate.report.ladder import LadderResult
 from olmoablate.report.plots import make_plots
-from olmoablate.report.track import UNIT_WORDS
+from olmoablate.scaling import unit_word
 
 #: One table: (header, rows).
 Table = tuple[list[str], list[list[Any]]]
@@ -263,7 +263,7 @@ def ladder_section(gate: str, lad: LadderResult) -> Section:
     unit), the projections, the lack-of-fit tests and, where results exist, the projections
     checked at the targets. Bounds are one-sided ``confidence`` bounds."""
     units = list(lad.fits)
-    words = [f"{UNIT_WORDS.get(u, u)} x" for u in units]
+    words = [f"{unit_word(u)} x" for u in units]
     by_unit = {u: {r.size: r.multiplier for r in f.rungs} for u, f in lad.fits.items()}
     rungs = [
         [r.size, r.flops_b, r.flops_v, len(r.loss_v), sum(r.loss_b.values()) / len(r.loss_b),

@@ -33,7 +33,12 @@ from olmoablate.report.verdict import QualityCheck, VariantVerdict, combine, sta
 
 #: The gate rule this module decides.
 MULTIPLIER = "multiplier"
-_OUTCOME = {PROCEED: "pass", STOP: STOP, INCONCLUSIVE: INCONCLUSIVE}
+#: The estimator's outcome -> (the verdict word, the check's outcome).
+_VERDICT = {
+    scaling.CLEARS: (PROCEED, "pass"),
+    scaling.FALLS_SHORT: (STOP, STOP),
+    scaling.UNDECIDED: (INCONCLUSIVE, INCONCLUSIVE),
+}
 
 
 def run_value(pair: PairResult, arm: str, metric: str, last_n: int) -> float | None:
@@ -126,7 +131,8 @@ def targets_of(ladder: Any) -> list[scaling.Target]:
 @dataclass
 class LadderResult:
     """One variant's ladder: the rungs it was fitted on, the fit in every unit (the gate's
-    first), the gate's decision and line, and the projections checked where results exist."""
+    first), the verdict word and the estimator's line, and the projections checked where
+    results exist."""
 
     variant: str
     unit: str
@@ -137,21 +143,19 @@ class LadderResult:
     fits: dict[str, scaling.LadderFit]
     decision: str
     line: str
+    #: the verdict's check outcome: pass | stop | inconclusive
+    outcome: str = INCONCLUSIVE
     left_out: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
-    #: why no fit was made ("" when there is one)
-    failed: str = ""
     checks: list[ProjectionCheck] = field(default_factory=list)
 
     @property
-    def fit(self) -> scaling.LadderFit | None:
-        return self.fits.get(self.unit)
+    def fit(self) -> scaling.LadderFit:
+        return self.fits[self.unit]
 
     @property
     def refused(self) -> str:
         """Why the gate's unit has no projection ("" when it has one)."""
-        if self.fit is None:
-            return self.failed or "no fit"
         return self.fit.refused
 
     def as_dict(self) -> dict[str, Any]:
@@ -159,12 +163,13 @@ class LadderResult:
         return _json(
             {
                 "variant": self.variant, "unit": self.unit,
+                "unit_word": scaling.unit_word(self.unit),
                 "min_multiplier": self.min_multiplier, "confidence": self.confidence,
                 "decision": self.decision, "reason": self.line, "refused": self.refused,
                 "rungs": [_rung_dict(r) for r in self.rungs],
                 "targets": [vars(t).copy() for t in self.targets],
                 "fits": {u: fit_dict(f) for u, f in self.fits.items()},
-                "left_out": self.left_out, "dropped": self.dropped, "failed": self.failed,
+                "left_out": self.left_out, "dropped": self.dropped,
                 "track": [vars(c).copy() for c in self.checks],
             }
         )  # fmt: skip
@@ -203,6 +208,7 @@ def fit_dict(f: scaling.LadderFit) -> dict[str, Any]:
             for p in f.projections
         ],
         "lack_of_fit": [{**vars(t), "rejects": t.rejects} for t in f.lack_of_fit],
+        "trend": None if f.trend is None else vars(f.trend).copy(),
         "sd_delta": f.sd_delta,
         "sd_mean": f.sd_mean,
         "noise_source": f.noise_source,
@@ -220,27 +226,6 @@ def _json(v: Any) -> Any:
     return v
 
 
-def fit_all(
-    rungs: Sequence[scaling.Rung],
-    targets: Sequence[scaling.Target],
-    unit: str,
-    confidence: float,
-    declared: scaling.DeclaredNoise | None,
-) -> tuple[dict[str, scaling.LadderFit], str]:
-    """The fit in the gate's ``unit`` first, then the other units (shown, not decided on), at the
-    two-sided level 2 * confidence - 1, so each bound is a one-sided ``confidence`` bound.
-    Returns (fits, why none: "" when fitted)."""
-    level = 2.0 * confidence - 1.0
-    fits: dict[str, scaling.LadderFit] = {}
-    for u in (unit, *(x for x in scaling.UNITS if x != unit)):
-        try:
-            fits[u] = scaling.fit_ladder(rungs, targets, unit=u, level=level, declared=declared)
-        except ValueError as err:  # the estimator's one-line refusal of its input
-            if u == unit:
-                return {}, f"the ladder cannot be fitted: {err}"
-    return fits, ""
-
-
 def decide_ladder(
     variant: str,
     rungs: Sequence[scaling.Rung],
@@ -251,19 +236,21 @@ def decide_ladder(
     confidence: float,
     declared: scaling.DeclaredNoise | None = None,
 ) -> LadderResult:
-    """Fit and decide one variant's ladder (pure: numbers in, a result out)."""
+    """Fit one variant's ladder in the gate's ``unit`` (decided) and the other units (shown),
+    at the two-sided level 2 * confidence - 1, so each bound is a one-sided ``confidence`` bound
+    (the gate's own convention), and decide it. Pure: numbers in, a result out."""
     if unit not in scaling.UNITS:
         raise ValueError(f"unit {unit!r}: allowed values are {', '.join(scaling.UNITS)}")
-    fits, failed = fit_all(rungs, targets, unit, confidence, declared) if rungs else ({}, "")
-    if not rungs:
-        failed = "no rung has a complete valid pair"
-    if failed:
-        decision, line = INCONCLUSIVE, f"multiplier ({unit}): {failed}"
-    else:
-        decision, line = scaling.decide(fits[unit], min_multiplier)
+    level = 2.0 * confidence - 1.0
+    fits = {
+        u: scaling.fit_ladder(rungs, targets, unit=u, level=level, declared=declared)
+        for u in (unit, *(x for x in scaling.UNITS if x != unit))
+    }
+    outcome, line = scaling.decide(fits[unit], min_multiplier)
+    decision, check = _VERDICT[outcome]
     return LadderResult(
         variant, unit, float(min_multiplier), float(confidence), list(rungs), list(targets), fits,
-        decision, line, failed=failed,
+        decision, line, check,
     )  # fmt: skip
 
 
@@ -338,10 +325,10 @@ def ladder_verdict(
             f"{len(reading.unfinished)} pair(s) of the ladder not finished; the verdict waits for "
             f"the pre-registered design (the fit shown is interim): {'; '.join(reading.unfinished)}"
         )
-    check = QualityCheck(f"multiplier ({res.unit})", _OUTCOME[res.decision], res.line, None)
+    check = QualityCheck(f"multiplier ({res.unit})", res.outcome, res.line, None)
     notes = [*reading.left_out, *reading.dropped, *(c.line for c in res.checks)]
-    fit = res.fit
-    noise = f"noise source: {fit.noise_source}" if fit is not None and fit.noise_source else ""
+    src = res.fit.noise_source
+    noise = f"noise source: {src}" if src else ""
     return VariantVerdict(
         res.variant, combine(stops, blockers, [check]), [*preamble, *stops, *blockers, res.line],
         [check], [p.pair_id for p in reading.used], list(reading.invalid), noise=noise,

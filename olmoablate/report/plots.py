@@ -36,7 +36,7 @@ from olmoablate.report.cards import (
 )
 from olmoablate.report.compare import LOSS, Aligned, PairResult
 from olmoablate.report.ladder import LadderResult
-from olmoablate.report.track import UNIT_WORDS
+from olmoablate.scaling import unit_word
 
 #: A fixed title height: matplotlib's automatic one measures every tick label of the axes
 #: to dodge them (about a fifth of a figure's drawing time).
@@ -324,19 +324,20 @@ def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Pat
     through them (gamma) extended to the targets, each target's projection interval, 1x and the
     bar. The bounds are one-sided ``confidence`` bounds, as the card says."""
     fit = lad.fit
-    if fit is None:
-        return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     rungs = [(r.flops_v, r.multiplier) for r in fit.rungs if r.multiplier is not None]
     _errbar(ax, rungs, color="0.3", label="rungs")
     _errbar(ax, [(p.flops_v, p.multiplier) for p in fit.projections], color="#1f6feb",
             label="projections")  # fmt: skip
-    if fit.projections and fit.gamma is not None and rungs:
-        p0 = fit.projections[-1]
-        x = np.geomspace(min(f for f, _ in rungs), max(p.flops_v for p in fit.projections), 100)
-        y = p0.multiplier.estimate * (x / p0.flops_v) ** fit.gamma.estimate
-        ax.plot(x, y, "--", color="#1f6feb", lw=1, label=f"trend, gamma {fit.gamma.estimate:+.3g}")
+    if fit.trend is not None and fit.gamma is not None and rungs:
+        xs = [f for f, _ in rungs] + [p.flops_v for p in fit.projections]
+        x = np.geomspace(min(xs), max(xs), 60)
+        band = [fit.trend.band(float(c), fit.level) for c in x]
+        ax.fill_between(x, [b.lower for b in band], [b.upper for b in band], color="#1f6feb",
+                        alpha=0.12, lw=0)  # fmt: skip
+        ax.plot(x, [b.estimate for b in band], "--", color="#1f6feb", lw=1,
+                label=f"trend, gamma {fit.gamma.estimate:+.3g}")  # fmt: skip
     for p in fit.projections:
         ax.annotate(p.size, (p.flops_v, p.multiplier.estimate), fontsize=7, xytext=(4, 4),
                     textcoords="offset points")  # fmt: skip
@@ -344,7 +345,7 @@ def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Pat
     bar = f"min_multiplier {min_multiplier:g}"
     ax.axhline(min_multiplier, color="#cf222e", ls="--", lw=1, label=bar)
     _log_flops_axes(ax)
-    word = UNIT_WORDS.get(lad.unit, lad.unit)
+    word = unit_word(lad.unit)
     ax.set_ylabel(f"multiplier ({word})", fontsize=8)
     refused = f"; projection refused: {fit.refused}" if fit.refused else ""
     ax.set_title(

@@ -19,9 +19,6 @@ from typing import Any, Protocol
 from olmoablate.plan.names import PROCEED, STOP
 
 DECIDED = (PROCEED, STOP)
-#: How a multiplier's unit reads in a sentence ("worth 1.12x compute"); here, so ``board`` needs
-#: no estimator to name it.
-UNIT_WORDS = {"flops": "compute", "tokens": "tokens", "params": "parameters"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,12 +255,14 @@ def ladder_projection(lad: dict[str, Any] | None) -> dict[str, Any] | None:
     unit = str(lad.get("unit"))
     projs = [p for p in _ladder_fit(lad, unit).get("projections") or [] if p.get("multiplier")]
     refused = lad.get("refused") or ("" if projs else "no projection")
+    word = lad.get("unit_word") or unit
     if refused:
-        return {"unit": unit, "refused": str(refused), "decision": lad.get("decision")}
+        return {"unit": unit, "unit_word": word, "refused": str(refused)}
     top = max(projs, key=lambda p: float(p.get("flops_v") or 0.0))
     m = top["multiplier"]
-    return {"unit": unit, "size": top.get("size"), "estimate": m.get("estimate"),
-            "lower": m.get("lower"), "upper": m.get("upper"), "refused": ""}  # fmt: skip
+    return {"unit": unit, "unit_word": word, "size": top.get("size"),
+            "estimate": m.get("estimate"), "lower": m.get("lower"), "upper": m.get("upper"),
+            "refused": ""}  # fmt: skip
 
 
 def ladder_rows(
@@ -298,7 +297,7 @@ def multiplier_text(m: dict[str, Any] | None, verdict: str) -> str:
     ``compute: refused (inconclusive)``; ``-`` for a gate of another rule."""
     if not m:
         return "-"
-    word = UNIT_WORDS.get(str(m.get("unit")), str(m.get("unit")))
+    word = str(m.get("unit_word") or m.get("unit"))
     if m.get("refused"):
         return f"{word}: refused ({verdict})"
     bounds = f"[{_x(m.get('lower'))}, {_x(m.get('upper'))}]"

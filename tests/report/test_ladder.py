@@ -4,14 +4,18 @@ estimator's decision."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from olmoablate.plan.names import RunState
+from olmoablate import scaling
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP, RunState
 from olmoablate.report.collect import collect
 from olmoablate.report.compare import measure_all
-from olmoablate.report.ladder import read_rungs
+from olmoablate.report.ladder import decide_ladder, read_rungs
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, eval_level, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -82,8 +86,90 @@ def test_unfinished_and_invalid_pairs_are_left_out_and_an_empty_rung_dropped(
     reading = read_rungs(measure_all(results), "sn_da", RUNGS, EVAL, 3)
     assert [r.size for r in reading.rungs] == ["r2", "r3"]
     assert set(reading.rungs[0].loss_v) == {0}  # r2's invalid seed 1 is out
-    assert reading.dropped == ["rung r1: no complete valid pair (2 planned; see the pairs left out)"]
+    assert reading.dropped == [
+        "rung r1: no complete valid pair (2 planned; see the pairs left out)"
+    ]
     assert len(reading.unfinished) == 2 and all("not complete" in x for x in reading.unfinished)
     assert list(reading.invalid) == ["r2-s1-sn_da"]
     assert any(x.startswith("pair r2-s1-sn_da: INVALID") for x in reading.left_out)
     assert {p.pair_id for p in reading.used} == {"r2-s0-sn_da", "r3-s0-sn_da", "r3-s1-sn_da"}
+
+
+# The decision, on ladders drawn from a known truth by the estimator's own simulator.
+
+LAW = scaling.Law(1.8, 600.0, 0.15)
+FLOPS = (1e17, 3e17, 1e18, 3e18)
+
+
+def _design(flops_factor: float = 1.0) -> list[scaling.Rung]:
+    out = []
+    for i, f in enumerate(FLOPS):
+        p = math.sqrt(f / 120)  # 20 tokens per parameter, 6 FLOPs per parameter and token
+        out.append(scaling.Rung(f"r{i}", f, f * flops_factor, 20 * p, 20 * p, p, p, {}, {}))
+    return out
+
+
+def _target(size: str, flops: float) -> scaling.Target:
+    p = math.sqrt(flops / 120)
+    return scaling.Target(size, flops, 20 * p, p)
+
+
+TARGETS = [_target("3B", 1e20), _target("7B", 1e21)]
+
+
+def _ladder_truth(
+    m0: float, sd_delta: float = 0.003, seeds: int = 3, **kw: float
+) -> list[scaling.Rung]:
+    truth = scaling.Truth(LAW, m0, 0.0, 1e18, sd_delta, 0.01, **kw)
+    return scaling.simulate(truth, _design(), seeds, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(
+    ("m0", "sd_delta", "seeds", "verdict", "how"),
+    [
+        (1.3, 0.003, 3, PROCEED, "every lower bound >= min_multiplier 1.05"),
+        (0.8, 0.003, 3, STOP, "an upper bound < min_multiplier 1.05"),
+        (1.06, 0.01, 2, INCONCLUSIVE, "not separable from min_multiplier 1.05"),
+    ],
+)
+def test_the_three_outcomes_from_a_known_truth(
+    m0: float, sd_delta: float, seeds: int, verdict: str, how: str
+) -> None:
+    res = decide_ladder(
+        "v", _ladder_truth(m0, sd_delta, seeds), TARGETS, unit="flops", min_multiplier=1.05,
+        confidence=0.95,
+    )  # fmt: skip
+    assert res.decision == verdict and res.line.endswith(how)
+    assert "(one-sided 95% bounds)" in res.line and not res.refused
+    assert list(res.fits) == ["flops", "tokens", "params"]  # the gate's unit first
+    for fit in res.fits.values():
+        assert fit.level == pytest.approx(0.9)  # two-sided 90% = one-sided 95% bounds
+    proj = {p.size: p.multiplier for p in res.fit.projections}
+    assert set(proj) == {"3B", "7B"}
+    assert proj["7B"].lower < m0 < proj["7B"].upper  # the truth is inside
+    rec = res.as_dict()
+    assert json.loads(json.dumps(rec, allow_nan=False)) == rec  # gate.json: plain JSON
+    assert rec["decision"] == verdict and rec["unit_word"] == "compute"
+
+
+def test_lack_of_fit_refuses_the_projection() -> None:
+    res = decide_ladder(
+        "v", _ladder_truth(1.2, 0.002, curvature=0.02), TARGETS, unit="flops",
+        min_multiplier=1.05, confidence=0.95,
+    )  # fmt: skip
+    assert res.decision == INCONCLUSIVE
+    assert res.refused.startswith("lack of fit at p < 0.05")
+    assert res.line == f"projection refused: {res.refused}"
+    assert res.fit.projections == [] and any(t.rejects for t in res.fit.lack_of_fit)
+    assert res.as_dict()["refused"] == res.refused
+
+
+def test_one_seed_needs_the_declared_floor() -> None:
+    rungs = _ladder_truth(1.3, seeds=1)
+    res = decide_ladder("v", rungs, TARGETS, unit="flops", min_multiplier=1.05, confidence=0.95)
+    assert res.decision == INCONCLUSIVE and "noise.floor" in res.refused
+    floor = scaling.DeclaredNoise(0.003, 4.0)
+    res = decide_ladder(
+        "v", rungs, TARGETS, unit="flops", min_multiplier=1.05, confidence=0.95, declared=floor
+    )
+    assert not res.refused and "noise.floor" in res.fit.noise_source
