@@ -296,7 +296,7 @@ def write_next_plan(report: Report, out_dir: Path) -> None:
         return
     results = report.results
     g = results.gate
-    promote = list(g.promote_to)
+    promote = list(g.targets if g.rule == MULTIPLIER else g.promote_to)
     if not promote:
         report.next_steps.append("gate.promote_to is empty: no next size to plan")
         return

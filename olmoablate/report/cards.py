@@ -165,7 +165,7 @@ def gate_text(report: Report) -> str:
     g = report.results.gate
     bar = f"min_effect {g.min_effect}"
     if report.ladders:  # a multiplier gate: its bar, unit and targets
-        bar = f"min_multiplier {g.min_multiplier} in {g.unit} at {', '.join(g.at)}"
+        bar = f"min_multiplier {g.min_multiplier} in {g.unit} at {', '.join(g.targets)}"
     txt = (
         f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
         f"metric {g.metric} ({g.direction} is better), {bar}, "

@@ -78,6 +78,9 @@ class SynthSpec:
     size_params: Mapping[str, int] = field(default_factory=dict)
     #: a variant's training FLOPs per token as a multiple of the baseline's (its extra compute)
     flops_factor: Mapping[str, float] = field(default_factory=dict)
+    #: a multiplier gate's ladder record (plan.json's ``GateEntry.ladder``): ``rungs`` (sizes)
+    #: and ``targets``, each a size of ``sizes`` (priced from its runs) or a full target record
+    ladder: Mapping[str, Any] | None = None
 
 
 def _dims(size: str) -> dict[str, Any]:
@@ -159,7 +162,50 @@ def synthetic_plan(spec: SynthSpec) -> Plan:
     first = max(spec.seeds) + 1
     for seed in range(first, first + spec.aa_seeds):
         runs.append(_entry(spec, str(gate["stage"]), seed, "baseline", {}, [], role="aa"))
-    return sp.build_plan(runs, spec_name=spec.name, gate=gate, budget_match=spec.budget_match)
+    ladders = None
+    if spec.ladder is not None:
+        name = str(gate.get("variant") or "gate")
+        ladders = {name: {"rungs": list(spec.ladder["rungs"]),
+                          "targets": [_target(runs, t) for t in spec.ladder["targets"]]}}  # fmt: skip
+    return sp.build_plan(
+        runs, spec_name=spec.name, gate=gate, budget_match=spec.budget_match, ladders=ladders
+    )
+
+
+def _target(runs: Sequence[RunEntry], target: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A ladder target priced from the planned runs of its size (as `plan` prices one)."""
+    if not isinstance(target, str):
+        return dict(target)
+    b = next(r for r in runs if r.size == target and r.is_baseline and not r.is_aa)
+    v = next(r for r in runs if r.size == target and not r.is_baseline)
+    return {
+        "size": target, "tokens_b": b.tokens, "tokens_v": v.tokens,
+        "flops_b": b.total_train_flops, "flops_v": v.total_train_flops,
+        "params_b": b.params, "params_v": v.unique_params,
+    }  # fmt: skip
+
+
+def ladder_truths(
+    spec: SynthSpec, plan: Plan, truth: Any, rng: np.random.Generator, last_n: int = 3
+) -> dict[str, ArmTruth]:
+    """Per run: the ``ArmTruth`` whose gate value (the held-out loss over the last ``last_n``
+    eval points) is drawn from ``truth`` (``olmoablate.scaling.Truth``) at the run's planned
+    FLOPs: each seed pair's average and difference as ``scaling.simulate`` draws them. The
+    synthetic eval noise is off, so the report reads exactly these losses."""
+    from olmoablate import scaling
+
+    level = eval_level(spec, last_n)
+    out: dict[str, ArmTruth] = {}
+    for p in plan.pairs:
+        b, v = plan.run(p.baseline_run), plan.run(p.variant_run)
+        design = scaling.Rung(
+            p.size, float(b.total_train_flops), float(v.total_train_flops), float(b.tokens),
+            float(v.tokens), float(b.params), float(v.unique_params), {}, {},
+        )  # fmt: skip
+        drawn = scaling.simulate(truth, [design], 1, rng)[0]
+        for run, loss in ((b, drawn.loss_b[0]), (v, drawn.loss_v[0])):
+            out.setdefault(run.run_id, ArmTruth(offset=loss - level, eval_noise=0.0))
+    return out
 
 
 def write_plan(root: Path, spec: SynthSpec) -> dict[str, Any]:
