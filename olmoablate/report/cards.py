@@ -85,8 +85,14 @@ def times(m: float | None) -> str:
     return f"{m:.2f}x" if 0.1 <= m < 10 else f"{m:.3g}x"
 
 
+def bounds(iv: Any) -> str:
+    """An interval's bounds as ``[1.05, 1.19]``."""
+    return f"[{times(iv.lower).rstrip('x')}, {times(iv.upper).rstrip('x')}]"
+
+
 def bounded(iv: Any) -> str:
-    return f"{times(iv.estimate)} [{times(iv.lower).rstrip('x')}, {times(iv.upper).rstrip('x')}]"
+    """``1.12x [1.05, 1.19]``."""
+    return f"{times(iv.estimate)} {bounds(iv)}"
 
 
 def ladder_sentence(lad: LadderResult, verdict: str) -> str:
@@ -98,7 +104,8 @@ def ladder_sentence(lad: LadderResult, verdict: str) -> str:
     defined = [r for r in fit.rungs if r.multiplier is not None]
     if defined:
         top = max(defined, key=lambda r: r.flops_v)
-        parts = [f"worth {bounded(top.multiplier)} {word} at {top.size}"]
+        m = top.multiplier
+        parts = [f"worth {times(m.estimate)} {word} {bounds(m)} at {top.size}"]
     else:
         why = next((r.why_undefined for r in fit.rungs if r.why_undefined), "")
         parts = [f"no {word} multiplier at any rung" + (f" ({why})" if why else "")]

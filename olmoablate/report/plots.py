@@ -291,8 +291,11 @@ def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Pa
         xs = [getattr(r, flops) for r in lad.rungs for _ in getattr(r, losses)]
         ys = [y for r in lad.rungs for y in getattr(r, losses).values()]
         ax.plot(xs, ys, "o", color=color, ms=4, alpha=0.8, label=f"{arm} (one point per seed)")
-    for c in lad.checks:  # promoted-size results, where they exist
-        ax.plot([c.realized or math.nan], [c.variant_loss], "s", mfc="none", color="#1f6feb")
+    at = {t.size: t.flops_v for t in lad.targets}
+    for i, c in enumerate(lad.checks):  # results at a target, where they exist (its mean)
+        label = "measured at a target (mean)" if i == 0 else None
+        ax.plot([at[c.size]], [c.variant_loss], "s", mfc="none", color="#1f6feb", label=label)
+        ax.plot([at[c.size]], [c.baseline_loss], "s", mfc="none", color="0.3")
     law = lad.fits["flops"].law if "flops" in lad.fits else None
     if law is not None:
         hi = max([r.flops_v for r in lad.rungs] + [t.flops_v for t in lad.targets])
@@ -307,7 +310,7 @@ def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Pa
     ax.legend(fontsize=7, loc="upper right")
     fig.subplots_adjust(left=0.13, right=0.97, bottom=0.15, top=0.9)
     name = f"ladder__{safe_name(gate)}__{safe_name(lad.variant)}__loss.png"
-    return save_png(fig, out / name)
+    return save_png(fig, out / name, dpi=100)
 
 
 def _errbar(ax: Any, pts: list[tuple[float, Any]], **kw: Any) -> None:
@@ -349,7 +352,7 @@ def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Pat
     ax.set_ylabel(f"multiplier ({word})", fontsize=8)
     refused = f"; projection refused: {fit.refused}" if fit.refused else ""
     ax.set_title(
-        f"{lad.variant}: worth x {word}, one-sided {lad.confidence:.0%} bounds{refused}"[:110],
+        f"{lad.variant}: {word} multiplier, one-sided {lad.confidence:.0%} bounds{refused}"[:110],
         fontsize=9,
     )
     ax.legend(fontsize=7, loc="best")

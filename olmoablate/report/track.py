@@ -92,43 +92,51 @@ class LossLaw(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ProjectionCheck:
-    """A ladder's projection at a target size checked against runs trained there: the realized
-    multiplier is the compute the fitted baseline law needs to reach the variant's mean loss over
-    the variant's training FLOPs; ``inside``: within the projection's one-sided bounds (a point
-    check: the realized value carries its own seed noise, ``seeds`` says how much)."""
+    """A ladder's projection at a target size checked against runs trained there. ``realized``:
+    the compute the fitted baseline law needs to reach the variant's mean loss, over the
+    variant's training FLOPs. ``anchored``: the same with the law moved up or down to pass
+    through the baseline's mean loss measured there, so an error of the law's level at the target
+    (which the measured baseline shows: ``baseline_loss`` against ``baseline_predicted``) is not
+    read as the variant's; at equal FLOPs it is > 1 exactly when the variant's loss is lower.
+    ``inside``/``inside_anchored``: within the projection's one-sided bounds (point checks: the
+    realized values carry their own seed noise, ``seeds`` says how much)."""
 
     size: str
     seeds: int
     variant_loss: float
     baseline_loss: float
-    #: the law's loss at the baseline's planned FLOPs there (how well the law itself held)
     baseline_predicted: float
     realized: float | None
+    anchored: float | None
     projected: float | None
     lower: float | None
     upper: float | None
     inside: bool | None
+    inside_anchored: bool | None
 
     @property
     def line(self) -> str:
         """One sentence for the report."""
         law = (
-            f"baseline law predicted {self.baseline_predicted:.4g}, measured "
+            f"the baseline law predicted {self.baseline_predicted:.4g} there, measured "
             f"{self.baseline_loss:.4g}"
         )
-        if self.realized is None:
+        head = f"at {self.size} ({self.seeds} seed(s)):"
+        if self.realized is None or self.anchored is None:
             return (
-                f"at {self.size} ({self.seeds} seed(s)): the variant's loss "
-                f"{self.variant_loss:.4g} is at or below the law's irreducible loss, so the "
-                f"realized multiplier is undefined; {law}"
+                f"{head} the variant's loss {self.variant_loss:.4g} is at or below the law's "
+                f"irreducible loss, so the realized multiplier is undefined; {law}"
             )
-        head = f"at {self.size} ({self.seeds} seed(s)): realized multiplier {self.realized:.3g}x"
+        got = (
+            f"realized multiplier {self.realized:.3g}x from the fitted law, "
+            f"{self.anchored:.3g}x with the law through the measured baseline"
+        )
         if self.projected is None or self.lower is None or self.upper is None:
-            return f"{head} (no projection to compare: refused); {law}"
-        where = "inside" if self.inside else "OUTSIDE"
+            return f"{head} {got} (no projection to compare: refused); {law}"
+        where = {True: "inside", False: "OUTSIDE"}
         return (
-            f"{head}, {where} the projection {self.projected:.3g}x [{self.lower:.3g}, "
-            f"{self.upper:.3g}]; {law}"
+            f"{head} {got}: {where[bool(self.inside)]}, {where[bool(self.inside_anchored)]} the "
+            f"projection {self.projected:.3g}x [{self.lower:.3g}, {self.upper:.3g}]; {law}"
         )
 
 
@@ -144,15 +152,20 @@ def projection_check(
     """Check one projection ((estimate, lower, upper) or None) against the runs at ``size``."""
     mv = sum(variant_losses) / len(variant_losses)
     mb = sum(baseline_losses) / len(baseline_losses)
+    predicted = float(law.loss(flops_b))
     need = law.compute_for(mv)
+    near = law.compute_for(mv - (mb - predicted))
     realized = None if need is None else need / flops_v
+    anchored = None if near is None else near / flops_v
     est, lo, hi = projection if projection is not None else (None, None, None)
-    inside = None
-    if realized is not None and lo is not None and hi is not None:
-        inside = lo <= realized <= hi
+
+    def within(m: float | None) -> bool | None:
+        return None if m is None or lo is None or hi is None else lo <= m <= hi
+
     return ProjectionCheck(
-        size, len(variant_losses), mv, mb, float(law.loss(flops_b)), realized, est, lo, hi, inside
-    )
+        size, len(variant_losses), mv, mb, predicted, realized, anchored, est, lo, hi,
+        within(realized), within(anchored),
+    )  # fmt: skip
 
 
 def multiplier_held(verdict: str, realized: float, min_multiplier: float) -> bool:
@@ -177,12 +190,14 @@ def multiplier_rows(
     checks: Sequence[dict[str, Any]],
 ) -> list[TrackRow]:
     """The rows of one multiplier proposal from its ladder's projection checks (gate.json):
-    effects are multipliers, ``ranked_same`` compares the sides of 1x at the stage and the size."""
+    effects are the anchored realized multipliers (:class:`ProjectionCheck`: at equal FLOPs > 1
+    exactly when the variant's loss is lower there), ``ranked_same`` compares the sides of 1x at
+    the stage and the size."""
     if verdict not in DECIDED or stage_multiplier is None:
         return []
     out = []
     for c in checks:
-        m = c.get("realized")
+        m = c.get("anchored")
         if m is None:
             continue
         out.append(

@@ -13,9 +13,11 @@ import pytest
 
 from olmoablate import scaling
 from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP, RunState
+from olmoablate.report import ladder, track
+from olmoablate.report.cards import ladder_sentence
 from olmoablate.report.collect import collect
 from olmoablate.report.compare import measure_all
-from olmoablate.report.ladder import decide_ladder, read_rungs
+from olmoablate.report.ladder import LadderResult, decide_ladder, read_rungs
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, eval_level, make_results
 
 EVAL = "eval/lm/demo-heldout/CE loss"
@@ -173,3 +175,72 @@ def test_one_seed_needs_the_declared_floor() -> None:
         "v", rungs, TARGETS, unit="flops", min_multiplier=1.05, confidence=0.95, declared=floor
     )
     assert not res.refused and "noise.floor" in res.fit.noise_source
+
+
+# The card sentence, the board's cell and the track record, on fixed numbers.
+
+
+def _iv(est: float, lo: float, hi: float) -> scaling.Interval:
+    return scaling.Interval(est, lo, hi, 0.9, 10.0)
+
+
+def _fixed(refused: str = "", unit: str = "flops") -> LadderResult:
+    fit = scaling.LadderFit(
+        unit, 0.9, LAW,
+        [scaling.RungMultiplier("190M", 1e20, _iv(1.10, 1.02, 1.18)),
+         scaling.RungMultiplier("760M", 1e21, _iv(1.12, 1.05, 1.19))],
+        _iv(-0.01, -0.03, 0.01), None,
+        [] if refused else [scaling.Projection("7B", 1e23, _iv(1.08, 0.98, 1.17))],
+        [], 0.01, 0.02, "seeds (4 dof)", refused,
+    )  # fmt: skip
+    return LadderResult("v", unit, 1.05, 0.95, [], [], {unit: fit}, INCONCLUSIVE, "line")
+
+
+def test_card_sentence_in_each_unit() -> None:
+    assert ladder_sentence(_fixed(), INCONCLUSIVE) == (
+        "worth 1.12x compute [1.05, 1.19] at 760M; projected 1.08x [0.98, 1.17] at 7B: "
+        "inconclusive (one-sided 95% bounds)"
+    )
+    assert ladder_sentence(_fixed(unit="tokens"), PROCEED).startswith("worth 1.12x tokens [")
+    assert ladder_sentence(_fixed(unit="params"), STOP).startswith("worth 1.12x parameters [")
+    refused = ladder_sentence(_fixed(refused="lack of fit at p < 0.05: law"), INCONCLUSIVE)
+    assert refused == (
+        "worth 1.12x compute [1.05, 1.19] at 760M; projection refused: lack of fit at p < 0.05: "
+        "law: inconclusive (one-sided 95% bounds)"
+    )
+
+
+def test_board_cell_reads_the_largest_targets_projection() -> None:
+    rec = json.loads(json.dumps(ladder.LadderResult.as_dict(_fixed())))
+    rec["fits"]["flops"]["projections"].insert(
+        0,
+        {
+            "size": "3B",
+            "flops_v": 1e22,
+            "multiplier": {"estimate": 2.0, "lower": 1.5, "upper": 3.0},
+        },
+    )
+    m = track.ladder_projection(rec)
+    assert m == {"unit": "flops", "unit_word": "compute", "size": "7B", "estimate": 1.08,
+                 "lower": 0.98, "upper": 1.17, "refused": ""}  # fmt: skip
+    assert track.multiplier_text(m, INCONCLUSIVE) == "1.08x compute [0.98, 1.17] at 7B"
+    refused = track.ladder_projection(ladder.LadderResult.as_dict(_fixed(refused="noise")))
+    assert track.multiplier_text(refused, INCONCLUSIVE) == "compute: refused (inconclusive)"
+    assert track.multiplier_text(None, PROCEED) == "-"
+
+
+def test_projection_check_reads_the_fitted_law() -> None:
+    flops = 1e22
+    lb, lv = float(LAW.loss(flops)), float(LAW.loss(1.2 * flops))  # a variant worth 1.2x there
+    c = track.projection_check(
+        "7B", LAW, [lb - 0.01, lb + 0.01], [lv, lv], flops, flops, (1.1, 1.0, 1.3)
+    )
+    assert c.realized == pytest.approx(LAW.compute_for(lv) / flops) == pytest.approx(1.2)
+    assert c.anchored == pytest.approx(1.2) and c.inside and c.inside_anchored
+    assert c.baseline_predicted == pytest.approx(lb) and c.seeds == 2
+    # the law 0.02 too high at the target: the law-only multiplier takes it for the variant's gain
+    off = track.projection_check("7B", LAW, [lb - 0.02], [lv - 0.02], flops, flops, (1.1, 1.0, 1.3))
+    assert off.realized > 1.3 and not off.inside
+    assert off.anchored == pytest.approx(1.2, rel=1e-3) and off.inside_anchored
+    assert "OUTSIDE, inside the projection 1.1x [1, 1.3]" in off.line
+    assert track.multiplier_held(PROCEED, 1.01, 1.05) and not track.multiplier_held(STOP, 1.1, 1.05)
