@@ -184,10 +184,11 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     entry = results.plan.gate_entry()
     legacy = entry is None or entry.seeds is None  # a plan from before the design record
     ladders: dict[str, LadderResult] = {}
+    steps: list[str] = []
     if g.rule == MULTIPLIER:
         lad = evaluate_ladder_gate(g, entry, pair_results, _ladder_variants(g, pair_results))
         verdict, reasons, verdicts, ladders = lad.verdict, lad.reasons, lad.verdicts, lad.ladders
-        outcome = GateOutcome(verdict, reasons, verdicts)
+        outcome, steps = GateOutcome(verdict, reasons, verdicts), lad.next_steps
     else:
         outcome = evaluate_gate(
             g, evidence, family, exploratory, noise, way_out(results, g, family), legacy, entry
@@ -207,7 +208,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         results, pair_results, stage, verdict, reasons, verdicts, evidence, primary, size_rows,
         consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
         family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
-        sequential=outcome.sequential, ladders=ladders,
+        sequential=outcome.sequential, ladders=ladders, next_steps=steps,
     )  # fmt: skip
     results.save_cache()
     return report

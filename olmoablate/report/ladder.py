@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from olmoablate import scaling
 from olmoablate.plan import metrics as names
 from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP
@@ -336,6 +338,73 @@ def ladder_verdict(
     )  # fmt: skip
 
 
+#: Ladders simulated per way out of an undecided gate: the chance to about +-3.5 points, in
+#: about 1.5 s per way on a laptop core; a fixed seed, so a report is reproducible.
+RESOLVE_SIMULATIONS = 200
+
+
+def _next_rung(rungs: Sequence[scaling.Rung], factor: float) -> scaling.Rung:
+    """A rung at ``factor`` x the largest rung's baseline FLOPs, its tokens and parameters along
+    the ladder's own path (a log-log line through the baseline rungs), the arms' ratios kept."""
+    top = max(rungs, key=lambda r: r.flops_b)
+    lc = np.log([r.flops_b for r in rungs])
+    flops = top.flops_b * factor
+    along = {
+        a: float(np.exp(np.polyval(np.polyfit(lc, np.log([getattr(r, a) for r in rungs]), 1),
+                                   math.log(flops))))
+        for a in ("tokens_b", "params_b")
+    }  # fmt: skip
+    return scaling.Rung(
+        f"{factor:g}x the largest rung", flops, flops * top.flops_v / top.flops_b,
+        along["tokens_b"], along["tokens_b"] * top.tokens_v / top.tokens_b, along["params_b"],
+        along["params_b"] * top.params_v / top.params_b, {}, {},
+    )  # fmt: skip
+
+
+def resolve_chances(
+    res: LadderResult,
+    declared: scaling.DeclaredNoise | None = None,
+    n_sims: int = RESOLVE_SIMULATIONS,
+) -> list[str]:
+    """What would resolve an undecided (not refused) ladder, as a chance: the ladder simulated
+    from the fitted law, multiplier trend and seed noise (``scaling.simulate``) with one more
+    seed pair at every rung, or with one more rung at 4x the largest rung's compute, each refitted
+    and decided as the gate does. Plug-in estimates, so a chance, not a promise."""
+    flops = res.fits.get("flops")
+    if res.decision != INCONCLUSIVE or res.refused or len(res.rungs) < 2:
+        return []
+    if flops is None or flops.law is None or flops.trend is None or flops.sd_delta is None:
+        return []
+    trend = flops.trend
+    truth = scaling.Truth(
+        flops.law, math.exp(trend.beta[0]), trend.beta[1], trend.c_ref, flops.sd_delta,
+        flops.sd_mean if flops.sd_mean is not None else flops.sd_delta,
+    )  # fmt: skip
+    seeds = max(len(r.loss_v) for r in res.rungs)
+    ways = [
+        (f"one more seed pair at every rung (+{len(res.rungs)} pairs)", list(res.rungs), seeds + 1),
+        (f"one more rung at 4x the largest rung's training FLOPs ({seeds} seed pair(s))",
+         [*res.rungs, _next_rung(res.rungs, 4.0)], seeds),
+    ]  # fmt: skip
+    rng = np.random.default_rng(0)
+    level = 2.0 * res.confidence - 1.0
+    out = []
+    for what, design, n in ways:
+        hits = 0
+        for _ in range(n_sims):
+            sim = scaling.simulate(truth, design, n, rng)
+            fit = scaling.fit_ladder(
+                sim, res.targets, unit=res.unit, level=level, declared=declared
+            )
+            hits += scaling.decide(fit, res.min_multiplier)[0] != scaling.UNDECIDED
+        out.append(
+            f"{what}: resolves the gate in {hits / n_sims:.0%} of {n_sims} ladders simulated "
+            "at the fitted law, multiplier trend and seed noise (plug-in estimates: a chance, "
+            "not a promise)"
+        )
+    return out
+
+
 @dataclass
 class LadderOutcome:
     """A multiplier gate decided: the headline verdict, its reasons, each variant's verdict
@@ -345,6 +414,8 @@ class LadderOutcome:
     reasons: list[str]
     verdicts: list[VariantVerdict]
     ladders: dict[str, LadderResult]
+    #: an undecided ladder: what would resolve it (:func:`resolve_chances`)
+    next_steps: list[str] = field(default_factory=list)
 
 
 def evaluate_ladder_gate(
@@ -386,4 +457,7 @@ def evaluate_ladder_gate(
             ladders,
         )
     v = verdicts[0]
-    return LadderOutcome(v.verdict, [f"[{v.variant}] {r}" for r in v.reasons], verdicts, ladders)
+    steps = [] if v.blockers else resolve_chances(ladders[v.variant], declared_noise(gate))
+    return LadderOutcome(
+        v.verdict, [f"[{v.variant}] {r}" for r in v.reasons], verdicts, ladders, steps
+    )
