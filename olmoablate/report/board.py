@@ -229,12 +229,10 @@ def _reported(
                 float(min_effect), state, [], {},
             )  # fmt: skip
             lad = (rec.get("ladder") or {}).get(v["variant"])
-            p.multiplier = track.ladder_projection(lad)
+            if (m := track.ladder_projection(lad)) is not None:  # a ladder's seeds and noise
+                p.multiplier, p.n_seeds, p.noise = m, m["seeds"], m["noise"]
             if p.role != "exploratory" and lad:
-                bar = float(getattr(g, "min_multiplier", 1.0)) if g is not None else 1.0
-                mine = track.ladder_rows(
-                    p.proposal, p.spec, p.variant, p.stage, p.verdict, bar, lad
-                )
+                mine = track.ladder_rows(p.proposal, p.spec, p.variant, p.stage, p.verdict, lad)
                 p.held_at = {t.size: t.held for t in mine}
                 rows.extend(mine)
             elif p.role != "exploratory":

@@ -7,6 +7,12 @@ and the size). A proposal held when its verdict held at every promoted size with
 Proposals sharing a baseline run are not independent: the accuracy by group and its Wilson
 interval count each group (proposals linked by a shared baseline identity) once. The verdict
 words come from :mod:`olmoablate.plan.names`, so ``board`` stays light.
+
+A multiplier gate (:mod:`.ladder`) is checked against its projection: where a target size has
+results, the realized multiplier there (:class:`ProjectionCheck`) against the projection's
+bounds; ``proceed`` held when it is > 1x, ``stop`` when it is at most ``min_multiplier``. The
+board reads those from gate.json (:func:`ladder_rows`, :func:`ladder_projection`): no
+estimator, no refit on a login node.
 """
 
 from __future__ import annotations
@@ -264,20 +270,23 @@ def _ladder_fit(lad: dict[str, Any], unit: str) -> dict[str, Any]:
 
 def ladder_projection(lad: dict[str, Any] | None) -> dict[str, Any] | None:
     """A variant's ladder record -> the projection at the largest target (by its FLOPs) in the
-    gate's unit (``unit, size, estimate, lower, upper``), or why there is none (``refused``)."""
+    gate's unit (``unit, size, estimate, lower, upper``), or why there is none (``refused``),
+    with the fewest seeds of a rung and the noise source."""
     if not lad:
         return None
     unit = str(lad.get("unit"))
     projs = [p for p in _ladder_fit(lad, unit).get("projections") or [] if p.get("multiplier")]
     refused = lad.get("refused") or ("" if projs else "no projection")
-    word = lad.get("unit_word") or unit
+    seeds = [len(r.get("loss_v") or {}) for r in lad.get("rungs") or []]
+    head = {"unit": unit, "unit_word": lad.get("unit_word") or unit,
+            "seeds": min(seeds) if seeds else None,
+            "noise": _ladder_fit(lad, unit).get("noise_source") or None}  # fmt: skip
     if refused:
-        return {"unit": unit, "unit_word": word, "refused": str(refused)}
+        return {**head, "refused": str(refused)}
     top = max(projs, key=lambda p: float(p.get("flops_v") or 0.0))
     m = top["multiplier"]
-    return {"unit": unit, "unit_word": word, "size": top.get("size"),
-            "estimate": m.get("estimate"), "lower": m.get("lower"), "upper": m.get("upper"),
-            "refused": ""}  # fmt: skip
+    return {**head, "size": top.get("size"), "estimate": m.get("estimate"),
+            "lower": m.get("lower"), "upper": m.get("upper"), "refused": ""}  # fmt: skip
 
 
 def ladder_rows(
@@ -286,19 +295,18 @@ def ladder_rows(
     variant: str,
     stage: str,
     verdict: str,
-    min_multiplier: float,
     lad: dict[str, Any],
 ) -> list[TrackRow]:
-    """A multiplier proposal's rows: its projections checked at the targets (realized
-    multipliers are in FLOPs, so only for a gate decided in FLOPs: a verdict in tokens or
-    parameters is not judged by a FLOPs multiplier)."""
+    """A multiplier proposal's rows: its projections checked at the targets, against the
+    ``min_multiplier`` it was decided with (realized multipliers are in FLOPs, so only for a gate
+    decided in FLOPs: a verdict in tokens or parameters is not judged by a FLOPs multiplier)."""
     if lad.get("unit") != "flops":
         return []
     rungs = [r for r in _ladder_fit(lad, "flops").get("rungs") or [] if r.get("multiplier")]
     top = max(rungs, key=lambda r: float(r.get("flops_v") or 0.0)) if rungs else None
     stage_m = top["multiplier"].get("estimate") if top else None
     return multiplier_rows(
-        proposal, spec, variant, stage, verdict, stage_m, min_multiplier,
+        proposal, spec, variant, stage, verdict, stage_m, float(lad.get("min_multiplier") or 1.0),
         list(lad.get("track") or []),
     )  # fmt: skip
 

@@ -237,8 +237,9 @@ def test_board_cell_reads_the_largest_targets_projection() -> None:
         },
     )
     m = track.ladder_projection(rec)
-    assert m == {"unit": "flops", "unit_word": "compute", "size": "7B", "estimate": 1.08,
-                 "lower": 0.98, "upper": 1.17, "refused": ""}  # fmt: skip
+    assert m == {"unit": "flops", "unit_word": "compute", "seeds": None,
+                 "noise": "seeds (4 dof)", "size": "7B", "estimate": 1.08, "lower": 0.98,
+                 "upper": 1.17, "refused": ""}  # fmt: skip
     assert track.multiplier_text(m, INCONCLUSIVE) == "1.08x compute [0.98, 1.17] at 7B"
     refused = track.ladder_projection(ladder.LadderResult.as_dict(_fixed(refused="noise")))
     assert track.multiplier_text(refused, INCONCLUSIVE) == "compute: refused (inconclusive)"
