@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from olmoablate import scaling
 from olmoablate.plan import metrics as names
 from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP
@@ -338,71 +336,26 @@ def ladder_verdict(
     )  # fmt: skip
 
 
-#: Ladders simulated per way out of an undecided gate: the chance to about +-3.5 points, in
-#: about 1.5 s per way on a laptop core; a fixed seed, so a report is reproducible.
-RESOLVE_SIMULATIONS = 200
-
-
-def _next_rung(rungs: Sequence[scaling.Rung], factor: float) -> scaling.Rung:
-    """A rung at ``factor`` x the largest rung's baseline FLOPs, its tokens and parameters along
-    the ladder's own path (a log-log line through the baseline rungs), the arms' ratios kept."""
-    top = max(rungs, key=lambda r: r.flops_b)
-    lc = np.log([r.flops_b for r in rungs])
-    flops = top.flops_b * factor
-    along = {
-        a: float(np.exp(np.polyval(np.polyfit(lc, np.log([getattr(r, a) for r in rungs]), 1),
-                                   math.log(flops))))
-        for a in ("tokens_b", "params_b")
-    }  # fmt: skip
-    return scaling.Rung(
-        f"{factor:g}x the largest rung", flops, flops * top.flops_v / top.flops_b,
-        along["tokens_b"], along["tokens_b"] * top.tokens_v / top.tokens_b, along["params_b"],
-        along["params_b"] * top.params_v / top.params_b, {}, {},
-    )  # fmt: skip
-
-
-def resolve_chances(
-    res: LadderResult,
-    declared: scaling.DeclaredNoise | None = None,
-    n_sims: int = RESOLVE_SIMULATIONS,
-) -> list[str]:
-    """What would resolve an undecided (not refused) ladder, as a chance: the ladder simulated
-    from the fitted law, multiplier trend and seed noise (``scaling.simulate``) with one more
-    seed pair at every rung, or with one more rung at 4x the largest rung's compute, each refitted
-    and decided as the gate does. Plug-in estimates, so a chance, not a promise."""
-    flops = res.fits.get("flops")
-    if res.decision != INCONCLUSIVE or res.refused or len(res.rungs) < 2:
+def resolve_chances(res: LadderResult, declared: scaling.DeclaredNoise | None = None) -> list[str]:
+    """What would resolve an undecided (not refused) ladder, as chances
+    (``scaling.chance_to_resolve``: the runs made are kept, the new ones drawn from the fit taken
+    as the truth, refitted and decided as the gate does): one more seed pair at every rung, or
+    one more rung at 4x the largest rung's compute. Plug-in: a chance, not a promise."""
+    if res.decision != INCONCLUSIVE or res.refused:
         return []
-    if flops is None or flops.law is None or flops.trend is None or flops.sd_delta is None:
-        return []
-    trend = flops.trend
-    truth = scaling.Truth(
-        flops.law, math.exp(trend.beta[0]), trend.beta[1], trend.c_ref, flops.sd_delta,
-        flops.sd_mean if flops.sd_mean is not None else flops.sd_delta,
-    )  # fmt: skip
-    seeds = max(len(r.loss_v) for r in res.rungs)
-    ways = [
-        (f"one more seed pair at every rung (+{len(res.rungs)} pairs)", list(res.rungs), seeds + 1),
-        (f"one more rung at 4x the largest rung's training FLOPs ({seeds} seed pair(s))",
-         [*res.rungs, _next_rung(res.rungs, 4.0)], seeds),
-    ]  # fmt: skip
-    rng = np.random.default_rng(0)
-    level = 2.0 * res.confidence - 1.0
-    out = []
-    for what, design, n in ways:
-        hits = 0
-        for _ in range(n_sims):
-            sim = scaling.simulate(truth, design, n, rng)
-            fit = scaling.fit_ladder(
-                sim, res.targets, unit=res.unit, level=level, declared=declared
-            )
-            hits += scaling.decide(fit, res.min_multiplier)[0] != scaling.UNDECIDED
-        out.append(
-            f"{what}: resolves the gate in {hits / n_sims:.0%} of {n_sims} ladders simulated "
-            "at the fitted law, multiplier trend and seed noise (plug-in estimates: a chance, "
-            "not a promise)"
-        )
-    return out
+    chances = scaling.chance_to_resolve(
+        res.fit, res.rungs, res.targets, res.min_multiplier, declared=declared
+    )
+    seeds = max((len(r.loss_v) for r in res.rungs), default=0)
+    what = {
+        "one more seed": f"one more seed pair at every rung (+{len(res.rungs)} pairs)",
+        "one more rung": f"one more rung at 4x the largest rung's compute ({seeds} seed pair(s))",
+    }
+    return [
+        f"{what.get(k, k)}: the gate resolves in {p:.0%} of simulated futures (the runs made "
+        "kept, the new ones drawn from the fit taken as the truth: a chance, not a promise)"
+        for k, p in chances.items()
+    ]
 
 
 @dataclass
@@ -457,7 +410,7 @@ def evaluate_ladder_gate(
             ladders,
         )
     v = verdicts[0]
-    steps = [] if v.blockers else resolve_chances(ladders[v.variant], declared_noise(gate))
+    steps = [] if v.blockers else resolve_chances(ladders[v.variant], declared=declared_noise(gate))
     return LadderOutcome(
         v.verdict, [f"[{v.variant}] {r}" for r in v.reasons], verdicts, ladders, steps
     )
