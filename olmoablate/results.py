@@ -242,6 +242,8 @@ class ResultSet:
                     "verdict": v.verdict,
                 }
                 for c in [c.as_dict() for c in v.checks] or [{}]:
+                    if c.get("estimate", {}) is None:  # a multiplier check (rs.ladder), no points
+                        c["estimate"] = dict.fromkeys(_ESTIMATE, np.nan)
                     flat = pd.json_normalize(
                         {("check" if k == "name" else k): x for k, x in c.items()}, sep="."
                     )
@@ -288,6 +290,8 @@ class ResultSet:
         )
 
 
+#: A check's estimate as :attr:`ResultSet.gate` flattens it (NaN where a check has none).
+_ESTIMATE = ("mean", "lower", "upper", "n_seeds")
 #: The columns of :attr:`ResultSet.ladder`.
 LADDER_COLUMNS = [
     "gate", "variant", "unit", "decided", "size", "projected", "flops_v", "multiplier", "lower",

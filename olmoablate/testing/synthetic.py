@@ -383,6 +383,18 @@ def check_against_report(root: Path) -> Any:
     assert len(got) == len(want) and all(
         all(_same(a, b) for a, b in zip(g, w, strict=True)) for g, w in zip(got, want, strict=True)
     ), (got, want)
+    # a multiplier gate's ladder frame: gate.json's rung multipliers and projections, every unit
+    lad = rs.ladder
+    for g in records:
+        for variant, rec in (g.get("ladder") or {}).items():
+            for unit, fit in rec["fits"].items():
+                mine = lad[(lad.gate == g["name"]) & (lad.variant == variant) & (lad.unit == unit)]
+                rows = {(r.size, r.projected): r for r in mine.itertuples()}
+                points = [(x, False) for x in fit["rungs"]] + [(x, True) for x in fit["projections"]]
+                for x, projected in points:
+                    r, m = rows[(x["size"], projected)], x["multiplier"] or {}
+                    assert _same(r.multiplier, m.get("estimate")), (unit, x["size"])
+                    assert _same(r.lower, m.get("lower")) and _same(r.upper, m.get("upper"))
     valid = {p["pair_id"]: p["valid"] for g in records for p in g["pairs"]}
     pairs = rs.pairs.set_index("pair")
     for pid, ok in valid.items():
