@@ -33,6 +33,10 @@ from olmoablate.report.verdict import QualityCheck, VariantVerdict, combine, sta
 
 #: The gate rule this module decides.
 MULTIPLIER = "multiplier"
+#: The quality gate's cost limits, which a multiplier gate does not apply (said in its notes).
+_COST_LIMITS = (
+    "max_step_time_overhead", "max_peak_memory_overhead", "max_decode_latency_overhead",
+)  # fmt: skip
 #: The estimator's outcome -> (the verdict word, the check's outcome).
 _VERDICT = {
     scaling.CLEARS: (PROCEED, "pass"),
@@ -318,7 +322,8 @@ def ladder_verdict(
             )
     if gate.direction != "lower":
         blockers.append(
-            f"rule multiplier needs a metric where lower is better (a loss); {gate.metric} is {gate.direction}-is-better"
+            f"rule multiplier needs a metric where lower is better (a loss); {gate.metric} is "
+            f"{gate.direction}-is-better"
         )
     if reading.unfinished:
         blockers.append(
@@ -327,6 +332,12 @@ def ladder_verdict(
         )
     check = QualityCheck(f"multiplier ({res.unit})", res.outcome, res.line, None)
     notes = [*reading.left_out, *reading.dropped, *(c.line for c in res.checks)]
+    limits = [f"{k} {getattr(gate, k):g}" for k in _COST_LIMITS if getattr(gate, k, None)]
+    if limits:
+        notes.append(
+            f"not applied to a multiplier gate: {', '.join(limits)} (the multiplier in FLOPs "
+            "charges the variant its extra compute; step times are in the pairs' cost rows)"
+        )
     src = res.fit.noise_source
     noise = f"noise source: {src}" if src else ""
     return VariantVerdict(

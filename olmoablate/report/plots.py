@@ -283,21 +283,17 @@ def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Pa
     law goes through the baseline points, and where the variant sits against it."""
     if not lad.rungs:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for arm, color, flops, losses in (
+    fig, ax = pyplot().subplots(figsize=(6.4, 3.6))
+    for arm, color, fx, ly in (
         ("baseline", "0.3", "flops_b", "loss_b"), (lad.variant, "#1f6feb", "flops_v", "loss_v"),
     ):  # fmt: skip
-        xs = [getattr(r, flops) for r in lad.rungs for _ in getattr(r, losses)]
-        ys = [y for r in lad.rungs for y in getattr(r, losses).values()]
-        ax.plot(xs, ys, "o", color=color, ms=4, alpha=0.8, label=f"{arm} (one point per seed)")
+        pts = np.array([(getattr(r, fx), y) for r in lad.rungs for y in getattr(r, ly).values()])
+        ax.plot(pts[:, 0], pts[:, 1], "o", color=color, ms=4, label=f"{arm} (one point per seed)")
     at = {t.size: t.flops_v for t in lad.targets}
-    for i, c in enumerate(lad.checks):  # results at a target, where they exist (its mean)
-        label = "measured at a target (mean)" if i == 0 else None
-        ax.plot([at[c.size]], [c.variant_loss], "s", mfc="none", color="#1f6feb", label=label)
-        ax.plot([at[c.size]], [c.baseline_loss], "s", mfc="none", color="0.3")
-    law = lad.fits["flops"].law if "flops" in lad.fits else None
-    if law is not None:
+    for c in lad.checks:  # results at a target, where they exist (its mean)
+        for y, color in ((c.variant_loss, "#1f6feb"), (c.baseline_loss, "0.3")):
+            ax.plot([at[c.size]], [y], "s", mfc="none", color=color)
+    if (law := lad.fits["flops"].law) is not None:
         hi = max([r.flops_v for r in lad.rungs] + [t.flops_v for t in lad.targets])
         x = np.geomspace(min(r.flops_b for r in lad.rungs) / 1.5, hi * 1.5, 200)
         ax.plot(x, law.loss(x), "-", color="0.3", lw=1, label="fitted baseline law")
@@ -313,12 +309,13 @@ def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Pa
     return save_png(fig, out / name, dpi=100)
 
 
-def _errbar(ax: Any, pts: list[tuple[float, Any]], **kw: Any) -> None:
+def _errbar(ax: Any, pts: list[tuple[float, Any]], top: float, **kw: Any) -> None:
+    """Intervals as error bars, an open (inf) or far end drawn to the top of the axes."""
     if pts:
         x = [f for f, _ in pts]
         m = [iv.estimate for _, iv in pts]
         lo = [iv.estimate - iv.lower for _, iv in pts]
-        hi = [min(iv.upper, 1e6) - iv.estimate for _, iv in pts]
+        hi = [max(min(iv.upper, top) - iv.estimate, 0.0) for _, iv in pts]
         ax.errorbar(x, m, yerr=[lo, hi], fmt="o", capsize=3, **kw)
 
 
@@ -327,18 +324,23 @@ def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Pat
     through them (gamma) extended to the targets, each target's projection interval, 1x and the
     bar. The bounds are one-sided ``confidence`` bounds, as the card says."""
     fit = lad.fit
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
     rungs = [(r.flops_v, r.multiplier) for r in fit.rungs if r.multiplier is not None]
-    _errbar(ax, rungs, color="0.3", label="rungs")
-    _errbar(ax, [(p.flops_v, p.multiplier) for p in fit.projections], color="#1f6feb",
-            label="projections")  # fmt: skip
-    if fit.trend is not None and fit.gamma is not None and rungs:
-        xs = [f for f, _ in rungs] + [p.flops_v for p in fit.projections]
-        x = np.geomspace(min(xs), max(xs), 60)
+    if not rungs:  # no rung multiplier defined: the card says why
+        return None
+    projs = [(p.flops_v, p.multiplier) for p in fit.projections]
+    ivs = [iv for _, iv in rungs + projs]
+    # the y range: every estimate, 1x and the bar; the intervals up to 3x the largest of those
+    est = [iv.estimate for iv in ivs] + [1.0, min_multiplier]
+    ups = [iv.upper for iv in ivs if math.isfinite(iv.upper)]
+    top = min(max(est + ups), 3 * max(est)) * 1.05
+    fig, ax = pyplot().subplots(figsize=(6.4, 3.0))
+    _errbar(ax, rungs, top, color="0.3", label="rungs")
+    _errbar(ax, projs, top, color="#1f6feb", label="projections")
+    if fit.trend is not None and fit.gamma is not None:
+        x = np.geomspace(min(f for f, _ in rungs + projs), max(f for f, _ in rungs + projs), 60)
         band = [fit.trend.band(float(c), fit.level) for c in x]
-        ax.fill_between(x, [b.lower for b in band], [b.upper for b in band], color="#1f6feb",
-                        alpha=0.12, lw=0)  # fmt: skip
+        ax.fill_between(x, [b.lower for b in band], [min(b.upper, top) for b in band],
+                        color="#1f6feb", alpha=0.12, lw=0)  # fmt: skip
         ax.plot(x, [b.estimate for b in band], "--", color="#1f6feb", lw=1,
                 label=f"trend, gamma {fit.gamma.estimate:+.3g}")  # fmt: skip
     for p in fit.projections:
@@ -348,13 +350,12 @@ def plot_multiplier(lad: LadderResult, min_multiplier: float, path: Path) -> Pat
     bar = f"min_multiplier {min_multiplier:g}"
     ax.axhline(min_multiplier, color="#cf222e", ls="--", lw=1, label=bar)
     _log_flops_axes(ax)
+    ax.set_ylim(max(0.0, min([iv.lower for iv in ivs] + est) * 0.95), top)
     word = unit_word(lad.unit)
     ax.set_ylabel(f"multiplier ({word})", fontsize=8)
-    refused = f"; projection refused: {fit.refused}" if fit.refused else ""
-    ax.set_title(
-        f"{lad.variant}: {word} multiplier, one-sided {lad.confidence:.0%} bounds{refused}"[:110],
-        fontsize=9,
-    )
+    title = f"{lad.variant}: {word} multiplier, one-sided {lad.confidence:.0%} bounds"
+    why = fit.refused.split(":")[0][:45]  # its first clause; the card has the whole reason
+    ax.set_title(title + (f"; projection refused ({why})" if why else ""), fontsize=9)
     ax.legend(fontsize=7, loc="best")
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.17, top=0.88)
     return save_png(fig, path, dpi=100)  # 640 px: the card's width
@@ -449,8 +450,7 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
             keys[("tradeoff", size, "", o)] = _data_key(report, [size, tradeoff_points(report, ps)])
     rows = [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in consistency_rows(report)]
     keys[("consistency", "", "", o)] = _data_key(report, rows)
-    # the verdict cards' paired-delta plots (the job's "size" slot names the gate); a multiplier
-    # gate's card and loss-vs-FLOPs plots, keyed by its ladders' data
+    # the cards' plots (the job's "size" slot names the gate); a ladder's, keyed by its data
     for r in report.gates or [report]:
         lads = [lad.as_dict() for lad in r.ladders.values()]
         keys[("card", r.gate_name, "", o)] = _data_key(r, lads) if lads else card_key(r)

@@ -165,8 +165,8 @@ def synthetic_plan(spec: SynthSpec) -> Plan:
     ladders = None
     if spec.ladder is not None:
         name = str(gate.get("variant") or "gate")
-        ladders = {name: {"rungs": list(spec.ladder["rungs"]),
-                          "targets": [_target(runs, t) for t in spec.ladder["targets"]]}}  # fmt: skip
+        targets = [_target(runs, t) for t in spec.ladder["targets"]]
+        ladders = {name: {"rungs": list(spec.ladder["rungs"]), "targets": targets}}
     return sp.build_plan(
         runs, spec_name=spec.name, gate=gate, budget_match=spec.budget_match, ladders=ladders
     )
@@ -390,8 +390,8 @@ def check_against_report(root: Path) -> Any:
             for unit, fit in rec["fits"].items():
                 mine = lad[(lad.gate == g["name"]) & (lad.variant == variant) & (lad.unit == unit)]
                 rows = {(r.size, r.projected): r for r in mine.itertuples()}
-                points = [(x, False) for x in fit["rungs"]] + [(x, True) for x in fit["projections"]]
-                for x, projected in points:
+                points = [(x, False) for x in fit["rungs"]]
+                for x, projected in points + [(x, True) for x in fit["projections"]]:
                     r, m = rows[(x["size"], projected)], x["multiplier"] or {}
                     assert _same(r.multiplier, m.get("estimate")), (unit, x["size"])
                     assert _same(r.lower, m.get("lower")) and _same(r.upper, m.get("upper"))
