@@ -151,20 +151,30 @@ class Projection:
 
 @dataclass(frozen=True)
 class Trend:
-    """``log m = beta[0] + beta[1] * log(C_v / c_ref)`` with ``cov`` and the t's ``dof``."""
+    """``log m = beta[0] + beta[1] * log(C_v / c_ref)`` with covariance ``cov``; ``dof`` is the
+    slope's. ``parts`` are the covariance's shares of the two estimated variances (each
+    variance's derivative times the variance) and ``part_dofs`` their degrees of freedom, so a
+    point of the line gets its own Satterthwaite dof: the band the report draws and the
+    projection it prints are one computation."""
 
     beta: tuple[float, float]
     cov: tuple[tuple[float, float], tuple[float, float]]
     c_ref: float
     dof: float
+    parts: tuple[tuple[tuple[float, float], tuple[float, float]], ...] = ()
+    part_dofs: tuple[float, ...] = ()
 
     def band(self, flops_v: float, level: float) -> Interval:
         """The trend's multiplier at ``flops_v`` with its interval (a projection when beyond the
         rungs)."""
         z = math.log(flops_v / self.c_ref)
-        est = self.beta[0] + self.beta[1] * z
-        var = self.cov[0][0] + 2 * z * self.cov[0][1] + z * z * self.cov[1][1]
-        return _interval(est, var, self.dof, level)
+
+        def quad(m: Sequence[Sequence[float]]) -> float:
+            return m[0][0] + 2 * z * m[0][1] + z * z * m[1][1]
+
+        var = quad(self.cov)
+        dof = _satterthwaite(var, [quad(p) for p in self.parts], self.part_dofs) if self.parts else self.dof
+        return _interval(self.beta[0] + self.beta[1] * z, var, dof, level)
 
 
 @dataclass
@@ -486,7 +496,10 @@ def fit_ladder(
         # dof of the trend: Satterthwaite for the slope's variance
         dvs = [(covb[1][1, 1] - covb[0][1, 1]) / h, (covb[2][1, 1] - covb[0][1, 1]) / h]
         nu_g = _satterthwaite(covb[0][1, 1], dvs, dofs)
-        trend = Trend((float(beta[0]), float(beta[1])), tuple(map(tuple, covb[0].tolist())), c_tr, nu_g)  # type: ignore[arg-type]
+        parts = tuple(_pairs((cb - covb[0]) / h) for cb in covb[1:])
+        trend = Trend(
+            (float(beta[0]), float(beta[1])), _pairs(covb[0]), c_tr, nu_g, parts, dofs
+        )
         fit.trend = trend
         half = (st.norm.ppf((1 + level) / 2) if math.isinf(nu_g) else st.t.ppf((1 + level) / 2, nu_g)) * math.sqrt(covb[0][1, 1])
         fit.gamma = Interval(float(beta[1]), float(beta[1] - half), float(beta[1] + half), level, nu_g)
@@ -500,12 +513,7 @@ def fit_ladder(
             pv = float(st.chi2.sf(F * t_dof, t_dof) if math.isinf(nu) else st.f.sf(F, t_dof, nu))
             fit.lack_of_fit.append(LackOfFit("trend", F, t_dof, nu, pv))
         for t in targets:
-            z = math.log(t.flops_v / c_tr)
-            x = np.array([1.0, z])
-            # the target's own unit offset: logm at the target = trend in the rungs' unit terms
-            v = [float(x @ cb @ x) for cb in covb]
-            nu = _satterthwaite(v[0], [(v[1] - v[0]) / h, (v[2] - v[0]) / h], dofs)
-            fit.projections.append(Projection(t.size, t.flops_v, _interval(float(x @ beta), v[0], nu, level)))
+            fit.projections.append(Projection(t.size, t.flops_v, trend.band(t.flops_v, level)))
     elif not fit.refused:
         fit.refused = "fewer than 2 rungs with a defined multiplier: no trend"
     bad = [f"{t.name} (F = {t.statistic:.3g}, p = {t.p:.3g})" for t in fit.lack_of_fit if t.rejects]
@@ -517,6 +525,10 @@ def fit_ladder(
     if fit.refused:
         fit.projections = []
     return fit
+
+
+def _pairs(m: np.ndarray) -> tuple[tuple[float, float], tuple[float, float]]:
+    return ((float(m[0, 0]), float(m[0, 1])), (float(m[1, 0]), float(m[1, 1])))
 
 
 def _dof_txt(dof: float) -> str:

@@ -173,3 +173,11 @@ def test_the_law_is_the_baseline_runs_alone() -> None:
     a, b = fit_ladder(ours).law, fit_ladder(theirs).law
     assert a is not None and b is not None
     assert (a.E, a.A, a.alpha) == pytest.approx((b.E, b.A, b.alpha), rel=1e-6)
+
+
+def test_the_band_the_report_draws_is_the_projection_it_prints() -> None:
+    rungs = simulate(truth(), design(4), 1, np.random.default_rng(7))
+    fit = fit_ladder(rungs, targets(rungs[-1]), declared=DeclaredNoise(0.015, 4))
+    assert fit.trend is not None and fit.projections
+    for p in fit.projections:
+        assert fit.trend.band(p.flops_v, fit.level) == p.multiplier
