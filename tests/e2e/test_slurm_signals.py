@@ -18,6 +18,7 @@ import pytest
 
 from olmoablate.plan.identity import certificate_of
 from olmoablate.plan.layout import ResultsDir
+from olmoablate.run.job import DEBUG_STEP_SECONDS_ENV
 from olmoablate.run.resume import latest_checkpoint_step
 from olmoablate.run.state import Ledger
 from olmoablate.run.submit import submit
@@ -59,7 +60,10 @@ def test_scancel_signal_term_cancels_and_never_requeues(
 
 
 def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
-    slurm_cluster: dict[str, Any], local_reference: dict[str, Any], tmp_path: Path
+    slurm_cluster: dict[str, Any],
+    local_reference: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import submitit
 
@@ -71,12 +75,19 @@ def test_killed_and_timed_out_runs_say_why_and_retry_resumes(
         run["slurm"].update(slurm)
         run["certificate"] = certificate_of(run, "tokens")  # the slurm block is part of it
     results = make_plan(tmp_path, runs).parent
+    # The tiny pair trains a step in ~40 ms (the whole run in ~1 s), so a USR2 or a kill sent
+    # after the poll saw a mid-run step sometimes found the run already COMPLETED. Each step
+    # sleeps 0.5 s while the runs are interrupted (wall time only; the losses stay bitwise
+    # equal): wait_mid_run stops >= 6 steps before the end, so >= 3 s are left for the signal.
+    # sbatch exports the submitting environment to the job.
+    monkeypatch.setenv(DEBUG_STEP_SECONDS_ENV, "0.5")
     jobs = dict(submit(ResultsDir(results), "slurm").submitted)
     killed, timed_out = PAIR
     wait_mid_run(results, timed_out)
     submitit.SlurmJob(folder=results / "submitit", job_id=jobs[timed_out])._interrupt(timeout=True)
     wait_mid_run(results, killed, low=6)  # past the step-5 checkpoint
     kill_training_processes(jobs[killed])
+    monkeypatch.delenv(DEBUG_STEP_SECONDS_ENV)  # the --retry-failed jobs below train at full speed
     views = wait_states(results, {"failed"}, timeout=180)
     hint = {}
     for rid in PAIR:
