@@ -44,6 +44,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as st
+from scipy.optimize import brentq, least_squares
 
 #: Units a multiplier is read in (docs/scaling.md): training FLOPs (the gate's default),
 #: tokens along the ladder's path, unique parameters along the ladder's path.
@@ -202,8 +204,6 @@ _XI_BOUND = 60.0  # |log(C*/C_ref)|: e^60 is "never reached"; a fit on the bound
 
 
 def _interval(est: float, var: float, dof: float, level: float) -> Interval:
-    from scipy import stats as st
-
     q = st.norm.ppf((1 + level) / 2) if math.isinf(dof) else st.t.ppf((1 + level) / 2, max(dof, 1e-3))
     half = q * math.sqrt(max(var, 0.0))
     return Interval(_exp(est), _exp(est - half), _exp(est + half), level, dof)
@@ -322,8 +322,6 @@ def _initial(data: _Data, x_b: np.ndarray) -> np.ndarray:
 
 def _fit(model: _Model, W: np.ndarray, p0: np.ndarray, e_max: float) -> tuple[np.ndarray, float, bool]:
     """GLS fit by scipy's trust-region least squares; (p, whitened RSS, converged)."""
-    from scipy.optimize import least_squares
-
     R = model.d.n_rungs
     lb = np.concatenate([[0.0, -np.inf, 1e-6], np.full(R, -_XI_BOUND)])
     ub = np.concatenate([[e_max, np.inf, 10.0], np.full(R, _XI_BOUND)])
@@ -377,8 +375,6 @@ def fit_ladder(
 ) -> LadderFit:
     """Fit the baseline law, the rung multipliers, their trend and the projections (module
     docstring). Never raises on data: what cannot be estimated is said in ``refused``."""
-    from scipy import stats as st
-
     if unit not in UNITS:
         raise ValueError(f"unit {unit!r} (allowed: {', '.join(UNITS)})")
     rungs = sorted(rungs, key=lambda r: r.flops_b)
@@ -550,8 +546,6 @@ def _residual_sd_mean(
 ) -> tuple[float, float]:
     """One seed per rung: the pair-average sd that makes the whitened RSS equal its dof (with
     the paired sd declared), found by root search with a refit at each trial."""
-    from scipy.optimize import brentq
-
     def excess(log_sd: float) -> float:
         W = model.d.whitener(math.exp(log_sd), sd_delta)
         _, rss, _ = _fit(model, W, p0, e_max)

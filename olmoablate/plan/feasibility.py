@@ -518,7 +518,10 @@ def _expected_width(plan: Plan, n: int) -> list[str]:
         return ["expected interval width: not simulated (one seed per rung and no noise.floor)"]
     import numpy as np
 
-    from olmoablate import scaling as sc
+    try:
+        from olmoablate import scaling as sc
+    except ImportError as err:  # a light install (the CI template's --no-deps) has no scipy
+        return [f"expected interval width: not simulated ({err}; it needs scipy: pip install scipy)"]
 
     by = {(r.size, r.arm): r for r in sorted(ladder_runs(plan), key=lambda r: r.seed, reverse=True)}
     design = []
