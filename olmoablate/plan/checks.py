@@ -292,6 +292,8 @@ def check_gate(
             )
     if gate.rule == "multiplier":
         _check_multiplier(spec, gate, where, add)
+    if gate.rule == "complementary":
+        _check_complementary(spec, gate, where, add)
     settings = per_size.get(gate.stage)
     if settings is not None:
         allowed = gate_metrics(list(settings.evaluation.lm_sets))
@@ -306,6 +308,34 @@ def check_gate(
                 + (", eval/downstream/<task>..." if settings.evaluation.downstream else "")
                 + ")",
             )
+
+
+def _check_complementary(spec: Spec, gate: Gate, where: Path_, add: Any) -> None:
+    """A factorial gate: ``of`` two distinct single-change variants, ``combined`` a third, each
+    trained at the stage (docs/gate-statistics.md, "Factorial verdicts")."""
+    variants = ", ".join(spec.variants)
+    if len(gate.of) != 2 or gate.of[0] == gate.of[1]:
+        add((*where, "of"), "rule complementary needs of: [A, B], two distinct single-change "
+            f"variants (got {gate.of}; allowed: {variants})")  # fmt: skip
+    if gate.combined is None:
+        add((*where, "combined"), "rule complementary needs combined: the variant with both "
+            f"changes (allowed: {variants})")  # fmt: skip
+    elif gate.combined in gate.of:
+        add((*where, "combined"), f"combined {gate.combined!r} is also in of: the variant with "
+            "both changes must be a third variant")  # fmt: skip
+    if gate.sequential is not None:
+        add((*where, "sequential"), "rule complementary decides once, on every planned seed: "
+            "sequential designs are not supported (drop sequential)")  # fmt: skip
+    named = [("of", i, v) for i, v in enumerate(gate.of)]
+    if gate.combined is not None:
+        named.append(("combined", None, gate.combined))
+    for key, i, v in named:
+        at = (*where, key) if i is None else (*where, key, i)
+        if v not in spec.variants:
+            add(at, f"unknown variant {v!r} (allowed: {variants})")
+        elif gate.stage in spec.sizes and not trains_at(spec, v, gate.stage):
+            add(at, f"variant {v!r} does not train at the stage {gate.stage}: the factorial "
+                "needs all four arms there")  # fmt: skip
 
 
 def trains_at(spec: Spec, variant: str, size: str) -> bool:

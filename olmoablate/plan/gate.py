@@ -152,12 +152,14 @@ class LadderPlanning(Strict):
 
 #: A multiplier gate's fields, each left out of the dump while at its default (old gate hashes).
 MULTIPLIER_FIELDS = ("min_multiplier", "at", "unit", "rungs", "planning")
+#: A complementary (factorial) gate's fields, likewise.
+FACTORIAL_FIELDS = ("of", "combined")
 
 
 class Gate(Strict):
     stage: str
     promote_to: list[str] = []
-    rule: Literal["quality", "quality_per_param", "multiplier"] = "quality"
+    rule: Literal["quality", "quality_per_param", "multiplier", "complementary"] = "quality"
     metric: str = CE_LOSS
     direction: Literal["lower", "higher"] = "lower"
     min_effect: float = Field(0.0, ge=0)
@@ -189,6 +191,10 @@ class Gate(Strict):
     #: targets, in the baseline's training-FLOPs order.
     rungs: list[str] = Field([], exclude_if=lambda v: not v)
     planning: LadderPlanning | None = Field(None, exclude_if=lambda v: v is None)
+    # rule complementary (docs/gate-statistics.md, "Factorial verdicts"): the two single-change
+    # variants and the variant with both. Not dumped at their defaults (old gate hashes).
+    of: list[str] = Field([], exclude_if=lambda v: not v)
+    combined: str | None = Field(None, exclude_if=lambda v: v is None)
 
     @property
     def targets(self) -> list[str]:
@@ -225,6 +231,12 @@ class Gate(Strict):
             if given:
                 raise ValueError(
                     f"{', '.join(given)}: only for rule multiplier (rule is {self.rule})"
+                )
+        if self.rule != "complementary":
+            given = [f for f in FACTORIAL_FIELDS if f in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: only for rule complementary (rule is {self.rule})"
                 )
         return self
 

@@ -25,6 +25,7 @@ from olmoablate.report.evidence import (
     pair_timing,
     way_out,
 )
+from olmoablate.report.factorial import COMPLEMENTARY, FactorialResult, evaluate_factorial_gate
 from olmoablate.report.ladder import MULTIPLIER, LadderResult, evaluate_ladder_gate
 from olmoablate.report.noise import NoiseSource
 from olmoablate.report.pairing import coverage_lines
@@ -61,6 +62,8 @@ class Report:
     sequential: dict[str, SequentialResult] = field(default_factory=dict)
     #: a ``rule: multiplier`` gate: per gated variant, its ladder (rungs, fits, decision)
     ladders: dict[str, LadderResult] = field(default_factory=dict)
+    #: a ``rule: complementary`` gate: the factorial estimate and its verdict
+    factorial: FactorialResult | None = None
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -86,6 +89,8 @@ class Report:
             }
         if self.ladders:  # only for a multiplier gate, likewise
             rec["ladder"] = {v: r.as_dict() for v, r in self.ladders.items()}
+        if self.factorial is not None:  # only for a complementary gate, likewise
+            rec["factorial"] = self.factorial.as_dict()
         return rec
 
     def _fixed_record(self) -> dict[str, Any]:
@@ -161,7 +166,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         primary = non_ref[0] if len(non_ref) == 1 else None
     evidence: dict[str, list[PairEvidence]] = {}
     # a ladder reads every rung's runs itself (ladder.read_rungs), not the stage's paired deltas
-    for v in family + exploratory if g.rule != MULTIPLIER else []:
+    for v in family + exploratory if g.rule not in (MULTIPLIER, COMPLEMENTARY) else []:
         mine = [r for r in at_stage if r.variant_name == v]
         ev: list[PairEvidence] = []
         for r in mine:
@@ -184,8 +189,13 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
     entry = results.plan.gate_entry()
     legacy = entry is None or entry.seeds is None  # a plan from before the design record
     ladders: dict[str, LadderResult] = {}
+    factorial: FactorialResult | None = None
     steps: list[str] = []
-    if g.rule == MULTIPLIER:
+    if g.rule == COMPLEMENTARY:
+        fac = evaluate_factorial_gate(g, pair_results, stage)
+        verdict, reasons, verdicts, factorial = fac.verdict, fac.reasons, fac.verdicts, fac.result
+        outcome = GateOutcome(verdict, reasons, verdicts)
+    elif g.rule == MULTIPLIER:
         lad = evaluate_ladder_gate(g, entry, pair_results, _ladder_variants(g, pair_results))
         verdict, reasons, verdicts, ladders = lad.verdict, lad.reasons, lad.verdicts, lad.ladders
         outcome, steps = GateOutcome(verdict, reasons, verdicts), lad.next_steps
@@ -208,7 +218,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         results, pair_results, stage, verdict, reasons, verdicts, evidence, primary, size_rows,
         consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
         family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
-        sequential=outcome.sequential, ladders=ladders, next_steps=steps,
+        sequential=outcome.sequential, ladders=ladders, next_steps=steps, factorial=factorial,
     )  # fmt: skip
     results.save_cache()
     return report

@@ -48,6 +48,16 @@ def statistics_lines(report: Report) -> list[str]:
         out.extend(f"[{variant}] {line}" for line in look_lines(res))
     for variant, lad in report.ladders.items():
         out.extend(f"[{variant}] {line}" for line in ladder_lines(lad))
+    fac = report.factorial
+    if fac is not None:
+        arms = ", ".join(f"{k} = {v}" for k, v in fac.arms.items())
+        out.append(f"factorial arms: {arms}; improvements over each seed's shared baseline run")
+        for i, seed in enumerate(fac.seeds):
+            d = {k: fac.improvements[k][i] for k in ("A", "B", "AB")}
+            out.append(
+                f"seed {seed}: d_A {d['A']:+.4g}, d_B {d['B']:+.4g}, d_AB {d['AB']:+.4g}; "
+                f"interaction {fac.interaction.per_seed[i]:+.4g}"
+            )
     src = report.noise
     if src is not None and src.runs:
         vals = ", ".join(f"{r} {v:.4g}" for r, v in zip(src.runs, src.run_values, strict=True))
