@@ -16,6 +16,7 @@ import yaml
 from olmoablate.plan.gate import Gate
 from olmoablate.plan.load import SpecError, load_spec
 from olmoablate.report.assemble import build
+from olmoablate.report.cards import cards, statistics_lines
 from olmoablate.report.collect import collect
 from olmoablate.report.factorial import (
     COMPLEMENTARY,
@@ -196,3 +197,6 @@ def test_synthetic_folder_end_to_end(tmp_path: Path) -> None:
     assert rec["factorial"]["verdict"] == COMPLEMENTARY
     assert rec["rule"] == "complementary"
     assert "factorial: complementary" in rep.reasons[0]
+    card = cards(rep)[0]
+    assert card.verdict == "proceed" and "factorial: complementary" in card.reason
+    assert any(line.startswith("seed 3: d_A") for line in statistics_lines(rep))
