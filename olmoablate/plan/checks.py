@@ -323,6 +323,9 @@ def _check_complementary(spec: Spec, gate: Gate, where: Path_, add: Any) -> None
     elif gate.combined in gate.of:
         add((*where, "combined"), f"combined {gate.combined!r} is also in of: the variant with "
             "both changes must be a third variant")  # fmt: skip
+    if len(spec.seeds) < 2:
+        add((*where, "rule"), "rule complementary needs >= 2 seeds: its intervals are the "
+            f"per-seed contrasts' spread (seeds: {spec.seeds}); a noise floor is not used")  # fmt: skip
     if gate.sequential is not None:
         add((*where, "sequential"), "rule complementary decides once, on every planned seed: "
             "sequential designs are not supported (drop sequential)")  # fmt: skip

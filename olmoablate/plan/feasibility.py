@@ -400,7 +400,13 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
         lines.append("noise choices for one seed: " + "; ".join(opts))
     if g.sequential is not None:
         lines.extend(design_lines(g.sequential, n, g.min_effect, 1.0 - conf, len(variants)))
-    if len(variants) > 1:
+    if g.rule == "complementary":
+        lines.append(
+            f"factorial: one verdict on {g.combined} from the per-seed interaction and margins "
+            f"(paired-seed t with {n - 1} dof; docs/gate-statistics.md, 'Factorial verdicts'); "
+            "no Holm across the variants, the claims' own levels apply"
+        )
+    elif len(variants) > 1:
         lines.append(
             f"several gated variants ({', '.join(variants)}) and no gate.variant: Holm "
             f"family-wise correction at {1 - conf:.3g} (the best one is tested at "

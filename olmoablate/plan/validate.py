@@ -160,6 +160,15 @@ def gate_summary(view: Plan) -> str:
     """What the viewed gate decides, in one line (after its name and hash)."""
     g = view.gate
     assert g is not None
+    if g.rule == "complementary":
+        a, b = [*g.of, "?", "?"][:2]
+        return (
+            f"rule complementary (factorial): {a}, {b} and {g.combined} (both) at stage "
+            f"{g.stage}, each over the seed's shared baseline; complementary when the "
+            f"interaction's lower bound > -{g.tolerance:g} and {g.combined} beats both single "
+            f"arms, else redundant / interfering (Holm) / inconclusive; metric '{g.metric}' "
+            f"({g.direction} is better), confidence {g.confidence}"
+        )
     if g.rule != "multiplier":
         return (
             f"variant {g.variant or '(all)'}; stage {g.stage} -> "

@@ -148,6 +148,7 @@ def _spec_problems(tmp_path: Path, **gate: Any) -> list[tuple[str, str]]:
         "ab": {"depth_attention": {"stride": 2}, "siamese_norm": {"output_norms": False}},
         "other": {"depth_attention": {"stride": 2}, "sizes": ["tiny"]},
     }
+    doc["seeds"] = gate.pop("seeds", [0, 1])
     doc["gate"] = {"stage": "tiny", "rule": "complementary", "metric": "train/CE loss", **gate}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -170,6 +171,8 @@ def test_spec_checks_name_the_field(tmp_path: Path) -> None:
     assert "third variant" in got["gate.combined"]
     got = dict(_spec_problems(tmp_path, of=["a", "zz"], combined="ab"))
     assert "unknown variant 'zz'" in got["gate.of[1]"]
+    got = dict(_spec_problems(tmp_path, of=["a", "b"], combined="ab", seeds=[0]))
+    assert ">= 2 seeds" in got["gate.rule"]
     assert all("\n" not in m for _, m in _spec_problems(tmp_path, of=["a", "zz"], combined="q"))
 
 
