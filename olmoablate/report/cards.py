@@ -127,6 +127,24 @@ def ladder_sentence(lad: LadderResult, verdict: str) -> str:
     return f"{'; '.join(parts)}: {verdict} (one-sided {lad.confidence:.0%} bounds)"
 
 
+def factorial_sentence(r: Report) -> str:
+    """A complementary gate's effect line: the factorial word, the interaction and both margins
+    with their one-sided bounds ("" for any other gate)."""
+    f = r.factorial
+    if f is None:
+        return ""
+    c = f"{f.confidence:.0%}"
+    parts = [
+        f"{k.name} {k.mean:+.4g} [{_b(k.lower)}, {_b(k.upper)}]"
+        for k in (f.interaction, f.margin_a, f.margin_b)
+    ]
+    return f"factorial {f.verdict.upper()}: {', '.join(parts)} (one-sided {c}), {len(f.seeds)} seeds"
+
+
+def _b(x: float) -> str:
+    return f"{x:+.4g}" if math.isfinite(x) else ("+inf" if x > 0 else "-inf")
+
+
 def ladder_sizes(r: Report) -> list[str]:
     """The rung sizes of a multiplier gate's report (as the plan lists them)."""
     entry = r.results.plan.gate_entry()
@@ -338,7 +356,8 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
                 seeds, g.confidence, deciding_reason(r, v),
                 by_name.get(card_plot_name(r.gate_name)), gate_text(r), list(r.reasons),
                 statistics_lines(r), (VERDICT_HEADER, verdict_rows(r)),
-                ladder_sentence(lad, v.verdict if v else r.verdict) if lad is not None else "",
+                ladder_sentence(lad, v.verdict if v else r.verdict) if lad is not None
+                else factorial_sentence(r),
             )
         )  # fmt: skip
     return out

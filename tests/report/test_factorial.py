@@ -202,4 +202,5 @@ def test_synthetic_folder_end_to_end(tmp_path: Path) -> None:
     assert "factorial: complementary" in rep.reasons[0]
     card = cards(rep)[0]
     assert card.verdict == "proceed" and "factorial: complementary" in card.reason
+    assert card.effect_text.startswith("factorial COMPLEMENTARY: interaction")
     assert any(line.startswith("seed 3: d_A") for line in statistics_lines(rep))
