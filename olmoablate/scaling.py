@@ -203,9 +203,16 @@ class LadderFit:
 _XI_BOUND = 60.0  # |log(C*/C_ref)|: e^60 is "never reached"; a fit on the bound is undefined
 
 
-def _interval(est: float, var: float, dof: float, level: float) -> Interval:
+def _half_width(var: float, dof: float, level: float) -> float:
+    """Half the two-sided ``level`` interval of an estimate with variance ``var``: Student t at
+    ``dof`` (normal when inf)."""
     q = st.norm.ppf((1 + level) / 2) if math.isinf(dof) else st.t.ppf((1 + level) / 2, max(dof, 1e-3))
-    half = q * math.sqrt(max(var, 0.0))
+    return float(q * math.sqrt(max(var, 0.0)))
+
+
+def _interval(est: float, var: float, dof: float, level: float) -> Interval:
+    """A log-scale estimate's interval, on the multiplier scale."""
+    half = _half_width(var, dof, level)
     return Interval(_exp(est), _exp(est - half), _exp(est + half), level, dof)
 
 
@@ -497,7 +504,7 @@ def fit_ladder(
             (float(beta[0]), float(beta[1])), _pairs(covb[0]), c_tr, nu_g, parts, dofs
         )
         fit.trend = trend
-        half = (st.norm.ppf((1 + level) / 2) if math.isinf(nu_g) else st.t.ppf((1 + level) / 2, nu_g)) * math.sqrt(covb[0][1, 1])
+        half = _half_width(covb[0][1, 1], nu_g, level)
         fit.gamma = Interval(float(beta[1]), float(beta[1] - half), float(beta[1] + half), level, nu_g)
         res = logm[idx] - X @ beta
         t_dof = idx.size - 2
