@@ -28,12 +28,30 @@ from olmoablate.testing.plans import PAIR, PAIR_STEPS, ce_losses, make_pair_plan
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-dev-cluster.sh"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the group markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The Slurm tests share one cluster: under pytest-xdist's ``--dist loadgroup`` they run in
     order on one worker (scripts/test.sh), while the other workers take everything else."""
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when the grouping did not take: pytest-xdist 3.8 groups by suffixing each
+    test's node id with ``@<group>``, which pytest 9.2 silently ignores (its node ids are no
+    longer ``_nodeid``). The Slurm tests then ran on both workers at once, and the node-loss test
+    killed the other worker's jobs on n2: flaky CI with no error pointing at the cause."""
+    if not getattr(session.config.option, "loadgroup", False):  # set in xdist workers only
+        return
+    ungrouped = [
+        i.nodeid for i in session.items if i.get_closest_marker("slurm") and "@slurm" not in i.nodeid
+    ]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"--dist loadgroup did not group {len(ungrouped)} Slurm test(s) (e.g. {ungrouped[0]}) "
+            f"with pytest {pytest.__version__}: install the pinned dev extra (pytest<9)"
+        )
 
 
 def _skip_or_fail(reason: str) -> None:
