@@ -660,13 +660,17 @@ def simulate(
     return out
 
 
-def fitted_truth(fit: LadderFit, rungs: Sequence[Rung]) -> Truth | None:
+def fitted_truth(
+    fit: LadderFit, rungs: Sequence[Rung], declared: DeclaredNoise | None = None
+) -> Truth | None:
     """The fit taken as the truth (the law, the FLOP trend, the noise): the plug-in model that
-    `chance_to_resolve` simulates from. None when the fit has no trend."""
+    `chance_to_resolve` simulates from. None when the fit has no trend. `declared` is the noise
+    floor the fit itself used: a one-seed ladder in tokens or params refits its FLOP trend
+    with it (without it that refit has no noise and no trend)."""
     if fit.law is None or fit.trend is None or fit.sd_delta is None or fit.sd_mean is None:
         return None
     if fit.unit != "flops":
-        flops = fit_ladder(rungs, unit="flops", level=fit.level, declared=None)
+        flops = fit_ladder(rungs, unit="flops", level=fit.level, declared=declared)
         trend = flops.trend
         if trend is None:
             return None
@@ -693,7 +697,7 @@ def chance_to_resolve(
     made are kept; only the new runs are drawn, from the fit taken as the truth (a plug-in
     predictive probability: it ignores the fit's own uncertainty, so it is optimistic when
     that uncertainty is large)."""
-    truth = fitted_truth(fit, rungs)
+    truth = fitted_truth(fit, rungs, declared)
     if truth is None:
         return {}
     rng = np.random.default_rng(seed)

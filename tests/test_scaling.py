@@ -148,6 +148,17 @@ def test_chance_to_resolve_is_a_probability_per_option() -> None:
     assert all(0.0 <= p <= 1.0 for p in chances.values())
 
 
+def test_a_one_seed_ladder_in_tokens_gets_its_chances_from_the_declared_floor() -> None:
+    """The resolve chances simulate from the FLOP trend; a tokens-unit gate on a one-seed ladder
+    refits that trend with the floor its own fit used (it once refit with none: no chances)."""
+    rungs = simulate(truth(m0=1.1, sd=0.02), design(4), 1, np.random.default_rng(5))
+    floor = DeclaredNoise(0.02, 4)
+    fit = fit_ladder(rungs, targets(rungs[-1]), unit="tokens", declared=floor)
+    assert fit.refused == "", fit.refused
+    chances = chance_to_resolve(fit, rungs, targets(rungs[-1]), 1.1, declared=floor, draws=10)
+    assert set(chances) == {"one more seed", "one more rung"}
+
+
 def test_a_far_projection_from_close_rungs_has_an_open_interval_not_an_error() -> None:
     """Two rungs 6% apart in compute and a target 20,000x beyond: the trend's interval there
     overflows exp; it must come back as inf, not raise (found by plan's width simulation)."""
