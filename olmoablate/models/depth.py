@@ -113,16 +113,28 @@ def _eager(model: torch.nn.Module) -> Iterator[None]:
             m._compiled_call_impl = impl
 
 
-def _ce_sum(logits: torch.Tensor, labels: torch.Tensor, target: torch.Tensor) -> float:
+def _ce(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) next-token CE in fp32."""
     ce = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
-    return float(ce.masked_select(target.flatten()).sum())
+    return ce.view(labels.shape)
 
 
-@torch.no_grad()
 def depth_profile(
     model: torch.nn.Module, input_ids: torch.Tensor, label_mask: torch.Tensor | None = None
 ) -> DepthProfile:
-    """The depth profile of one batch (sums; combine batches with :meth:`DepthProfile.add`).
+    """The depth profile of one batch (sums; combine batches with :meth:`DepthProfile.add`)."""
+    return depth_profiles(model, input_ids, label_mask, ["all"] * input_ids.shape[0])["all"]
+
+
+@torch.no_grad()
+def depth_profiles(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    label_mask: torch.Tensor | None,
+    groups: list[str],
+) -> dict[str, DepthProfile]:
+    """Per group of rows (``groups[row]``, e.g. the eval set of each instance) the depth profile
+    of one batch, from one forward pass.
 
     ``label_mask``: input-side mask as in OLMo-core batches (True: a real token); position ``t``
     is scored iff token ``t+1`` is real. ``model``: a built model (OLMo-core's ``Transformer``
@@ -133,8 +145,8 @@ def depth_profile(
     labels = F.pad(input_ids[:, 1:], (0, 1), value=0)
     arch = getattr(model, "arch", None)
     looped = getattr(arch, "looped", None)
-    prof = DepthProfile(unit="loop" if looped is not None else "layer")
-    prof.tokens = float(target.sum())
+    unit = "loop" if looped is not None else "layer"
+    ces: list[torch.Tensor] = []
     m = cast(Any, model)
     was_training = model.training
     model.eval()
@@ -146,14 +158,13 @@ def depth_profile(
         with _eager(model):
             if looped is not None:
                 for logits in m.forward_all_loops(input_ids, looped.loops):
-                    prof.ce_sum.append(_ce_sum(logits, labels, target))
+                    ces.append(_ce(logits, labels))
             else:
-                sums: list[float] = []
 
                 def lens(h: Any) -> None:
                     if isinstance(h, tuple):  # SiameseNorm (X, Y): the model's own merge
                         h = m._merge_streams(h[0], h[1])
-                    sums.append(_ce_sum(m.lm_head(h), labels, target))
+                    ces.append(_ce(m.lm_head(h), labels))
 
                 def emb_hook(_mod: Any, _inp: Any, out: Any) -> None:
                     h = out * m.embed_scale if m.embed_scale is not None else out
@@ -165,16 +176,21 @@ def depth_profile(
                 for block in m.blocks.values():
                     hooks.append(block.register_forward_hook(lambda _m, _i, out: lens(out)))
                 model(input_ids)
-                prof.ce_sum = sums
-        if record:
-            _add_weights(prof, m.depth_weights, target)
+        out: dict[str, DepthProfile] = {}
+        for name in dict.fromkeys(groups):
+            rows = torch.tensor([g == name for g in groups], device=target.device)
+            tgt = target & rows[:, None]
+            prof = out[name] = DepthProfile(unit=unit, tokens=float(tgt.sum()))
+            prof.ce_sum = [float(ce.masked_select(tgt).sum()) for ce in ces]
+            if record:
+                _add_weights(prof, m.depth_weights, tgt)
     finally:
         for hk in hooks:
             hk.remove()
         if record:
             m.depth_weights = None
         model.train(was_training)
-    return prof
+    return out
 
 
 def _add_weights(
