@@ -118,12 +118,20 @@ def mix_values_stacked(
     """:func:`mix_values` with the sources stacked on a new leading axis (own layer first): the
     same products, only the order of the sums can differ (float rounding); seven operators for
     any number of sources (the per-source form needs 4n + 9)."""
+    values = torch.stack((v, *source_values))
+    weights = depth_softmax(q, k, source_keys).to(v.dtype)
+    return (weights.unsqueeze(-1) * values).sum(dim=0)
+
+
+def depth_softmax(
+    q: torch.Tensor, k: torch.Tensor, source_keys: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """α of one layer, own layer first: (n + 1, B, T, H_kv) in fp32 (the softmax of
+    :func:`mix_values_stacked`, also read by the depth diagnostic through ``DepthSlot.record``)."""
     q_bar = group_mean_query(q, k.shape[2])
     keys = torch.stack((k, *source_keys))  # (n + 1, B, T, H_kv, D)
-    values = torch.stack((v, *source_values))
     scores = (q_bar * keys).sum(dim=-1) * (1.0 / math.sqrt(q.shape[-1]))
-    weights = torch.softmax(scores, dim=0, dtype=torch.float32).to(v.dtype)
-    return (weights.unsqueeze(-1) * values).sum(dim=0)
+    return torch.softmax(scores, dim=0, dtype=torch.float32)
 
 
 class DepthSlot:
@@ -139,7 +147,7 @@ class DepthSlot:
     14 such 1 MiB fills per step for 8 layers at stride 8, where only layer 0 is ever a source).
     """
 
-    __slots__ = ("source_keys", "source_values", "keep", "key", "value")
+    __slots__ = ("source_keys", "source_values", "keep", "key", "value", "record", "weights")
 
     def __init__(
         self,
@@ -152,12 +160,19 @@ class DepthSlot:
         self.keep = keep
         self.key: torch.Tensor | None = None
         self.value: torch.Tensor | None = None
+        #: diagnostic only (``olmoablate.models.depth``): also keep α averaged over the KV heads,
+        #: (n + 1, B, T) own layer first, as ``weights``; the mixing itself is unchanged.
+        self.record = False
+        self.weights: torch.Tensor | None = None
 
     def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """ṽ from this slot's sources; records ``(k, ṽ)`` for the model to store if kept."""
         mixed = mix_values(q, k, v, self.source_keys, self.source_values)
         if self.keep:
             self.key, self.value = k, mixed
+        if self.record:
+            with torch.no_grad():
+                self.weights = depth_softmax(q, k, self.source_keys).mean(dim=-1)
         return mixed
 
 

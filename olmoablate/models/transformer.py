@@ -55,6 +55,10 @@ class AblationTransformer(Transformer):
         # the loop count of the first training step until the trainer sets one
         self.current_loops = settings.looped.loops_at_step(1) if settings.looped else 1
         self._h_norms: list[torch.Tensor] = []
+        #: set to a dict by the depth diagnostic (``olmoablate.models.depth``): every
+        #: Depth-Attention layer of a forward then records {unrolled index: (S_l, α)} here,
+        #: α: (|S_l| + 1, B, T) averaged over KV heads, own layer first. None: nothing recorded.
+        self.depth_weights: dict[int, tuple[tuple[int, ...], torch.Tensor]] | None = None
         # Transformer.__init__ cached these before the modules above existed.
         for name in ("num_params", "num_non_embedding_params"):
             self.__dict__.pop(name, None)
@@ -153,9 +157,12 @@ class AblationTransformer(Transformer):
         if state is None:
             return block(h, **kw)
         slot = state.slot(u)
+        slot.record = self.depth_weights is not None
         self._mark_dynamic(*slot.source_keys, *slot.source_values)
         h = block(h, depth=slot, **kw)
         state.store(u, slot)
+        if self.depth_weights is not None and slot.weights is not None:
+            self.depth_weights[u] = (state.sources(u), slot.weights)
         return h
 
     def _merge_streams(self, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:

@@ -229,7 +229,11 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
                             ),
                             value,
                         )
+        collect = [getattr(ev, "collect_depth", None) for ev in self.evaluators]
         try:
+            for evaluator in self.evaluators:
+                if hasattr(evaluator, "collect_depth"):
+                    evaluator.collect_depth = False  # the standard pass scored the profile
             for n in counts:
                 model.current_loops = n  # forward() uses it when n_loops is not given
                 for evaluator in self.evaluators:
@@ -252,6 +256,9 @@ class LoopedEvaluatorCallback(EvaluatorCallback):
                         )
         finally:
             model.current_loops = trained_loops
+            for evaluator, was in zip(self.evaluators, collect, strict=True):
+                if was is not None:
+                    evaluator.collect_depth = was
 
 
 @dataclass

@@ -14,6 +14,10 @@ Here:
   to a whole number of eval batches so no partial last batch is dropped.
 * :class:`WholeSetLMEvaluator` averages only positions whose target is a real token, and records
   ``<set>/tokens`` (tokens scored at this eval point, summed over ranks) beside CE and PPL.
+* The same evaluator also scores the effective-depth diagnostic (`olmoablate.models.depth`) on
+  the same batches, for every arm alike: ``eval/depth/<set>/layer_<i> CE`` (``loop_<t> CE`` for
+  Looped OLMo), ``eval/depth/<set>/da_weight_<j>`` / ``da_self_<l>`` (Depth-Attention) and
+  ``eval/depth/<set>/first_within_0.05``. A diagnostic, not a gate input.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from olmo_core.train.callbacks import EvaluatorCallback, LMEvaluatorCallbackConf
 from olmo_core.train.train_module import EvalBatchSizeUnit
 
 from olmoablate.io import write_bytes_atomic
+from olmoablate.models.depth import DepthProfile, depth_profiles
 from olmoablate.plan.tokens import chunk_bounds
 
 #: Bump when the chunking rule changes, so cached index files are not reused.
@@ -120,6 +125,27 @@ class WholeSetLMEvaluator(LMEvaluator):
     """
 
     last_metrics: dict[str, torch.Tensor] | None = None
+    #: the model the depth diagnostic reads (set by the callback config); None: no diagnostic
+    depth_model: torch.nn.Module | None = None
+    #: records one metric (``trainer.record_metric``); set with ``depth_model``
+    record: Any = None
+    #: off during the looped evaluator's extra loop-count passes (the profile does not depend on
+    #: the loop count in force: Looped OLMo's is per loop up to the spec's count)
+    collect_depth: bool = True
+    _depth: dict[str, DepthProfile] | None = None
+
+    _ids: torch.Tensor | None = None
+
+    def __iter__(self) -> Any:
+        # OLMo-core's eval_batch pops ``input_ids`` from the batch before update_metrics sees it:
+        # keep them for the depth diagnostic
+        for batch in super().__iter__():
+            self._ids = batch.get("input_ids")
+            yield batch
+
+    def reset_metrics(self) -> None:
+        super().reset_metrics()
+        self._depth = None
 
     def update_metrics(
         self, batch: dict[str, Any], ce_loss: torch.Tensor | None, logits: torch.Tensor | None
@@ -129,6 +155,13 @@ class WholeSetLMEvaluator(LMEvaluator):
         mask = batch.get("label_mask")
         if mask is None:
             mask = torch.ones_like(batch["input_ids"], dtype=torch.bool)
+        ids = batch.get("input_ids", self._ids)
+        if self.depth_model is not None and self.collect_depth and ids is not None:
+            labels = [md["label"] for md in batch["metadata"]]
+            got = depth_profiles(self.depth_model, ids.to(mask.device), mask, labels)
+            self._depth = self._depth if self._depth is not None else {}
+            for label, prof in got.items():
+                self._depth.setdefault(label, DepthProfile()).add(prof)
         # ce_loss[:, t] is the loss of predicting token t+1: real iff token t+1 is a real token.
         target = F.pad(mask[:, 1:], (0, 1), value=False).to(ce_loss.device)
         for idx, metadata in enumerate(batch["metadata"]):
@@ -143,7 +176,26 @@ class WholeSetLMEvaluator(LMEvaluator):
         for label, n in scored.items():
             out[f"{label}/tokens"] = n
         self.last_metrics = dict(out)
+        self._record_depth()
         return out
+
+    def _record_depth(self) -> None:
+        """Record the depth metrics of this eval pass (summed over ranks) under ``eval/depth``."""
+        profiles, self._depth = self._depth, None
+        if profiles is None or self.record is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, profiles)
+            profiles = {}
+            for part in gathered:
+                for label, prof in part.items():
+                    profiles.setdefault(label, DepthProfile()).add(prof)
+        for label, prof in sorted(profiles.items()):
+            for name, value in prof.metrics(f"eval/depth/{label}").items():
+                self.record(name, value)
 
 
 @dataclass
@@ -180,6 +232,8 @@ class WholeSetLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
             dp_process_group=trainer.dp_process_group,
             deterministic=self.deterministic,
         )
+        evaluator.depth_model = trainer.train_module.model
+        evaluator.record = trainer.record_metric
         return EvaluatorCallback(
             evaluators=[evaluator],
             eval_interval=self.eval_interval,

@@ -133,3 +133,10 @@ def test_tokenizer_json_spec_trains_and_scores_the_whole_heldout_set(tmp_path: P
     for r in evals:
         assert r["eval/lm/held/tokens"] == held["scored_tokens"]
         assert np.isfinite(r["eval/lm/held/CE loss"]) and r["eval/lm/held/CE loss"] < 9.0
+        # the depth diagnostic on the same tokens: its last layer is the model's own eval CE
+        # (the job's eval runs in bf16/fp32 as the model does; tolerance for the eager re-run)
+        layers = sorted(k for k in r if k.startswith("eval/depth/held/layer_"))
+        assert layers, sorted(r)
+        last = max(layers, key=lambda k: int(k.split("layer_")[1].split()[0]))
+        assert abs(r[last] - r["eval/lm/held/CE loss"]) < 1e-3
+        assert "eval/depth/held/first_within_0.05" in r
