@@ -30,6 +30,8 @@ from olmoablate.report.assemble import Report, build_all
 from olmoablate.report.board import build_board
 from olmoablate.report.collect import Results, collect, resolve_results_dir, wandb_links
 from olmoablate.report.compare import LOSS
+from olmoablate.report.depth import COLUMNS as DEPTH_COLUMNS
+from olmoablate.report.depth import depth_records
 from olmoablate.report.document import comparison_rows
 from olmoablate.report.frames import LONG_COLUMNS as METRIC_COLUMNS
 from olmoablate.report.frames import MetricFrames
@@ -280,6 +282,18 @@ class ResultSet:
                         for t in lad.targets
                     )  # fmt: skip
         return pd.DataFrame(rows, columns=LADDER_COLUMNS)
+
+    @functools.cached_property
+    def depth(self) -> pd.DataFrame:
+        """The effective-depth diagnostic (docs/depth.md; not a gate input), long form: one row
+        per run, eval set, ``kind`` and ``index`` at the run's last eval point that recorded it
+        (``step``). Kinds: ``layer`` (logit-lens CE after block ``index``, 0 = embeddings),
+        ``loop`` (Looped OLMo's CE after loop ``index``), ``da_weight`` (Depth-Attention's mean
+        weight on source layer ``index``), ``first_within_0.05`` (``value``: the first layer
+        or loop within 0.05 nats of the final CE). The report's depth table averages these."""
+        rows = [row for rec in depth_records(self.results) for row in rec.rows()]
+        frame = pd.DataFrame(rows, columns=DEPTH_COLUMNS)
+        return frame.astype({"index": "Int64"})  # none for first_within
 
     def __repr__(self) -> str:
         verdicts = {r.gate_name: r.verdict for r in self.report.gates or [self.report]}

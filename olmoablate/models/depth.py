@@ -12,8 +12,8 @@ model's own output and its CE equals the model's CE on the same tokens (tested).
 * SiameseNorm: the model's output is ``LMHead(RMSNorm_fx(X) + RMSNorm_fy(Y))``, so the lens reads
   **both streams merged by the model's own final merge** (``AblationTransformer._merge_streams``)
   at every layer; neither stream alone is what the model outputs.
-* Looped OLMo: one value per loop (``loop_t``: ``LMHead`` of the state after loop ``t``, state
-  norm included, exactly :meth:`AblationTransformer.forward_all_loops`), at the spec's loop count.
+* Looped OLMo: one value per loop (``loop_t``: ``LMHead`` of the state after loop ``t``, from
+  ``t = 1``, state norm included, exactly :meth:`AblationTransformer.forward_all_loops`), at the spec's loop count.
 
 **Depth-Attention weights.** The depth softmax α of every layer is recorded during the same
 forward (``DepthSlot.record``; the mixing maths is untouched), averaged over KV heads and scored
@@ -35,9 +35,11 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F
 
+from olmoablate.plan import metrics as metric_names
+
 #: "Within margin of the final": a layer's lens CE is at most this many nats above the final
 #: layer's (``first_within``). 0.05 nats ≈ 5% perplexity.
-MARGIN_NATS = 0.05
+MARGIN_NATS = metric_names.DEPTH_MARGIN_NATS
 
 
 def first_within(ce: list[float], margin: float = MARGIN_NATS) -> int | None:
@@ -77,23 +79,29 @@ class DepthProfile:
                 mine[k] = mine.get(k, 0.0) + v
 
     @property
+    def first_index(self) -> int:
+        """Index of ``ce[0]``: layer 0 is the embeddings' stream; loops count from 1."""
+        return 1 if self.unit == "loop" else 0
+
+    @property
     def ce(self) -> list[float]:
         return [s / self.tokens for s in self.ce_sum] if self.tokens else []
 
-    def metrics(self, prefix: str) -> dict[str, float]:
-        """Flat metric names: ``<prefix>/<unit>_<i> CE``, ``<prefix>/da_weight_<j>``,
-        ``<prefix>/da_self_<l>`` and ``<prefix>/first_within_<margin> (<unit>)``."""
+    def metrics(self, set_name: str) -> dict[str, float]:
+        """The metrics.jsonl names and values (``plan.metrics.depth_metric``): CE per layer or
+        loop, Depth-Attention's weights, and the first layer within the margin of the final."""
+        name = metric_names.depth_metric
         out: dict[str, float] = {}
         ce = self.ce
-        for i, v in enumerate(ce):
-            out[f"{prefix}/{self.unit}_{i} CE"] = v
+        for i, v in enumerate(ce, start=self.first_index):
+            out[name(set_name, self.unit, i)] = v
         first = first_within(ce)
         if first is not None:
-            out[f"{prefix}/first_within_{MARGIN_NATS:g}"] = float(first)
+            out[name(set_name, metric_names.DEPTH_FIRST)] = float(first + self.first_index)
         for j in sorted(self.da_sum):
-            out[f"{prefix}/da_weight_{j}"] = self.da_sum[j] / max(self.da_n[j], 1e-12)
+            out[name(set_name, "da_weight", j)] = self.da_sum[j] / max(self.da_n[j], 1e-12)
         for j in sorted(self.self_sum):
-            out[f"{prefix}/da_self_{j}"] = self.self_sum[j] / max(self.self_n[j], 1e-12)
+            out[name(set_name, "da_self", j)] = self.self_sum[j] / max(self.self_n[j], 1e-12)
         return out
 
 

@@ -41,6 +41,20 @@ EVAL_PREFIX = "eval/"
 LM_EVAL_PREFIX = "eval/lm/"
 DOWNSTREAM_PREFIX = "eval/downstream/"
 
+#: The effective-depth diagnostic (olmoablate.models.depth, docs/depth.md), scored by the LM
+#: evaluator: ``eval/depth/<set>/<kind>_<i>[ CE]`` (:func:`depth_metric` / :func:`split_depth`).
+DEPTH_PREFIX = "eval/depth/"
+#: kinds: logit-lens CE after block i (0 = embeddings), CE after loop t (Looped OLMo),
+#: Depth-Attention's mean weight on source layer j and layer l's weight on itself, and the first
+#: layer (or loop) within ``DEPTH_MARGIN_NATS`` of the final CE.
+DEPTH_KINDS = ("layer", "loop", "da_weight", "da_self")
+DEPTH_MARGIN_NATS = 0.05
+DEPTH_FIRST = f"first_within_{DEPTH_MARGIN_NATS:g}"
+_DEPTH = re.compile(
+    r"^eval/depth/(?P<set>[^/]+)/(?:(?P<kind>layer|loop|da_weight|da_self)_(?P<i>\d+)(?: CE)?"
+    r"|(?P<first>first_within_[0-9.]+))$"
+)
+
 _LOOPS_SUFFIX = re.compile(r"^(?P<name>.+) \(loops=(?P<n>\d+)\)$")
 _H_NORM = re.compile(r"^train/H norm \(loop (?P<t>\d+)\)$")
 
@@ -53,6 +67,27 @@ def h_norm_loop(name: str) -> int | None:
     """The loop of an :func:`h_norm` name, else None."""
     m = _H_NORM.match(name)
     return int(m.group("t")) if m else None
+
+
+def depth_metric(set_name: str, kind: str, i: int | None = None) -> str:
+    """A depth-diagnostic name: ``kind`` in DEPTH_KINDS with its index (CE kinds end in " CE"),
+    or DEPTH_FIRST without one."""
+    if kind == DEPTH_FIRST:
+        return f"{DEPTH_PREFIX}{set_name}/{kind}"
+    if kind not in DEPTH_KINDS or i is None:
+        raise ValueError(f"not a depth metric kind: {kind!r} (index {i})")
+    ce = " CE" if kind in ("layer", "loop") else ""
+    return f"{DEPTH_PREFIX}{set_name}/{kind}_{int(i)}{ce}"
+
+
+def split_depth(name: str) -> tuple[str, str, int | None] | None:
+    """:func:`depth_metric`'s inverse: (set, kind, index), else None."""
+    m = _DEPTH.match(name)
+    if m is None:
+        return None
+    if m.group("first"):
+        return m.group("set"), m.group("first"), None
+    return m.group("set"), m.group("kind"), int(m.group("i"))
 
 
 def lm_eval(set_name: str, metric: str = "CE loss") -> str:

@@ -17,6 +17,7 @@ from olmoablate.plan.names import INCONCLUSIVE, NEXT_PLAN_FILE, PROCEED
 from olmoablate.plan.planfile import Plan
 from olmoablate.report.collect import UNGATED, Results
 from olmoablate.report.compare import PairResult, for_gate, measure_all
+from olmoablate.report.depth import ArmProfile, arm_profiles, depth_records
 from olmoablate.report.evidence import (
     SizeRow,
     consistency,
@@ -64,6 +65,9 @@ class Report:
     ladders: dict[str, LadderResult] = field(default_factory=dict)
     #: a ``rule: complementary`` gate: the factorial estimate and its verdict
     factorial: FactorialResult | None = None
+    #: the effective-depth diagnostic per arm (`report.depth`; set by `build_all`, not a gate
+    #: input): one profile per size, eval set and arm
+    depth: list[ArmProfile] = field(default_factory=list)
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -355,10 +359,12 @@ def build_all(results: Results) -> Report:
     gates can never influence each other's verdict."""
     views = results.plan.gate_views()
     measured = measure_all(results)
+    depth = arm_profiles(depth_records(results))
     if len(views) <= 1:
         report = build(results, measured)
         report.gate_name = views[0][0] if views else "gate"
         report.gates = [report]
+        report.depth = depth
         return report
     reports = []
     # the variants (and references) of each gate: decided there, so not exploratory elsewhere
@@ -372,6 +378,7 @@ def build_all(results: Results) -> Report:
         r.gate_name = name
         reports.append(r)
     reports[0].gates = reports
+    reports[0].depth = depth
     return reports[0]
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import make_console, write_json_atomic, write_text_atomic
+from olmoablate.plan.metrics import DEPTH_MARGIN_NATS
 from olmoablate.plan.names import (
     COMPARISON_FILE,
     GATE_FILE,
@@ -32,6 +33,7 @@ from olmoablate.plan.names import (
 from olmoablate.report.assemble import Report
 from olmoablate.report.cards import Card, bounded, cards, estimate_cells
 from olmoablate.report.collect import wandb_section
+from olmoablate.report.depth import ArmProfile
 from olmoablate.report.ladder import LadderResult
 from olmoablate.report.plots import make_plots
 from olmoablate.scaling import unit_word
@@ -174,6 +176,33 @@ STABILITY_HEADER = [
 COST_KEYS = ["cost", "baseline", "variant", "ratio", "source"]
 
 
+DEPTH_HEADER = ["size", "eval set", "arm", "seeds", "CE per layer/loop (mean over seeds)",
+                f"first within {DEPTH_MARGIN_NATS:g} nats (per seed)", "Depth-Attention top source"]  # fmt: skip
+
+
+def depth_section(profiles: Sequence[ArmProfile]) -> Section:
+    """The effective-depth diagnostic (docs/depth.md) as a table: one row per arm."""
+    rows = []
+    for p in profiles:
+        top = ""
+        if p.da_weight:
+            j, w = max(p.da_weight.items(), key=lambda kv: kv[1])
+            top = f"layer {j} ({w:.2f})" if j else f"embeddings ({w:.2f})"
+        rows.append(
+            [p.size, p.set, p.arm, len(p.seeds), " ".join(f"{v:.3f}" for v in p.ce),
+             ", ".join("n/a" if f is None else f"{p.unit} {f}" for f in p.first_within), top]
+        )  # fmt: skip
+    text = (
+        "A diagnostic, not a gate input (no verdict reads it; docs/depth.md). CE of the model's "
+        "own final norm and LM head applied to the residual stream after each layer (index 0: "
+        "the embeddings; Looped OLMo: after each loop), on the held-out set at each run's last "
+        "eval point, for both arms by the same code on the same batches. Compare the shapes: "
+        "arms with different output norms (SiameseNorm's merge) read out differently, and a "
+        "high early CE may be a change of basis rather than missing computation."
+    )
+    return ("Effective depth (diagnostic)", text, [(DEPTH_HEADER, rows)])
+
+
 def sections(report: Report) -> list[Section]:
     """The details below the cards: (title, text, tables) per section."""
     pair_rows = []
@@ -208,6 +237,8 @@ def sections(report: Report) -> list[Section]:
     )
     for r in report.gates or [report]:
         secs.extend(ladder_section(r.gate_name, lad) for lad in r.ladders.values())
+    if report.depth:
+        secs.append(depth_section(report.depth))
     for p in report.pairs:
         stab = [
             [who, s.health.state, s.health.spikes, s.job_spikes, s.health.max_grad_norm,

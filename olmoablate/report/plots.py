@@ -35,6 +35,7 @@ from olmoablate.report.cards import (
     token_axes,
 )
 from olmoablate.report.compare import LOSS, Aligned, PairResult
+from olmoablate.report.depth import ArmProfile
 from olmoablate.report.ladder import LadderResult
 from olmoablate.scaling import unit_word
 
@@ -309,6 +310,61 @@ def plot_ladder_loss(gate: str, lad: LadderResult, metric: str, out: Path) -> Pa
     return save_png(fig, out / name, dpi=100)
 
 
+def plot_depth(profiles: Sequence[ArmProfile], out: Path) -> Path | None:
+    """``plots/depth__<size>__<set>.png``: the effective-depth diagnostic of every arm of one
+    size on one eval set (docs/depth.md): logit-lens CE per layer (or per loop), seeds thin and
+    their mean thick, the first layer within the margin of the final dotted; beside it
+    Depth-Attention's mean weight per source layer when an arm has it. Not a gate input."""
+    if not profiles:
+        return None
+    from olmoablate.plan.metrics import DEPTH_MARGIN_NATS
+
+    has_da = any(p.da_weight for p in profiles)
+    fig, axes = pyplot().subplots(1, 2 if has_da else 1, figsize=(10 if has_da else 6.4, 3.6))
+    axes = np.atleast_1d(axes)
+    ax = axes[0]
+    for k, p in enumerate(profiles):
+        color = f"C{k}"
+        for run in p.ce_runs:
+            ax.plot(p.indices, run, color=color, alpha=0.3, lw=0.8)
+        ax.plot(p.indices, p.ce, color=color, lw=1.8, marker="o", ms=3,
+                label=f"{p.arm} ({len(p.seeds)} seed(s))")  # fmt: skip
+        firsts = [f for f in p.first_within if f is not None]
+        if firsts:
+            ax.axvline(min(firsts), color=color, ls=":", lw=1)
+    p0 = profiles[0]
+    ax.set_xlabel(f"{p0.unit} (0 = embeddings)" if p0.unit == "layer" else "loop", fontsize=8)
+    ax.set_ylabel(f"{p0.set}: CE through the model's own head (nats)", fontsize=7)
+    ax.set_title(
+        f"{p0.size}: CE per {p0.unit} (dotted: first within {DEPTH_MARGIN_NATS:g} nats of final)",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7)
+    if has_da:
+        bx = axes[1]
+        width = 0.8 / max(sum(1 for p in profiles if p.da_weight), 1)
+        for k, p in enumerate(p for p in profiles if p.da_weight):
+            js = np.array(sorted(p.da_weight))
+            bx.bar(js + width * k, [p.da_weight[j] for j in js], width=width, color=f"C{k + 1}",
+                   label=p.arm)  # fmt: skip
+        bx.set_xlabel("source layer (0 = embeddings)", fontsize=8)
+        bx.set_ylabel("mean depth-softmax weight", fontsize=7)
+        bx.set_title("Depth-Attention: weight on each earlier layer's value", fontsize=9)
+        bx.legend(fontsize=7)
+    fig.suptitle("Effective depth: a diagnostic, not a gate input", fontsize=9)
+    fig.tight_layout()
+    name = f"depth__{safe_name(p0.size)}__{safe_name(p0.set)}.png"
+    return save_png(fig, out / name, dpi=100)
+
+
+def depth_groups(report: Report) -> dict[tuple[str, str], list[ArmProfile]]:
+    """The depth figures' data: each (size, eval set)'s arm profiles."""
+    got: dict[tuple[str, str], list[ArmProfile]] = {}
+    for p in report.depth:
+        got.setdefault((p.size, p.set), []).append(p)
+    return got
+
+
 def _errbar(ax: Any, pts: list[tuple[float, Any]], top: float, **kw: Any) -> None:
     """Intervals as error bars, an open (inf) or far end drawn to the top of the axes."""
     if pts:
@@ -379,6 +435,9 @@ def _plot_job(job: tuple[str, str, str, str]) -> list[Path]:
     if kind == "group":
         ps = [p for p in report.pairs if p.size == size and p.variant_name == variant]
         return plot_group(report, size, variant, ps, out)
+    if kind == "depth":
+        d = plot_depth(depth_groups(report).get((size, variant), []), out)
+        return [] if d is None else [d]
     if kind == "tradeoff":
         return plot_tradeoffs(report, size, [p for p in report.pairs if p.size == size], out)
     if kind in ("card", "ladder"):
@@ -423,8 +482,8 @@ _PLOT_CACHE = ".plot-cache.json"
 def _cache_name(job: tuple[str, str, str, str]) -> str:
     """A job's entry in the plot cache: ``size\tvariant`` (as before cards), else
     ``<kind>\t<size or gate>`` (``card``, ``tradeoff``, ``consistency``)."""
-    if job[0] == "ladder":
-        return f"ladder\t{job[1]}\t{job[2]}"
+    if job[0] in ("ladder", "depth"):
+        return f"{job[0]}\t{job[1]}\t{job[2]}"
     return f"{job[1]}\t{job[2]}" if job[0] == "group" else f"{job[0]}\t{job[1]}"
 
 
@@ -448,6 +507,10 @@ def make_plots(report: Report, out: Path, workers: int | None = None) -> list[Pa
         ps = [p for p in report.pairs if p.size == size]
         if any(p.looped for p in ps):
             keys[("tradeoff", size, "", o)] = _data_key(report, [size, tradeoff_points(report, ps)])
+    for (size, set_name), profs in depth_groups(report).items():
+        keys[("depth", size, set_name, o)] = _data_key(
+            report, [size, set_name, [dataclasses.asdict(p) for p in profs]]
+        )
     rows = [[r.variant, r.size, dataclasses.asdict(r.estimate)] for r in consistency_rows(report)]
     keys[("consistency", "", "", o)] = _data_key(report, rows)
     # the cards' plots (the job's "size" slot names the gate); a ladder's, keyed by its data

@@ -194,7 +194,7 @@ class WholeSetLMEvaluator(LMEvaluator):
                 for label, prof in part.items():
                     profiles.setdefault(label, DepthProfile()).add(prof)
         for label, prof in sorted(profiles.items()):
-            for name, value in prof.metrics(f"eval/depth/{label}").items():
+            for name, value in prof.metrics(label).items():
                 self.record(name, value)
 
 

@@ -121,3 +121,23 @@ def test_spec_to_report(tmp_path: Path) -> None:
     looped_rows = rs.metrics[rs.metrics["run"] == "micro-s0-looped"]
     assert "eval/lm/held/CE loss (loops=4)" in set(looped_rows["metric"])
     assert set(rs.runs["state"]) == {"completed"}
+
+    # the effective-depth diagnostic: every arm at its last eval point, the lens's last layer
+    # (loop) is the arm's own eval CE there, and the report shows it as a diagnostic with a figure
+    depth = rs.depth
+    assert set(depth["run"]) == {f"micro-s0-{a}" for a in ("baseline", "sn_da", "looped")}
+    assert set(depth["step"]) == {8}
+    for run, kind, idx in (
+        ("baseline", "layer", range(5)), ("sn_da", "layer", range(5)), ("looped", "loop", (1, 2))
+    ):  # fmt: skip
+        rows = depth[(depth["run"] == f"micro-s0-{run}") & (depth["kind"] == kind)]
+        assert sorted(rows["index"]) == list(idx), (run, rows)
+        n = idx[-1]
+        own = [json.loads(x) for x in (res / "runs" / f"micro-s0-{run}" / "metrics.jsonl")
+               .read_text().splitlines()][-1]["eval/lm/held/CE loss"]  # fmt: skip
+        assert float(rows[rows["index"] == n]["value"].iloc[0]) == pytest.approx(own, abs=1e-4)
+    da = depth[(depth["run"] == "micro-s0-sn_da") & (depth["kind"] == "da_weight")]
+    assert len(da) and ((da["value"] >= 0) & (da["value"] <= 1)).all()
+    md = (res / "report.md").read_text()
+    assert "## Effective depth (diagnostic)" in md and "not a gate input" in md
+    assert (res / "plots" / "depth__micro__held.png").stat().st_size > 0

@@ -47,7 +47,7 @@ def test_last_layer_lens_equals_model_ce(name: str) -> None:
         out = model(ids, labels=labels)
     assert full.ce[-1] == pytest.approx(float(out.ce_loss), abs=1e-5)
     if "da" in name:
-        metrics = prof.metrics("eval/depth/x")
+        metrics = prof.metrics("x")
         weights = {k: v for k, v in metrics.items() if "/da_" in k}
         assert weights and all(0.0 <= v <= 1.0 for v in weights.values())
         assert model.depth_weights is None  # recording switched off again
@@ -120,7 +120,7 @@ def test_profiles_add_as_token_weighted_means() -> None:
     total.add(a)
     total.add(b)
     assert total.ce == [1.5, 0.75]
-    m = total.metrics("eval/depth/s")
+    m = total.metrics("s")
     assert m["eval/depth/s/layer_0 CE"] == 1.5
     assert m["eval/depth/s/da_weight_0"] == 0.25
     assert m[f"eval/depth/s/first_within_{MARGIN_NATS:g}"] == 1.0
