@@ -449,7 +449,7 @@ class Spec(Strict):
         for name, g in self.gates.items():
             if not re.match(NAME_RE, name):
                 raise ValueError(f"gate name {name!r} must match {NAME_RE}")
-            if g.variant is None:
+            if g.variant is None and g.rule != "complementary":  # that one decides on `combined`
                 raise ValueError(
                     f"gates.{name}.variant is required: each gate decides on one proposal "
                     f"(allowed: {', '.join(self.variants)})"

@@ -369,7 +369,10 @@ def build_all(results: Results) -> Report:
     reports = []
     # the variants (and references) of each gate: decided there, so not exploratory elsewhere
     gated = [
-        [x for x in (v.gate.variant, v.gate.reference) if x] if v.gate else [] for _, v in views
+        [x for x in (v.gate.variant, v.gate.reference, *(v.gate.of or []), v.gate.combined) if x]
+        if v.gate
+        else []
+        for _, v in views
     ]
     for i, (name, view) in enumerate(views):
         res = results if i == 0 else results_for_gate(results, view)
