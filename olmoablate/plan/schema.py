@@ -347,6 +347,11 @@ class Evaluation(Strict):
     #: Cap each downstream task's eval at this many batches (quick checks; default: all).
     max_downstream_batches: PosInt | None = None
     loop_counts: list[int | str] = []
+    #: When the LM evaluator also scores the effective-depth diagnostic (docs/depth.md): at
+    #: every eval point, at the final one only, or never ("none"; not "off", which YAML reads as
+    #: false). Not dumped at its default, so the
+    #: identities of runs planned before it existed are unchanged.
+    depth: Literal["every", "final", "none"] = Field("every", exclude_if=lambda v: v == "every")
 
     @field_validator("lm_sets")
     @classmethod

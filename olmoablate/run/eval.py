@@ -132,6 +132,9 @@ class WholeSetLMEvaluator(LMEvaluator):
     #: off during the looped evaluator's extra loop-count passes (the profile does not depend on
     #: the loop count in force: Looped OLMo's is per loop up to the spec's count)
     collect_depth: bool = True
+    #: ``evaluation.depth``: "every" eval point, the "final" one only (``is_final()``), or "none"
+    depth_at: str = "every"
+    is_final: Any = None
     _depth: dict[str, DepthProfile] | None = None
 
     _ids: torch.Tensor | None = None
@@ -156,7 +159,10 @@ class WholeSetLMEvaluator(LMEvaluator):
         if mask is None:
             mask = torch.ones_like(batch["input_ids"], dtype=torch.bool)
         ids = batch.get("input_ids", self._ids)
-        if self.depth_model is not None and self.collect_depth and ids is not None:
+        wanted = self.depth_at == "every" or (
+            self.depth_at == "final" and self.is_final is not None and self.is_final()
+        )
+        if self.depth_model is not None and self.collect_depth and wanted and ids is not None:
             labels = [md["label"] for md in batch["metadata"]]
             got = depth_profiles(self.depth_model, ids.to(mask.device), mask, labels)
             self._depth = self._depth if self._depth is not None else {}
@@ -200,7 +206,10 @@ class WholeSetLMEvaluator(LMEvaluator):
 
 @dataclass
 class WholeSetLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
-    """OLMo-core's LM evaluator callback over the whole-set dataset and evaluator."""
+    """OLMo-core's LM evaluator callback over the whole-set dataset and evaluator; ``depth_at``:
+    the spec's ``evaluation.depth`` (when the depth diagnostic is scored)."""
+
+    depth_at: str = "every"
 
     def build(self, trainer: Any) -> Any:
         if not self.enabled:
@@ -234,6 +243,10 @@ class WholeSetLMEvaluatorCallbackConfig(LMEvaluatorCallbackConfig):
         )
         evaluator.depth_model = trainer.train_module.model
         evaluator.record = trainer.record_metric
+        evaluator.depth_at = self.depth_at
+        evaluator.is_final = lambda: (
+            trainer.max_steps is not None and trainer.global_step >= trainer.max_steps
+        )
         return EvaluatorCallback(
             evaluators=[evaluator],
             eval_interval=self.eval_interval,

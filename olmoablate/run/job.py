@@ -250,6 +250,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
                     Duration.tokens(max_eval_tokens) if max_eval_tokens else Duration.epochs(1)
                 ),
                 loop_counts=list(run.loop_counts or []),
+                depth_at=ev.depth,
             ),
         )
     tasks = list(ev.downstream)

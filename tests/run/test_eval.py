@@ -93,6 +93,7 @@ training:
 evaluation:
   interval: 2
   lm_sets: {held: [data/bpe4096/heldout.bin]}
+  depth: final
 topology: {gpus_per_node: 0}
 """
 
@@ -133,6 +134,9 @@ def test_tokenizer_json_spec_trains_and_scores_the_whole_heldout_set(tmp_path: P
     for r in evals:
         assert r["eval/lm/held/tokens"] == held["scored_tokens"]
         assert np.isfinite(r["eval/lm/held/CE loss"]) and r["eval/lm/held/CE loss"] < 9.0
+    # `evaluation.depth: final`: the depth diagnostic at the last eval point only
+    assert not [k for k in evals[0] if k.startswith("eval/depth/")]
+    for r in evals[1:]:
         # the depth diagnostic on the same tokens: its last layer is the model's own eval CE
         # (the job's eval runs in bf16/fp32 as the model does; tolerance for the eager re-run)
         layers = sorted(k for k in r if k.startswith("eval/depth/held/layer_"))
