@@ -66,6 +66,13 @@ class ProposalRow:
     #: a multiplier gate: the largest target's projection in the gate's unit (``unit``, ``size``,
     #: ``estimate``, ``lower``, ``upper``), or why it was refused (``refused``); None otherwise
     multiplier: dict[str, Any] | None = None
+    #: a complementary gate: its factorial word (complementary, redundant, interfering,
+    #: inconclusive) beside the verdict it maps to
+    factorial: str | None = None
+
+    @property
+    def verdict_text(self) -> str:
+        return f"{self.verdict} ({self.factorial})" if self.factorial else self.verdict
 
     @property
     def proposal(self) -> str:
@@ -228,6 +235,9 @@ def _reported(
                 est.get("n_seeds"), est.get("source") or (rec.get("noise_source") or {}).get("kind"),
                 float(min_effect), state, [], {},
             )  # fmt: skip
+            fac = rec.get("factorial")
+            if isinstance(fac, dict) and isinstance(fac.get("verdict"), str):
+                p.factorial = fac["verdict"]
             lad = (rec.get("ladder") or {}).get(v["variant"])
             if (m := track.ladder_projection(lad)) is not None:  # a ladder's seeds and noise
                 p.multiplier, p.n_seeds, p.noise = m, m["seeds"], m["noise"]
@@ -383,7 +393,7 @@ def rows(board: Board) -> list[list[str]]:
             out.append(
                 [
                     p.spec, p.gate, p.variant + ("" if p.role == "primary" else f" ({p.role})"),
-                    p.verdict, _bounds(p), track.multiplier_text(p.multiplier, p.verdict),
+                    p.verdict_text, _bounds(p), track.multiplier_text(p.multiplier, p.verdict),
                     str(p.n_seeds or "-"), p.noise or "-", held or "-",
                     *(_costs(s) if i == 0 else ["", "", "", ""]),
                     ", ".join(p.shares_baseline_with) or "-",

@@ -204,3 +204,24 @@ def test_synthetic_folder_end_to_end(tmp_path: Path) -> None:
     assert card.verdict == "proceed" and "factorial: complementary" in card.reason
     assert card.effect_text.startswith("factorial COMPLEMENTARY: interaction")
     assert any(line.startswith("seed 3: d_A") for line in statistics_lines(rep))
+
+
+def test_the_board_shows_the_factorial_word(tmp_path: Path) -> None:
+    """A complementary gate's row on the board reads its verdict and the factorial word."""
+    from olmoablate.report.assemble import build_all
+    from olmoablate.report.board import build_board, rows
+    from olmoablate.report.document import write_all
+
+    spec = SynthSpec(seeds=(0, 1, 2), variants=VARIANTS, gate={"stage": "1B", **FACTORIAL})
+    truths = {  # the combination no better than SiameseNorm alone: redundant -> stop
+        "siamese_only": ArmTruth(offset=-0.05, eval_noise=0.001),
+        "depth_only": ArmTruth(offset=-0.04, eval_noise=0.001),
+        "siamese_depth": ArmTruth(offset=-0.05, eval_noise=0.001),
+        "baseline": ArmTruth(eval_noise=0.001),
+    }
+    root = tmp_path / "results" / "fac"
+    make_results(root, spec, truths)
+    write_all(build_all(collect(root, use_cache=False, workers=1)), root, ["json"])
+    (row,) = [p for p in build_board(tmp_path / "results").proposals if p.role == "primary"]
+    assert (row.verdict, row.factorial) == ("stop", "redundant")
+    assert any("stop (redundant)" in cells for cells in rows(build_board(tmp_path / "results")))
