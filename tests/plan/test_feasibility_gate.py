@@ -160,10 +160,21 @@ def test_plan_replan_cli_records_the_earlier_seeds(tmp_path: Path) -> None:
 
     assert plan().returncode == 0
     doc = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2]}))
+    assert plan().returncode == 0  # no run yet: re-planning is free (no look was possible)
     spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2, 3]}))
     (tmp_path / "results" / "rp" / "runs" / "tiny-s0-baseline").mkdir(parents=True)
     assert plan().returncode != 0  # runs started: the pre-registered plan is kept
     out = plan("--replan")
     assert out.returncode == 0, out.stderr
     entry = json.loads((tmp_path / "results" / "rp" / "plan.json").read_text())["gates"][0]
-    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in entry["history"]] == [[0, 1]]
+    hist = entry["history"]
+    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in hist] == [[0, 1], [0, 1, 2]]
+    # issue 34: whether a look was possible, and the block each registration decided with
+    assert [h["after_runs"] for h in hist] == [False, True]
+    assert all(h["gate"] == entry["gate"] for h in hist)
+    from olmoablate.plan.planfile import GateEntry
+    from olmoablate.report.sequential import first_look
+
+    first = first_look(GateEntry.model_validate(entry))
+    assert first is not None and first.seeds == [0, 1, 2]  # the one in force when runs began
