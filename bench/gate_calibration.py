@@ -534,11 +534,16 @@ def replan_table(rows: list[Row]) -> str:
     return head + "\n".join(out)
 
 
-def run(reps: int, holm_reps: int, seed: int) -> tuple[list[Row], list[str]]:
-    """Every row, deterministic for (reps, holm_reps, seed), and the cross-check lines."""
+def run(
+    reps: int, holm_reps: int, seed: int, cross: int = 300, replan_cross: int = 40
+) -> tuple[list[Row], list[str]]:
+    """Every row, deterministic for (reps, holm_reps, seed, cross, replan_cross), and the
+    cross-checks' lines (``cross``, ``replan_cross``: their draws per case)."""
     rng = np.random.default_rng(seed)
-    bad = cross_check(300, rng)
-    lines = [f"cross-check: vectorised vs report quality_check disagree on {bad} of 900 draws"]
+    bad = cross_check(cross, rng)
+    lines = [
+        f"cross-check: vectorised vs report quality_check disagree on {bad} of {3 * cross} draws"
+    ]
     rows: list[Row] = [fixed_paired(n, reps, rng) for n in (2, 3, 5)]
     rows.append(floor_design(None, reps, rng, True))
     for m in (3, 5):
@@ -566,7 +571,7 @@ def run(reps: int, holm_reps: int, seed: int) -> tuple[list[Row], list[str]]:
     for k in (1, 2):
         rows.append(extension_replan(2, k, reps, rng))
     rows.append(stages_replan(reps, rng))
-    bad, total = replan_cross_check(40, rng)
+    bad, total = replan_cross_check(replan_cross, rng)
     lines.append(
         f"re-plan cross-check: the rows' composition vs the report's evaluate_gate (with "
         f"plan.json's registration record) disagree on {bad} of {total} draws"
@@ -633,21 +638,28 @@ def main() -> None:
     print("\n".join(lines))
     print(block)
     print(f"elapsed {time.time() - t0:.0f} s")
-    for path in (args.check, args.write):
-        if path is None:
-            continue
-        text = path.read_text(encoding="utf-8")
-        if BEGIN not in text or END not in text:
-            sys.exit(f"{path}: no block between {BEGIN} and {END}")
-        head, rest = text.split(BEGIN, 1)
-        old, tail = rest.split(END, 1)
-        if path == args.write:
-            path.write_text(head + block + tail, encoding="utf-8")
-            print(f"wrote the block into {path}")
-        elif BEGIN + old + END != block:
-            sys.exit(f"{path}: the published block differs from this run (rerun with --write)")
-        else:
-            print(f"{path}: the published block is this run's, byte for byte")
+    for path, write in ((args.check, False), (args.write, True)):
+        if path is not None:
+            ok, said = sync(path, block, write)
+            print(said)
+            if not ok:
+                sys.exit(1)
+
+
+def sync(path: Path, block: str, write: bool) -> tuple[bool, str]:
+    """Compare ``block`` with the one published in ``path`` between the markers (``write``:
+    replace it). Returns (ok, what to say)."""
+    text = path.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        return False, f"{path}: no block between {BEGIN} and {END}"
+    head, rest = text.split(BEGIN, 1)
+    old, tail = rest.split(END, 1)
+    if write:
+        path.write_text(head + block + tail, encoding="utf-8")
+        return True, f"wrote the block into {path}"
+    if BEGIN + old + END != block:
+        return False, f"{path}: the published block differs from this run (rerun with --write)"
+    return True, f"{path}: the published block is this run's, byte for byte"
 
 
 if __name__ == "__main__":

@@ -423,7 +423,11 @@ def plan_command(
     results_root: RootOpt = RESULTS_ROOT,
     replan: Annotated[
         bool,
-        typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
+        typer.Option(
+            help="Overwrite a plan whose runs have started although the spec changed. The gate's "
+            "registration is kept: a gate changed after its runs started is decided by it "
+            "(docs/gate-statistics.md, 'What an unplanned look costs')."
+        ),
     ] = False,
     set_: SetOpt = None,
     strict: StrictOpt = False,

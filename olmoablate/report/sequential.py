@@ -20,7 +20,7 @@ import numpy as np
 from olmoablate.plan.gate import Gate, SequentialDesign
 from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP
 from olmoablate.plan.planfile import GateEntry, GateRegistration
-from olmoablate.report.noise import NoiseSource, estimate
+from olmoablate.report.noise import NONE, NoiseSource, estimate
 from olmoablate.report.verdict import (
     PairEvidence,
     VariantVerdict,
@@ -393,6 +393,13 @@ def _said(v: VariantVerdict, res: SequentialResult | None) -> str:
     return v.verdict
 
 
+def _unbounded(v: VariantVerdict) -> bool:
+    """The variant's check could not be bounded at all (one seed, no noise source): such a look
+    proceeds with probability 0 whatever the data, so it spent no alpha."""
+    est = v.checks[0].estimate if v.checks else None
+    return est is not None and (est.source == NONE or not math.isfinite(est.se))
+
+
 def _registration(seeds: Sequence[int] | None, sha: str | None) -> str:
     return f"seeds {list(seeds) if seeds is not None else '?'}, gate {(sha or '?')[:12]}"
 
@@ -414,11 +421,14 @@ def _after_replan(
     Returns the verdicts, the family note, the look histories and the UNPLANNED line."""
     fam, note, seq = now
     then, was = _registration(first.seeds, first.gate_sha256), first.created or "earlier"
+    changed = (
+        f"UNPLANNED: the gate was changed by `plan --replan` after its runs had started"
+        f"{' (assumed: an older plan.json)' if first.after_runs is None else ''} (registered "
+        f"{was} with {then}; now {_registration(entry.seeds, entry.gate_sha256)})"
+    )
     head = (
-        f"UNPLANNED: the gate was changed by `plan --replan` after its runs had started "
-        f"(registered {was} with {then}; now {_registration(entry.seeds, entry.gate_sha256)}): "
-        "decided with the registration in force at the first look, the changed gate is "
-        "exploratory"
+        f"{changed}: decided with the registration in force at the first look, the changed gate "
+        "is exploratory"
     )
     block = first.block(entry) if first.seeds is not None else None
     if block is None:
@@ -434,6 +444,15 @@ def _after_replan(
         noise0 = noise if block.noise == cfg.noise else None
         fam0, note0, seq0 = _decide(block, ev0, family, noise0, way_out, legacy, entry0)
         why = ""
+        # the report's own way out of a one-seed gate without a noise source: that look could
+        # not proceed whatever the data, so a change of only the noise source or seeds is free
+        only_noise = block.model_copy(update={"noise": cfg.noise}) == cfg
+        if only_noise and fam0 and all(_unbounded(v0) for v0 in fam0):
+            return fam, note, seq, (
+                f"{changed}: the first look could not be bounded (no noise source for its "
+                "seed), so it spent no alpha, and the change only adds a noise source or seeds: "
+                "the changed gate decides at its full level"
+            )
     out: list[VariantVerdict] = []
     for i, v in enumerate(fam):
         v0 = fam0[i] if fam0 is not None else None

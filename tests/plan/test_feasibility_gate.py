@@ -96,7 +96,8 @@ def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
 
 def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
     """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
-    keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
+    keeps the earlier registration, which the report then flags
+    (tests/report/test_sequential.py)."""
     from olmoablate.plan.feasibility import carry_registrations
 
     first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))

@@ -346,6 +346,34 @@ def test_the_first_registration_still_proceeds_after_a_replan(tmp_path: Path) ->
     assert got == [PROCEED, UNPLANNED, "stop", "stop", "continue"]
 
 
+def test_adding_a_noise_source_to_a_one_seed_gate_costs_no_alpha(tmp_path: Path) -> None:
+    """The report's own way out of a one-seed gate without a noise source is a re-plan: that look
+    could not proceed whatever the data (it spent no alpha), so adding only a floor decides at
+    the full level; changing min_effect as well is an unplanned change like any other."""
+    import json
+
+    from olmoablate.io import sha256_of
+
+    spec = SynthSpec(gate={"metric": EVAL, "min_effect": 0.01}, seeds=(0,))
+    make_results(tmp_path, spec, {"sn_da": ArmTruth(offset=-0.05, eval_noise=0.0)})
+    before = Gate.model_validate({"stage": "1B", "metric": EVAL, "min_effect": 0.01})
+    dump = before.model_dump(mode="json")
+    hist = [{"created": "c", "seeds": [0], "gate_sha256": sha256_of(dump), "gate": dump}]
+    floor = {"floor": {"sd": 0.01, "known": True}}
+    for extra, verdict, label in (
+        ({}, PROCEED, PROCEED),
+        ({"min_effect": 0.0}, "inconclusive", UNPLANNED),
+    ):
+        gate = {**dump, "noise": floor, **extra}
+        runs = synthetic_plan(spec).runs
+        plan = build_plan(runs, spec_name=spec.name, gate=gate, history={"gate": hist})
+        (tmp_path / "plan.json").write_text(json.dumps(plan.as_json()))
+        rep = build(collect(tmp_path, use_cache=False, workers=1))
+        assert (rep.verdict, rep.verdict_label) == (verdict, label), rep.reasons
+        assert rep.reasons[0].startswith("UNPLANNED")
+        assert ("spent no alpha" in rep.reasons[0]) == (label == PROCEED)
+
+
 def test_seeds_beyond_the_design_are_flagged_and_left_out() -> None:
     gate = Gate.model_validate(
         {"stage": "1B", "min_effect": 0.0, "last_n": 1, "sequential": {"seed_stages": [2, 4]}}
