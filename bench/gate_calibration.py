@@ -177,22 +177,15 @@ def shared(delta: float, reps: int, n: int, m: int, rng: np.random.Generator) ->
 
 def holm_design(reps: int, rng: np.random.Generator) -> Row:
     """3 variants at the bar, 3 seeds, sharing each seed's baseline (corr 0.5): family-wise
-    false proceed through the project's p_above and holm (scalar, per draw)."""
+    false proceed through the project's p_above and holm (scalar, per draw: holm_decide)."""
     row = Row("Holm, 3 variants, 3 seeds", "shared baselines (corr 0.5); all at the effect")
     n, m = 3, 3
     for key, delta in EFFECTS.items():
         if key in ("2x", "4x"):
             continue
-        shared = rng.standard_normal((reps, n, 1))
-        d = delta + math.sqrt(0.5) * shared + math.sqrt(0.5) * rng.standard_normal((reps, n, m))
-        mean = d.mean(axis=1)
-        se = d.std(axis=1, ddof=1) / math.sqrt(n)
-        hits = 0
-        for i in range(reps):
-            ps = [p_above(float(mean[i, j]), float(se[i, j]), BAR, n - 1) for j in range(m)]
-            rejected, _ = holm(ps, ALPHA)
-            hits += any(rejected)
-        row.cells[key] = hits / reps
+        d = shared(delta, reps, n, m, rng)
+        mean, se = d.mean(axis=1), d.std(axis=1, ddof=1) / math.sqrt(n)
+        row.cells[key] = rate((holm_decide(mean, se, n, ALPHA) == PROCEED).any(axis=1))
     return row
 
 

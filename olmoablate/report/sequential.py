@@ -4,7 +4,8 @@ A design (``gate.sequential``) replaces the fixed gate's one test at full alpha 
 at fractions of the token budget (futility stops only, non-binding) and full-budget looks at
 planned seed stages with alpha spent by a Lan-DeMets function. The decision functions take numpy
 arrays so bench/gate_calibration.py measures their operating characteristics with this very code.
-Also here: the design applied to the fixed verdicts, Holm over several variants, and
+Also here: the design applied to the fixed verdicts, Holm over several variants, a gate changed
+by ``plan --replan`` after a look (:func:`first_look`, :func:`replan_decision`) and
 :func:`evaluate_gate`, one gate block to its headline verdict.
 """
 
