@@ -9,6 +9,7 @@ which is plenty fast for the handful of calls a report makes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -303,7 +304,14 @@ T_REPS = 400_000
 
 
 def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float]:
-    """One-sided nominal levels of the paired t at cumulative seed stages ``stages``.
+    """One-sided nominal levels of the paired t at cumulative seed stages ``stages`` (computed
+    once per design and process: the report and the bench ask for the same designs often)."""
+    return list(_t_stage_levels(tuple(int(n) for n in stages), float(alpha), kind))
+
+
+@functools.lru_cache(maxsize=64)
+def _t_stage_levels(st: tuple[int, ...], alpha: float, kind: str) -> tuple[float, ...]:
+    """:func:`t_stage_levels`, as a tuple.
 
     Why not only the z-scale levels: matching tail probabilities is an approximation, and with
     few seeds it is off (2 then 4 seeds, O'Brien-Fleming: 5.2% false proceed at nominal 5%,
@@ -313,9 +321,8 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
     not cross earlier, leaving exactly that stage's spend above it -- a fixed-seed simulation of
     ``T_REPS`` draws (deterministic; MC error about 0.0003 on the total level).
     """
-    st = [int(n) for n in stages]
     if len(st) == 1:  # one full-budget look (any noise source): the whole alpha
-        return [alpha]
+        return (alpha,)
     if any(n < 2 for n in st) or any(b <= a for a, b in zip(st, st[1:], strict=False)):
         raise ValueError(f"seed stages must increase from >= 2 seeds, got {st}")
     fr = stage_fractions(st)
@@ -338,7 +345,7 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
             c = float(live[m]) if 0 <= m < live.size else math.inf
             levels.append(max(1e-12, 1.0 - t_cdf(c, n - 1)))
         alive &= t < c
-    return levels
+    return tuple(levels)
 
 
 def stage_fractions(stages: Sequence[int]) -> list[float]:

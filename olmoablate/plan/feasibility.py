@@ -13,7 +13,7 @@ from typing import Any
 from olmoablate.plan import accounting as acc
 from olmoablate.plan import checks as downstream
 from olmoablate.plan import checks as spec_paths
-from olmoablate.plan.gate import SequentialDesign
+from olmoablate.plan.gate import Gate, SequentialDesign
 from olmoablate.plan.load import LoadedSpec, Problem
 from olmoablate.plan.metrics import downstream_suffixes, is_eval, split_downstream
 from olmoablate.plan.planfile import GateRegistration, Plan, RunEntry
@@ -588,10 +588,12 @@ def _expected_width(plan: Plan, n: int) -> list[str]:
     ]
 
 
-def carry_registrations(old: Any, plan: Plan) -> Plan:
+def carry_registrations(old: Any, plan: Plan, after_runs: bool = True) -> Plan:
     """``plan`` with each gate's earlier registrations from the plan.json it replaces (``old``,
-    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report. Kept
-    when seeds or gate hash differ; an old plan without design records has top-level ``seeds``."""
+    parsed, unvalidated), so a gate changed by ``plan --replan`` stays visible to the report. Kept
+    when seeds or gate hash differ, with the block it registered and ``after_runs`` (whether runs
+    had started: a look was possible); an old plan without design records has top-level
+    ``seeds``."""
     if not isinstance(old, dict) or not isinstance(old.get("gates"), list):
         return plan
     prior = {g.get("name"): g for g in old["gates"] if isinstance(g, dict)}
@@ -608,7 +610,18 @@ def carry_registrations(old: Any, plan: Plan) -> Plan:
                         created=str(old.get("created", "")),
                         seeds=list(seeds) if isinstance(seeds, list) else None,
                         gate_sha256=o.get("gate_sha256"),
+                        gate=_recorded_gate(o.get("gate")),
+                        after_runs=after_runs,
                     )
                 )
         entries.append(e.model_copy(update={"history": hist}))
     return plan.model_copy(update={"gates": entries})
+
+
+def _recorded_gate(block: Any) -> Gate | None:
+    """The replaced plan's gate block as the schema's model (None when it no longer validates:
+    the report then treats the registration's gate as unknown)."""
+    try:
+        return Gate.model_validate(block) if isinstance(block, dict) else None
+    except ValueError:
+        return None

@@ -423,7 +423,11 @@ def plan_command(
     results_root: RootOpt = RESULTS_ROOT,
     replan: Annotated[
         bool,
-        typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
+        typer.Option(
+            help="Overwrite a plan whose runs have started although the spec changed. The gate's "
+            "registration is kept: a gate changed after its runs started is decided by it "
+            "(docs/gate-statistics.md, 'What an unplanned look costs')."
+        ),
     ] = False,
     set_: SetOpt = None,
     strict: StrictOpt = False,
@@ -500,7 +504,12 @@ def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
     from olmoablate.plan.feasibility import carry_registrations
 
     old = _old_plan(out)
-    return plan if old is None else carry_registrations(old, plan)
+    return plan if old is None else carry_registrations(old, plan, _runs_started(out))
+
+
+def _runs_started(out: ResultsDir) -> bool:
+    """Whether any run of the plan has started (its results could have been looked at)."""
+    return out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
 
 
 def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
@@ -510,8 +519,7 @@ def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
     old = _old_plan(out)
     if old is None or old.get("spec_sha256") == plan.spec_sha256:
         return
-    started = out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
-    if started:
+    if _runs_started(out):
         raise UserError(
             f"{out.plan_path}: the spec changed since this plan was made and runs have started; "
             "the old plan (and its pre-registered gate) is kept. Re-plan deliberately with "

@@ -68,6 +68,14 @@ class Report:
     #: the effective-depth diagnostic per arm (`report.depth`; set by `build_all`, not a gate
     #: input): one profile per size, eval set and arm
     depth: list[ArmProfile] = field(default_factory=list)
+    #: a gate changed by ``plan --replan`` after a look: what changed ("" when it was not)
+    unplanned: str = ""
+    #: the verdict as said (``inconclusive (unplanned)``); "" means ``verdict``
+    label: str = ""
+
+    @property
+    def verdict_label(self) -> str:
+        return self.label or self.verdict
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -95,6 +103,8 @@ class Report:
             rec["ladder"] = {v: r.as_dict() for v, r in self.ladders.items()}
         if self.factorial is not None:  # only for a complementary gate, likewise
             rec["factorial"] = self.factorial.as_dict()
+        if self.unplanned:  # only for a gate changed after a look, likewise
+            rec["unplanned"] = {"verdict": self.verdict_label, "reason": self.unplanned}
         return rec
 
     def _fixed_record(self) -> dict[str, Any]:
@@ -223,6 +233,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
         family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
         sequential=outcome.sequential, ladders=ladders, next_steps=steps, factorial=factorial,
+        unplanned=outcome.unplanned, label=outcome.label if verdict == outcome.verdict else "",
     )  # fmt: skip
     results.save_cache()
     return report

@@ -96,7 +96,8 @@ def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
 
 def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
     """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
-    keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
+    keeps the earlier registration, which the report then flags
+    (tests/report/test_sequential.py)."""
     from olmoablate.plan.feasibility import carry_registrations
 
     first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
@@ -160,10 +161,21 @@ def test_plan_replan_cli_records_the_earlier_seeds(tmp_path: Path) -> None:
 
     assert plan().returncode == 0
     doc = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2]}))
+    assert plan().returncode == 0  # no run yet: re-planning is free (no look was possible)
     spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2, 3]}))
     (tmp_path / "results" / "rp" / "runs" / "tiny-s0-baseline").mkdir(parents=True)
     assert plan().returncode != 0  # runs started: the pre-registered plan is kept
     out = plan("--replan")
     assert out.returncode == 0, out.stderr
     entry = json.loads((tmp_path / "results" / "rp" / "plan.json").read_text())["gates"][0]
-    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in entry["history"]] == [[0, 1]]
+    hist = entry["history"]
+    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in hist] == [[0, 1], [0, 1, 2]]
+    # issue 34: whether a look was possible, and the block each registration decided with
+    assert [h["after_runs"] for h in hist] == [False, True]
+    assert all(h["gate"] == entry["gate"] for h in hist)
+    from olmoablate.plan.planfile import GateEntry
+    from olmoablate.report.sequential import first_look
+
+    first = first_look(GateEntry.model_validate(entry))
+    assert first is not None and first.seeds == [0, 1, 2]  # the one in force when runs began
