@@ -158,6 +158,54 @@ def recorded_identity(run_dir: Path) -> str | None:
     return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None
 
 
+def _shown(value: Any) -> str:
+    """A payload value in a one-line message: hashes cut to 12 digits, the rest to 40 chars."""
+    text = str(value)
+    for prefix in ("sha256:", "sampled-sha256:", ""):
+        rest = text[len(prefix):] if text.startswith(prefix) else None
+        if rest is not None and len(rest) >= 40 and all(c in "0123456789abcdef:" for c in rest):
+            return prefix + rest[-64:][:12]
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def what_changed(before: dict[str, Any], after: dict[str, Any], limit: int = 3) -> str:
+    """``field a -> b, ...`` of two identity payloads (the first ``limit`` differing leaves)."""
+    found = ident.diff(before, after)
+    parts = [f"{f} {_shown(a)} -> {_shown(b)}" for f, a, b in found[:limit]]
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return (", ".join(parts) + more) if parts else "no field differs (identity rules changed)"
+
+
+def started_as_other(results: ResultsDir, plan: Plan) -> list[tuple[str, str, str, str]]:
+    """(run_id, identity its folder started as, identity ``plan`` gives it, what changed) of
+    every run trained (or training) in this spec's own folder as another identity than ``plan``
+    now names. Why: a plain `plan` that re-recorded those identities (changed block code, a
+    token file rewritten, another torch) would leave folders of old numbers filed under new
+    identities; only ``--replan`` followed by ``submit --redo`` may do that (docs/slurm.md)."""
+    if plan.identity is None or not results.runs_dir.is_dir():
+        return []
+    try:
+        old: Plan | None = Plan.load(results.plan_path)
+    except UserError:
+        old = None
+    out = []
+    for rid, new in plan.identity.runs.items():
+        recorded = recorded_identity(results.own_run(rid).path)
+        if recorded is None or recorded == new:
+            continue
+        what = "its folder was started under an earlier plan than plan.json's"
+        if (
+            old is not None
+            and old.identity is not None
+            and old.identity.runs.get(rid) == recorded
+            and rid in old.runs_by_id
+        ):
+            before = old.identity.payload_of(old.run(rid).as_json())
+            what = what_changed(before, plan.identity.payload_of(plan.run(rid).as_json()))
+        out.append((rid, recorded, new, what))
+    return out
+
+
 def owner_problem(
     store: str | Path, where: str, identity: str, plans: dict[str, Plan | str] | None = None
 ) -> str | None:
