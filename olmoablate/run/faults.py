@@ -110,7 +110,7 @@ def classify(
     low = texts.lower()
     names = {type(e).__name__ for e in causes}
     for e in causes:
-        if type(e).__name__ == "NoUsableCheckpoint":
+        if type(e).__name__ in ("NoUsableCheckpoint", "DataChanged"):  # their own way out
             return _cut(str(e))
     oserrors = [e for e in causes if isinstance(e, OSError) and e.errno is not None]
     full = "disk full (No space left on device)"

@@ -116,6 +116,25 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
         )
 
 
+class DataChanged(UserError):
+    """The job's data is not the bytes the run's identity names; ``str`` is the one line (kept
+    as is by :func:`olmoablate.run.faults.classify`: its own commands, not ``--retry-failed``)."""
+
+
+def check_data(plan: Plan, run_id: str) -> None:
+    """Refuse to train when a data file's bytes differ from what `plan` recorded (issue 35, case
+    3): the run would train the new bytes under the old identity, and another spec planning the
+    old data would then reuse it at 0 GPU-hours. Hashed afresh at every job start (every rank;
+    at most 256 MiB read per file, see :func:`olmoablate.plan.store.data_changes`), never from
+    the size+mtime cache."""
+    from olmoablate.plan.store import data_changes
+
+    changed = data_changes(plan, [run_id], fresh=True)
+    if changed:
+        executor = os.environ.get("SUBMITIT_EXECUTOR") or "local"
+        raise DataChanged(changed[0].line(plan, "slurm" if executor == "slurm" else "local"))
+
+
 def load_run(plan_path: str | Path, run_id: str) -> RunContext:
     """The context of ``run_id`` of ``plan_path`` (plan.json or its results folder), or a
     :class:`UserError`. (The launcher's wrapper read the same plan.json in this process just
@@ -137,6 +156,7 @@ def load_run(plan_path: str | Path, run_id: str) -> RunContext:
                 f"runs[{run_id}].certificate; the arms would not be matched"
             )
     _check_versions(plan, run, path)
+    check_data(plan, run_id)
     workdir = Path(plan.workdir).expanduser().resolve()
     return RunContext(
         plan=plan, run=run, workdir=workdir, run_dir=ResultsDir(path.parent).run(run_id)
