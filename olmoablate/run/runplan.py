@@ -111,7 +111,8 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
         said = ", ".join(f"{d} {rec} (installed here: {now})" for d, rec, now in bad)
         raise UserError(
             f"{path}: runs[{run.run_id}]: its identity was planned with {said}; re-plan in the "
-            "job's environment (`olmoablate plan SPEC` where the jobs run) so the identity names "
+            f"job's environment (`olmoablate plan {path.parent} --replan` where the jobs run, "
+            f"then `olmoablate submit {path.parent} --redo {run.run_id}`) so the identity names "
             "the software that trains it"
         )
 
