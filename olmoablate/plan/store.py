@@ -119,7 +119,7 @@ class DataChange:
 
     path: str  # as written in the spec
     recorded: str
-    now: str | None  # None: the file is not there (or not a local file) any more
+    now: str
 
     def line(self, plan: Plan, executor: str = "local") -> str:
         """One line: what changed and the commands that train the new bytes under their own
@@ -132,10 +132,9 @@ class DataChange:
         redo = "".join(f" --redo {r}" for r in started[:4])
         if len(started) > 4:
             redo = " --redo RUN_ID for each of its runs (`olmoablate status` lists them)"
-        now = "gone" if self.now is None else f"now {_shown(self.now)}"
         shown, where = _from(self.path, plan.workdir), _from(str(res), plan.workdir)
         return (
-            f"{shown}: data changed since `plan` ({_shown(self.recorded)} planned, {now}); not "
+            f"{shown}: data changed since `plan` ({_shown(self.recorded)} planned, now {_shown(self.now)}); not "
             f"trained under the planned identity. Run `olmoablate plan {where} --replan`, then "
             f"`olmoablate submit {where} --executor {executor}{redo}`"
         )
@@ -170,7 +169,9 @@ def data_changes(plan: Plan, run_ids: list[str], *, fresh: bool) -> list[DataCha
                 now = fingerprint(p, plan.workdir, fresh=fresh)
             except OSError:
                 now = None
-            if now != recorded:
+            # a file gone (or no longer local) is not another content: the job's own "missing
+            # file ...; restore it" line is the right one (restoring it is the fix)
+            if now is not None and now != recorded:
                 out.append(DataChange(p, recorded, now))
     return out
 
