@@ -121,6 +121,8 @@ class DataChanged(UserError):
     """The job's data is not the bytes the run's identity names; ``str`` is the one line (kept
     as is by :func:`olmoablate.run.faults.classify`: its own commands, not ``--retry-failed``)."""
 
+    one_line = True
+
 
 def check_data(plan: Plan, run_id: str) -> None:
     """Refuse to train when a data file's bytes differ from what `plan` recorded (issue 35, case
