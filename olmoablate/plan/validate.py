@@ -465,7 +465,7 @@ def plan_command(
 
     plan = attach_identity(plan, results_root)
     out = results_dir(ls.spec.name, results_root)
-    _guard_replan(out, plan, replan)
+    _guard_replan(out, plan, replan, spec)
     plan = _keep_registrations(out, plan)
     plan.write(out.plan_path)
 
@@ -512,12 +512,31 @@ def _runs_started(out: ResultsDir) -> bool:
     return out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
 
 
-def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
-    """Keep the pre-registered plan (by spec hash) once runs exist, unless ``--replan``."""
+def _guard_replan(out: ResultsDir, plan: Plan, replan: bool, spec: str) -> None:
+    """Keep the pre-registered plan once runs exist, unless ``--replan``: when the spec changed
+    (its hash), and when the spec is the same but a started run's identity is not (its block's
+    code edited, a token file rewritten, other software): a plain `plan` must not file the old
+    run folders' numbers under the new identities (issue 35, case 4)."""
     if replan:
         return
     old = _old_plan(out)
-    if old is None or old.get("spec_sha256") == plan.spec_sha256:
+    if old is None:
+        return
+    if old.get("spec_sha256") == plan.spec_sha256:
+        from olmoablate.plan.identity import short
+        from olmoablate.plan.store import started_as_other
+
+        changed = started_as_other(out, plan)
+        if changed:
+            rid, was, now, what = changed[0]
+            others = f" (and {len(changed) - 1} more run(s))" if len(changed) > 1 else ""
+            redo = " ".join(f"--redo {r[0]}" for r in changed)
+            raise UserError(
+                f"{out.plan_path}: run {rid} was started as identity {short(was)}, this plan "
+                f"makes it {short(now)}{others}: {what}; the old plan is kept. To train the "
+                f"change: `olmoablate plan {spec} --replan`, then `olmoablate submit {spec} "
+                f"{redo}` (or undo the change)"
+            )
         return
     if _runs_started(out):
         raise UserError(

@@ -97,8 +97,13 @@ def classify(
     """The one-line reason for ``exc`` (module docstring): ``cause; fix, then RESUME``.
 
     ``resume`` is the command that continues the run, ``where`` the folder to name when the
-    error names none, ``log`` where the traceback went (named in the line).
+    error names none, ``log`` where the traceback went (named in the line). An exception whose
+    class sets ``one_line = True`` is its own complete line with its own way out (e.g. the
+    job's data check: ``--retry-failed`` would only repeat it).
     """
+    own = next((e for e in chain(exc) if getattr(type(e), "one_line", False)), None)
+    if own is not None:
+        return _cut(str(own))
     doing = activity(exc, step)
     seen = f" (traceback in {log})" if log else ""
 

@@ -95,6 +95,17 @@ def check_code(plan: Plan, run_ids: list[str]) -> None:
             )
 
 
+def check_data(plan: Plan, run_ids: list[str], executor: str) -> None:
+    """Refuse to send runs whose data changed since ``plan`` (a cheap look: the fingerprint
+    cache answers for files whose size and mtime did not change; the job hashes the bytes
+    again at start, :func:`olmoablate.run.runplan.check_data`)."""
+    from olmoablate.plan.store import data_changes
+
+    changed = data_changes(plan, run_ids, fresh=False)
+    if changed:
+        raise UserError(changed[0].line(plan, executor))
+
+
 def check_spec(ledger: Ledger, plan: Plan, redo: list[str]) -> None:
     """Refuse to mix runs of two versions of a spec in one ledger unless they are redone."""
     sha = plan.spec_sha256
@@ -171,6 +182,7 @@ def _to_send(
     views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=require_scheduler)
     send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
     check_code(results.plan, send)
+    check_data(results.plan, send, "slurm" if require_scheduler else "local")
     return apply_leases(results, send, skip, redo)  # one identity is trained once per store
 
 
