@@ -28,7 +28,13 @@ from olmoablate.report.verdict import (
     as_gate,
     evaluate_variant,
 )
-from olmoablate.stats import holm, t_ppf, t_stage_levels
+from olmoablate.stats import (
+    FUTILITY_POWER_COST,
+    calibrated_futility,
+    holm,
+    t_ppf,
+    t_stage_levels,
+)
 
 CONTINUE, FUTILITY = "continue", "stop: futility"
 #: the verdict of a gate changed after a look that only the change could have moved
@@ -68,6 +74,37 @@ def stage_decision(
     else:
         rest = interim_decision(m, s, dof, bar, futility_confidence)
     return np.where(lower > bar, PROCEED, rest)
+
+
+def futility_confidence(
+    design: SequentialDesign, alpha: float, n_seeds: int, floor_dof: float = math.inf
+) -> float:
+    """The confidence of the upper bound every futility look of the design uses: the declared
+    ``futility_confidence``, raised (deterministically, from the design alone) until the looks
+    cost at most FUTILITY_POWER_COST of power wherever the design promises 80% or more, under
+    the Brownian interim model (an interim delta at fraction f has sd 1/sqrt(f) of the final
+    one's; docs/gate-statistics.md). ``floor_dof``: the dof of a one-seed noise source."""
+    stages = tuple(design.seed_stages or [n_seeds])
+    if stages[0] >= 2:
+        floor_dof = math.inf  # the seeds' own spread: the floor plays no part
+    return calibrated_futility(
+        stages, tuple(design.interim), alpha, design.spending, floor_dof,
+        design.futility_confidence,
+    )  # fmt: skip
+
+
+def interim_noise(noise: NoiseSource | None, fraction: float) -> NoiseSource | None:
+    """A one-seed noise source (floor or A/A, measured at the full budget) for an interim look
+    at ``fraction`` of the tokens: sd / sqrt(fraction), as the Brownian information model says
+    (an interim delta holds that fraction of the final one's information). The optimistic
+    model would keep the full-budget sd, which stops real effects more often."""
+    if noise is None or fraction >= 1.0:
+        return noise
+    return replace(
+        noise,
+        sd=noise.sd / math.sqrt(fraction),
+        detail=f"{noise.detail}; at {fraction:.0%} of tokens: sd / sqrt({fraction:g})",
+    )
 
 
 def stage_levels(design: SequentialDesign, alpha: float, n_seeds: int) -> list[float]:
@@ -165,10 +202,19 @@ def evaluate_design(
     looks: list[Look] = []
     decision, reason = CONTINUE, "no look reached yet"
     stopped_at: tuple[float, int] | None = None
+    fq = futility_confidence(
+        design, alpha / (1 + extra_looks), stages[-1], noise.dof if noise else math.inf
+    )
+    declared = design.futility_confidence
+    why = (
+        ""
+        if fq == declared
+        else f" (declared {declared:.0%}, raised so futility costs <= "
+        f"{FUTILITY_POWER_COST:.0%} of power under the Brownian interim model)"
+    )
     for i, (kind, frac, n, k) in enumerate(plan_looks, start=1):
-        fq = design.futility_confidence
         if kind == "interim":
-            boundary = f"stop for futility if the {fq:.0%} upper bound < {bar:g}"
+            boundary = f"stop for futility if the {fq:.1%} upper bound < {bar:g}{why}"
         else:
             lv = levels[k]
             boundary = (
@@ -194,7 +240,8 @@ def evaluate_design(
                     f"no eval point near {frac:.0%}: the last one at or before it is at {used:.0%}"
                     " of tokens (earlier data: futility is still safe, power may suffer)"
                 )
-        est = estimate([pt or [] for pt in points], conf, noise)
+        src = interim_noise(noise, frac) if kind == "interim" else noise
+        est = estimate([pt or [] for pt in points], conf, src)
         if est is None or not math.isfinite(est.se) or est.dof < 1:
             looks.append(
                 Look(i, total, kind, frac, n, CONTINUE, boundary, note="noise unknown: no decision")
