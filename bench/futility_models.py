@@ -101,6 +101,8 @@ def simulate(
     levels = stage_levels(des, ALPHA, nk)
     out = []
     for q in (fq, None):
+        # seed stages keep the declared futility confidence; None: no futility anywhere
+        sq = des.futility_confidence if q is not None else 1 - 1e-12
         alive = np.ones(reps, dtype=bool)
         tokens = np.zeros(reps)
         proceed = np.zeros(reps, dtype=bool)
@@ -119,7 +121,7 @@ def simulate(
             prev = n
             m, se, dof = _stat(final[:, :n], FLOOR.sd)
             last = k == len(stages) - 1
-            dec = stage_decision(m, se, dof, BAR, levels[k], CONF, last, q if q else 1 - 1e-12)
+            dec = stage_decision(m, se, dof, BAR, levels[k], CONF, last, sq)
             proceed |= alive & (dec == PROCEED)
             alive &= dec == CONTINUE
         out.append((proceed, tokens / nk))

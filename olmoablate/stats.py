@@ -486,13 +486,15 @@ def futility_draws(
 
 
 def futility_outcome(
-    draws: FutilityDraws, futility_confidence: float | None
+    draws: FutilityDraws, interim_confidence: float | None, stage_confidence: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per draw: proceeded (bool) and variant-arm tokens spent as a share of the fixed design
     with the last stage's seeds. The rules are the report's: an interim look stops when the
-    upper bound at ``futility_confidence`` is below the bar; a seed stage proceeds above its
-    threshold, else (not the last) stops for futility like an interim look. None: no futility
-    anywhere (the design's own power)."""
+    upper bound at ``interim_confidence`` is below the bar; a seed stage proceeds above its
+    threshold, else (not the last) stops for futility when the upper bound at
+    ``stage_confidence`` (default: the interim one) is below it. None: no such stops."""
+    if stage_confidence is None:
+        stage_confidence = interim_confidence
     reps = draws.looks[0][3].shape[0]
     alive = np.ones(reps, dtype=bool)
     proceed = np.zeros(reps, dtype=bool)
@@ -500,10 +502,9 @@ def futility_outcome(
     stages = [lk for lk in draws.looks if lk[0] == "seeds"]
     spent_before = 0.0
     for kind, tok, dof, stat in draws.looks:
+        conf = interim_confidence if kind == "interim" else stage_confidence
         q = (  # no futility, or no noise to bound with: never stop
-            math.inf
-            if futility_confidence is None or dof < 1
-            else _t_ppf_cached(futility_confidence, dof)
+            math.inf if conf is None or dof < 1 else _t_ppf_cached(conf, dof)
         )
         if kind == "interim":
             stop = alive & (stat + q < 0)
@@ -536,11 +537,17 @@ def calibrated_futility(
     floor_dof: float,
     declared: float,
 ) -> float:
-    """The futility confidence a design uses: the smallest at or above ``declared`` whose looks
-    cost at most FUTILITY_POWER_COST of power at every effect of F_GRID under the Brownian
-    model (fixed-seed simulation, common draws across confidences: deterministic). Why: with
-    the declared bound (0.5: stop when the interim mean is below the bar) a noisy interim
-    delta stops real effects (one seed, looks at 25%/50%: 5 points of power at 4x the bar)."""
+    """The confidence a design's interim (token-fraction) looks use: the smallest at or above
+    ``declared`` with which all its futility stops (interim looks, and seed stages at the
+    declared confidence) cost at most FUTILITY_POWER_COST of power at every effect of F_GRID
+    where the design without futility has POWER_PROMISED, under the Brownian model (fixed-seed
+    simulation, common draws across confidences: deterministic). Why: with the declared bound
+    (0.5: stop when the interim mean is below the bar) a noisy interim delta stops real effects
+    (one seed, looks at 25%/50%: 5 points of power at 4x the bar). Seed stages keep the
+    declared confidence: a full-budget look is as precise under either model. If they alone
+    cost more than the budget, the interim looks get the largest confidence (0.999)."""
+    if not interim:
+        return declared
     rng = np.random.default_rng(20262)
     nk = stages[-1]
     t_stage_levels_cached(stages, alpha, kind)
@@ -554,7 +561,9 @@ def calibrated_futility(
             sets.append((dr, base))  # where `plan` promises power: bar + MDE and above
 
     def cost(c: float) -> float:
-        return max(float(np.mean(base & ~futility_outcome(dr, c)[0])) for dr, base in sets)
+        return max(
+            float(np.mean(base & ~futility_outcome(dr, c, declared)[0])) for dr, base in sets
+        )
 
     if cost(declared) <= FUTILITY_POWER_COST:
         return declared

@@ -359,7 +359,8 @@ def design_lines(
         for f in design.interim
     ]
     looks += [
-        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} (t, {k - 1} dof)"
+        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} "
+        + (f"(t, {k - 1} dof)" if k >= 2 else "(with the one-seed noise source)")
         for k, lv in zip(stages, levels, strict=True)
     ]
     head = (
@@ -393,6 +394,7 @@ def futility_line(
     1/sqrt(f) of the final one's); the optimistic model (as precise as the final) is what the
     older "at no power cost" claim assumed. Fixed-seed simulations: the same numbers each run."""
     nk, fr, kind = stages[-1], tuple(design.interim), design.spending
+    declared = design.futility_confidence
     dof = floor_dof if stages[0] == 1 else math.inf
 
     def draws(effect: float, model: str, seed: int) -> FutilityDraws:
@@ -408,9 +410,9 @@ def futility_line(
     parts, toks = [], []
     for model in INTERIM_MODELS:
         dr = draws(eff, model, 8)
-        base, now = futility_outcome(dr, None)[0], futility_outcome(dr, fq)[0]
+        base, now = futility_outcome(dr, None)[0], futility_outcome(dr, fq, declared)[0]
         parts.append(f"{model} {100 * float((base & ~now).mean()):.1f}")
-        tok = float(futility_outcome(draws(0.0, model, 9), fq)[1].mean())
+        tok = float(futility_outcome(draws(0.0, model, 9), fq, declared)[1].mean())
         toks.append(f"{model} {tok:.0%}" + (f" ({tok * variant_h:.4g} GPU-h)" if variant_h else ""))
     raised = (
         ""

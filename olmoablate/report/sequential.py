@@ -79,11 +79,12 @@ def stage_decision(
 def futility_confidence(
     design: SequentialDesign, alpha: float, n_seeds: int, floor_dof: float = math.inf
 ) -> float:
-    """The confidence of the upper bound every futility look of the design uses: the declared
-    ``futility_confidence``, raised (deterministically, from the design alone) until the looks
-    cost at most FUTILITY_POWER_COST of power wherever the design promises 80% or more, under
-    the Brownian interim model (an interim delta at fraction f has sd 1/sqrt(f) of the final
-    one's; docs/gate-statistics.md). ``floor_dof``: the dof of a one-seed noise source."""
+    """The confidence of the upper bound the design's interim looks use: the declared
+    ``futility_confidence``, raised (deterministically, from the design alone) until all its
+    futility stops cost at most FUTILITY_POWER_COST of power wherever the design promises 80%
+    or more, under the Brownian interim model (an interim delta at fraction f has sd 1/sqrt(f)
+    of the final one's; docs/gate-statistics.md). Seed-stage looks keep the declared one.
+    ``floor_dof``: the dof of a one-seed noise source."""
     stages = tuple(design.seed_stages or [n_seeds])
     if stages[0] >= 2:
         floor_dof = math.inf  # the seeds' own spread: the floor plays no part
@@ -251,9 +252,11 @@ def evaluate_design(
         if kind == "interim":
             d = str(interim_decision(m, s, est.dof, bar, fq))
         else:
-            d = str(stage_decision(m, s, est.dof, bar, levels[k], conf, k == len(stages) - 1, fq))
+            last = k == len(stages) - 1
+            d = str(stage_decision(m, s, est.dof, bar, levels[k], conf, last, declared))
         q_lower = _q(1 - (levels[k] if kind == "seeds" else alpha), est.dof)
-        lower, upper = est.mean - q_lower * est.se, est.mean + _q(fq, est.dof) * est.se
+        q_upper = _q(fq if kind == "interim" else declared, est.dof)
+        lower, upper = est.mean - q_lower * est.se, est.mean + q_upper * est.se
         looks.append(Look(i, total, kind, frac, n, d, boundary, est.mean, lower, upper, note=note))
         if stopped_at is not None:  # a full-budget look after a futility stop: overridden
             flags.append(
