@@ -168,8 +168,8 @@ def main() -> None:
             ("before: 50% bound, full-budget floor", 0.5, False),
             (f"now: {now:.1%} bound, floor / sqrt(f)", now, True),
         ):
-            if stages != [1] and not scaled:
-                label = "before: 50% bound"
+            if stages != [1]:  # paired seeds: the interim se is their own spread
+                label = label.split(",")[0].replace("bound", "interim bound")
             for model in (PRECISE, BROWNIAN):
                 cells = []
                 for key, delta in eff.items():
