@@ -351,9 +351,10 @@ def design_lines(
             tuple(stages), tuple(design.interim), a, design.spending,
             floor_dof if one else math.inf, design.futility_confidence,
         )  # fmt: skip
+    bound = f"the {fq:.1%} upper bound" if simulate else f"the upper bound (>= {fq:.0%})"
     looks = [
-        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if the "
-        f"{fq:.1%} upper bound < {bar:g}"
+        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if "
+        f"{bound} < {bar:g}"
         + (f" (noise: the floor's sd / sqrt({f:g}))" if one else "")
         + ", never proceed"
         for f in design.interim

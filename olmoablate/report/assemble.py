@@ -417,6 +417,11 @@ def floor_notes(reports: list[Report]) -> None:
     they all over-proceed together -- the 5% holds only on average over floor measurements."""
     groups: dict[tuple[Any, ...], list[Report]] = {}
     for r in reports:
+        used = {
+            c.estimate.source for v in r.variant_verdicts for c in v.checks[:1] if c.estimate
+        }
+        if used and not used & {FLOOR, AA}:
+            continue  # paired seeds decided: the declared source plays no part
         if r.noise is not None and r.noise.kind in (FLOOR, AA):
             groups.setdefault(floor_key(r.noise), []).append(r)
     warnings = reports[0].results.warnings
