@@ -13,7 +13,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from statistics import NormalDist
 
 import numpy as np
@@ -378,12 +377,6 @@ def _t_stage_levels(st: tuple[int, ...], alpha: float, kind: str) -> tuple[float
     return tuple(levels)
 
 
-@lru_cache(maxsize=64)
-def t_stage_levels_cached(stages: tuple[int, ...], alpha: float, kind: str) -> list[float]:
-    """:func:`t_stage_levels`, remembered (deterministic; the simulations call it per effect)."""
-    return t_stage_levels(stages, alpha, kind)
-
-
 def stage_fractions(stages: Sequence[int]) -> list[float]:
     """Information fractions of seed stages (cumulative seeds / the last stage's seeds)."""
     return [n / stages[-1] for n in stages]
@@ -471,7 +464,7 @@ def futility_draws(
                 sd = d.std(axis=1, ddof=1) / math.sqrt(n1)
                 stat, dof = (effect + d.mean(axis=1)) / sd, float(n1 - 1)
             looks.append(("interim", n1 * f, dof, stat))
-    levels = t_stage_levels_cached(tuple(st), alpha, kind)
+    levels = t_stage_levels(st, alpha, kind)
     crit: list[float] = []
     for n, lv in zip(st, levels, strict=True):
         d = final[:, :n]
@@ -523,12 +516,12 @@ def futility_outcome(
     return proceed, tokens / draws.n_max
 
 
-@lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def _t_ppf_cached(p: float, dof: float) -> float:
     return t_ppf(p, dof)
 
 
-@lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def calibrated_futility(
     stages: tuple[int, ...],
     interim: tuple[float, ...],
@@ -550,7 +543,6 @@ def calibrated_futility(
         return declared
     rng = np.random.default_rng(20262)
     nk = stages[-1]
-    t_stage_levels_cached(stages, alpha, kind)
     sets: list[tuple[FutilityDraws, np.ndarray]] = []
     for g in F_GRID:
         dr = futility_draws(

@@ -203,9 +203,7 @@ def evaluate_design(
     looks: list[Look] = []
     decision, reason = CONTINUE, "no look reached yet"
     stopped_at: tuple[float, int] | None = None
-    fq = futility_confidence(
-        design, alpha / (1 + extra_looks), stages[-1], noise.dof if noise else math.inf
-    )
+    fq = futility_confidence(design, alpha, stages[-1], noise.dof if noise else math.inf)
     declared = design.futility_confidence
     why = (
         ""
