@@ -111,6 +111,9 @@ class Report:
             }
         if self.ladders:  # only for a multiplier gate, likewise
             rec["ladder"] = {v: r.as_dict() for v, r in self.ladders.items()}
+        if self.floor is not None:  # only for a gate decided by a measured one-seed floor
+            rec["floor_uncertainty"] = self.floor.as_dict()
+            rec["floor_shared_with"] = self.floor_shared_with
         if self.factorial is not None:  # only for a complementary gate, likewise
             rec["factorial"] = self.factorial.as_dict()
         if self.unplanned:  # only for a gate changed after a look, likewise
@@ -133,8 +136,6 @@ class Report:
             "family": self.family_note,
             "noise_notes": self.noise_notes,
             "noise_source": self.noise.as_dict() if self.noise else None,
-            "floor_uncertainty": self.floor.as_dict() if self.floor else None,
-            "floor_shared_with": self.floor_shared_with,
             "preregistration_broken": self.results.prereg_broken,
             "warnings": self.results.warnings,
             "variants": [v.as_dict() for v in self.variant_verdicts],
