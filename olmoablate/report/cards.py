@@ -199,10 +199,14 @@ def gate_text(report: Report) -> str:
     """The gate's settings in one plain sentence (no markup: every renderer formats it)."""
     g = report.results.gate
     bar = f"min_effect {g.min_effect}"
+    variant = g.variant or "(all)"
     if report.ladders:  # a multiplier gate: its bar, unit and targets
         bar = f"min_multiplier {g.min_multiplier} in {g.unit} at {', '.join(g.targets)}"
+    if g.rule == "complementary" and g.of:  # a factorial gate: its arms and tolerance
+        variant = f"{g.combined} (AB; A = {g.of[0]}, B = {g.of[1]})"
+        bar = f"tolerance {g.tolerance}"
     txt = (
-        f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
+        f"Variant {variant}, stage {report.stage}, rule {g.rule}, "
         f"metric {g.metric} ({g.direction} is better), {bar}, "
         f"confidence {g.confidence}, last_n {g.last_n}"
         + (f", reference {g.reference}" if g.reference else "")
@@ -327,9 +331,13 @@ def verdict_rows(report: Report) -> list[list[Any]]:
     rows = []
     for v in report.variant_verdicts:
         est = v.checks[0].estimate if v.checks else None
+        cells = estimate_cells(est)
+        noise = est.source if est else "—"
+        if report.factorial is not None:  # its numbers are the contrasts (the card, statistics)
+            cells[3], noise = len(report.factorial.seeds), "paired seeds (per-seed contrasts)"
         rows.append(
-            [v.variant, v.role, v.verdict.upper(), *estimate_cells(est), len(v.excluded_pairs),
-             est.source if est else "—", "; ".join(c.outcome for c in v.checks) or "—"]
+            [v.variant, v.role, v.verdict.upper(), *cells, len(v.excluded_pairs), noise,
+             "; ".join(c.outcome for c in v.checks) or "—"]
         )  # fmt: skip
     return rows
 
