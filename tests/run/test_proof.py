@@ -133,7 +133,7 @@ def test_submit_refuses_a_block_edited_after_plan(
         submit(ResultsDir(plan.parent), "local", progress=False)
     msg = str(err.value)
     assert f"block {key!r}" in msg and "changed since plan" in msg
-    assert "plan --replan" in msg and "submit --redo tiny-s0-mine" in msg
+    assert "plan --replan" in msg and f"submit {plan.parent} --redo tiny-s0-mine" in msg
     assert not (plan.parent / "runs" / "tiny-s0-mine" / "status.json").exists()  # nothing sent
 
 
