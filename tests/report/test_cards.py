@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from olmoablate.report.assemble import Report, build
-from olmoablate.report.cards import card_series, cards
+from olmoablate.report.cards import cards
 from olmoablate.report.collect import collect
 from olmoablate.testing.synthetic import ArmTruth, SynthSpec, make_results
 
@@ -59,6 +59,8 @@ def test_a_quality_per_param_card_plots_variant_vs_reference(tmp_path: Path) -> 
     """Case 14: looped is worse than the baseline by 0.02 and the reference 0.12 better than
     looped: the verdict decides on looped - ref4 (negative, stop); the card's plot shows that
     comparison, named, with the reference check's estimate - not looped - baseline."""
+    from olmoablate.report.cards import card_series
+
     rep = _looped(tmp_path, looped=0.02, ref=-0.1)
     assert rep.verdict == "stop", rep.reasons
     v = rep.variant_verdicts[0]
