@@ -209,11 +209,10 @@ def classify(
 
 
 def cut(text: str, keep: str = "") -> str:
-    """``text`` + ``keep`` on one line of at most MAX_REASON characters (beyond when ``keep`` is
-    longer): the cause is shortened, never ``keep``, the command that recovers the run."""
+    """``text`` on one line of at most MAX_REASON characters, then ``keep`` whole: the command
+    that recovers the run is never cut, however long the cause and its paths are."""
     one, tail = " ".join(text.split()), " ".join(keep.split())
-    room = max(MAX_REASON - len(tail), 80)
-    return (one if len(one) <= room else one[: room - 1] + "…") + tail
+    return (one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…") + tail
 
 
 def write_traceback(log_path: Path, exc: BaseException, header: str) -> bool:

@@ -438,9 +438,9 @@ def refusal_reason(ctx: RunContext, err: UserError) -> str:
     kept = faults.write_traceback(log_path, err, f"{now_iso()} {ctx.run_id} refused at job start")
     seen = f" (traceback in {log_path})" if kept else ""
     text = str(err)
-    if "`olmoablate submit " in text:  # the refusal names its own way out (changed code)
-        cause, _, fix = text.partition("; ")
-        return faults.cut(f"refused at job start: {cause}{seen}", f"; {fix}")
+    own = text.rfind("; ", 0, text.find("`olmoablate submit "))
+    if "`olmoablate submit " in text and own >= 0:  # the refusal names its own way out
+        return faults.cut(f"refused at job start: {text[:own]}{seen}", text[own:])
     redo = faults.redo_advice(ctx.run_dir.path.parent.parent, ctx.run_id)
     return faults.cut(f"refused at job start: {text}{seen}", f"; fix the block or spec, then {redo}")
 

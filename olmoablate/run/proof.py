@@ -126,12 +126,11 @@ def data_dependent_line(run: RunEntry, err: BaseException) -> str | None:
         return None
     op = getattr(getattr(hit, "func", None), "__name__", None) or str(getattr(hit, "func", ""))
     return (
-        f"run {run.run_id}: {blocks_label(run)}: the job's FLOP/param proof runs one step of the "
-        f"model on fake (meta) tensors, which have shapes but no values, and the forward needed a "
-        f"value ({type(hit).__name__} in {op or 'an aten op'}): Python control flow on tensor "
-        "values (`if x.all():`, `.item()`, boolean-mask indexing) is not allowed in forward; "
-        "compute without branching (torch.where, torch.nan_to_num), or skip a pure check with "
-        "`if not olmoablate.models.block_model.in_cost_proof() and ...` (docs/blocks.md)"
+        f"run {run.run_id}: {blocks_label(run)}: the FLOP/param proof runs the forward on fake "
+        f"(meta) tensors, which have shapes but no values, and Python control flow on tensor "
+        f"values ({type(hit).__name__} in {op or 'an aten op'}) is not allowed there: compute "
+        "without branching (torch.where, torch.nan_to_num), or skip a pure check with `if not "
+        "in_cost_proof() and ...` (olmoablate.models.block_model; docs/blocks.md)"
     )
 
 
