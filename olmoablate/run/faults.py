@@ -140,7 +140,7 @@ def classify(
     seen = f" (traceback in {log})" if log else ""
 
     def line(cause: str, fix: str = "") -> str:
-        return cut(f"{cause.strip()}{seen}", f"; {fix}{'then ' if fix else ''}{resume}")
+        return cut(cause.strip(), f"{seen}; {fix}{'then ' if fix else ''}{resume}")
 
     causes = list(chain(exc))
     texts = " | ".join(f"{type(e).__name__}: {e}" for e in causes if e is not exc) + str(exc)
@@ -203,15 +203,15 @@ def classify(
         shown += f" (caused by {type(root).__name__}: {first_line(root)})"
     if redo is not None:
         if "`olmoablate submit " in shown:  # the refusal names its own way out
-            return cut(f"{shown} {doing}{seen}")
-        return cut(f"{shown} {doing}{seen}", f"; fix the cause, then {redo}")
+            return cut(f"{shown} {doing}", seen)
+        return cut(f"{shown} {doing}", f"{seen}; fix the cause, then {redo}")
     return line(f"{shown} {doing}")
 
 
 def cut(text: str, keep: str = "") -> str:
-    """``text`` on one line of at most MAX_REASON characters, then ``keep`` whole: the command
-    that recovers the run is never cut, however long the cause and its paths are."""
-    one, tail = " ".join(text.split()), " ".join(keep.split())
+    """``text`` on one line of at most MAX_REASON characters, then ``keep`` whole: where the
+    traceback went and the command that recovers the run are never cut, however long the cause."""
+    one, tail = " ".join(text.split()).strip(), " ".join(keep.split())
     return (one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…") + tail
 
 

@@ -440,9 +440,9 @@ def refusal_reason(ctx: RunContext, err: UserError) -> str:
     text = str(err)
     own = text.rfind("; ", 0, text.find("`olmoablate submit "))
     if "`olmoablate submit " in text and own >= 0:  # the refusal names its own way out
-        return faults.cut(f"refused at job start: {text[:own]}{seen}", text[own:])
+        return faults.cut(f"refused at job start: {text[:own]}", f"{seen}{text[own:]}")
     redo = faults.redo_advice(ctx.run_dir.path.parent.parent, ctx.run_id)
-    return faults.cut(f"refused at job start: {text}{seen}", f"; fix the block or spec, then {redo}")
+    return faults.cut(f"refused at job start: {text}", f"{seen}; fix the block or spec, then {redo}")
 
 
 def main(argv: list[str] | None = None) -> int:

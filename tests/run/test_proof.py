@@ -293,6 +293,7 @@ from olmoablate.plan.blocks import Block
 
 class Opts(Strict):
     escape: bool = False
+    boom: bool = False
 
 
 class Guarded(Block):
@@ -305,8 +306,11 @@ class GuardedBlock(TransformerBlock):
     """OLMo-core's block behind a NaN guard (``escape``: the guard skips itself in the proof)."""
 
     escape = False
+    boom = False
 
     def forward(self, x, **kwargs):
+        if self.boom:
+            raise RuntimeError("boom: a bug in the block's forward")
         if (not self.escape or not in_cost_proof()) and not torch.isfinite(x).all():
             raise FloatingPointError("non-finite input")
         return super().forward(x, **kwargs)
@@ -315,12 +319,14 @@ class GuardedBlock(TransformerBlock):
 @dataclasses.dataclass
 class GuardedConfig(TransformerBlockConfig):
     escape: bool = False
+    boom: bool = False
 
     def build(self, **kwargs):
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(TransformerBlockConfig)}
         block = TransformerBlockConfig(**fields).build(**kwargs)
         block.__class__ = GuardedBlock
         block.escape = self.escape
+        block.boom = self.boom
         return block
 
 
@@ -328,7 +334,7 @@ class Model(BlockModel):
     def configure(self, config, opts, dims, arch):
         block = config.block
         fields = {f.name: getattr(block, f.name) for f in dataclasses.fields(block)}
-        config.block = GuardedConfig(**fields, escape=opts.escape)
+        config.block = GuardedConfig(**fields, escape=opts.escape, boom=opts.boom)
         return config
 
 
@@ -343,7 +349,8 @@ def test_a_nan_guard_in_forward_gets_the_fake_tensor_line_and_an_escape(
     """Issue 35 case 12: `if not torch.isfinite(x).all():` in forward cannot run on the proof's
     fake tensors; the refusal says so in one line (the FLOP/param proof, fake tensors, the
     exception, the way to write it), and the documented escape `in_cost_proof()` passes while
-    the guard still guards real tensors."""
+    the guard still guards real tensors. Case 11: through the job, that refusal and a forward
+    that raises suggest re-plan + redo, not --retry-failed."""
     import torch
 
     from olmoablate.models.build import build_model_config
@@ -371,5 +378,21 @@ def test_a_nan_guard_in_forward_gets_the_fake_tensor_line_and_an_escape(
             assert proved["counted_flops_per_token"] == proved["formula_flops_per_token"]
             with pytest.raises(FloatingPointError):  # outside the proof it still guards
                 model.blocks["0"](torch.full((1, 4, run.size_dims.d_model), float("nan")))
+        # through the job (case 11 too): the NaN guard's refusal and a forward that raises both
+        # end in one status line with error.log and the re-plan + redo commands
+        for name, opts, said in (
+            ("guard", {"escape": False}, "refused at job start: run tiny-s0-nan: block blk_nan"),
+            ("boom", {"boom": True}, "RuntimeError: boom"),
+        ):
+            entry = run_entry("tiny-s0-nan", "nan", {"blk_nan:BLOCK": opts}, steps=2)
+            plan = make_plan(tmp_path / name, [entry], train_tokens=5_000, heldout_tokens=500)
+            with pytest.raises(Exception):  # noqa: B017 - the job re-raises what ended it
+                run_job(str(plan), "tiny-s0-nan")
+            why = _status(plan, "tiny-s0-nan")["reason"]
+            assert said in why and "\n" not in why and "--retry-failed" not in why, why
+            assert "in_cost_proof()" in why or name == "boom", why
+            redo = f"`olmoablate submit {plan.parent} --redo tiny-s0-nan`"
+            assert "--replan` then " + redo in why and why.endswith(redo), why
+            assert (plan.parent / "runs" / "tiny-s0-nan" / "error.log").is_file()
     finally:
         sys.modules.pop("blk_nan", None)
