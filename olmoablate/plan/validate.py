@@ -30,6 +30,20 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
+def params_cell(plan: Plan, run: Any) -> str:
+    """The compact table's params: rounded, plus the exact difference to the arm's baseline when
+    the rounding hides it ("919K +44"): a block that adds a few scalars must not look free."""
+    shown = human(run.params)
+    pair = next((p for p in plan.pairs if p.variant_run == run.run_id), None)
+    if pair is None:
+        return shown
+    base = plan.runs_by_id[pair.baseline_run]
+    diff = run.params - base.params
+    if diff and human(base.params) == shown:  # "+44" exact; "+166K" (the table stays narrow)
+        return f"{shown} {diff:+,}" if abs(diff) < 1000 else f"{shown} {'+' if diff > 0 else ''}{human(diff)}"
+    return shown
+
+
 def _table(title: str, cols: tuple[str, ...], left: int) -> Any:
     from rich.table import Table
 
@@ -58,7 +72,7 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         r = runs[0]
         hours = wall_hours(r)
         table.add_row(
-            size, arm, str(len(runs)), human(r.params), human(r.tokens), str(r.steps),
+            size, arm, str(len(runs)), params_cell(plan, r), human(r.tokens), str(r.steps),
             "0 (reused)" if r.run_id in reused else f"{r.gpu_hours:,.4g}",
             "-" if hours is None else f"{hours:,.3g}",
             f"{r.peak_memory_gb:.3g}",
@@ -104,8 +118,8 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             r.run_id,
             r.pair_id if not r.is_aa else "A/A (gate noise)",
             r.arm + (" (role aa)" if r.is_aa else ""),
-            human(r.params),
-            human(r.non_embedding_params),
+            f"{r.params:,}",  # exact (the README's promise); the compact view rounds
+            f"{r.non_embedding_params:,}",
             human(r.train_flops_per_token),
             human(r.tokens),
             str(r.steps),

@@ -196,6 +196,10 @@ class PairEvidence:
     gpu_hours: float = 0.0
     #: Differences between the arms' execution records (:mod:`.pairing`): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
+    #: quality_per_param: the tail of the improvement series over the reference arm (what its
+    #: first check decides; the gate card plots it).
+    reference_series_x: list[float] = field(default_factory=list)
+    reference_series: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,11 @@ def check_code(plan: Plan, run_ids: list[str]) -> None:
         recorded = {k: v.model_dump() for k, v in run.code.items()}
         changes = code_changes(recorded, run.architecture.as_mapping())
         if changes:
+            results = plan.path.parent if plan.path is not None else "SPEC"
             raise UserError(
                 f"run {rid}: {changes[0]}; rerun `olmoablate plan --replan {plan.spec_path}` to "
-                f"record the new code (and `olmoablate submit --redo {rid}` if it already ran)"
+                f"record the new code (and `olmoablate submit {results} --redo {rid}` if it "
+                "already ran)"
             )
 
 
