@@ -51,7 +51,21 @@ def parse_choices(values: list[str] | None, allowed: tuple[str, ...], option: st
     return chosen
 
 
-#: Names of specs, variants, gates and eval sets (they become file and run names).
+def shorten(text: str, width: int = 80) -> str:
+    """``text`` cut to ``width`` characters for a one-line message (a value may be megabytes)."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that is not printable (a newline, a tab, a terminal escape)
+    written as its Python escape, so a message built from user input stays one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+#: Names of specs, variants, gates and eval sets (they become file and run names). Match with
+#: ``re.fullmatch`` in Python (``$`` alone also matches before a final newline).
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 

@@ -53,6 +53,12 @@ class DepthAttention(Strict):
         return 3 * (4 * n_kv_heads * head_dim * (n + 1) + gqa)
 
 
+#: The most layers a size has and a variant applies (``layers.n_layers``, a loop's body and its
+#: unrolled depth body_layers x loops): DeepNet trained 1,000 (Wang et al. 2022); Llama 3.1
+#: 405B has 126, OLMo 3 7B 32. Above it the spec is a typo; the accounting walks every layer.
+MAX_LAYERS = 1024
+
+
 class Curriculum(Strict):
     """Loop-count curriculum: ``b(step) = min(loops, start + increment * ((step - 1) //
     interval_steps))`` for OLMo-core's 1-based step."""
@@ -65,8 +71,8 @@ class Curriculum(Strict):
 class Looped(Strict):
     """Looped OLMo: K = ``body_layers`` blocks applied ``loops`` times, loss on the last ``tail``."""
 
-    body_layers: int = Field(ge=1)
-    loops: int = Field(ge=1)
+    body_layers: int = Field(ge=1, le=MAX_LAYERS)
+    loops: int = Field(ge=1, le=MAX_LAYERS)
     tail: int = Field(1, ge=1)
     input_injection: bool = True
     state_norm: bool = False
@@ -78,6 +84,11 @@ class Looped(Strict):
             raise ValueError(
                 f"body_layers={self.body_layers} must be a multiple of {ATTENTION_CYCLE} so one "
                 "loop keeps the [SWA, SWA, SWA, Full] cycle (allowed: 4, 8, 12, ...)"
+            )
+        if self.body_layers * self.loops > MAX_LAYERS:
+            raise ValueError(
+                f"body_layers x loops = {self.body_layers * self.loops} layers unrolled (allowed: "
+                f"at most {MAX_LAYERS}, more than any published LM applies)"
             )
         if self.tail > self.loops:
             raise ValueError(f"tail={self.tail} must be <= loops={self.loops}")
@@ -120,7 +131,7 @@ class Looped(Strict):
 class Layers(Strict):
     """A standard OLMo 3 model with another depth, e.g. the parameter-matched reference of a loop."""
 
-    n_layers: int = Field(ge=1)
+    n_layers: int = Field(ge=1, le=MAX_LAYERS)
 
 
 class Architecture(Strict):

@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from olmoablate.errors import shorten
 from olmoablate.io import user_cache_get, user_cache_put
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as tk
@@ -24,7 +25,7 @@ from olmoablate.plan.accounting import price_arms, total_train_flops
 from olmoablate.plan.blocks import get_block
 from olmoablate.plan.gate import Gate
 from olmoablate.plan.metrics import DOWNSTREAM_PREFIX, gate_metrics
-from olmoablate.plan.names import group_id, run_id
+from olmoablate.plan.names import MAX_ID_BYTES, NAME_MAX_BYTES, group_id, run_id
 from olmoablate.plan.planfile import LadderRecord, LadderTarget
 from olmoablate.plan.schema import SizeSettings, Spec, computes_in_bf16
 from olmoablate.plan.sizes import dolma2_tokenizer_file
@@ -214,8 +215,9 @@ def check_run_ids(spec: Spec, add: Any) -> None:
     ``c``, and size ``a`` with variant ``b-s0-c``, are both ``a-s0-b-s0-c``): one run would be
     dropped from the plan and the other would train into its folder."""
     seen: dict[str, str] = {}
+    too_long: set[Path_] = set()
     for size in spec.sizes:
-        for seed in spec.seeds:
+        for seed in sorted(spec.seeds, reverse=True):  # the longest ids first
             ids = [(group_id(size, seed), f"group of size {size!r}, seed {seed}", ("sizes",))]
             for name, v in [("baseline", None), *spec.variants.items()]:
                 if v is not None and v.sizes is not None and size not in v.sizes:
@@ -224,6 +226,9 @@ def check_run_ids(spec: Spec, add: Any) -> None:
                 what = f"run of size {size!r}, seed {seed}, arm {name!r}"
                 ids.append((run_id(size, seed, name), what, where))
             for rid, what, where in ids:
+                if len(rid.encode()) > MAX_ID_BYTES and where not in too_long:
+                    too_long.add(where)
+                    add(where, _too_long(rid, where, size, seed))
                 if rid in seen:
                     why = f"id {rid!r} of the {what} is also the id of the {seen[rid]}"
                     add(where, why + "; rename the size or the variant so no name holds -s<seed>-")
@@ -248,6 +253,36 @@ def check_seed_range(spec: Spec, per_size: dict[str, SizeSettings], add: Any) ->
                 why = f"{name} is {value} at size {size} for seed {top}: outside OLMo-core's"
                 add(("seeds",), f"{why} seed range (allowed: 0 to {MAX_SEED})")
                 return
+
+
+def _too_long(rid: str, where: Path_, size: str, seed: int) -> str:
+    """Why run id ``rid`` is refused, and the longest name ``where`` may have."""
+    n = len(rid.encode())
+    head = f"run id {shorten(rid, 40)!r} is {n} bytes"
+    rule = (
+        f"over the {MAX_ID_BYTES} a run id may have (a file name holds at most "
+        f"{NAME_MAX_BYTES} bytes and the stages add up to {NAME_MAX_BYTES - MAX_ID_BYTES} "
+        "to an id)"
+    )
+    if where == ("sizes",):
+        allowed = f"a size name of at most {MAX_ID_BYTES - (n - len(size.encode()))} characters"
+    else:
+        room = MAX_ID_BYTES - len(group_id(size, seed).encode()) - 1
+        allowed = f"a variant name of at most {room} characters with size {shorten(size, 20)!r}"
+    return f"{head}, {rule} (allowed: {allowed})"
+
+
+def check_names(spec: Spec, add: Any) -> None:
+    """The spec's name and its gates' names name folders (``results/<spec>/``,
+    ``gates/<gate>/``): each at most :data:`MAX_ID_BYTES`, as a run id."""
+    named: list[tuple[Path_, str]] = [(("name",), spec.name)]
+    named += [(("gates", n), n) for n in spec.gates or {}]
+    for where, name in named:
+        n = len(name.encode())
+        if n > MAX_ID_BYTES:
+            add(where, f"name is {n} characters ({shorten(name, 40)!r}), too long for a folder "
+                f"name (allowed: at most {MAX_ID_BYTES} characters; a file name holds at most "
+                f"{NAME_MAX_BYTES} bytes)")  # fmt: skip
 
 
 def check_budget(spec: Spec, add: Any) -> None:
@@ -591,11 +626,33 @@ def check(value: str, where: Path_, folder: bool = False) -> PathCheck | None:
         return None
     what = "folder" if folder else "file"
     shown = expanded if expanded == value else f"{value} (= {expanded})"
+    kind = file_kind(p)
+    if kind is not None:  # there, but not what is read: a folder for a token file, /dev/zero
+        want = "a folder" if folder else "a regular file (token ids)"
+        return PathCheck(
+            where, warning=f"{what} {shown} is {kind}, not {want} (fix: give the path of "
+            f"{want.split(' (')[0]}; relative paths resolve against the spec's folder)",
+        )  # fmt: skip
     return PathCheck(
         where,
         warning=f"{what} {shown} not found (fix: create it or correct the path; relative paths "
         "resolve against the spec's folder; `olmoablate data prepare` makes the demo's files)",
     )
+
+
+def file_kind(p: Path) -> str | None:
+    """What ``p`` is, in words (``a directory``, ``a character device``, ...), or None when
+    nothing is there (or it cannot be looked at)."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return None
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISREG, "a regular file"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket")]  # fmt: skip
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
 
 
 def check_settings(settings: SizeSettings) -> list[PathCheck]:

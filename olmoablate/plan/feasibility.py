@@ -7,6 +7,7 @@ estimate, time is training compute at the spec's peak and MFU, evaluation exclud
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,9 @@ class Findings:
 
     warnings: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What cannot run as planned whatever the flags (`validate` and `plan` refuse the spec):
+    #: a memory estimate above the device's memory that no change of topology brings under it.
+    errors: list[Problem] = field(default_factory=list)
 
 
 def check(ls: LoadedSpec, plan: Plan, *, check_paths: bool = True) -> Findings:
@@ -50,6 +54,9 @@ def check(ls: LoadedSpec, plan: Plan, *, check_paths: bool = True) -> Findings:
         firsts.setdefault((r.size, r.arm), r)
     for run in firsts.values():
         _memory(ls, run, out)
+    # one line per field: the other arms of a size that does not fit say the same
+    seen: set[tuple[int, str]] = set()
+    out.errors = [e for e in out.errors if not ((e.line, e.field) in seen or seen.add((e.line, e.field)))]
     for size in ls.spec.sizes:
         runs = [r for (s, _), r in firsts.items() if s == size]
         if runs:
@@ -67,9 +74,45 @@ def _warn(out: Findings, ls: LoadedSpec, path: tuple[str | int, ...], size: str 
     out.warnings.append(ls.problem(path, f"warning: {msg}", size))
 
 
+def host_memory_gb() -> float | None:
+    """This machine's physical memory in GB (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cpu_memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
+    """A CPU run's ranks share one node's memory: ``slurm.mem_gb`` when the spec gives it, else
+    this machine's (where a local `submit` trains). An estimate above it is refused: the job
+    would die allocating (``can't allocate memory``) after the plan was written and queued."""
+    topo = run.topology
+    need = run.peak_memory_gb * topo.ranks_per_node
+    if run.slurm.mem_gb is not None:
+        have, source = float(run.slurm.mem_gb), "slurm.mem_gb"
+    else:
+        got = host_memory_gb()
+        if got is None:
+            out.notes.append(f"size {run.size}: CPU memory not checked: this machine's is unknown")
+            return
+        have, source = got, "this machine's memory; set slurm.mem_gb for other nodes"
+    if need <= have:
+        return
+    ranks = f" x {topo.ranks_per_node} processes" if topo.ranks_per_node > 1 else ""
+    out.errors.append(ls.problem(
+        ("topology", "gpus_per_node"),
+        f"size {run.size}, arm {run.arm}: estimated {run.peak_memory_gb:.3g} GB per process"
+        f"{ranks} (plan.json peak_memory_gb) > {have:.3g} GB per node ({source}); allowed: an "
+        "estimate that fits (a smaller size, training.microbatch_size, "
+        "topology.activation_checkpointing: full, or GPUs)",
+        run.size,
+    ))  # fmt: skip
+
+
 def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
     topo = run.topology
     if not topo.on_gpu:
+        _cpu_memory(ls, run, out)
         return
     settings = ls.per_size[run.size]
     gb, source = gpu_memory_gb(
@@ -139,11 +182,18 @@ def _memory(ls: LoadedSpec, run: RunEntry, out: Findings) -> None:
             parts += [f"microbatch_size: {mb}"] if mb != mb_now else []
             fixes.append(f"together: {' + '.join(parts)} (est. {g[1]:.0f} GB)")
             break
+    what = (
+        f"size {run.size}, arm {run.arm}: estimated {run.peak_memory_gb:.0f} GB per device "
+        f"(plan.json peak_memory_gb) > {gb:g} GB per GPU ({source})"
+    )
+    if not alone and len(fixes) == 1 + len(singles):  # nothing above fits, nor together
+        # not an estimate's error margin: no topology of this spec trains it (refused)
+        out.errors.append(ls.problem(("topology", "gpus_per_node"), f"{what}; no fix fits: "
+                                     + "; ".join(fixes), run.size))  # fmt: skip
+        return
     _warn(
         out, ls, ("topology", "gpus_per_node"), run.size,
-        f"size {run.size}, arm {run.arm}: estimated {run.peak_memory_gb:.0f} GB per device "
-        f"(plan.json peak_memory_gb) > {gb:g} GB per GPU ({source}); fix: "
-        + ("; or ".join(fixes) if fixes else "a larger GPU (topology.gpu_memory_gb)"),
+        f"{what}; fix: " + ("; or ".join(fixes) if fixes else "a larger GPU (topology.gpu_memory_gb)"),
     )  # fmt: skip
 
 

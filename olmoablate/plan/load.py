@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 import difflib
 import hashlib
+import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -19,8 +21,8 @@ from typing import Any, get_args
 import yaml
 from pydantic import ValidationError
 
-from olmoablate.errors import UserError, one_union_member, parse_count
-from olmoablate.io import MAX_YAML_BYTES, InputLimitError, check_size, compose_yaml_bounded
+from olmoablate.errors import UserError, one_line, one_union_member, parse_count, shorten
+from olmoablate.io import MAX_YAML_BYTES, InputLimitError, compose_yaml_bounded
 from olmoablate.plan import checks as spec_paths
 from olmoablate.plan import sizes as sizes_mod
 from olmoablate.plan import tokens as datacheck
@@ -35,12 +37,19 @@ from olmoablate.plan.checks import (
     check_execution,
     check_gate,
     check_ladder,
+    check_names,
     check_run_ids,
     check_seed_range,
     origin_of,
 )
 from olmoablate.plan.planfile import LadderRecord
-from olmoablate.plan.schema import PER_SIZE_SECTIONS, PerParam, SizeSettings, Spec
+from olmoablate.plan.schema import (
+    PER_SIZE_SECTIONS,
+    UPPER_BOUND_WHY,
+    PerParam,
+    SizeSettings,
+    Spec,
+)
 
 # `--set a.b.c=value` overrides (`plan`, `submit --set`, the report's pre-registration check):
 # applied to the parsed document before validation, part of :func:`spec_sha256`; values are YAML
@@ -63,11 +72,6 @@ def loader_class() -> type:
 def parse_value(text: str) -> Any:
     """One override's value as YAML (empty: null), within every spec's parse limits."""
     return compose_yaml_bounded(text, loader_class())[1]
-
-
-def shorten(text: str, width: int = 80) -> str:
-    """``text`` cut to ``width`` characters for a one-line message (a value may be megabytes)."""
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class OverrideError(ValueError):
@@ -165,7 +169,7 @@ class Problem:
 
     def __str__(self) -> str:
         via = f" (from --set {shorten(self.override)})" if self.override else ""
-        return f"{self.file}:{self.line}: {self.field}: {self.message}{via}"
+        return one_line(f"{self.file}:{self.line}: {self.field}: {self.message}{via}")
 
 
 class SpecError(UserError):
@@ -253,7 +257,9 @@ def _dotted(path: Path_) -> str:
         if part == "[key]":  # pydantic's marker for an invalid mapping key
             out += " (key)"
             continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        # a key is user input: one line (a newline escaped), and a long name cut
+        part = part if isinstance(part, int) else one_line(shorten(str(part), 40))
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out or "<document>"
 
 
@@ -276,6 +282,12 @@ def _pydantic_message(err: dict[str, Any], model: type | None) -> str:
         return f"invalid value {shorten(repr(err.get('input')))} (allowed: {ctx.get('expected', '')})"
     if kind == "value_error":
         return msg.removeprefix("Value error, ")
+    if kind == "less_than_equal" and str((err.get("loc") or ("",))[-1]) in UPPER_BOUND_WHY:
+        why = UPPER_BOUND_WHY[str(err["loc"][-1])]
+        return (
+            f"{shorten(repr(err.get('input')))} is above the upper bound (allowed: at most "
+            f"{ctx.get('le')}; {why})"
+        )
     if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
         return f"{msg} (got {shorten(repr(err.get('input')))})"
     if kind.endswith("_type") or kind.endswith("_parsing"):
@@ -443,14 +455,17 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     p = Path(path)
     fname = str(path)
     try:
+        # read once: a pipe (``validate <(cat spec)``) or FIFO gives its bytes only once
         with p.open("rb") as fh:
             data_bytes = fh.read(MAX_YAML_BYTES + 1)
+            info = os.fstat(fh.fileno())
     except OSError as err:
         raise SpecError([Problem(fname, 1, "<file>", f"cannot read: {err.strerror}")]) from None
-    try:
-        check_size(data_bytes, MAX_YAML_BYTES, "the spec")
-    except InputLimitError as err:
-        raise SpecError([Problem(fname, 1, "<file>", f"refused: {err}")]) from None
+    if len(data_bytes) > MAX_YAML_BYTES:  # the real size of a file; a pipe's is not known
+        size = (f"{info.st_size} bytes" if stat.S_ISREG(info.st_mode)
+                else f"more than {MAX_YAML_BYTES} bytes (a stream, read that far)")  # fmt: skip
+        why = f"refused: the spec is {size}, over the limit of {MAX_YAML_BYTES} bytes (1 MiB)"
+        raise SpecError([Problem(fname, 1, "<file>", why)])
     try:
         text = data_bytes.decode("utf-8")
     except UnicodeDecodeError:
@@ -552,7 +567,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         if len(resolved) != len(PER_SIZE_SECTIONS):
             continue
         settings = SizeSettings(**resolved)
-        for ppath, msg in spec_paths.resolve_settings(settings, p.resolve().parent):
+        for ppath, msg in spec_paths.resolve_settings(settings, spec_folder(p, info.st_mode)):
             warn(origin_of(ppath, origin), msg)
         per_size[size] = settings
         mb = check_batch(settings, add, origin)
@@ -581,6 +596,7 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
                     f"size {s!r} is not in the spec's sizes (allowed: {', '.join(spec.sizes)})",
                 )
     check_budget(spec, add)
+    check_names(spec, add)
     check_run_ids(spec, add)
     check_seed_range(spec, per_size, add)
     ladders: dict[str, LadderRecord] = {}
@@ -615,6 +631,17 @@ def load_spec(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         origins=origins,
         ladders=ladders,
     )
+
+
+def spec_folder(path: Path, mode: int) -> Path:
+    """The folder a spec's relative paths resolve against: the spec file's, or the working
+    directory for a spec read from an unnamed pipe (``<(cat spec)`` is ``/dev/fd/N``, a pipe
+    with no folder of its own)."""
+    real = path.resolve()
+    unnamed = not stat.S_ISREG(mode) and (
+        str(real).startswith(("/proc/", "/dev/fd/")) or real.name.startswith("pipe:")
+    )
+    return Path.cwd() if unnamed else real.parent
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:

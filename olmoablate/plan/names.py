@@ -106,6 +106,22 @@ REUSABLE_STATES = frozenset(
 PROCEED, STOP, INCONCLUSIVE = "proceed", "stop", "inconclusive"
 
 
+#: The longest file name the filesystems runs live on allow, in bytes (Linux ``NAME_MAX``: ext4,
+#: xfs, btrfs, NFS, Lustre, GPFS). A run id, a spec name and a gate name each become one.
+NAME_MAX_BYTES = 255
+#: The most bytes a stage adds around a run id in one file name. The longest is a report plot's
+#: temporary file ``.<size>__<variant>__flops.png.XXXXXXXX.tmp`` (an atomic write), 27 bytes
+#: beyond size and variant, where the run id ``<size>-s<seed>-<variant>`` of seed 0 has 4:
+#: 23 more than the id (the others: a replaced run's ``<id>-YYYYmmddTHHMMSS`` 16, a group's
+#: ``.<size>-s<seed>.sbatch.XXXXXXXX.tmp`` 20 beyond the group id).
+ID_FILE_NAME_EXTRA = 23
+#: The longest run id, and the longest spec or gate name (folders named after them:
+#: ``results/<spec>/``, ``gates/<gate>/``), so that every file name built from one fits
+#: :data:`NAME_MAX_BYTES`: `validate` refuses longer ones naming the field
+#: (:func:`olmoablate.plan.checks.check_run_ids`).
+MAX_ID_BYTES = NAME_MAX_BYTES - ID_FILE_NAME_EXTRA
+
+
 def group_id(size: str, seed: int) -> str:
     """The id of a (size, seed) group: its baseline's pair id, and the prefix of its run ids."""
     return f"{size}-s{seed}"

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from olmoablate.errors import NAME_RE, NonNegInt, PosInt, Strict, parse_count, parse_minutes
-from olmoablate.plan.arch import Architecture
+from olmoablate.plan.arch import MAX_LAYERS, Architecture
 from olmoablate.plan.blocks import known_names
 from olmoablate.plan.gate import Budget, Gate
 from olmoablate.plan.metrics import DEFAULT_FACTOR, DEFAULT_MIN_RELATIVE_JUMP, DEFAULT_WINDOW
@@ -138,16 +138,47 @@ OLMO_CORE_DATA_MIXES: tuple[str, ...] = (
 )
 
 # ------------------------------------------------------------------------------------------- sizes
-class CustomSize(Strict):
-    """A size defined in the spec (for CPU work). Same fields as `olmoablate.plan.sizes.SizeDims`."""
+# Upper bounds of a size and a budget. Why: a typo such as ``n_layers: 10000000`` or
+# ``tokens: 1e30`` must be one line at `validate`, not minutes of accounting (its cost grows with
+# the layer count) or a job that fails allocating terabytes. Each is far beyond any published
+# dense LM, so no real experiment meets one; raise one here if yours does.
+#: Layers: :data:`olmoablate.plan.arch.MAX_LAYERS` (also a variant's depth and unrolled loops).
+#: Model width: 4x the widest published dense LM (Llama 3.1 405B and others: 16,384).
+MAX_D_MODEL = 65_536
+#: MLP width: 16x MAX_D_MODEL (Llama 3.1 405B: 53,248; PaLM 540B: 73,728).
+MAX_MLP_HIDDEN = 1 << 20
+#: Vocabulary: 8x the largest in use (Gemma 3: 262,144 entries).
+MAX_VOCAB = 1 << 21
+#: Context: 16x the longest published pretraining context (1M tokens), also the sliding window.
+MAX_SEQUENCE_LENGTH = 1 << 24
+#: Training tokens per run: 25x the largest published pretraining (Qwen3, 36T tokens).
+MAX_TOKENS = 10**15
+#: Why each bound is what it is, by field name: the `validate` message's "allowed" part.
+UPPER_BOUND_WHY: dict[str, str] = {
+    "n_layers": "DeepNet trained 1,000 layers, Llama 3.1 405B has 126",
+    "body_layers": "DeepNet trained 1,000 layers, Llama 3.1 405B has 126",
+    "loops": "DeepNet trained 1,000 layers, Llama 3.1 405B has 126",
+    "d_model": "4x the widest published dense LM, 16,384",
+    "mlp_hidden_size": "16x the largest d_model allowed",
+    "vocab_size": "8x the largest vocabulary in use, 262,144",
+    "sliding_window": "16x the longest published pretraining context, 1M tokens",
+    "sequence_length": "16x the longest published pretraining context, 1M tokens",
+    "tokens": "25x the largest published pretraining, 36T tokens",
+    "global_batch_size": "the token budget's own bound",
+}
 
-    d_model: PosInt
-    n_layers: PosInt
+
+class CustomSize(Strict):
+    """A size defined in the spec (for CPU work). Same fields as `olmoablate.plan.sizes.SizeDims`;
+    bounded by the ``MAX_*`` above."""
+
+    d_model: Annotated[int, Field(gt=0, le=MAX_D_MODEL)]
+    n_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS)]
     n_heads: PosInt
     n_kv_heads: PosInt | None = None
-    mlp_hidden_size: PosInt
-    sliding_window: PosInt
-    vocab_size: PosInt = 100352
+    mlp_hidden_size: Annotated[int, Field(gt=0, le=MAX_MLP_HIDDEN)]
+    sliding_window: Annotated[int, Field(gt=0, le=MAX_SEQUENCE_LENGTH)]
+    vocab_size: Annotated[int, Field(gt=0, le=MAX_VOCAB)] = 100352
 
     @model_validator(mode="after")
     def _check(self) -> CustomSize:
@@ -284,11 +315,11 @@ class PerParam(Strict):
 
 
 class Training(Strict):
-    sequence_length: PosInt
+    sequence_length: Annotated[int, Field(gt=0, le=MAX_SEQUENCE_LENGTH)]
     #: A count (``262144``, ``2.5e9``, ``'100M'``) or ``{per_param: N}`` (:class:`PerParam`,
-    #: resolved to a count by `load` before this model sees it).
-    tokens: int = Field(gt=0)
-    global_batch_size: PosInt
+    #: resolved to a count by `load` before this model sees it); at most MAX_TOKENS.
+    tokens: int = Field(gt=0, le=MAX_TOKENS)
+    global_batch_size: Annotated[int, Field(gt=0, le=MAX_TOKENS)]
     microbatch_size: PosInt | None = None
     optimizer: Optimizer
     schedule: Schedule = Schedule()
@@ -357,7 +388,7 @@ class Evaluation(Strict):
     @classmethod
     def _sets(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
         for name, paths in v.items():
-            if not re.match(NAME_RE, name):
+            if not re.fullmatch(NAME_RE, name):
                 raise ValueError(f"set name {name!r} must match {NAME_RE}")
             if not paths:
                 raise ValueError(f"set {name!r} must list at least one token file")
@@ -399,7 +430,8 @@ class Spec(Strict):
     #: A size's name is part of every run id and so of a path: the same names as variants.
     custom_sizes: dict[Annotated[str, Field(pattern=NAME_RE)], CustomSize] = {}
     seeds: list[NonNegInt] = [0]
-    variants: dict[str, Architecture]
+    #: A variant's name is part of its run ids: the same names as sizes.
+    variants: dict[Annotated[str, Field(pattern=NAME_RE)], Architecture]
     budget: Budget = Budget()
     training: dict[str, Any]
     evaluation: dict[str, Any] = {}
@@ -430,7 +462,7 @@ class Spec(Strict):
         for name, arch in v.items():
             if name == "baseline":
                 raise ValueError("'baseline' is reserved for the plain OLMo 3 arm")
-            if not re.match(NAME_RE, name):
+            if not re.fullmatch(NAME_RE, name):
                 raise ValueError(f"variant name {name!r} must match {NAME_RE}")
             if not arch.as_mapping():
                 raise ValueError(
@@ -452,7 +484,7 @@ class Spec(Strict):
         if not self.gates:
             raise ValueError("`gates` must name at least one gate (or use `gate`)")
         for name, g in self.gates.items():
-            if not re.match(NAME_RE, name):
+            if not re.fullmatch(NAME_RE, name):
                 raise ValueError(f"gate name {name!r} must match {NAME_RE}")
             if g.variant is None and g.rule != "complementary":  # that one decides on `combined`
                 raise ValueError(

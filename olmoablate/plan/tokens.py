@@ -386,6 +386,7 @@ def check_size(
     dtype = narrowest_dtype(dims.vocab_size)
     seq = settings.training.sequence_length
     scans: dict[str, TokenFileScan] = {}
+    ids_in: dict[str, int] = {}  # token ids per file (its size / the dtype's)
 
     def check_file(path: str, where: tuple[str | int, ...]) -> None:
         p = _local(path)
@@ -405,6 +406,7 @@ def check_size(
             problems.append((where, f"token file {path}: {size} bytes is not a whole number of "
                              f"{dtype} ids (wrong dtype? vocab_size={dims.vocab_size} reads {dtype})"))
             return  # fmt: skip
+        ids_in[path] = size // _ITEMSIZE[dtype]
         scan = scan_token_file(p, dtype, eos, seq, info.vocab_size)
         if scan.max_id >= info.vocab_size:
             problems.append((where, f"token file {path}: largest id {scan.max_id} >= tokenizer "
@@ -420,6 +422,9 @@ def check_size(
 
     for i, path in enumerate(data.paths or []):
         check_file(path, ("training", "data", "paths", i))
+    short = _shorter_than_a_batch(data.paths or [], ids_in, settings.training)
+    if short is not None:
+        problems.append(short)
     ev = settings.evaluation
     per_batch = (microbatch or 0) * settings.topology.world_size // seq
     facts: dict[str, EvalSetFacts] = {}
@@ -454,6 +459,29 @@ def check_size(
             unigram_entropy_nats=None if entropy is None else round(entropy, 4),
         )
     return problems, facts
+
+
+def _shorter_than_a_batch(
+    paths: list[str], ids_in: dict[str, int], training: Any
+) -> tuple[tuple[str | int, ...], str] | None:
+    """The problem of train files that hold less than one global batch, when every file was read.
+    OLMo-core cuts each file into whole sequences and drops the rest; a loader with fewer
+    sequences than one batch yields no batch, and the trainer then starts empty epochs for ever
+    (issue 35: 170,000 in 11 minutes, never a step)."""
+    if not paths or any(p not in ids_in for p in paths):
+        return None  # remote or not here yet: the job checks at start
+    seq, gbs = training.sequence_length, training.global_batch_size
+    have = sum(ids_in[p] // seq for p in paths)
+    need = gbs // seq
+    if have >= need:
+        return None
+    files = ", ".join(f"{p} ({ids_in[p]} tokens)" for p in paths)
+    where: tuple[str | int, ...] = ("training", "data", "paths", *((0,) if len(paths) == 1 else ()))
+    return where, (
+        f"train data {files} gives {have} sequences of {seq} tokens, fewer than one global batch "
+        f"of {need} (training.global_batch_size {gbs} tokens): no step could ever train (allowed: "
+        f"at least {gbs} tokens in whole sequences, or a smaller global_batch_size)"
+    )
 
 
 def _sum_counts(scans: list[TokenFileScan | None]) -> dict[int, int] | None:

@@ -309,11 +309,15 @@ SkipPathsOpt = Annotated[
 
 
 def _check(ls: Any, plan: Plan, skip_paths: bool) -> tuple[list[str], list[str]]:
-    """(warning lines, notes): the loader's warnings, feasibility, gate noise and the budget."""
+    """(warning lines, notes): the loader's warnings, feasibility, gate noise and the budget.
+    A SpecError for what no flag lets through (feasibility's errors: a plan that cannot run)."""
     from olmoablate.plan.accounting import over_budget
     from olmoablate.plan.feasibility import check, gate_lines
+    from olmoablate.plan.load import SpecError
 
     found = check(ls, plan, check_paths=not skip_paths)
+    if found.errors:
+        raise SpecError(found.errors)
     lines = [str(w) for w in [*ls.warnings, *found.warnings]]
     for name, view in plan.gate_views():
         where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
@@ -374,7 +378,12 @@ def validate_command(
             failed += 1
             typer.echo(f"{f}:1: <pairs>: {err}", err=True)
             continue
-        lines, notes = _check(ls, plan, skip_paths)
+        try:
+            lines, notes = _check(ls, plan, skip_paths)
+        except SpecError as err:
+            failed += 1
+            typer.echo(str(err), err=True)
+            continue
         _emit(lines, strict)
         if strict and lines:
             failed += 1
@@ -390,10 +399,20 @@ def validate_command(
         raise typer.Exit(2)
 
 
+def is_stream(path: Path) -> bool:
+    """A pipe or FIFO (``plan <(cat spec)``): read as a spec, whatever its name."""
+    import stat
+
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def spec_file_of(spec: str, results_root: Path) -> tuple[Path, list[str]]:
     """SPEC (a spec file, name or results folder) -> its spec file and its plan's overrides."""
     path = Path(spec)
-    if path.is_file() and path.suffix in SPEC_SUFFIXES:
+    if (path.is_file() and path.suffix in SPEC_SUFFIXES) or is_stream(path):
         return path, []
     from olmoablate.plan.layout import resolve_results
 
