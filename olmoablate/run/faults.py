@@ -47,6 +47,15 @@ def redo_advice(results_dir: str | Path, run_id: str) -> str:
     )
 
 
+class TooLittleData(RuntimeError):
+    """The train files give fewer sequences than one global batch: OLMo-core's loader would yield
+    no batch and the trainer start empty epochs for ever (never a step, never a cancel check).
+    Its text is the whole one-line reason with its own way out (``--retry-failed`` would only
+    repeat it)."""
+
+    one_line = True
+
+
 def chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and every exception it wraps (breadth first, each once)."""
     todo, seen = [exc], set()

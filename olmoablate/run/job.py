@@ -162,6 +162,23 @@ def _optimizer_state_bytes(optim: Any) -> int:
     return total
 
 
+def check_batches(ctx: RunContext, sequences: int) -> None:
+    """Refuse train data of fewer ``sequences`` than one global batch before the first step
+    (`validate` refuses it where it can read the files; this covers files made or changed later,
+    remote ones and mixes): an empty loader makes OLMo-core's trainer loop over empty epochs for
+    ever, writing cache and logs and never reaching a cancel check."""
+    tr = ctx.training
+    need = tr.global_batch_size // tr.sequence_length
+    if sequences >= need:
+        return
+    raise faults.TooLittleData(
+        f"training data too short: {sequences} sequences of {tr.sequence_length} tokens, fewer "
+        f"than one global batch of {need} (training.global_batch_size {tr.global_batch_size}): "
+        "no step can train; give more data (training.data) or a smaller batch, then "
+        + faults.redo_advice(ctx.run_dir.path.parent.parent, ctx.run_id)
+    )
+
+
 def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tuple[Any, dict]:
     """Model, train module, data loader and trainer (with callbacks), from the run entry; the
     live callbacks by name."""
@@ -172,11 +189,12 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     steps, gbs = tr.steps, tr.global_batch_size
     stab, wb = tr.stability, tr.wandb
 
+    dataset = cfgs.dataset_config(ctx).build()
+    check_batches(ctx, len(dataset))  # before the model: the cheapest refusal first
     model_cfg = cfgs.model_config(run, env)
     model = model_cfg.build(init_device="meta")
     proof.at_start(ctx, model, model_cfg, int(base_status["attempt"]))  # before step 1
     train_module = cfgs.train_module_config(run, env).build(model)
-    dataset = cfgs.dataset_config(ctx).build()
     data_loader = cfgs.data_loader_config(ctx).build(
         dataset, dp_process_group=train_module.dp_process_group
     )

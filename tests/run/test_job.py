@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from olmoablate.errors import UserError
+from olmoablate.run.faults import TooLittleData
 from olmoablate.run.job import main, run_job
 from olmoablate.testing import REPO
 from olmoablate.testing.plans import certify, make_plan, run_entry
@@ -339,3 +340,32 @@ def test_ddp_two_ranks_see_the_same_global_batches(tmp_path: Path) -> None:
     la, lb = _losses(a), _losses(b)
     assert sorted(la) == sorted(lb) == [1, 2, 3, 4]
     assert all(abs(la[s] - lb[s]) < 1e-4 for s in la)  # reduction order differs, not the data
+
+
+def test_train_data_shorter_than_one_batch_fails_at_start(tmp_path: Path) -> None:
+    """Issue 35, case 5: train files that give fewer sequences than one global batch (300 tokens:
+    4 sequences of 64, the batch is 8) made OLMo-core's trainer loop over empty epochs for ever
+    (before the fix this test hits its 60 s alarm). Now the job refuses before step 1: state
+    ``failed`` at step 0 with a one-line reason naming the counts and the way out."""
+    plan = make_plan(
+        tmp_path, [run_entry("tiny-s0-baseline", "baseline", {}, steps=4)], train_tokens=300
+    )
+
+    def hung(signum: int, frame: Any) -> None:
+        raise TimeoutError("the job did not end within 60 s (empty epochs)")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(TooLittleData):
+            run_job(str(plan), "tiny-s0-baseline")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    status = json.loads((_run_dir(plan, "tiny-s0-baseline") / "status.json").read_text())
+    assert status["state"] == "failed" and status["step"] == 0, status
+    reason = status["reason"]
+    assert "\n" not in reason, reason
+    assert "training data too short: 4 sequences of 64 tokens" in reason, reason
+    assert "one global batch of 8" in reason and "--redo tiny-s0-baseline" in reason, reason
+    assert not (_run_dir(plan, "tiny-s0-baseline") / "metrics.jsonl").exists()
