@@ -339,6 +339,12 @@ def _want_spec(
     return tuple(sorted(set(keys))), PREFIXES
 
 
+def nonfinite_evals(m: Metrics) -> dict[str, int]:
+    """{eval metric: rows where metrics.jsonl holds it as NaN/inf}, sorted by name: what the
+    data issues, the stability table and the gate say of values the curves leave out."""
+    return {k: n for k, n in sorted(m.nonfinite.items()) if names.is_eval(k) and n}
+
+
 def _read_optional_json(path: Path, issues: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
@@ -404,6 +410,11 @@ def collect(
     for rid, m in load_metrics_many(jobs, use_cache, workers).items():
         runs[rid].metrics = m
         runs[rid].issues.extend(f"{rid}: {i}" for i in m.issues)
+        runs[rid].issues.extend(
+            f"{rid}: metrics.jsonl holds {key} as NaN/inf at {n} point(s): left out of the "
+            "curves; a pair whose gate metric has one is kept out of the gate"
+            for key, n in nonfinite_evals(m).items()
+        )
     for p in plan.pairs:
         for arm, rid in (("baseline_run", p.baseline_run), ("variant_run", p.variant_run)):
             if rid not in runs:

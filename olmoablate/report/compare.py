@@ -17,7 +17,7 @@ import numpy as np
 from olmoablate.plan import metrics as names
 from olmoablate.plan.names import RunState
 from olmoablate.plan.planfile import Pair
-from olmoablate.report.collect import Curve, Results, RunData, cumulative_flops
+from olmoablate.report.collect import Curve, Results, RunData, cumulative_flops, nonfinite_evals
 from olmoablate.report.pairing import (
     certificate_problems,
     cost_rows,
@@ -219,10 +219,22 @@ class ArmHealth:
     """Stability facts about one arm at the stage (from metrics and status)."""
 
     spikes: int = 0
+    #: A NaN/inf train loss or grad norm (the gate's stability stop).
     nonfinite: bool = False
     diverged: bool = False
     max_grad_norm: float | None = None
     state: str | None = None
+    #: Eval metrics written NaN/inf at some point, with how many: left out of the curves, so the
+    #: report says so (data issues, the stability table) and the gate refuses a pair whose gate
+    #: metric has one rather than compare earlier points (:func:`.evidence.evidence_for`).
+    nonfinite_evals: dict[str, int] = field(default_factory=dict)
+
+    def nonfinite_text(self) -> str | bool:
+        """The stability table's non-finite cell: no, yes (loss/grad), or the eval metrics."""
+        evals = ", ".join(f"{k} x{n}" for k, n in self.nonfinite_evals.items())
+        if not evals:
+            return self.nonfinite
+        return f"{'loss/grad and ' if self.nonfinite else ''}eval: {evals}"
 
 
 @dataclass
@@ -333,8 +345,10 @@ def _arm_stats(run: RunData) -> ArmStats:
     nonfinite = False
     gmax = None
     skipped = 0
+    evals: dict[str, int] = {}
     if run.metrics is not None:
         nonfinite = any(run.metrics.nonfinite.get(k, 0) for k in (LOSS, names.GRAD_NORM))
+        evals = nonfinite_evals(run.metrics)
         g = run.column(names.GRAD_NORM)
         if g is not None and np.isfinite(g).any():
             gmax = float(np.nanmax(np.where(np.isfinite(g), g, np.nan)))
@@ -345,7 +359,7 @@ def _arm_stats(run: RunData) -> ArmStats:
     diverged = run.state == RunState.DIVERGED or status.diverged_at_step is not None
     job_spikes = (run.summary or RunSummary()).loss_spikes
     return ArmStats(
-        ArmHealth(int(spikes.size), bool(nonfinite), bool(diverged), gmax, run.state),
+        ArmHealth(int(spikes.size), bool(nonfinite), bool(diverged), gmax, run.state, evals),
         skipped,
         int(job_spikes) if isinstance(job_spikes, int | float) else None,
     )

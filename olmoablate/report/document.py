@@ -242,7 +242,7 @@ def sections(report: Report) -> list[Section]:
     for p in report.pairs:
         stab = [
             [who, s.health.state, s.health.spikes, s.job_spikes, s.health.max_grad_norm,
-             s.health.nonfinite, s.skipped_steps, s.health.diverged]
+             s.health.nonfinite_text(), s.skipped_steps, s.health.diverged]
             for who, s in p.stability.items()
         ]  # fmt: skip
         tables: list[Table] = [

@@ -55,6 +55,14 @@ def last_improvements(al: Aligned, direction: str, last_n: int) -> list[float]:
     return [float(x) for x in d[-last_n:]]
 
 
+def nonfinite_gate_points(run: RunData, metric: str) -> int:
+    """How many rows of ``run``'s metrics.jsonl hold the eval ``metric`` as NaN/inf (a NaN
+    train loss is the stability rule's: it stops the gate, :func:`.verdict.stability_stops`)."""
+    if run.metrics is None or not names.is_eval(metric):
+        return 0
+    return int(run.metrics.nonfinite.get(metric, 0))
+
+
 def evidence_for(
     res: PairResult, results: Results, reference: PairResult | None = None
 ) -> PairEvidence:
@@ -75,6 +83,18 @@ def evidence_for(
             ref_x = [float(x) for x in ref_series.x[-tail:]]
             ref_tail = last_improvements(ref_series, direction, tail)
     invalid = list(res.invalid_reasons)
+    # a NaN/inf gate value is left out of the curves: without this the gate would silently
+    # compare the points before it (issue 35: a NaN final eval, decided on earlier ones)
+    arms = [("baseline", res.baseline), ("variant", res.variant)]
+    if g.rule == "quality_per_param" and reference is not None:
+        arms.append(("reference", reference.variant))
+    for who, run in arms:
+        bad = nonfinite_gate_points(run, metric)
+        if bad:
+            invalid.append(
+                f"{who} {run.entry.run_id}: gate metric {metric} is NaN/inf at {bad} logged "
+                "point(s) of metrics.jsonl; the gate does not fall back to other points"
+            )
     if reference is not None and not reference.valid:
         invalid.append(f"reference pair {reference.pair_id} is INVALID")
     if g.rule == "quality_per_param" and reference is not None:

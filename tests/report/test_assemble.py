@@ -251,3 +251,35 @@ def test_completed_arm_short_of_its_tokens_is_out_of_the_gate(tmp_path: Path) ->
     from olmoablate.plan.gate import Gate
 
     assert "allow_partial_pairs" not in Gate(stage="1B").model_dump(mode="json")
+
+
+def test_nan_final_eval_is_a_data_issue_and_never_a_silent_fallback(tmp_path: Path) -> None:
+    """Issue 35, case 9: a NaN final eval in metrics.jsonl was left out of the curves without a
+    word ("Data issues: none", "non-finite: no") and the gate decided on the points before it.
+    Now the data issues name it, the stability table says it, and the gate keeps that pair out
+    with the reason (collect -> compare -> evidence)."""
+    spec = SynthSpec(seeds=(0, 1), gate=GATE)
+    root = tmp_path / spec.name
+    make_results(root, spec, {"sn_da": ArmTruth(offset=-0.05)})
+    metrics = root / "runs" / "1B-s0-sn_da" / "metrics.jsonl"
+    rows = metrics.read_text().splitlines()
+    last = json.loads(rows[-1])
+    assert last["step"] == spec.steps and EVAL in last
+    rows[-1] = rows[-1].replace(f'"{EVAL}": {last[EVAL]!r}', f'"{EVAL}": NaN', 1)
+    metrics.write_text("\n".join(rows) + "\n")
+
+    results = collect(root, use_cache=False, workers=1)
+    issues = [i for i in results.issues if "NaN/inf" in i]
+    assert issues == [
+        f"1B-s0-sn_da: metrics.jsonl holds {EVAL} as NaN/inf at 1 point(s): left out of the "
+        "curves; a pair whose gate metric has one is kept out of the gate"
+    ]
+    rep = build(results)
+    (pair,) = [p for p in rep.pairs if p.pair_id == "1B-s0-sn_da"]
+    assert pair.stability["variant"].health.nonfinite_text() == f"eval: {EVAL} x1"
+    assert pair.stability["baseline"].health.nonfinite_text() is False
+    (vv,) = rep.variant_verdicts
+    assert vv.excluded_pairs == ["1B-s0-sn_da"] and vv.pairs == ["1B-s1-sn_da"], vv
+    why = " ".join(vv.reasons)
+    assert f"variant 1B-s0-sn_da: gate metric {EVAL} is NaN/inf at 1 logged point(s)" in why
+    assert "does not fall back to other points" in why
