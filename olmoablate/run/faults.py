@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+from olmoablate.plan.names import PLAN_FILE
+
 #: ``runs/<id>/error.log``: the full traceback of every failed attempt (appended).
 ERROR_LOG = "error.log"
 MAX_REASON = 500
@@ -33,7 +35,7 @@ def redo_advice(results_dir: str | Path, run_id: str) -> str:
     results = Path(results_dir)
     spec, sets = "SPEC", ""
     try:
-        raw = json.loads((results / "plan.json").read_text(encoding="utf-8"))
+        raw = json.loads((results / PLAN_FILE).read_text(encoding="utf-8"))
         path = Path(str(raw["spec_path"])).expanduser()
         if not path.is_absolute():
             path = Path(str(raw["workdir"])).expanduser() / path
