@@ -9,8 +9,10 @@ which is plenty fast for the handful of calls a report makes.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -344,3 +346,135 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
 def stage_fractions(stages: Sequence[int]) -> list[float]:
     """Information fractions of seed stages (cumulative seeds / the last stage's seeds)."""
     return [n / stages[-1] for n in stages]
+
+
+# Power and minimum detectable effect of the design actually registered (`plan`'s MDE lines).
+#
+# Why not (q_conf + q_power) sd / sqrt(n): that shortcut is the normal-theory answer; with the
+# gate's few seeds the power of the paired t at it is 77% (2 seeds, or one seed with a 1-dof A/A
+# source), and it knows nothing of seed stages, whose alpha spending costs power (2 then 4 seeds:
+# 79% O'Brien-Fleming, 64% Pocock at the fixed-design MDE). Here a fixed single look is exact
+# (noncentral t); anything else -- seed stages, an A/A source whose baseline is also the pair's --
+# is simulated with fixed draws: for each draw, the smallest true effect that would proceed, so the
+# power at any effect is the fraction of draws below it and the MDE is their ``power`` quantile.
+# Effects are in units of sd_d (the sd of one seed's paired delta) above ``min_effect``.
+# bench/power_calibration.py checks the printed MDEs through the report's own decision code.
+
+#: Draws behind a simulated power (seeded: `plan` prints the same numbers every time; MC error of
+#: a power near 80% about 0.09 points).
+POWER_DRAWS = 200_000
+_POWER_SEED = 20342
+
+
+@dataclass(frozen=True)
+class PowerDesign:
+    """What decides a gate, as far as its power goes.
+
+    ``stages``: cumulative paired seeds of the full-budget looks (``(n,)`` for a fixed gate;
+    ``(1,)`` one seed bounded by a noise source); ``levels``: each look's one-sided nominal level,
+    any split across variants already applied; ``noise_dof``: one seed with a declared floor, the
+    floor's dof (inf: known); ``aa_seeds``: one seed with k A/A baselines (the k + 1 baselines'
+    run sd x sqrt(2), k dof), at within-seed arm correlation ``rho``; ``futility_confidence``: a
+    non-final seed stage stops for futility when that upper bound is below the bar (obeyed here:
+    `watch` cancels the remaining runs, so power is not counted after it).
+    """
+
+    stages: tuple[int, ...]
+    levels: tuple[float, ...]
+    noise_dof: float = math.inf
+    aa_seeds: int = 0
+    rho: float = 0.0
+    futility_confidence: float = 0.5
+
+    @property
+    def exact(self) -> bool:
+        """One look without an A/A source: the power is a noncentral t (or normal) tail."""
+        return len(self.stages) == 1 and not (self.stages[0] == 1 and self.aa_seeds)
+
+    def how(self) -> str:
+        """How the power was computed, for the line that prints it."""
+        if self.exact:
+            return "exact noncentral t" if self._dof() < math.inf else "exact normal"
+        return f"{POWER_DRAWS} simulated draws, MC error about 0.1 point"
+
+    def _dof(self) -> float:
+        n = self.stages[0]
+        return float(n - 1) if n >= 2 else self.noise_dof
+
+
+def design_for(
+    stages: Sequence[int],
+    alpha: float,
+    spending: str | None = None,
+    variants: int = 1,
+    noise_dof: float = math.inf,
+    aa_seeds: int = 0,
+    rho: float = 0.0,
+    futility_confidence: float = 0.5,
+) -> PowerDesign:
+    """The :class:`PowerDesign` of a registered gate: ``alpha`` split over ``variants`` (Holm's
+    first step for a fixed gate -- a floor on Holm's power --, Bonferroni for designs, as the
+    report), spent over ``stages`` by ``spending`` as the report does (:func:`t_stage_levels`)."""
+    st = tuple(int(n) for n in stages)
+    a = alpha / max(1, variants)
+    levels = tuple(t_stage_levels(st, a, spending or OBRIEN_FLEMING)) if len(st) > 1 else (a,)
+    return PowerDesign(st, levels, float(noise_dof), int(aa_seeds), float(rho), futility_confidence)
+
+
+@functools.lru_cache(maxsize=32)
+def _thresholds(design: PowerDesign) -> np.ndarray:
+    """Per simulated draw, the smallest true effect (sd_d units) at which the design proceeds,
+    sorted. A look at stage k proceeds when mean + effect - c_k se > 0, i.e. effect > u_k =
+    c_k se - mean; a non-final stage stops for futility when effect < f_k = -q_f se - mean; so a
+    draw proceeds iff effect > min_k max(u_k, f_1, ..., f_{k-1})."""
+    rng = np.random.default_rng(_POWER_SEED)
+    st = design.stages
+    if st[0] == 1:  # one seed bounded by k A/A baselines, one of which is the pair's own
+        k, rho = design.aa_seeds, design.rho
+        seed0 = rng.standard_normal(POWER_DRAWS) * math.sqrt(rho)
+        nv, nb = rng.standard_normal((2, POWER_DRAWS)) * math.sqrt(1.0 - rho)
+        others = rng.standard_normal((POWER_DRAWS, k))
+        base = np.column_stack([seed0 + nb, others])
+        sd_d = math.sqrt(2.0 * (1.0 - rho))
+        se = np.std(base, axis=1, ddof=1) * math.sqrt(2.0) / sd_d
+        return np.sort(t_ppf(1.0 - design.levels[0], k) * se - (nv - nb) / sd_d)
+    z = rng.standard_normal((POWER_DRAWS, st[-1]))
+    csum, csq = np.cumsum(z, axis=1), np.cumsum(z * z, axis=1)
+    best = np.full(POWER_DRAWS, np.inf)
+    fut = np.full(POWER_DRAWS, -np.inf)
+    for k, (n, lv) in enumerate(zip(st, design.levels, strict=True)):
+        mean = csum[:, n - 1] / n
+        se = np.sqrt(np.maximum(csq[:, n - 1] - n * mean**2, 0.0) / (n - 1) / n)
+        best = np.minimum(best, np.maximum(t_ppf(1.0 - lv, n - 1) * se - mean, fut))
+        if k < len(st) - 1:
+            fut = np.maximum(fut, -t_ppf(design.futility_confidence, n - 1) * se - mean)
+    return np.sort(best)
+
+
+def design_power(design: PowerDesign, effect: float) -> float:
+    """Probability that ``design`` proceeds when the true effect is ``effect`` sd_d above the bar."""
+    if design.exact:
+        from scipy import stats as st
+
+        n, dof, lv = design.stages[0], design._dof(), design.levels[0]
+        if math.isinf(dof):
+            return float(st.norm.sf(st.norm.isf(lv) - effect * math.sqrt(n)))
+        return float(st.nct.sf(st.t.isf(lv, dof), dof, effect * math.sqrt(n)))
+    thr = _thresholds(design)
+    return float(np.searchsorted(thr, effect, side="left") / thr.size)
+
+
+def design_mde(design: PowerDesign, power: float = 0.8) -> float:
+    """The smallest true effect (sd_d units above the bar) that ``design`` proceeds on with
+    probability ``power``: a root of the exact power, or the ``power`` quantile of the simulated
+    thresholds."""
+    if design.exact:
+        from scipy.optimize import brentq
+
+        hi = 1.0
+        while design_power(design, hi) < power:
+            hi *= 2.0
+            if hi > 1e6:
+                return math.inf
+        return float(brentq(lambda e: design_power(design, e) - power, -hi, hi, xtol=1e-10))
+    return float(np.quantile(_thresholds(design), power))

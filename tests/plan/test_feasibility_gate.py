@@ -69,7 +69,7 @@ def test_gate_lines_floor_mde_and_holm(tmp_path: Path) -> None:
     info, warnings = gate_lines(plan)
     assert warnings == []
     line = next(x for x in info if x.startswith("noise: declared floor"))
-    mde = (1.6449 + 0.8416) * 0.02
+    mde = (1.9600 + 0.8416) * 0.02  # known floor: normal; Holm over v, w: the first step at alpha/2
     assert f"MDE {mde:.3g}" in line and f"{0.01 + mde:.3g}" in line
     assert any("Holm" in x and "v, w" in x for x in info)
     aa = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 3}}}, name="a")))
