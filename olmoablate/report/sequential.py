@@ -26,6 +26,7 @@ from olmoablate.report.verdict import (
     VariantVerdict,
     as_gate,
     evaluate_variant,
+    extension_level,
     quality_check,
 )
 from olmoablate.stats import holm, t_ppf, t_stage_levels
@@ -311,7 +312,10 @@ def apply_design(
             est = estimate(
                 [p.improvement for p in evidence.get(v.variant, []) if p.valid], conf, noise
             )
-            new = quality_check(chk.name, est, cfg.min_effect, conf, cfg.metric, "", legacy)
+            nxt = extension_level(cfg.confidence, extra)
+            new = quality_check(
+                chk.name, est, cfg.min_effect, conf, cfg.metric, "", legacy, nxt
+            )
             chk = replace(
                 chk,
                 outcome=new.outcome,

@@ -30,7 +30,7 @@ from olmoablate.report.noise import (
 )
 from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
 from olmoablate.report.pairing import parity_note
-from olmoablate.stats import p_above, resolve_power, seeds_for_power, seeds_needed
+from olmoablate.stats import p_above, predictive_resolve, predictive_seeds, seeds_needed
 
 #: The verdict words (a gate's and a variant's), spelled here only.
 
@@ -60,17 +60,33 @@ class QualityCheck:
         return {**dataclasses.asdict(self), "estimate": est}  # the estimate's NaNs as null
 
 
+def extension_level(confidence: float, earlier: int = 0) -> float:
+    """The one-sided level seeds added after this look by ``plan --replan`` are tested at: the
+    gate's alpha / (2 + ``earlier``) for a gate with ``earlier`` unplanned registrations already
+    (``report.sequential.apply_design``: alpha / (1 + registrations), Bonferroni over the looks).
+    One home for that rule: the seeds line states its chances at this level."""
+    return (1.0 - confidence) / (2 + max(0, earlier))
+
+
 def seeds_line(
-    est: Estimate, bar: float, confidence: float, legacy: bool = False
+    est: Estimate,
+    bar: float,
+    confidence: float,
+    legacy: bool = False,
+    next_level: float | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """What more seeds would do, at the observed effect and spread: the chance that k paired seeds
-    resolve the gate with its own paired t (a power statement, never "k seeds would resolve it").
-    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for byte)."""
+    """What more seeds would do: the predictive chance that k paired seeds resolve the gate with
+    its own paired t at ``next_level`` (default :func:`extension_level`: the level an unplanned
+    extension is really tested at), averaged over the effect and noise the seeds seen leave
+    uncertain (:func:`olmoablate.stats.predictive_resolve`; a chance, never "k seeds would resolve
+    it"). ``legacy``: the count line of plans from before it (their verdicts reproduced byte for
+    byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
     toward = PROCEED if est.mean > bar else STOP
     if not legacy:
-        return _power_line(est, bar, confidence, toward)
+        level = extension_level(confidence) if next_level is None else next_level
+        return _power_line(est, bar, confidence, toward, level)
     need = seeds_needed(est.mean, est.sd, bar, confidence, known_sd=est.source == FLOOR)
     at = f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed"
     if est.lower > bar or est.upper < bar:
@@ -87,30 +103,38 @@ def seeds_line(
 
 
 def _power_line(
-    est: Estimate, bar: float, confidence: float, toward: str
+    est: Estimate, bar: float, confidence: float, toward: str, level: float
 ) -> tuple[str, int | None, str | None]:
     if est.lower > bar or est.upper < bar:
         return f"seeds needed: resolved ({toward}) with {est.n_seeds} seed(s)", None, toward
     gap = est.mean - bar
-    at = (
-        f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed (plug-in "
-        "estimates; paired t with seeds - 1 dof, the gate's test)"
-    )
     if gap == 0:
         return f"seeds needed: none: the observed effect equals min_effect {bar:g}", None, None
-    nxt = max(2, est.n_seeds + 1)
-    p_next = resolve_power(gap, est.sd, nxt, confidence)
-    hit = seeds_for_power(gap, est.sd, confidence, POWER_TARGET, start=nxt)
+    if not (math.isfinite(est.sd) and est.sd > 0):
+        return "seeds needed: unknown (no spread to extrapolate from)", None, toward
+    n = est.n_seeds
+    # toward stop: the upper bound at the same level, so the mirrored gap
+    g = abs(gap) / est.sd
+    dof = est.dof if n == 1 else math.inf
+    nxt = max(2, n + 1)
+    p_next = float(predictive_resolve(g, n, nxt, level, dof)[0])
+    hit = predictive_seeds(g, n, level, POWER_TARGET, dof)
     line = f"seeds: {nxt} paired seeds give a {p_next:.0%} chance to resolve toward {toward}"
     if hit is not None and hit[0] != nxt:
         line += f", {hit[0]} give {hit[1]:.0%}"
     elif hit is None:
         line += f"; even 200 give less than {POWER_TARGET:.0%}"
-    line += f", {at}; a chance, not a promise"
+    line += (
+        f", with the added seeds tested at one-sided level {level:.3g} (seeds added by "
+        f"`plan --replan` after this look are tested there, not at {1 - confidence:.3g}); "
+        f"predictive: averaged over the effect and noise {n} seed(s) leave uncertain (reference "
+        "prior; calibrated by bench/power_calibration.py), not the power at the observed "
+        "effect; a chance, not a promise"
+    )
     return line, hit[0] if hit else None, toward
 
 
-#: The resolving chance the seeds statement looks for (the k seeds with at least this power).
+#: The resolving chance the seeds statement looks for (the k seeds with at least this chance).
 POWER_TARGET = 0.8
 
 
@@ -122,8 +146,10 @@ def quality_check(
     metric: str,
     way_out: str = "",
     legacy: bool = False,
+    next_level: float | None = None,
 ) -> QualityCheck:
-    """Does the improvement clear ``min_effect`` with confidence (or clearly miss it)?"""
+    """Does the improvement clear ``min_effect`` with confidence (or clearly miss it)?
+    ``next_level``: the level more seeds would be tested at (:func:`seeds_line`)."""
     bar = float(min_effect)
     conf = f"{confidence:.0%}"
     if est is None:
@@ -132,7 +158,7 @@ def quality_check(
         f"{name}: improvement {est.mean:+.4g} (one-sided {conf} bounds [{_fmt(est.lower)}, "
         f"{_fmt(est.upper)}], {est.n_seeds} seed(s), noise: {est.source})"
     )
-    line, need, toward = seeds_line(est, bar, confidence, legacy)
+    line, need, toward = seeds_line(est, bar, confidence, legacy, next_level)
     if not math.isfinite(est.se) or est.source == NONE:
         why = est.source_detail or "the noise cannot be estimated"
         reason = f"{desc}; cannot be bounded: {why}" + (f"; {way_out}" if way_out else "")

@@ -128,11 +128,12 @@ def test_seeds_needed_toward_stop_when_mean_below_min_effect(tmp_path: Path) -> 
     # issue 23: a power statement with the gate's own paired t, never a promise
     assert "3 paired seeds give a" in chk.reason and "chance to resolve toward stop" in chk.reason
     assert f"{chk.seeds_needed} give" in chk.reason and "not a promise" in chk.reason
-    from olmoablate.stats import resolve_power
+    from olmoablate.stats import predictive_resolve
 
-    est = chk.estimate
-    p = resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed, 0.95)
-    assert p >= 0.8 > resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed - 1, 0.95)
+    est = chk.estimate  # issue 34: predictive, at the level added seeds are tested at (alpha/2)
+    g, need = abs(est.mean - 0.01) / est.sd, chk.seeds_needed
+    assert predictive_resolve(g, 2, need, 0.025)[0] >= 0.8 > predictive_resolve(g, 2, need - 1, 0.025)[0]
+    assert "one-sided level 0.025" in chk.reason and "predictive" in chk.reason
 
 
 def _overhead(tmp_path: Path, name: str, var_time: float, jitter: float) -> Report:
