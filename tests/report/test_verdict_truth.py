@@ -279,3 +279,47 @@ def test_unfinished_aa_baseline_is_left_out_not_compared_early(tmp_path: Path) -
     assert rep.noise is not None and rep.noise.runs == ["1B-s0-baseline", "1B-s1-baseline"]
     assert rep.noise.dof == 1
     assert any("1B-s2-baseline not yet at" in n for n in rep.noise_notes)
+
+
+def test_report_states_a_predictive_chance_at_the_extension_level(tmp_path: Path) -> None:
+    """Issue 34 item 5, through `olmoablate report`: after an inconclusive 2-seed look the seeds
+    line's "3 paired seeds give X%" is the predictive chance -- averaged over the effect and the
+    noise two seeds leave uncertain (reference prior: sigma^2 ~ s^2 / chi^2_2, mu ~ N(mean,
+    sigma^2 / 2)) -- that a third seed, pooled with the two and tested at alpha / 2 (how `report`
+    tests seeds added by `plan --replan`), resolves the gate. Checked by drawing that truth and the
+    third seed and deciding each pooled set with the report's own estimate at one-sided 97.5%.
+    On main it was the plug-in power at the observed effect and full alpha: 85% here, where the
+    predictive chance is about 71%."""
+    import re
+
+    from olmoablate.report.noise import estimate
+    from olmoablate.report.sequential import stage_decision
+    from olmoablate.testing import run_cli
+
+    root = tmp_path / "results" / "synth"
+    # per-seed improvements about 0.017 and 0.023: mean 0.02 > min_effect 0.01, inconclusive
+    truth = {"sn_da": ArmTruth(offset=-0.02, seed_offset=-0.006, eval_noise=0.0005)}
+    make_results(root, SynthSpec(gate=BASE, seeds=(0, 1)), truth)
+    out = run_cli("report", "synth", "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    gate = json.loads((root / "gate.json").read_text())
+    chk = gate["variants"][0]["checks"][0]
+    assert chk["outcome"] == "inconclusive"
+    line = chk["seeds_line"]
+    said = re.search(r"3 paired seeds give a (\d+)% chance to resolve toward proceed", line)
+    assert said and "one-sided level 0.025" in line, line
+    per_seed = chk["estimate"]["per_seed"]
+    m, s = float(np.mean(per_seed)), float(np.std(per_seed, ddof=1))
+    rng = np.random.default_rng(3)
+    draws = 3000
+    sigma = s / np.sqrt(rng.chisquare(2, draws))
+    mu = m + sigma / math.sqrt(2) * rng.standard_normal(draws)
+    third = mu + sigma * rng.standard_normal(draws)
+    pooled = np.column_stack([np.tile(per_seed, (draws, 1)), third])
+    se = pooled.std(axis=1, ddof=1) / math.sqrt(3)
+    dec = stage_decision(pooled.mean(axis=1), se, 2, 0.01, 0.025, 0.975, True, 0.5)
+    for x, d in zip(third[:20], dec[:20], strict=True):  # the vectorised rule is the report's
+        est = estimate([[v] for v in [*per_seed, float(x)]], 0.975)
+        assert est is not None and (est.lower > 0.01) == (d == "proceed")
+    p = float(np.mean(dec == "proceed"))
+    assert abs(int(said.group(1)) / 100 - p) <= 0.01 + 3 * math.sqrt(p * (1 - p) / draws), (line, p)
