@@ -1,10 +1,11 @@
-"""The statistics the gate needs: Student-t and noncentral-t, Holm, MDE and seed counts, and the
-alpha-spending boundaries of seed stages (what `plan` prints and `report` decides with).
+"""The statistics the gate needs: Student-t, Holm, seed counts, the alpha-spending boundaries of
+seed stages, the power and MDE of a registered design and the predictive chance of more seeds
+(what `plan` prints and `report` decides with).
 
-Why not scipy: it is not a dependency of olmoablate (the report must run wherever results are
-copied, with the package's own requirements). The t CDF is the regularized incomplete beta
-function, evaluated with the standard continued fraction; the quantile is found by bisection,
-which is plenty fast for the handful of calls a report makes.
+The t CDF is the regularized incomplete beta function, evaluated with the standard continued
+fraction, and the quantile is found by bisection: plenty fast for the handful of calls a report
+makes, and it kept the decisions free of scipy. The power of a design (noncentral t) and its
+root finding use scipy, imported where they are computed.
 """
 
 from __future__ import annotations
@@ -149,80 +150,6 @@ def seeds_needed(
         if q * sd / math.sqrt(n) < gap:
             return n
     return None
-
-
-def mde(
-    sd: float, n: int, confidence: float, power: float = 0.8, dof: float | None = None
-) -> float:
-    """Minimum detectable effect above the bar: (q_conf + q_power) * sd / sqrt(n).
-
-    An effect this far above ``min_effect`` is declared (lower bound > bar) with probability
-    ``power`` when one paired delta has sd ``sd``. ``dof`` None: t with n-1 dof (sd estimated from
-    the seeds); ``math.inf``: known sd (normal).
-    """
-    d = (n - 1) if dof is None else dof
-    if n < 1 or d < 1 or not math.isfinite(sd):
-        return math.inf
-    return (t_ppf(confidence, d) + t_ppf(power, d)) * sd / math.sqrt(n)
-
-
-def nct_sf(c: float, dof: float, nc: float) -> float:
-    """P(T > c) for the noncentral t with ``dof`` degrees of freedom and noncentrality ``nc``.
-
-    T = (Z + nc) / sqrt(V / dof) with V ~ chi^2_dof, so P(T > c) = E_W[1 - Phi(c W / sqrt(dof)
-    - nc)] with W ~ chi_dof; the expectation is one Simpson integral over W (no scipy). ``dof``
-    inf: the normal case 1 - Phi(c - nc).
-    """
-    nd = NormalDist()
-    if math.isinf(dof):
-        return 1.0 - nd.cdf(c - nc)
-    lo = max(0.0, math.sqrt(dof) - 12.0)
-    hi = math.sqrt(dof) + 12.0
-    m = 800
-    h = (hi - lo) / m
-    log_norm = (1.0 - dof / 2.0) * math.log(2.0) - math.lgamma(dof / 2.0)
-    total = 0.0
-    for i in range(m + 1):
-        w = lo + i * h
-        if w <= 0.0:
-            dens = math.sqrt(2.0 / math.pi) if dof == 1 else 0.0
-        else:
-            dens = math.exp(log_norm + (dof - 1.0) * math.log(w) - w * w / 2.0)
-        val = dens * (1.0 - nd.cdf(c * w / math.sqrt(dof) - nc))
-        total += val * (1 if i in (0, m) else (4 if i % 2 else 2))
-    return min(1.0, max(0.0, total * h / 3.0))
-
-
-def resolve_power(gap: float, sd: float, n: int, confidence: float) -> float:
-    """Chance that ``n`` paired seeds resolve the gate (paired t, n - 1 dof, the gate's test)
-    when the true effect is ``gap`` away from the bar and one paired delta has sd ``sd``.
-
-    Toward proceed (gap > 0): P(lower bound > bar); toward stop (gap < 0): P(upper bound < bar);
-    the same number by symmetry. Plug-in: at the observed effect and spread it is an estimate of
-    the chance, not a promise.
-    """
-    if n < 2 or not (math.isfinite(sd) and sd > 0) or not math.isfinite(gap):
-        return math.nan
-    return nct_sf(t_ppf(confidence, n - 1), n - 1, abs(gap) / sd * math.sqrt(n))
-
-
-def seeds_for_power(
-    gap: float, sd: float, confidence: float, power: float = 0.8, start: int = 2, limit: int = 200
-) -> tuple[int, float] | None:
-    """Smallest n >= ``start`` whose :func:`resolve_power` reaches ``power``, with that power."""
-    if not (math.isfinite(sd) and sd > 0) or not math.isfinite(gap) or gap == 0:
-        return None
-    lo = max(2, start)
-    if resolve_power(gap, sd, limit, confidence) < power:
-        return None
-    hi = limit  # the power grows with n: bisect for the smallest n that reaches it
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if resolve_power(gap, sd, mid, confidence) >= power:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, resolve_power(gap, sd, lo, confidence)
 
 
 # Group-sequential boundaries for the gate's seed stages: Lan-DeMets alpha spending (`plan`

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from olmoablate.stats import holm, mde, p_above, seeds_needed, t_cdf, t_ppf
+from olmoablate.stats import design_for, design_mde, holm, p_above, seeds_needed, t_cdf, t_ppf
 
 # (dof, p, t) from standard t tables
 TABLE = [
@@ -59,9 +59,8 @@ def test_holm_step_down() -> None:
 def test_p_above_and_mde() -> None:
     assert p_above(0.05, 0.01, 0.01, math.inf) == pytest.approx(1 - 0.9999683, abs=1e-6)
     assert p_above(0.0, math.nan, 0.01, 3) == 1.0
-    # known sd, one pair: (1.645 + 0.842) * sd
-    assert mde(0.02, 1, 0.95, dof=math.inf) == pytest.approx(2.4865 * 0.02, rel=1e-3)
-    assert mde(0.02, 1, 0.95) == math.inf  # sd to be estimated from one seed: impossible
+    # known sd, one pair: (1.645 + 0.842) sd_d, exactly (normal)
+    assert design_mde(design_for([1], 0.05)) == pytest.approx(2.4865, rel=1e-3)
 
 
 def test_design_mde_has_its_power_through_the_report_decision() -> None:
