@@ -99,6 +99,34 @@ def p_above(mean: float, se: float, bar: float, dof: float) -> float:
     return 1.0 - t_cdf((mean - bar) / se, dof)
 
 
+def chi2_cdf(x: float, dof: float) -> float:
+    """P(X <= x) for a chi-square with ``dof`` degrees of freedom: the regularized lower gamma
+    P(dof/2, x/2) by its power series (fine for the few dof a measured floor has)."""
+    if x <= 0:
+        return 0.0
+    a, h = dof / 2.0, x / 2.0
+    term = total = 1.0 / a
+    for n in range(1, 10_000):
+        term *= h / (a + n)
+        total += term
+        if term < total * 1e-15:
+            break
+    return min(1.0, math.exp(-h + a * math.log(h) - math.lgamma(a)) * total)
+
+
+def chi2_ppf(p: float, dof: float) -> float:
+    """Quantile of the chi-square with ``dof`` degrees of freedom, by bisection."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p}")
+    lo, hi = 0.0, max(1.0, dof)
+    while chi2_cdf(hi, dof) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if chi2_cdf(mid, dof) < p else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def holm(p_values: list[float], alpha: float) -> tuple[list[bool], list[float]]:
     """Holm's step-down procedure: which hypotheses are rejected at family-wise level ``alpha``,
     and the Holm-adjusted p-values (same order as given).
@@ -232,7 +260,14 @@ T_REPS = 400_000
 
 
 def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float]:
-    """One-sided nominal levels of the paired t at cumulative seed stages ``stages``.
+    """One-sided nominal levels of the paired t at cumulative seed stages ``stages`` (computed
+    once per design and process: the report and the bench ask for the same designs often)."""
+    return list(_t_stage_levels(tuple(int(n) for n in stages), float(alpha), kind))
+
+
+@functools.lru_cache(maxsize=64)
+def _t_stage_levels(st: tuple[int, ...], alpha: float, kind: str) -> tuple[float, ...]:
+    """:func:`t_stage_levels`, as a tuple.
 
     Why not only the z-scale levels: matching tail probabilities is an approximation, and with
     few seeds it is off (2 then 4 seeds, O'Brien-Fleming: 5.2% false proceed at nominal 5%,
@@ -242,9 +277,8 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
     not cross earlier, leaving exactly that stage's spend above it -- a fixed-seed simulation of
     ``T_REPS`` draws (deterministic; MC error about 0.0003 on the total level).
     """
-    st = [int(n) for n in stages]
     if len(st) == 1:  # one full-budget look (any noise source): the whole alpha
-        return [alpha]
+        return (alpha,)
     if any(n < 2 for n in st) or any(b <= a for a, b in zip(st, st[1:], strict=False)):
         raise ValueError(f"seed stages must increase from >= 2 seeds, got {st}")
     fr = stage_fractions(st)
@@ -267,7 +301,7 @@ def t_stage_levels(stages: Sequence[int], alpha: float, kind: str) -> list[float
             c = float(live[m]) if 0 <= m < live.size else math.inf
             levels.append(max(1e-12, 1.0 - t_cdf(c, n - 1)))
         alive &= t < c
-    return levels
+    return tuple(levels)
 
 
 def stage_fractions(stages: Sequence[int]) -> list[float]:
@@ -484,3 +518,189 @@ def predictive_seeds(
         else:
             lo = mid + 1
     return lo, p(lo)
+
+
+# -- Futility looks under two interim information models (docs/gate-statistics.md, "Futility
+# under two interim models, and shared floors"). Units: sd_d = 1 (the sd of one seed's paired
+# delta at the full budget). What an interim delta at token fraction f is worth is an assumption:
+# PRECISE: as precise as the final one (sd 1, correlation INTERIM_CORR with it) -- optimistic;
+# BROWNIAN: the textbook information model, the delta at f is the final one's Brownian path at f
+# averaged, sd 1/sqrt(f), correlation sqrt(f) with the final -- conservative.
+
+PRECISE, BROWNIAN = "precise", "brownian"
+INTERIM_MODELS = (PRECISE, BROWNIAN)
+#: The precise model's correlation of an interim delta with the final one (the bench's r).
+INTERIM_CORR = 0.7
+#: The most power futility looks may cost at any true effect under the Brownian model: the
+#: calibrated futility confidence is the smallest (>= the declared one) that keeps this.
+FUTILITY_POWER_COST = 0.01
+#: The power `plan` promises at bar + MDE (and so above it).
+POWER_PROMISED = 0.8
+#: Draws per effect of the fixed-seed simulation that calibrates futility bounds.
+F_REPS = 20_000
+#: Effects (delta - bar, in units of sd_d / sqrt(last stage's seeds)) the calibration checks.
+F_GRID = (*(0.5 * i for i in range(17)), 10.0, 12.0, 16.0, 24.0)
+
+
+@dataclass(frozen=True)
+class FutilityDraws:
+    """One simulated design at one true effect: per draw, each look's standardized statistic
+    (mean - bar) / se. ``looks``: (kind, tokens spent by then as seeds x fraction, dof,
+    statistics), interim looks first, then the seed stages; ``crit``: each stage's proceed
+    threshold on that statistic (t quantile at 1 - its level)."""
+
+    looks: tuple[tuple[str, float, float, np.ndarray], ...]
+    crit: tuple[float, ...]
+    n_max: int
+
+
+def futility_draws(
+    stages: Sequence[int],
+    interim: Sequence[float],
+    alpha: float,
+    kind: str,
+    floor_dof: float,
+    effect: float,
+    model: str,
+    reps: int,
+    rng: np.random.Generator,
+) -> FutilityDraws:
+    """Draws of a design with true effect ``effect`` = delta - bar (sd_d = 1) under ``model``.
+    One first-stage seed: its se is the floor (sd 1 measured with ``floor_dof`` dof, inf:
+    known), scaled by 1 / sqrt(f) at an interim look at fraction f (a floor for the interim's
+    information); several: the seeds' own spread at that look (paired t, n - 1 dof)."""
+    st = [int(n) for n in stages]
+    fr = [float(f) for f in interim]
+    n1, nk = st[0], st[-1]
+    final = rng.standard_normal((reps, nk))
+    if n1 == 1:
+        s_floor = (
+            np.ones(reps)
+            if math.isinf(floor_dof)
+            else np.sqrt(rng.chisquare(floor_dof, reps) / floor_dof)
+        )
+    looks: list[tuple[str, float, float, np.ndarray]] = []
+    if fr:
+        if model == BROWNIAN:  # W(f) at the looks, then W(1) = the final noise of stage 1
+            cuts = [*fr, 1.0]
+            incs = rng.standard_normal((reps, n1, len(cuts))) * np.sqrt(np.diff([0.0, *cuts]))
+            path = np.cumsum(incs, axis=2)
+            final[:, :n1] = path[:, :, -1]
+            interim_d = [path[:, :, j] / f for j, f in enumerate(fr)]
+        elif model == PRECISE:
+            r = INTERIM_CORR
+            interim_d = [
+                r * final[:, :n1] + math.sqrt(1 - r * r) * rng.standard_normal((reps, n1))
+                for _ in fr
+            ]
+        else:
+            raise ValueError(f"unknown interim model {model!r} (allowed: {INTERIM_MODELS})")
+        for f, d in zip(fr, interim_d, strict=True):
+            if n1 == 1:
+                stat, dof = (effect + d[:, 0]) * math.sqrt(f) / s_floor, floor_dof
+            else:
+                sd = d.std(axis=1, ddof=1) / math.sqrt(n1)
+                stat, dof = (effect + d.mean(axis=1)) / sd, float(n1 - 1)
+            looks.append(("interim", n1 * f, dof, stat))
+    levels = t_stage_levels(st, alpha, kind)
+    crit: list[float] = []
+    for n, lv in zip(st, levels, strict=True):
+        d = final[:, :n]
+        if n == 1:
+            stat, dof = (effect + d[:, 0]) / s_floor, floor_dof
+        else:
+            stat = (effect + d.mean(axis=1)) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+            dof = float(n - 1)
+        looks.append(("seeds", float(n), dof, stat))
+        crit.append(t_ppf(1.0 - lv, dof) if dof >= 1 else math.inf)
+    return FutilityDraws(tuple(looks), tuple(crit), nk)
+
+
+def futility_outcome(
+    draws: FutilityDraws, interim_confidence: float | None, stage_confidence: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per draw: proceeded (bool) and variant-arm tokens spent as a share of the fixed design
+    with the last stage's seeds. The rules are the report's: an interim look stops when the
+    upper bound at ``interim_confidence`` is below the bar; a seed stage proceeds above its
+    threshold, else (not the last) stops for futility when the upper bound at
+    ``stage_confidence`` (default: the interim one) is below it. None: no such stops."""
+    if stage_confidence is None:
+        stage_confidence = interim_confidence
+    reps = draws.looks[0][3].shape[0]
+    alive = np.ones(reps, dtype=bool)
+    proceed = np.zeros(reps, dtype=bool)
+    tokens = np.zeros(reps)
+    stages = [lk for lk in draws.looks if lk[0] == "seeds"]
+    spent_before = 0.0
+    for kind, tok, dof, stat in draws.looks:
+        conf = interim_confidence if kind == "interim" else stage_confidence
+        q = (  # no futility, or no noise to bound with: never stop
+            math.inf if conf is None or dof < 1 else _t_ppf_cached(conf, dof)
+        )
+        if kind == "interim":
+            stop = alive & (stat + q < 0)
+            tokens[stop] += tok
+            alive &= ~stop
+            continue
+        k = next(i for i, lk in enumerate(stages) if lk[1] == tok)
+        tokens[alive] += tok - spent_before
+        spent_before = tok
+        up = alive & (stat > draws.crit[k])
+        proceed |= up
+        alive &= ~up
+        if k == len(stages) - 1:
+            break
+        alive &= ~(stat + q < 0)
+    return proceed, tokens / draws.n_max
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_ppf_cached(p: float, dof: float) -> float:
+    return t_ppf(p, dof)
+
+
+@functools.lru_cache(maxsize=256)
+def calibrated_futility(
+    stages: tuple[int, ...],
+    interim: tuple[float, ...],
+    alpha: float,
+    kind: str,
+    floor_dof: float,
+    declared: float,
+) -> float:
+    """The confidence a design's interim (token-fraction) looks use: the smallest at or above
+    ``declared`` with which all its futility stops (interim looks, and seed stages at the
+    declared confidence) cost at most FUTILITY_POWER_COST of power at every effect of F_GRID
+    where the design without futility has POWER_PROMISED, under the Brownian model (fixed-seed
+    simulation, common draws across confidences: deterministic). Why: with the declared bound
+    (0.5: stop when the interim mean is below the bar) a noisy interim delta stops real effects
+    (one seed, looks at 25%/50%: 5 points of power at 4x the bar). Seed stages keep the
+    declared confidence: a full-budget look is as precise under either model. If they alone
+    cost more than the budget, the interim looks get the largest confidence (0.999)."""
+    if not interim:
+        return declared
+    rng = np.random.default_rng(20262)
+    nk = stages[-1]
+    sets: list[tuple[FutilityDraws, np.ndarray]] = []
+    for g in F_GRID:
+        dr = futility_draws(
+            stages, interim, alpha, kind, floor_dof, g / math.sqrt(nk), BROWNIAN, F_REPS, rng
+        )
+        base = futility_outcome(dr, None)[0]
+        if base.mean() >= POWER_PROMISED or (g == F_GRID[-1] and not sets):
+            sets.append((dr, base))  # where `plan` promises power: bar + MDE and above
+
+    def cost(c: float) -> float:
+        return max(
+            float(np.mean(base & ~futility_outcome(dr, c, declared)[0])) for dr, base in sets
+        )
+
+    if cost(declared) <= FUTILITY_POWER_COST:
+        return declared
+    lo, hi = declared, 0.999
+    if cost(hi) > FUTILITY_POWER_COST:
+        return hi
+    for _ in range(14):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if cost(mid) <= FUTILITY_POWER_COST else (mid, hi)
+    return round(hi, 4)

@@ -9,6 +9,13 @@ installs it; nothing is downloaded at training time.
 Determinism: documents are sorted by their path relative to the source folder, so the same
 package version gives byte-identical token files on every machine (checked through the
 manifest's ``source.sha256``).
+
+Which version: the shipped BPE was trained on one corpus, python3.11-doc 3.11.2-6+deb12u9
+(:attr:`CorpusSource.pinned_version`, content hash :attr:`CorpusSource.pinned_sha256`). Debian
+bookworm's main archive has 3.11.2-6+deb12u8 (same 497 files, four of them with other text) and a
+machine may have either installed; ``scripts/prepare-data.sh`` unpacks the pinned .deb under
+``data/.cache`` when the installed one is another, and the manifest records the version and
+content hash the token files were made from (``source.package_version``, ``source.sha256``).
 """
 
 from __future__ import annotations
@@ -48,6 +55,17 @@ class CorpusSource:
     debian_package: str
     licence: str
     description: str
+    #: The package version the shipped tokenizers were trained on and its :func:`corpus_sha256`
+    #: (the demo's numbers and the BPE provenance test are for this corpus).
+    pinned_version: str | None = None
+    pinned_sha256: str | None = None
+
+    def pinned_dir(self, cache: Path = Path("data/.cache")) -> Path | None:
+        """Where ``prepare-data.sh`` unpacks the pinned .deb (None: no pin)."""
+        if self.pinned_version is None:
+            return None
+        root = cache / f"{self.debian_package}_{self.pinned_version}"
+        return root / self.default_dir.relative_to("/")
 
 
 SOURCES: dict[str, CorpusSource] = {
@@ -58,6 +76,8 @@ SOURCES: dict[str, CorpusSource] = {
         debian_package="python3.11-doc",
         licence="PSF License Version 2 (Python documentation)",
         description="reStructuredText sources of the Python 3.11 documentation",
+        pinned_version="3.11.2-6+deb12u9",
+        pinned_sha256="a562bb4c7d19b6a91fd5866af451e60f3d5738d4075d922d8b4c48885dccb039",
     ),
 }
 
@@ -117,6 +137,36 @@ def corpus_sha256(docs: list[Document]) -> str:
         digest.update(hashlib.sha256(doc.path.read_bytes()).hexdigest().encode("ascii"))
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def package_version(source: CorpusSource, source_dir: Path | None = None) -> str | None:
+    """The Debian version of the package the documents come from (None: unknown), from the
+    package's own ``changelog.Debian.gz`` next to the documents (``/usr/share/doc/<package>``
+    for an installed package and for a .deb unpacked with ``dpkg-deb -x`` into any root), so
+    it names the files read, not whatever dpkg says is installed elsewhere."""
+    import gzip
+    import re
+
+    root = source_dir if source_dir is not None else source.default_dir
+    try:
+        doc_root = root.resolve().parents[2]  # <root>/usr/share/doc/python3.11/html/_sources
+        with gzip.open(doc_root / source.debian_package / "changelog.Debian.gz", "rt") as fh:
+            first = fh.readline()
+    except (OSError, IndexError, EOFError):
+        return None
+    found = re.match(r"\S+ \(([^)\s]+)\)", first)
+    return found.group(1) if found else None
+
+
+def corpus_note(source: CorpusSource, version: str | None, sha256: str) -> str | None:
+    """Why this corpus is not the one the shipped tokenizers were trained on (None: it is)."""
+    if source.pinned_sha256 is None or sha256 == source.pinned_sha256:
+        return None
+    return (
+        f"{source.debian_package} {version or '(version unknown)'} (corpus sha256 "
+        f"{sha256[:12]}…) is not the corpus the shipped BPE was trained on "
+        f"({source.pinned_version}, {source.pinned_sha256[:12]}…)"
+    )
 
 
 def batched(items: list[Document], size: int) -> Iterator[list[Document]]:

@@ -19,6 +19,7 @@ identical on every machine.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -42,10 +43,12 @@ from olmoablate.data.corpus import (
     Manifest,
     _make_readable,
     batched,
+    corpus_note,
     corpus_sha256,
     describe,
     get_source,
     list_documents,
+    package_version,
     read_text,
     verify,
 )
@@ -134,6 +137,7 @@ def _prepare_locked(
             reason = f"rebuilding: {err}"
         else:
             if existing.inputs == wanted:
+                existing = _with_provenance(existing, src, sdir)
                 return PrepareResult(existing, True, "up to date (inputs and checksums match)")
             reason = "rebuilding: inputs changed"
     else:
@@ -225,6 +229,7 @@ def _prepare_locked(
             "pattern": f"**/*{src.suffix}",
             "debian_package": src.debian_package,
             "licence": src.licence,
+            **_provenance(src, sdir, source_hash),
         },
         stats=_stats(arrays, vocab.vocab_size),
         tokenizer_extra=_bpe_provenance(vocab, bpe_texts, heldout_every),
@@ -232,6 +237,36 @@ def _prepare_locked(
     write_json_atomic(out / MANIFEST_NAME, manifest.to_dict())
     _make_readable(out / MANIFEST_NAME)
     return PrepareResult(manifest, False, reason)
+
+
+def _provenance(src: CorpusSource, sdir: Path | None, source_hash: str) -> dict[str, Any]:
+    """The manifest's word on which corpus version the files were made from: the package
+    version read next to the documents, and whether it is the pinned corpus the shipped BPE was
+    trained on (why the demo's numbers may differ between machines, issue 35)."""
+    version = package_version(src, sdir)
+    note = corpus_note(src, version, source_hash)
+    if note is not None:
+        log.warning(f"{note}: the demo's numbers will differ from the pinned corpus's")
+    return {
+        "package_version": version,
+        "pinned": {
+            "version": src.pinned_version,
+            "sha256": src.pinned_sha256,
+            "matches": note is None,
+        },
+    }
+
+
+def _with_provenance(manifest: Manifest, src: CorpusSource, sdir: Path | None) -> Manifest:
+    """An up-to-date folder made before the manifest recorded the corpus version: the fields
+    added (only the manifest is rewritten; its checksums and inputs are unchanged)."""
+    if "package_version" in manifest.extra and "pinned" in manifest.extra:
+        return manifest
+    extra = {**manifest.extra, **_provenance(src, sdir, manifest.source_sha256)}
+    updated = dataclasses.replace(manifest, extra=extra)
+    write_json_atomic(manifest.dir / MANIFEST_NAME, updated.to_dict())
+    _make_readable(manifest.dir / MANIFEST_NAME)
+    return updated
 
 
 def _stats(arrays: dict[str, Any], vocab_size: int) -> dict[str, Any]:
@@ -330,9 +365,11 @@ def prepare_command(
         )
         m = result.manifest
         verb = "kept" if result.skipped else "wrote"
+        version = m.extra.get("package_version") or "version unknown"
         typer.echo(
-            f"{verb} {m.dir} ({vocab.name}, {m.dtype}; {result.reason}); source {m.source}: "
-            f"{m.file_count} files from {m.source_dir}, {time.perf_counter() - started:.1f}s"
+            f"{verb} {m.dir} ({vocab.name}, {m.dtype}; {result.reason}); source {m.source} "
+            f"{version} (corpus sha256 {m.source_sha256[:12]}…): {m.file_count} files from "
+            f"{m.source_dir}, {time.perf_counter() - started:.1f}s"
         )
         typer.echo(describe(m))
 

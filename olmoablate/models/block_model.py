@@ -48,3 +48,19 @@ def model_part(key: str) -> BlockModel:
             f"block {key!r}: {block.model!r} is not an olmoablate.models.block_model.BlockModel"
         )
     return part
+
+
+#: Set while the job's cost proof (:mod:`olmoablate.run.proof`) runs a replica on fake tensors.
+_COST_PROOF = False
+
+
+def in_cost_proof() -> bool:
+    """True while the job's FLOP proof runs the model on fake tensors (shapes, no values).
+
+    Why: a forward that branches on a tensor's *values* (``if not torch.isfinite(x).all():``)
+    cannot run there - fake tensors have no values - so the proof would refuse the block. A check
+    that only guards (raises or logs, computes nothing the step's cost depends on) may skip itself
+    with ``if not in_cost_proof() and not torch.isfinite(x).all(): ...``; anything that computes
+    should be written without Python branching (``torch.where``, ``torch.nan_to_num``).
+    """
+    return _COST_PROOF

@@ -142,8 +142,13 @@ def _recorded(arg: str, results_root: Path) -> Plan:
     from olmoablate.plan.layout import resolve_results
     from olmoablate.plan.planfile import Plan
 
-    layout = resolve_results(arg, results_root)
-    plan = Plan.load(layout.plan_path)
+    path = Path(arg)
+    if path.is_file() and path.suffix == ".json":
+        # that file itself: a plan.json kept aside before a re-plan (old.json) used to resolve
+        # to its spec's current plan.json, so old vs new said "same identity" (issue 35, case 4)
+        plan = Plan.load(path)
+    else:
+        plan = Plan.load(resolve_results(arg, results_root).plan_path)
     if plan.identity is None:
         from olmoablate.plan.store import identify
 

@@ -10,16 +10,31 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from olmoablate.plan import accounting as acc
 from olmoablate.plan import checks as downstream
 from olmoablate.plan import checks as spec_paths
-from olmoablate.plan.gate import SequentialDesign
+from olmoablate.plan.gate import MIN_FLOOR_PAIRS, Gate, SequentialDesign
 from olmoablate.plan.load import LoadedSpec, Problem
 from olmoablate.plan.metrics import downstream_suffixes, is_eval, split_downstream
 from olmoablate.plan.planfile import GateRegistration, Plan, RunEntry
 from olmoablate.plan.schema import computes_in_bf16
 from olmoablate.plan.sizes import gpu_memory_gb
-from olmoablate.stats import PowerDesign, design_for, design_mde, t_stage_levels
+from olmoablate.stats import (
+    BROWNIAN,
+    FUTILITY_POWER_COST,
+    INTERIM_MODELS,
+    POWER_PROMISED,
+    FutilityDraws,
+    PowerDesign,
+    calibrated_futility,
+    design_for,
+    design_mde,
+    futility_draws,
+    futility_outcome,
+    t_stage_levels,
+)
 
 
 @dataclass
@@ -331,18 +346,42 @@ def _mde_how(d: PowerDesign, variants: int, spending: str | None) -> str:
     return f"{looks}{split}; {d.how()}"
 
 
-def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: int) -> list[str]:
-    """The pre-registered looks and their boundaries, before any GPU time is spent."""
+def design_lines(
+    design: SequentialDesign,
+    n: int,
+    bar: float,
+    alpha: float,
+    m: int,
+    floor_dof: float = math.inf,
+    variant_h: float = 0.0,
+    simulate: bool = False,
+) -> list[str]:
+    """The pre-registered looks and their boundaries, before any GPU time is spent; with
+    ``simulate`` (`plan`), what the futility looks cost under both interim models.
+    ``floor_dof``: the one-seed noise source's dof; ``variant_h``: the GPU-hours of every
+    variant arm the fixed design would train."""
     stages = list(design.seed_stages) or [n]
     a = alpha / max(1, m)
     levels = t_stage_levels(stages, a, design.spending)
+    one = stages[0] == 1
+    futile = bool(design.interim) or len(stages) > 1
+    fq = design.futility_confidence
+    if simulate and futile and stages[0] >= 1:
+        fq = calibrated_futility(
+            tuple(stages), tuple(design.interim), a, design.spending,
+            floor_dof if one else math.inf, design.futility_confidence,
+        )  # fmt: skip
+    bound = f"the {fq:.1%} upper bound" if simulate else f"the upper bound (>= {fq:.0%})"
     looks = [
-        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if the "
-        f"{design.futility_confidence:.0%} upper bound < {bar:g}, never proceed"
+        f"interim at {f:.0%} of tokens ({stages[0]} seed(s)): stop for futility if "
+        f"{bound} < {bar:g}"
+        + (f" (noise: the floor's sd / sqrt({f:g}))" if one else "")
+        + ", never proceed"
         for f in design.interim
     ]
     looks += [
-        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} (t, {k - 1} dof)"
+        f"full budget, {k} seed(s): proceed if the one-sided p <= {lv:.3g} "
+        + (f"(t, {k - 1} dof)" if k >= 2 else "(with the one-seed noise source)")
         for k, lv in zip(stages, levels, strict=True)
     ]
     head = (
@@ -350,7 +389,67 @@ def design_lines(design: SequentialDesign, n: int, bar: float, alpha: float, m: 
         + (f" = {alpha:.3g} / {m} variants" if m > 1 else "")
         + "; futility is non-binding: `olmoablate watch SPEC` cancels, resuming is allowed): "
     )
-    return [head + "; ".join(f"look {i} of {len(looks)}: {t}" for i, t in enumerate(looks, 1))]
+    out = [head + "; ".join(f"look {i} of {len(looks)}: {t}" for i, t in enumerate(looks, 1))]
+    if simulate and futile and stages[0] >= 1:
+        out.append(futility_line(design, stages, a, floor_dof, fq, variant_h))
+    return out
+
+
+#: Draws per cell of `plan`'s futility statement (MC SE about 0.3 points).
+PLAN_REPS = 20_000
+
+
+def futility_line(
+    design: SequentialDesign,
+    stages: list[int],
+    alpha: float,
+    floor_dof: float,
+    fq: float,
+    variant_h: float,
+) -> str:
+    """What the futility looks cost under both interim models (docs/gate-statistics.md, "Futility
+    under two interim models"): power lost at bar + MDE (the effect where the design without
+    futility proceeds 80% of the time), and the share of the fixed design's variant-arm tokens
+    (and GPU-hours) a variant exactly at the bar (the costliest null) spends. Why both: the
+    futility bound is chosen under the Brownian model (an interim delta at fraction f has sd
+    1/sqrt(f) of the final one's); the optimistic model (as precise as the final) is what the
+    older "at no power cost" claim assumed. Fixed-seed simulations: the same numbers each run."""
+    nk, fr, kind = stages[-1], tuple(design.interim), design.spending
+    declared = design.futility_confidence
+    dof = floor_dof if stages[0] == 1 else math.inf
+
+    def draws(effect: float, model: str, seed: int) -> FutilityDraws:
+        rng = np.random.default_rng(seed)
+        return futility_draws(stages, fr, alpha, kind, dof, effect, model, PLAN_REPS, rng)
+
+    lo, hi = 0.0, 40.0 / math.sqrt(nk)  # the MDE effect (sd_d above the bar), by bisection
+    for _ in range(16):
+        mid = 0.5 * (lo + hi)
+        p = float(futility_outcome(draws(mid, BROWNIAN, 7), None)[0].mean())
+        lo, hi = (mid, hi) if p < POWER_PROMISED else (lo, mid)
+    eff = hi
+    parts, toks = [], []
+    for model in INTERIM_MODELS:
+        dr = draws(eff, model, 8)
+        base, now = futility_outcome(dr, None)[0], futility_outcome(dr, fq, declared)[0]
+        parts.append(f"{model} {100 * float((base & ~now).mean()):.1f}")
+        tok = float(futility_outcome(draws(0.0, model, 9), fq, declared)[1].mean())
+        toks.append(f"{model} {tok:.0%}" + (f" ({tok * variant_h:.4g} GPU-h)" if variant_h else ""))
+    raised = (
+        ""
+        if fq == design.futility_confidence
+        else f", raised from the declared {design.futility_confidence:.0%}"
+    )
+    return (
+        f"futility looks (upper bound at {fq:.1%}{raised}; chosen so they cost <= "
+        f"{FUTILITY_POWER_COST:.0%} of power wherever the design has >= {POWER_PROMISED:.0%}, "
+        f"under the Brownian interim model): power lost at bar + MDE ({eff:.3g} sd_d above the "
+        f"bar, {POWER_PROMISED:.0%} without futility), in points: {', '.join(parts)}; a variant "
+        f"exactly at the bar spends {', '.join(toks)} of the fixed design's variant-arm tokens"
+        + (f" ({variant_h:.4g} GPU-h)" if variant_h else "")
+        + " (interim models: precise = as precise as the final delta, optimistic; brownian = "
+        "sd 1/sqrt(f) at fraction f, conservative)"
+    )
 
 
 def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[str]]:
@@ -401,6 +500,15 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
         )
         lines.append(src)
     elif n == 1 and floor is not None:
+        pairs = fdof + 1
+        if math.isfinite(fdof) and pairs < MIN_FLOOR_PAIRS:
+            warnings.append(
+                f"gate.noise.floor is measured from only {pairs:g} seed pairs (fewer than "
+                f"{MIN_FLOOR_PAIRS}): the gate's {1 - conf:.0%} false-proceed rate is an average "
+                "over floor measurements; given one floor it can be far higher, and every gate "
+                f"using this floor errs together (the report shows the range); re-measure it "
+                f"from >= {MIN_FLOOR_PAIRS} seed pairs"
+            )
         d = design_for([1], alpha, variants=fam, noise_dof=fdof)
         m = design_mde(d, POWER) * floor
         how = "known: normal bound" if math.isinf(fdof) else f"t bound with {fdof:g} dof"
@@ -437,7 +545,13 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
         )
         lines.append("noise choices for one seed: " + "; ".join(opts))
     if g.sequential is not None:
-        lines.extend(design_lines(g.sequential, n, g.min_effect, 1.0 - conf, len(variants)))
+        one_dof = fdof if floor is not None else (float(k) if k else math.inf)
+        lines.extend(
+            design_lines(
+                g.sequential, n, g.min_effect, 1.0 - conf, len(variants), one_dof,
+                n * sum(_hours(plan, stage, v) for v in variants), simulate,
+            )
+        )  # fmt: skip
     if g.rule == "complementary":
         lines.append(
             f"factorial: one verdict on {g.combined} from the per-seed interaction and margins "
@@ -626,10 +740,12 @@ def _expected_width(plan: Plan, n: int) -> list[str]:
     ]
 
 
-def carry_registrations(old: Any, plan: Plan) -> Plan:
+def carry_registrations(old: Any, plan: Plan, after_runs: bool = True) -> Plan:
     """``plan`` with each gate's earlier registrations from the plan.json it replaces (``old``,
-    parsed, unvalidated), so seeds added by ``plan --replan`` stay visible to the report. Kept
-    when seeds or gate hash differ; an old plan without design records has top-level ``seeds``."""
+    parsed, unvalidated), so a gate changed by ``plan --replan`` stays visible to the report. Kept
+    when seeds or gate hash differ, with the block it registered and ``after_runs`` (whether runs
+    had started: a look was possible); an old plan without design records has top-level
+    ``seeds``."""
     if not isinstance(old, dict) or not isinstance(old.get("gates"), list):
         return plan
     prior = {g.get("name"): g for g in old["gates"] if isinstance(g, dict)}
@@ -646,7 +762,18 @@ def carry_registrations(old: Any, plan: Plan) -> Plan:
                         created=str(old.get("created", "")),
                         seeds=list(seeds) if isinstance(seeds, list) else None,
                         gate_sha256=o.get("gate_sha256"),
+                        gate=_recorded_gate(o.get("gate")),
+                        after_runs=after_runs,
                     )
                 )
         entries.append(e.model_copy(update={"history": hist}))
     return plan.model_copy(update={"gates": entries})
+
+
+def _recorded_gate(block: Any) -> Gate | None:
+    """The replaced plan's gate block as the schema's model (None when it no longer validates:
+    the report then treats the registration's gate as unknown)."""
+    try:
+        return Gate.model_validate(block) if isinstance(block, dict) else None
+    except ValueError:
+        return None

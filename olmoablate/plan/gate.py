@@ -35,6 +35,10 @@ LEGACY_FLOOR = "legacy_floor"
 FLOOR_FORM = "{sd: <sd of the paired delta>, pairs: <seed pairs it was measured from>}"
 
 
+#: A floor from fewer seed pairs than this is a warning in `plan` and `report`.
+MIN_FLOOR_PAIRS = 5
+
+
 class NoiseFloor(Strict):
     """A paired-delta sd measured earlier. Why ``pairs``: an sd from n seed pairs has n - 1 dof;
     taken as exact, a one-seed gate falsely proceeds 12% (3 pairs) or 8.7% (5) at nominal 5%.

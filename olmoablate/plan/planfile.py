@@ -30,6 +30,7 @@ from olmoablate.io import (
     InputLimitError,
     parse_json_bounded,
     read_bytes_bounded,
+    sha256_of,
     write_json_atomic,
 )
 from olmoablate.plan.arch import Architecture
@@ -222,11 +223,32 @@ class Pair(PlanModel):
 
 
 class GateRegistration(PlanModel):
-    """An earlier pre-registration of a gate, kept by ``plan --replan`` (what it overwrote)."""
+    """An earlier pre-registration of a gate, kept by ``plan --replan`` (what it overwrote).
+    ``gate``: the block it registered, so the report can still decide with it (the gate in force
+    at the first look spent the level; docs/gate-statistics.md); ``after_runs``: whether runs of
+    the spec had started when it was replaced (a look was possible). Both absent in plans from
+    before them: the block is then unknown and a look is assumed."""
 
     created: str
     seeds: list[int] | None
     gate_sha256: str | None
+    gate: Gate | None = None
+    after_runs: bool | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:  # an old plan's record round-trips as written
+        out = handler(self)
+        for k in ("gate", "after_runs"):
+            if out.get(k) is None:
+                out.pop(k, None)
+        return out
+
+    def block(self, current: GateEntry) -> Gate | None:
+        """The gate this registration decided with: its recorded block when it matches its hash,
+        the current block when the hashes agree (only the seeds changed), else None (unknown)."""
+        if self.gate is not None and sha256_of(self.gate.model_dump(mode="json")) == self.gate_sha256:
+            return self.gate
+        return current.gate if self.gate_sha256 == current.gate_sha256 else None
 
 
 class LadderTarget(PlanModel):

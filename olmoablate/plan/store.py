@@ -47,7 +47,7 @@ def default_store() -> str:
 FULL_HASH_BYTES = 1 << 28
 SAMPLES = 64
 BLOCK = 1 << 20
-_CACHE = "data-fingerprints-v1"
+_CACHE = "data-fingerprints-v2"
 #: Entries the fingerprint cache keeps: a few recipes' worth of token shards (each entry is one
 #: small file), so re-planning never re-reads hundreds of GB because the cache forgot them.
 CACHE_ENTRIES = 4096
@@ -76,15 +76,19 @@ def _local(path: str, workdir: Path) -> Path | None:
     return p if p.is_file() else None
 
 
-def fingerprint(path: str, workdir: str | Path = ".") -> str | None:
-    """``sha256:<hex>`` (whole file) or ``sampled-sha256:<size>:<hex>``; None if not local."""
+def fingerprint(path: str, workdir: str | Path = ".", *, fresh: bool = False) -> str | None:
+    """``sha256:<hex>`` (whole file) or ``sampled-sha256:<size>:<hex>``; None if not local.
+    ``fresh``: read the bytes even when the cache knows this path, size and mtime (the job's
+    check: a file rewritten with its size and mtime kept would pass the cache)."""
     p = _local(path, Path(workdir))
     if p is None:
         return None
     real = p.resolve()
     st = real.stat()
-    key = json.dumps([str(real), st.st_size, st.st_mtime_ns])
-    hit = user_cache_get(_CACHE, key)
+    # inode and ctime too: a file rewritten in place with its size and mtime restored
+    # (`touch -r`, `cp -p` over it) gets a new ctime, which no user call can set back
+    key = json.dumps([str(real), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns])
+    hit = None if fresh else user_cache_get(_CACHE, key)
     if isinstance(hit, str):
         return hit
     if st.st_size <= FULL_HASH_BYTES:
@@ -106,6 +110,69 @@ def data_paths(run: dict[str, Any]) -> list[str]:
     out = list(run["training"]["data"].get("paths") or [])
     for files in (run.get("evaluation", {}).get("lm_sets") or {}).values():
         out.extend(files)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DataChange:
+    """A data file whose content is not what the plan's identity recorded."""
+
+    path: str  # as written in the spec
+    recorded: str
+    now: str
+
+    def line(self, plan: Plan, executor: str = "local") -> str:
+        """One line: what changed and the commands that train the new bytes under their own
+        identity (every run reading the file that already has a folder is redone). Paths are
+        shown from the plan's working directory, where `plan` was run (the 500-character
+        status reason must hold both commands)."""
+        res = plan.path.parent if plan.path is not None else Path("results") / plan.spec_name
+        readers = [r.run_id for r in plan.runs if self.path in data_paths(r.as_json())]
+        started = [r for r in readers if (res / "runs" / r / IDENTITY_FILE).is_file()]
+        redo = "".join(f" --redo {r}" for r in started[:4])
+        if len(started) > 4:
+            redo = " --redo RUN_ID for each of its runs (`olmoablate status` lists them)"
+        shown, where = _from(self.path, plan.workdir), _from(str(res), plan.workdir)
+        return (
+            f"{shown}: data changed since `plan` ({_shown(self.recorded)} planned, now {_shown(self.now)}); not "
+            f"trained under the planned identity. Run `olmoablate plan {where} --replan`, then "
+            f"`olmoablate submit {where} --executor {executor}{redo}`"
+        )
+
+
+def _from(path: str, workdir: str) -> str:
+    """``path`` relative to ``workdir`` when under it (as the user typed it there), else as is."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(workdir)).as_posix()
+    except ValueError:
+        return path
+
+
+def data_changes(plan: Plan, run_ids: list[str], *, fresh: bool) -> list[DataChange]:
+    """The data files of ``run_ids`` whose fingerprint differs from plan.json's ``identity.data``
+    (each file once). ``fresh`` (the job, once per start): the bytes are hashed again by the
+    rule `plan` used (whole sha256 up to :data:`FULL_HASH_BYTES`, else the sampled blocks, so a
+    job reads at most 256 MiB or 64 MiB per file); otherwise (`submit`) the size+mtime cache
+    answers for unchanged files. A path that was not a local file at plan time is named by
+    where it is read, not by content, and is not checked (nothing to compare)."""
+    if plan.identity is None:
+        return []
+    out: list[DataChange] = []
+    seen: set[str] = set()
+    for rid in run_ids:
+        for p in data_paths(plan.run(rid).as_json()):
+            recorded = plan.identity.data.get(p)
+            if p in seen or not recorded or recorded.startswith("path:"):
+                continue
+            seen.add(p)
+            try:
+                now = fingerprint(p, plan.workdir, fresh=fresh)
+            except OSError:
+                now = None
+            # a file gone (or no longer local) is not another content: the job's own "missing
+            # file ...; restore it" line is the right one (restoring it is the fix)
+            if now is not None and now != recorded:
+                out.append(DataChange(p, recorded, now))
     return out
 
 
@@ -156,6 +223,54 @@ def recorded_identity(run_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return str(doc["identity"]) if isinstance(doc, dict) and "identity" in doc else None
+
+
+def _shown(value: Any) -> str:
+    """A payload value in a one-line message: hashes cut to 12 digits, the rest to 40 chars."""
+    text = str(value)
+    for prefix in ("sha256:", "sampled-sha256:", ""):
+        rest = text[len(prefix):] if text.startswith(prefix) else None
+        if rest is not None and len(rest) >= 40 and all(c in "0123456789abcdef:" for c in rest):
+            return prefix + rest[-64:][:12]
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def what_changed(before: dict[str, Any], after: dict[str, Any], limit: int = 3) -> str:
+    """``field a -> b, ...`` of two identity payloads (the first ``limit`` differing leaves)."""
+    found = ident.diff(before, after)
+    parts = [f"{f} {_shown(a)} -> {_shown(b)}" for f, a, b in found[:limit]]
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    return (", ".join(parts) + more) if parts else "no field differs (identity rules changed)"
+
+
+def started_as_other(results: ResultsDir, plan: Plan) -> list[tuple[str, str, str, str]]:
+    """(run_id, identity its folder started as, identity ``plan`` gives it, what changed) of
+    every run trained (or training) in this spec's own folder as another identity than ``plan``
+    now names. Why: a plain `plan` that re-recorded those identities (changed block code, a
+    token file rewritten, another torch) would leave folders of old numbers filed under new
+    identities; only ``--replan`` followed by ``submit --redo`` may do that (docs/slurm.md)."""
+    if plan.identity is None or not results.runs_dir.is_dir():
+        return []
+    try:
+        old: Plan | None = Plan.load(results.plan_path)
+    except UserError:
+        old = None
+    out = []
+    for rid, new in plan.identity.runs.items():
+        recorded = recorded_identity(results.own_run(rid).path)
+        if recorded is None or recorded == new:
+            continue
+        what = "its folder was started under an earlier plan than plan.json's"
+        if (
+            old is not None
+            and old.identity is not None
+            and old.identity.runs.get(rid) == recorded
+            and rid in old.runs_by_id
+        ):
+            before = old.identity.payload_of(old.run(rid).as_json())
+            what = what_changed(before, plan.identity.payload_of(plan.run(rid).as_json()))
+        out.append((rid, recorded, new, what))
+    return out
 
 
 def owner_problem(

@@ -30,6 +30,20 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
+def params_cell(plan: Plan, run: Any) -> str:
+    """The compact table's params: rounded, plus the exact difference to the arm's baseline when
+    the rounding hides it ("919K +44"): a block that adds a few scalars must not look free."""
+    shown = human(run.params)
+    pair = next((p for p in plan.pairs if p.variant_run == run.run_id), None)
+    if pair is None:
+        return shown
+    base = plan.runs_by_id[pair.baseline_run]
+    diff = run.params - base.params
+    if diff and human(base.params) == shown:  # "+44" exact; "+166K" (the table stays narrow)
+        return f"{shown} {diff:+,}" if abs(diff) < 1000 else f"{shown} {'+' if diff > 0 else ''}{human(diff)}"
+    return shown
+
+
 def _table(title: str, cols: tuple[str, ...], left: int) -> Any:
     from rich.table import Table
 
@@ -58,7 +72,7 @@ def render_compact(plan: Plan, plan_path: Path) -> None:
         r = runs[0]
         hours = wall_hours(r)
         table.add_row(
-            size, arm, str(len(runs)), human(r.params), human(r.tokens), str(r.steps),
+            size, arm, str(len(runs)), params_cell(plan, r), human(r.tokens), str(r.steps),
             "0 (reused)" if r.run_id in reused else f"{r.gpu_hours:,.4g}",
             "-" if hours is None else f"{hours:,.3g}",
             f"{r.peak_memory_gb:.3g}",
@@ -104,8 +118,8 @@ def render_plan(plan: Plan, plan_path: Path) -> None:
             r.run_id,
             r.pair_id if not r.is_aa else "A/A (gate noise)",
             r.arm + (" (role aa)" if r.is_aa else ""),
-            human(r.params),
-            human(r.non_embedding_params),
+            f"{r.params:,}",  # exact (the README's promise); the compact view rounds
+            f"{r.non_embedding_params:,}",
             human(r.train_flops_per_token),
             human(r.tokens),
             str(r.steps),
@@ -423,7 +437,11 @@ def plan_command(
     results_root: RootOpt = RESULTS_ROOT,
     replan: Annotated[
         bool,
-        typer.Option(help="Overwrite a plan whose runs have started although the spec changed."),
+        typer.Option(
+            help="Overwrite a plan whose runs have started although the spec changed. The gate's "
+            "registration is kept: a gate changed after its runs started is decided by it "
+            "(docs/gate-statistics.md, 'What an unplanned look costs')."
+        ),
     ] = False,
     set_: SetOpt = None,
     strict: StrictOpt = False,
@@ -461,7 +479,7 @@ def plan_command(
 
     plan = attach_identity(plan, results_root)
     out = results_dir(ls.spec.name, results_root)
-    _guard_replan(out, plan, replan)
+    _guard_replan(out, plan, replan, spec)
     plan = _keep_registrations(out, plan)
     plan.write(out.plan_path)
 
@@ -500,18 +518,41 @@ def _keep_registrations(out: ResultsDir, plan: Plan) -> Plan:
     from olmoablate.plan.feasibility import carry_registrations
 
     old = _old_plan(out)
-    return plan if old is None else carry_registrations(old, plan)
+    return plan if old is None else carry_registrations(old, plan, _runs_started(out))
 
 
-def _guard_replan(out: ResultsDir, plan: Plan, replan: bool) -> None:
-    """Keep the pre-registered plan (by spec hash) once runs exist, unless ``--replan``."""
+def _runs_started(out: ResultsDir) -> bool:
+    """Whether any run of the plan has started (its results could have been looked at)."""
+    return out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
+
+
+def _guard_replan(out: ResultsDir, plan: Plan, replan: bool, spec: str) -> None:
+    """Keep the pre-registered plan once runs exist, unless ``--replan``: when the spec changed
+    (its hash), and when the spec is the same but a started run's identity is not (its block's
+    code edited, a token file rewritten, other software): a plain `plan` must not file the old
+    run folders' numbers under the new identities (issue 35, case 4)."""
     if replan:
         return
     old = _old_plan(out)
-    if old is None or old.get("spec_sha256") == plan.spec_sha256:
+    if old is None:
         return
-    started = out.runs_dir.is_dir() and any(out.runs_dir.iterdir())
-    if started:
+    if old.get("spec_sha256") == plan.spec_sha256:
+        from olmoablate.plan.identity import short
+        from olmoablate.plan.store import started_as_other
+
+        changed = started_as_other(out, plan)
+        if changed:
+            rid, was, now, what = changed[0]
+            others = f" (and {len(changed) - 1} more run(s))" if len(changed) > 1 else ""
+            redo = " ".join(f"--redo {r[0]}" for r in changed)
+            raise UserError(
+                f"{out.plan_path}: run {rid} was started as identity {short(was)}, this plan "
+                f"makes it {short(now)}{others}: {what}; the old plan is kept. To train the "
+                f"change: `olmoablate plan {spec} --replan`, then `olmoablate submit {spec} "
+                f"{redo}` (or undo the change)"
+            )
+        return
+    if _runs_started(out):
         raise UserError(
             f"{out.plan_path}: the spec changed since this plan was made and runs have started; "
             "the old plan (and its pre-registered gate) is kept. Re-plan deliberately with "

@@ -28,7 +28,14 @@ from olmoablate.report.evidence import (
 )
 from olmoablate.report.factorial import COMPLEMENTARY, FactorialResult, evaluate_factorial_gate
 from olmoablate.report.ladder import MULTIPLIER, LadderResult, evaluate_ladder_gate
-from olmoablate.report.noise import NoiseSource
+from olmoablate.report.noise import (
+    AA,
+    FLOOR,
+    FloorUncertainty,
+    NoiseSource,
+    floor_key,
+    floor_uncertainty,
+)
 from olmoablate.report.pairing import coverage_lines
 from olmoablate.report.prereg import check_gate_unchanged, resolve_gate
 from olmoablate.report.sequential import FUTILITY, GateOutcome, SequentialResult, evaluate_gate
@@ -55,6 +62,9 @@ class Report:
     family_note: str = ""
     noise_notes: list[str] = field(default_factory=list)
     noise: NoiseSource | None = None  # the one-seed noise source (floor or A/A), if declared
+    #: what that source, measured from a few pairs, can be off by; the other gates sharing it
+    floor: FloorUncertainty | None = None
+    floor_shared_with: list[str] = field(default_factory=list)
     #: this gate's name (``gates:`` key, or the variant of a ``gate:`` spec)
     gate_name: str = "gate"
     #: every gate's report, this one first, when the spec declares several (`report.gates`)
@@ -68,6 +78,14 @@ class Report:
     #: the effective-depth diagnostic per arm (`report.depth`; set by `build_all`, not a gate
     #: input): one profile per size, eval set and arm
     depth: list[ArmProfile] = field(default_factory=list)
+    #: a gate changed by ``plan --replan`` after a look: what changed ("" when it was not)
+    unplanned: str = ""
+    #: the verdict as said (``inconclusive (unplanned)``); "" means ``verdict``
+    label: str = ""
+
+    @property
+    def verdict_label(self) -> str:
+        return self.label or self.verdict
 
     @property
     def invalid_pairs(self) -> list[PairResult]:
@@ -93,8 +111,13 @@ class Report:
             }
         if self.ladders:  # only for a multiplier gate, likewise
             rec["ladder"] = {v: r.as_dict() for v, r in self.ladders.items()}
+        if self.floor is not None:  # only for a gate decided by a measured one-seed floor
+            rec["floor_uncertainty"] = self.floor.as_dict()
+            rec["floor_shared_with"] = self.floor_shared_with
         if self.factorial is not None:  # only for a complementary gate, likewise
             rec["factorial"] = self.factorial.as_dict()
+        if self.unplanned:  # only for a gate changed after a look, likewise
+            rec["unplanned"] = {"verdict": self.verdict_label, "reason": self.unplanned}
         return rec
 
     def _fixed_record(self) -> dict[str, Any]:
@@ -223,6 +246,7 @@ def build(results: Results, measured: list[PairResult] | None = None) -> Report:
         consistent, sizes, notes=notes, eval_lines=coverage_lines(results),
         family_note=outcome.family_note, noise_notes=noise_notes, noise=noise,
         sequential=outcome.sequential, ladders=ladders, next_steps=steps, factorial=factorial,
+        unplanned=outcome.unplanned, label=outcome.label if verdict == outcome.verdict else "",
     )  # fmt: skip
     results.save_cache()
     return report
@@ -365,6 +389,7 @@ def build_all(results: Results) -> Report:
         report.gate_name = views[0][0] if views else "gate"
         report.gates = [report]
         report.depth = depth
+        floor_notes([report])
         return report
     reports = []
     # the variants (and references) of each gate: decided there, so not exploratory elsewhere
@@ -382,7 +407,47 @@ def build_all(results: Results) -> Report:
         reports.append(r)
     reports[0].gates = reports
     reports[0].depth = depth
+    floor_notes(reports)
     return reports[0]
+
+
+def floor_notes(reports: list[Report]) -> None:
+    """Each gate's measured noise source with its own uncertainty (a note; from fewer than
+    MIN_FLOOR_PAIRS pairs also a warning of the report), and the gates that share one source
+    named on each. Why: one floor serves every gate that declares it, so when it came out small
+    they all over-proceed together -- the 5% holds only on average over floor measurements."""
+    groups: dict[tuple[Any, ...], list[Report]] = {}
+    for r in reports:
+        used = {
+            c.estimate.source for v in r.variant_verdicts for c in v.checks[:1] if c.estimate
+        }
+        if used and not used & {FLOOR, AA}:
+            continue  # paired seeds decided: the declared source plays no part
+        if r.noise is not None and r.noise.kind in (FLOOR, AA):
+            groups.setdefault(floor_key(r.noise), []).append(r)
+    warnings = reports[0].results.warnings
+    for members in groups.values():
+        names = [r.gate_name for r in members]
+        for r in members:
+            assert r.noise is not None
+            r.floor = floor_uncertainty(r.noise, 1.0 - r.results.gate.confidence)
+            if r.floor is not None:
+                r.noise_notes.append(r.floor.line)
+                tag = f"gate {r.gate_name}: " if len(reports) > 1 else ""
+                if r.floor.warning and tag + r.floor.warning not in warnings:
+                    warnings.append(tag + r.floor.warning)
+            if len(members) > 1:
+                r.floor_shared_with = [n for n in names if n != r.gate_name]
+        if len(members) > 1 and members[0].floor is not None:
+            shared = (
+                f"noise floor shared by gates {', '.join(names)} (the same "
+                f"{members[0].noise.kind}, sd_d {members[0].noise.sd:.4g}): their errors are "
+                "not independent -- if this one measurement came out small, every one of them "
+                "over-proceeds at once"
+            )
+            warnings.append(shared)
+            for r in members:
+                r.noise_notes.append(shared)
 
 
 def write_next_plans(report: Report, out_dir: Path) -> None:

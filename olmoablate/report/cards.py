@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from olmoablate.io import write_bytes_atomic
+from olmoablate.plan.names import STOP
 from olmoablate.report.assemble import Report
 from olmoablate.report.ladder import LadderResult
 from olmoablate.report.noise import Estimate
@@ -199,10 +200,14 @@ def gate_text(report: Report) -> str:
     """The gate's settings in one plain sentence (no markup: every renderer formats it)."""
     g = report.results.gate
     bar = f"min_effect {g.min_effect}"
+    variant = g.variant or "(all)"
     if report.ladders:  # a multiplier gate: its bar, unit and targets
         bar = f"min_multiplier {g.min_multiplier} in {g.unit} at {', '.join(g.targets)}"
+    if g.rule == "complementary" and g.of:  # a factorial gate: its arms and tolerance
+        variant = f"{g.combined} (AB; A = {g.of[0]}, B = {g.of[1]})"
+        bar = f"tolerance {g.tolerance}"
     txt = (
-        f"Variant {g.variant or '(all)'}, stage {report.stage}, rule {g.rule}, "
+        f"Variant {variant}, stage {report.stage}, rule {g.rule}, "
         f"metric {g.metric} ({g.direction} is better), {bar}, "
         f"confidence {g.confidence}, last_n {g.last_n}"
         + (f", reference {g.reference}" if g.reference else "")
@@ -253,6 +258,8 @@ class Card:
     table: tuple[list[str], list[list[Any]]]
     #: a multiplier gate's sentence (:func:`ladder_sentence`), shown in place of the effect
     sentence: str = ""
+    #: what the effect is measured against: the baseline, or a quality_per_param gate's reference
+    against: str = "baseline"
 
     @property
     def title(self) -> str:
@@ -281,7 +288,10 @@ class Card:
     @property
     def comparison(self) -> str:
         """``sn_da vs baseline at 1B, rule quality, metric eval/lm/x/CE loss``."""
-        return f"{self.variant} vs baseline at {self.stage}, rule {self.rule}, metric {self.metric}"
+        return (
+            f"{self.variant} vs {self.against} at {self.stage}, rule {self.rule}, "
+            f"metric {self.metric}"
+        )
 
 
 def headline_variant(r: Report) -> VariantVerdict | None:
@@ -310,7 +320,17 @@ def deciding_reason(r: Report, v: VariantVerdict | None) -> str:
     if r.results.prereg_broken or v is None:
         return one_sentence(r.reasons[0]) if r.reasons else "no reason recorded."
     if v.stops:
-        return one_sentence(v.stops[0])
+        if any(c.outcome == STOP for c in v.checks):  # quality stops too: its line decides
+            return one_sentence(v.stops[0])
+        # a cost limit alone decides: say so, and what quality said (often: nothing yet)
+        quality = (
+            "not estimated"
+            if not v.checks
+            else "passed"
+            if all(c.outcome == "pass" for c in v.checks)
+            else "undecided"
+        )
+        return f"stop on cost alone: {one_sentence(v.stops[0]).rstrip('.')}; quality {quality}."
     if v.blockers:
         return one_sentence(v.blockers[0])
     failing = [c for c in v.checks if c.outcome != "pass"]
@@ -327,9 +347,13 @@ def verdict_rows(report: Report) -> list[list[Any]]:
     rows = []
     for v in report.variant_verdicts:
         est = v.checks[0].estimate if v.checks else None
+        cells = estimate_cells(est)
+        noise = est.source if est else "—"
+        if report.factorial is not None:  # its numbers are the contrasts (the card, statistics)
+            cells[3], noise = len(report.factorial.seeds), "paired seeds (per-seed contrasts)"
         rows.append(
-            [v.variant, v.role, v.verdict.upper(), *estimate_cells(est), len(v.excluded_pairs),
-             est.source if est else "—", "; ".join(c.outcome for c in v.checks) or "—"]
+            [v.variant, v.role, v.verdict.upper(), *cells, len(v.excluded_pairs), noise,
+             "; ".join(c.outcome for c in v.checks) or "—"]
         )  # fmt: skip
     return rows
 
@@ -358,6 +382,8 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
                 statistics_lines(r), (VERDICT_HEADER, verdict_rows(r)),
                 ladder_sentence(lad, v.verdict if v else r.verdict) if lad is not None
                 else factorial_sentence(r),
+                f"reference {g.reference}" if g.rule == "quality_per_param" and g.reference
+                else "baseline",
             )
         )  # fmt: skip
     return out
@@ -420,55 +446,90 @@ def _vs_baseline(v: VariantVerdict) -> Estimate | None:
     return next((c.estimate for c in v.checks if "reference" not in c.name), None)
 
 
+@dataclass(frozen=True)
+class CardSeries:
+    """What a gate card's plot draws: the comparison its verdict decides (variant vs baseline;
+    quality_per_param: variant vs the parameter-matched reference, its first check), each seed's
+    tail of paired improvements, that check's estimate and its bar."""
+
+    title: str
+    #: (seed, tokens, improvements, how many of the last points the gate averages)
+    seeds: list[tuple[int, list[float], list[float], int]]
+    estimate: Estimate | None
+    bar: float
+    bar_label: str
+
+
+def card_series(r: Report) -> CardSeries | None:
+    """The plotted comparison of one gate (None without evidence to draw). Why not always vs
+    the baseline: a quality_per_param verdict is decided against the reference first, and a plot
+    of "variant - baseline" (often positive) under a STOP decided against the reference (often
+    negative) shows the reader the wrong number."""
+    v = headline_variant(r)
+    if v is None:
+        return None
+    g = r.results.gate
+    valid = [e for e in r.evidence.get(v.variant, []) if e.valid]
+    if g.rule == "quality_per_param" and g.reference:
+        ref = next((c for c in v.checks if "reference" in c.name), None)
+        seeds = [
+            (e.seed, e.reference_series_x, e.reference_series, len(e.reference_improvement or []))
+            for e in valid
+            if e.reference_series
+        ]
+        title = (
+            f"{v.variant} − reference {g.reference} (parameter-matched, what the verdict "
+            f"decides): paired improvement in {g.metric}"
+        )
+        est, bar, bar_label = (ref.estimate if ref else None), g.min_effect, ""
+    else:
+        seeds = [(e.seed, e.series_x, e.series, len(e.improvement)) for e in valid if e.series]
+        title = f"{v.variant} − baseline: paired improvement in {g.metric}"
+        est, bar, bar_label = _vs_baseline(v), g.min_effect, ""
+    if not seeds:
+        return None
+    return CardSeries(title, seeds, est, bar, bar_label or f"min_effect {g.min_effect:g}")
+
+
 def card_key(r: Report) -> str:
     """Hash of everything :func:`plot_card` draws for one gate (the plot cache's key)."""
     h = figure_hash(__file__)
-    v = headline_variant(r)
-    g = r.results.gate
-    est = _vs_baseline(v) if v is not None else None
-    head = [r.gate_name, g.metric, g.rule, g.min_effect, g.tolerance, v.variant if v else None]
-    head.append([est.mean, est.lower, est.upper] if est is not None else None)
-    for e in r.evidence.get(v.variant, []) if v is not None else []:
-        head.append([e.seed, e.valid, e.series_x, e.series, len(e.improvement)])
+    cs = card_series(r)
+    head: list[Any] = [r.gate_name]
+    if cs is not None:
+        est = cs.estimate
+        head += [cs.title, cs.bar, cs.bar_label, cs.seeds]
+        head.append([est.mean, est.lower, est.upper] if est is not None else None)
     h.update(json.dumps(head, default=repr).encode())
     return h.hexdigest()
 
 
 def plot_card(r: Report, out: Path) -> Path | None:
     """``plots/gate__<name>.png`` for one gate's report (None without evidence to draw): each
-    seed's improvement at matched tokens, the interval and the bar, so a reader sees whether the
-    seeds agree, the curve has settled, and how far the bar is."""
-    v = headline_variant(r)
-    if v is None:
+    seed's improvement at matched tokens in the comparison the verdict decides
+    (:func:`card_series`), the interval and the bar, so a reader sees whether the seeds agree,
+    the curve has settled, and how far the bar is."""
+    cs = card_series(r)
+    if cs is None:
         return None
-    evidence = [e for e in r.evidence.get(v.variant, []) if e.valid and e.series]
-    if not evidence:
-        return None
-    g = r.results.gate
-    # the plotted series is vs the baseline: its check's estimate (quality_per_param decides vs
-    # the reference first; its check vs the baseline is the tolerance one), and its bar
-    est = _vs_baseline(v)
-    qpp = g.rule == "quality_per_param"
-    bar, bar_label = (-g.tolerance, f"-tolerance {g.tolerance:g}") if qpp else (g.min_effect, "")
-    bar_label = bar_label or f"min_effect {g.min_effect:g}"
+    est = cs.estimate
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for e, c in zip(evidence, itertools.cycle(colors)):
-        ax.plot(e.series_x, e.series, "o-", color=c, ms=3, lw=1.2, label=f"seed {e.seed}")
-        n = len(e.improvement)
+    for (seed, xs, ys, n), c in zip(cs.seeds, itertools.cycle(colors)):
+        ax.plot(xs, ys, "o-", color=c, ms=3, lw=1.2, label=f"seed {seed}")
         if n:
-            ax.plot(e.series_x[-n:], e.series[-n:], "o", color=c, ms=6, mfc="none")
+            ax.plot(xs[-n:], ys[-n:], "o", color=c, ms=6, mfc="none")
     if est is not None and math.isfinite(est.mean):
-        x0, x1 = min(e.series_x[0] for e in evidence), max(e.series_x[-1] for e in evidence)
+        x0, x1 = min(s[1][0] for s in cs.seeds), max(s[1][-1] for s in cs.seeds)
         label = "mean"
         if math.isfinite(est.lower) and math.isfinite(est.upper):  # one seed: no interval
             ax.axhspan(est.lower, est.upper, color="#1f6feb", alpha=0.12, lw=0)
             label = "mean, one-sided interval"
         ax.hlines(est.mean, x0, x1, color="#1f6feb", lw=1.5, label=label)
     ax.axhline(0.0, color="k", lw=0.8)
-    ax.axhline(bar, color="#cf222e", ls="--", lw=1, label=bar_label)
-    ax.set_title(f"{v.variant} − baseline: paired improvement in {g.metric}", fontsize=9)
+    ax.axhline(cs.bar, color="#cf222e", ls="--", lw=1, label=cs.bar_label)
+    ax.set_title(cs.title, fontsize=8 if len(cs.title) > 80 else 9)
     token_axes(ax, "tokens (circled: the last_n points the gate averages)", fontsize=8)
     ax.set_ylabel("improvement (+ = better)", fontsize=8)
     ax.tick_params(labelsize=7)

@@ -130,9 +130,9 @@ def headline(report: Report) -> str:
     gates = report.gates or [report]
     if len(gates) > 1:
         return "Gate verdicts: " + "; ".join(
-            f"{x.gate_name} {x.verdict.upper()} at {x.stage}" for x in gates
+            f"{x.gate_name} {x.verdict_label.upper()} at {x.stage}" for x in gates
         )
-    return f"Gate verdict at {report.stage}: {report.verdict.upper()}"
+    return f"Gate verdict at {report.stage}: {report.verdict_label.upper()}"
 
 
 def build_document(report: Report, plots: Sequence[Path] = ()) -> Document:
@@ -459,7 +459,7 @@ def print_terminal(report: Report, written: dict[str, Path]) -> None:
     path = written.get("html") or written.get("md") or written.get("json")
     gates = report.gates or [report]
     if len(gates) > 1:
-        shown = "; ".join(f"{r.gate_name}: {r.verdict}" for r in gates)
+        shown = "; ".join(f"{r.gate_name}: {r.verdict_label}" for r in gates)
         con.print(f"gate verdicts: {shown} ({path})", markup=False)
     else:
-        con.print(f"gate verdict: {report.verdict} ({path})", markup=False)
+        con.print(f"gate verdict: {report.verdict_label} ({path})", markup=False)

@@ -64,13 +64,16 @@ def evidence_for(
     imp = last_improvements(series, direction, last_n)
     tail = max(2 * last_n, 6)  # the jitter diagnostic fits a smooth curve through these
     ref_imp = None
+    ref_x: list[float] = []
+    ref_tail: list[float] = []
     if g.rule == "quality_per_param":
         ref_imp = []
         if reference is not None:
             # improvement of the looped variant over the parameter-matched reference arm
-            ref_imp = last_improvements(
-                gate_series(reference.variant, res.variant, metric), direction, last_n
-            )
+            ref_series = gate_series(reference.variant, res.variant, metric)
+            ref_imp = last_improvements(ref_series, direction, last_n)
+            ref_x = [float(x) for x in ref_series.x[-tail:]]
+            ref_tail = last_improvements(ref_series, direction, tail)
     invalid = list(res.invalid_reasons)
     if reference is not None and not reference.valid:
         invalid.append(f"reference pair {reference.pair_id} is INVALID")
@@ -93,6 +96,8 @@ def evidence_for(
         curve=last_improvements(series, direction, len(series)) if seq else [],
         tokens=float(res.variant.entry.tokens),
         gpu_hours=float(res.variant.entry.gpu_hours),
+        reference_series_x=ref_x,
+        reference_series=ref_tail,
     )  # fmt: skip
 
 

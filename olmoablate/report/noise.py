@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
-from olmoablate.plan.gate import NoiseFloor
-from olmoablate.stats import t_ppf
+from olmoablate.plan.gate import MIN_FLOOR_PAIRS, NoiseFloor
+from olmoablate.stats import chi2_cdf, chi2_ppf, t_ppf
 
 PAIRED, FLOOR, AA, NONE = "paired seeds", "declared floor", "A/A baselines", "none"
 
@@ -55,6 +56,70 @@ def floor_source(floor: float | NoiseFloor) -> NoiseSource:
         f"{floor.pairs - 1} dof, the uncertainty of the measured sd)"
     )
     return NoiseSource(FLOOR, floor.sd, float(floor.pairs - 1), f"{what} {floor.sd:g} {how}")
+
+
+@dataclass
+class FloorUncertainty:
+    """What a one-seed noise source measured from a few pairs can be off by. The gate's 5% is an
+    average over floor measurements; given one floor s (nu dof), a one-seed gate at the bar
+    falsely proceeds with probability 1 - Phi(t_{1-alpha,nu} s / sigma), which the sd's
+    chi-square interval turns into a range -- and every gate using this floor shares it."""
+
+    sd: float
+    dof: float
+    pairs: int  # dof + 1: seed pairs (floor) or baselines (A/A)
+    sd_low: float  # 95% chi-square interval for the true sd
+    sd_high: float
+    fp_low: float  # conditional false-proceed at the bar over that interval
+    fp_high: float
+    share_above_10: float  # of floors measured from this many pairs: conditional rate > 10%
+    line: str
+    warning: str  # "" unless measured from fewer than MIN_FLOOR_PAIRS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _json_num(v) for k, v in asdict(self).items()}
+
+
+def floor_uncertainty(src: NoiseSource, alpha: float) -> FloorUncertainty | None:
+    """The uncertainty of a measured one-seed source (None when claimed exact: infinite dof)."""
+    nu = src.dof
+    if not math.isfinite(nu) or nu < 1 or not src.sd > 0:
+        return None
+    lo_q, hi_q = chi2_ppf(0.025, nu), chi2_ppf(0.975, nu)
+    sd_low, sd_high = src.sd * math.sqrt(nu / hi_q), src.sd * math.sqrt(nu / lo_q)
+    q = t_ppf(1.0 - alpha, nu)
+    norm = NormalDist()
+    fp_low = 1.0 - norm.cdf(q * math.sqrt(hi_q / nu))
+    fp_high = 1.0 - norm.cdf(q * math.sqrt(lo_q / nu))
+    # P(conditional rate > 10%) = P(s / sigma < z_0.9 / q) = P(chi2_nu < nu (z_0.9 / q)^2)
+    share = chi2_cdf(nu * (norm.inv_cdf(0.9) / q) ** 2, nu)
+    pairs = int(round(nu)) + 1
+    what = "A/A baselines" if src.kind == AA else "seed pairs"
+    line = (
+        f"noise floor uncertainty: sd_d {src.sd:.4g} measured from {pairs} {what} ({nu:g} dof): "
+        f"the true sd may be {sd_low:.3g} to {sd_high:.3g} (95% chi-square interval), so a "
+        f"one-seed gate at the bar falsely proceeds {fp_low:.1%} to {fp_high:.1%} of the time "
+        f"given this floor; {1 - alpha:.0%} confidence is only an average over floor "
+        f"measurements ({share:.1%} of floors from {pairs} {what} leave it above 10%)"
+    )
+    warning = (
+        f"the noise floor is measured from only {pairs} {what} (fewer than {MIN_FLOOR_PAIRS}): "
+        f"given it, a one-seed gate at the bar may falsely proceed up to {fp_high:.0%} of the "
+        f"time ({share:.0%} of such floors leave it above 10%), and every gate using it errs "
+        f"together; re-measure it from >= {MIN_FLOOR_PAIRS} seed pairs"
+    )
+    return FloorUncertainty(
+        src.sd, nu, pairs, sd_low, sd_high, fp_low, fp_high, share, line,
+        warning if pairs < MIN_FLOOR_PAIRS else "",
+    )  # fmt: skip
+
+
+def floor_key(src: NoiseSource) -> tuple[Any, ...]:
+    """What makes two gates' noise the same measurement: a declared floor's sd and dof, or the
+    same A/A baseline runs."""
+    if src.kind == AA:
+        return (AA, tuple(src.runs))
+    return (src.kind, src.sd, src.dof)
 
 
 def aa_source(values: Sequence[float], runs: Sequence[str]) -> NoiseSource | None:

@@ -342,10 +342,11 @@ def plot_depth(profiles: Sequence[ArmProfile], out: Path) -> Path | None:
     ax.legend(fontsize=7)
     if has_da:
         bx = axes[1]
-        width = 0.8 / max(sum(1 for p in profiles if p.da_weight), 1)
-        for k, p in enumerate(p for p in profiles if p.da_weight):
+        with_da = [(k, p) for k, p in enumerate(profiles) if p.da_weight]  # k: the arm's color
+        width = 0.8 / len(with_da)
+        for n, (k, p) in enumerate(with_da):
             js = np.array(sorted(p.da_weight))
-            bx.bar(js + width * k, [p.da_weight[j] for j in js], width=width, color=f"C{k + 1}",
+            bx.bar(js + width * n, [p.da_weight[j] for j in js], width=width, color=f"C{k}",
                    label=p.arm)  # fmt: skip
         bx.set_xlabel("source layer (0 = embeddings)", fontsize=8)
         bx.set_ylabel("mean depth-softmax weight", fontsize=7)

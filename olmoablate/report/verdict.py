@@ -60,12 +60,13 @@ class QualityCheck:
         return {**dataclasses.asdict(self), "estimate": est}  # the estimate's NaNs as null
 
 
-def extension_level(confidence: float, earlier: int = 0) -> float:
-    """The one-sided level seeds added after this look by ``plan --replan`` are tested at: the
-    gate's alpha / (2 + ``earlier``) for a gate with ``earlier`` unplanned registrations already
-    (``report.sequential.apply_design``: alpha / (1 + registrations), Bonferroni over the looks).
-    One home for that rule: the seeds line states its chances at this level."""
-    return (1.0 - confidence) / (2 + max(0, earlier))
+def extension_level(confidence: float, toward: str) -> float | None:
+    """The one-sided level at which seeds added after this look by ``plan --replan`` are really
+    tested, toward ``toward`` (one home for the rule of ``report.sequential.replan_decision``):
+    this look was tested at the full level, so no level is left for a proceed (None: the changed
+    gate is ``inconclusive (unplanned)`` at best), while a stop spends no alpha and keeps the
+    gate's own level. Should that rule change, this is the one place the seeds line follows."""
+    return 1.0 - confidence if toward == STOP else None
 
 
 def seeds_line(
@@ -76,16 +77,16 @@ def seeds_line(
     next_level: float | None = None,
 ) -> tuple[str, int | None, str | None]:
     """What more seeds would do: the predictive chance that k paired seeds resolve the gate with
-    its own paired t at ``next_level`` (default :func:`extension_level`: the level an unplanned
-    extension is really tested at), averaged over the effect and noise the seeds seen leave
-    uncertain (:func:`olmoablate.stats.predictive_resolve`; a chance, never "k seeds would resolve
-    it"). ``legacy``: the count line of plans from before it (their verdicts reproduced byte for
+    its own paired t at the level they would really be tested at (``next_level``, default
+    :func:`extension_level`), averaged over the effect and noise the seeds seen leave uncertain
+    (:func:`olmoablate.stats.predictive_resolve`; a chance, never "k seeds would resolve it").
+    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for
     byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
     toward = PROCEED if est.mean > bar else STOP
     if not legacy:
-        level = extension_level(confidence) if next_level is None else next_level
+        level = extension_level(confidence, toward) if next_level is None else next_level
         return _power_line(est, bar, confidence, toward, level)
     need = seeds_needed(est.mean, est.sd, bar, confidence, known_sd=est.source == FLOOR)
     at = f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed"
@@ -103,7 +104,7 @@ def seeds_line(
 
 
 def _power_line(
-    est: Estimate, bar: float, confidence: float, toward: str, level: float
+    est: Estimate, bar: float, confidence: float, toward: str, level: float | None
 ) -> tuple[str, int | None, str | None]:
     if est.lower > bar or est.upper < bar:
         return f"seeds needed: resolved ({toward}) with {est.n_seeds} seed(s)", None, toward
@@ -112,6 +113,15 @@ def _power_line(
         return f"seeds needed: none: the observed effect equals min_effect {bar:g}", None, None
     if not (math.isfinite(est.sd) and est.sd > 0):
         return "seeds needed: unknown (no spread to extrapolate from)", None, toward
+    if level is None:
+        return (
+            "seeds: none added by `plan --replan` can resolve toward proceed: this look was "
+            f"tested at the full level {1 - confidence:.3g}, so a gate changed after it may only "
+            "stop (the verdict is 'inconclusive (unplanned)' otherwise; docs/gate-statistics.md); "
+            "seeds that may proceed are pre-registered (gate.sequential.seed_stages) before a look",
+            None,
+            toward,
+        )
     n = est.n_seeds
     # toward stop: the upper bound at the same level, so the mirrored gap
     g = abs(gap) / est.sd
@@ -125,8 +135,8 @@ def _power_line(
     elif hit is None:
         line += f"; even 200 give less than {POWER_TARGET:.0%}"
     line += (
-        f", with the added seeds tested at one-sided level {level:.3g} (seeds added by "
-        f"`plan --replan` after this look are tested there, not at {1 - confidence:.3g}); "
+        f", with the added seeds pooled and tested at one-sided level {level:.3g} (how the "
+        "report tests seeds added by `plan --replan` after this look); "
         f"predictive: averaged over the effect and noise {n} seed(s) leave uncertain (reference "
         "prior; calibrated by bench/power_calibration.py), not the power at the observed "
         "effect; a chance, not a promise"
@@ -146,10 +156,8 @@ def quality_check(
     metric: str,
     way_out: str = "",
     legacy: bool = False,
-    next_level: float | None = None,
 ) -> QualityCheck:
-    """Does the improvement clear ``min_effect`` with confidence (or clearly miss it)?
-    ``next_level``: the level more seeds would be tested at (:func:`seeds_line`)."""
+    """Does the improvement clear ``min_effect`` with confidence (or clearly miss it)?"""
     bar = float(min_effect)
     conf = f"{confidence:.0%}"
     if est is None:
@@ -158,7 +166,7 @@ def quality_check(
         f"{name}: improvement {est.mean:+.4g} (one-sided {conf} bounds [{_fmt(est.lower)}, "
         f"{_fmt(est.upper)}], {est.n_seeds} seed(s), noise: {est.source})"
     )
-    line, need, toward = seeds_line(est, bar, confidence, legacy, next_level)
+    line, need, toward = seeds_line(est, bar, confidence, legacy)
     if not math.isfinite(est.se) or est.source == NONE:
         why = est.source_detail or "the noise cannot be estimated"
         reason = f"{desc}; cannot be bounded: {why}" + (f"; {way_out}" if way_out else "")
@@ -222,6 +230,10 @@ class PairEvidence:
     gpu_hours: float = 0.0
     #: Differences between the arms' execution records (:mod:`.pairing`): cost not compared.
     execution_mismatch: list[str] = field(default_factory=list)
+    #: quality_per_param: the tail of the improvement series over the reference arm (what its
+    #: first check decides; the gate card plots it).
+    reference_series_x: list[float] = field(default_factory=list)
+    reference_series: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

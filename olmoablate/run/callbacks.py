@@ -510,9 +510,13 @@ def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> 
     return fallback
 
 
-def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> str:
+def failure_reason(
+    ctx: RunContext, error: BaseException, step: int | None, *, started: bool = True
+) -> str:
     """The one-line reason of a failed attempt (:mod:`olmoablate.run.faults`); the traceback
-    goes to ``runs/<id>/error.log`` (on a full disk: the job's log)."""
+    goes to ``runs/<id>/error.log`` (on a full disk: the job's log). ``started=False``: the
+    failure came before training (building the model, the proof), where an unrecognised error
+    repeats on a retry, so the line suggests re-planning and redoing the run instead."""
     results = ctx.run_dir.path.parent.parent
     log_path = ctx.run_dir.path / faults.ERROR_LOG
     header = f"{now_iso()} {ctx.run_id} step {step}"
@@ -529,6 +533,7 @@ def failure_reason(ctx: RunContext, error: BaseException, step: int | None) -> s
         resume=f"olmoablate submit {results} --retry-failed",
         where=str(ctx.run_dir.checkpoints),
         log=str(log_path) if kept else "the job's log",
+        redo=None if started else faults.redo_advice(results, ctx.run_id),
     )
 
 

@@ -10,6 +10,8 @@ is usually several wrappers deep. Known causes get their own wording and way out
 from __future__ import annotations
 
 import errno
+import json
+import shlex
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,32 @@ from pathlib import Path
 #: ``runs/<id>/error.log``: the full traceback of every failed attempt (appended).
 ERROR_LOG = "error.log"
 MAX_REASON = 500
+
+
+def redo_advice(results_dir: str | Path, run_id: str) -> str:
+    """The commands that recover a run refused or failed for a cause that repeats on a retry
+    (a block's formula or code, the spec, a hand-edited plan.json): re-plan from the spec, then
+    start the run afresh. ``submit --retry-failed`` would rerun the same plan entry and the same
+    recorded code, and a fixed block's new code is refused as "changed since plan".
+
+    Read from plan.json as plain JSON (its spec path, workdir and ``--set`` overrides), because
+    the fault may be that the plan no longer loads; then the spec is named ``SPEC``.
+    """
+    results = Path(results_dir)
+    spec, sets = "SPEC", ""
+    try:
+        raw = json.loads((results / "plan.json").read_text(encoding="utf-8"))
+        path = Path(str(raw["spec_path"])).expanduser()
+        if not path.is_absolute():
+            path = Path(str(raw["workdir"])).expanduser() / path
+        spec = shlex.quote(str(path))
+        sets = "".join(f" --set {shlex.quote(str(o))}" for o in raw.get("overrides") or [])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return (
+        f"`olmoablate plan {spec}{sets} --replan` then "
+        f"`olmoablate submit {shlex.quote(str(results))} --redo {shlex.quote(run_id)}`"
+    )
 
 
 def chain(exc: BaseException) -> Iterator[BaseException]:
@@ -93,17 +121,26 @@ def classify(
     resume: str = "olmoablate submit ... --retry-failed",
     where: str | None = None,
     log: str | None = None,
+    redo: str | None = None,
 ) -> str:
     """The one-line reason for ``exc`` (module docstring): ``cause; fix, then RESUME``.
 
     ``resume`` is the command that continues the run, ``where`` the folder to name when the
-    error names none, ``log`` where the traceback went (named in the line).
+    error names none, ``log`` where the traceback went (named in the line). An exception whose
+    class sets ``one_line = True`` is its own complete line with its own way out (e.g. the
+    job's data check: ``--retry-failed`` would only repeat it).
+    ``redo`` (see :func:`redo_advice`), given for failures before training started, is the
+    way out of an unrecognised error: there it comes from the block's code, the spec or the plan
+    and repeats on a plain retry; the environment's faults recognised above keep ``resume``.
     """
+    own = next((e for e in chain(exc) if getattr(type(e), "one_line", False)), None)
+    if own is not None:
+        return cut(str(own))
     doing = activity(exc, step)
     seen = f" (traceback in {log})" if log else ""
 
     def line(cause: str, fix: str = "") -> str:
-        return _cut(f"{cause.strip()}{seen}; {fix}{'then ' if fix else ''}{resume}")
+        return cut(cause.strip(), f"{seen}; {fix}{'then ' if fix else ''}{resume}")
 
     causes = list(chain(exc))
     texts = " | ".join(f"{type(e).__name__}: {e}" for e in causes if e is not exc) + str(exc)
@@ -111,7 +148,7 @@ def classify(
     names = {type(e).__name__ for e in causes}
     for e in causes:
         if type(e).__name__ == "NoUsableCheckpoint":
-            return _cut(str(e))
+            return cut(str(e))
     oserrors = [e for e in causes if isinstance(e, OSError) and e.errno is not None]
     full = "disk full (No space left on device)"
     for e in oserrors:
@@ -164,12 +201,18 @@ def classify(
     shown = f"{type(exc).__name__}: {first_line(exc)}"
     if root is not exc:
         shown += f" (caused by {type(root).__name__}: {first_line(root)})"
+    if redo is not None:
+        if "`olmoablate submit " in shown:  # the refusal names its own way out
+            return cut(f"{shown} {doing}", seen)
+        return cut(f"{shown} {doing}", f"{seen}; fix the cause, then {redo}")
     return line(f"{shown} {doing}")
 
 
-def _cut(text: str) -> str:
-    one = " ".join(text.split())
-    return one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…"
+def cut(text: str, keep: str = "") -> str:
+    """``text`` on one line of at most MAX_REASON characters, then ``keep`` whole: where the
+    traceback went and the command that recovers the run are never cut, however long the cause."""
+    one, tail = " ".join(text.split()).strip(), " ".join(keep.split())
+    return (one if len(one) <= MAX_REASON else one[: MAX_REASON - 1] + "…") + tail
 
 
 def write_traceback(log_path: Path, exc: BaseException, header: str) -> bool:

@@ -26,9 +26,9 @@ from olmo_core.train.callbacks import Callback
 from olmoablate.errors import UserError
 from olmoablate.models.build import param_counts
 from olmoablate.plan.metrics import CE_LOSS
-from olmoablate.plan.names import DONE_STATES, RunState
+from olmoablate.plan.names import DONE_STATES, RunState, now_iso
 from olmoablate.run import callbacks as cbs
-from olmoablate.run import proof
+from olmoablate.run import faults, proof
 from olmoablate.run import trainer as cfgs
 from olmoablate.run.callbacks import (
     CheckpointManifestCallback,
@@ -374,7 +374,11 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         ctx.run_dir.path.mkdir(parents=True, exist_ok=True)
         write_status(RunState.RUNNING, previous.step or 0)
         # changed block code is refused before any checkpoint is read, judged or moved
-        check_code(ctx.run, resuming=any(ctx.run_dir.checkpoints.glob("step*")))
+        check_code(
+            ctx.run,
+            resuming=any(ctx.run_dir.checkpoints.glob("step*")),
+            way_out=faults.redo_advice(ctx.run_dir.path.parent.parent, run_id),
+        )
         fallback = resume_point(ctx, base, previous)
         trainer, own = _build_trainer(ctx, env, base)
         if fallback is not None:
@@ -411,16 +415,34 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             RunSummary.model_validate({**summary, "state": state}).write(ctx.run_dir.summary)
         return write_status(state, step, **extra)
     except UserError as err:
-        write_status(RunState.FAILED, previous.step or 0, reason=f"bad run entry: {err}"[:500])
+        if trainer is None:  # a refusal at job start (the proof, the blocks' code, the entry)
+            write_status(RunState.FAILED, previous.step or 0, reason=refusal_reason(ctx, err))
         raise
     except Exception as err:  # before or around fit (a checkpoint, the data): one line, then up
         if trainer is None:
             step = previous.step or 0
-            why = failure_reason(ctx, err, None)
+            why = failure_reason(ctx, err, None, started=False)
             write_status(RunState.FAILED, step, reason=f"failed before training started: {why}")
         raise
     finally:
         teardown_training_environment()
+
+
+def refusal_reason(ctx: RunContext, err: UserError) -> str:
+    """The one line of a refusal at job start (a block's formula or code, the run entry): what
+    was refused and the commands that recover it. Why not ``--retry-failed``: the same plan entry
+    and the same code would be refused again; the fix is in the block or the spec, and a fixed
+    block's code is new code, which needs a new plan and a fresh run. The traceback goes to
+    error.log like every other failure's."""
+    log_path = ctx.run_dir.path / faults.ERROR_LOG
+    kept = faults.write_traceback(log_path, err, f"{now_iso()} {ctx.run_id} refused at job start")
+    seen = f" (traceback in {log_path})" if kept else ""
+    text = str(err)
+    own = text.rfind("; ", 0, text.find("`olmoablate submit "))
+    if "`olmoablate submit " in text and own >= 0:  # the refusal names its own way out
+        return faults.cut(f"refused at job start: {text[:own]}", f"{seen}{text[own:]}")
+    redo = faults.redo_advice(ctx.run_dir.path.parent.parent, ctx.run_id)
+    return faults.cut(f"refused at job start: {text}", f"{seen}; fix the block or spec, then {redo}")
 
 
 def main(argv: list[str] | None = None) -> int:

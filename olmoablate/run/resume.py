@@ -256,6 +256,26 @@ def check_resumable(results: ResultsDir, send: list[str], redo: Collection[str])
             )
 
 
+def stale_done(results: ResultsDir, skip: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``skip`` with each finished run whose folder trained another identity than the plan now
+    names (re-planned with ``--replan`` after its block's code or its data changed) saying so
+    and naming ``--redo``: a bare "completed" hid that its numbers are not the plan's run."""
+    plan = results.plan
+    if plan.identity is None:
+        return skip
+    out = []
+    for rid, why in skip:
+        want = plan.identity.runs.get(rid)
+        recorded = recorded_identity(results.own_run(rid).path)
+        if why in DONE_STATES and want is not None and recorded not in (None, want):
+            why = (
+                f"{why} as identity {short(recorded)}, but the plan now says {short(want)} "
+                f"(`olmoablate explain` the two plans); --redo {rid} trains the plan's"
+            )
+        out.append((rid, why))
+    return out
+
+
 def write_identity(results: ResultsDir, run_id: str) -> None:
     """``runs/<id>/identity.json``: the identity trained in this folder, with the versions."""
     plan = results.plan

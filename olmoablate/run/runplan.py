@@ -111,9 +111,31 @@ def _check_versions(plan: Plan, run: RunEntry, path: Path) -> None:
         said = ", ".join(f"{d} {rec} (installed here: {now})" for d, rec, now in bad)
         raise UserError(
             f"{path}: runs[{run.run_id}]: its identity was planned with {said}; re-plan in the "
-            "job's environment (`olmoablate plan SPEC` where the jobs run) so the identity names "
+            f"job's environment (`olmoablate plan {path.parent} --replan` where the jobs run, "
+            f"then `olmoablate submit {path.parent} --redo {run.run_id}`) so the identity names "
             "the software that trains it"
         )
+
+
+class DataChanged(UserError):
+    """The job's data is not the bytes the run's identity names; ``str`` is the one line (kept
+    as is by :func:`olmoablate.run.faults.classify`: its own commands, not ``--retry-failed``)."""
+
+    one_line = True
+
+
+def check_data(plan: Plan, run_id: str) -> None:
+    """Refuse to train when a data file's bytes differ from what `plan` recorded (issue 35, case
+    3): the run would train the new bytes under the old identity, and another spec planning the
+    old data would then reuse it at 0 GPU-hours. Hashed afresh at every job start (every rank;
+    at most 256 MiB read per file, see :func:`olmoablate.plan.store.data_changes`), never from
+    the size+mtime cache."""
+    from olmoablate.plan.store import data_changes
+
+    changed = data_changes(plan, [run_id], fresh=True)
+    if changed:
+        executor = os.environ.get("SUBMITIT_EXECUTOR") or "local"
+        raise DataChanged(changed[0].line(plan, "slurm" if executor == "slurm" else "local"))
 
 
 def load_run(plan_path: str | Path, run_id: str) -> RunContext:
@@ -137,6 +159,7 @@ def load_run(plan_path: str | Path, run_id: str) -> RunContext:
                 f"runs[{run_id}].certificate; the arms would not be matched"
             )
     _check_versions(plan, run, path)
+    check_data(plan, run_id)
     workdir = Path(plan.workdir).expanduser().resolve()
     return RunContext(
         plan=plan, run=run, workdir=workdir, run_dir=ResultsDir(path.parent).run(run_id)

@@ -41,7 +41,7 @@ from olmoablate.plan.names import (
 from olmoablate.plan.store import owner_problem
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import LedgerFile, LedgerJob, LedgerRun, RunStatus
-from olmoablate.run.resume import check_resumable, latest_checkpoint_step
+from olmoablate.run.resume import check_resumable, latest_checkpoint_step, stale_done
 
 #: Held for every read-decide-write of the ledger (launch's own file, next to ledger.json).
 LOCK_FILE = ".ledger.lock"
@@ -264,6 +264,7 @@ def apply_leases(
     """``send`` without the runs another spec trains (then skipped "reused from ...", as are the
     skipped runs that are reused); a folder of another identity is refused first."""
     check_resumable(results, send, redo)
+    skip = stale_done(results, skip)
     skip = [
         (rid, why if where is None else f"{why}, reused from {results.store / where}")
         for rid, why in skip

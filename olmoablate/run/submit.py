@@ -89,10 +89,23 @@ def check_code(plan: Plan, run_ids: list[str]) -> None:
         recorded = {k: v.model_dump() for k, v in run.code.items()}
         changes = code_changes(recorded, run.architecture.as_mapping())
         if changes:
+            results = plan.path.parent if plan.path is not None else "SPEC"
             raise UserError(
                 f"run {rid}: {changes[0]}; rerun `olmoablate plan --replan {plan.spec_path}` to "
-                f"record the new code (and `olmoablate submit --redo {rid}` if it already ran)"
+                f"record the new code (and `olmoablate submit {results} --redo {rid}` if it "
+                "already ran)"
             )
+
+
+def check_data(plan: Plan, run_ids: list[str], executor: str) -> None:
+    """Refuse to send runs whose data changed since ``plan`` (a cheap look: the fingerprint
+    cache answers for files whose size and mtime did not change; the job hashes the bytes
+    again at start, :func:`olmoablate.run.runplan.check_data`)."""
+    from olmoablate.plan.store import data_changes
+
+    changed = data_changes(plan, run_ids, fresh=False)
+    if changed:
+        raise UserError(changed[0].line(plan, executor))
 
 
 def check_spec(ledger: Ledger, plan: Plan, redo: list[str]) -> None:
@@ -171,6 +184,7 @@ def _to_send(
     views = reconcile(results, ledger, sacct_max_age_s=0, require_scheduler=require_scheduler)
     send, skip = decide(views, retry_failed=retry_failed, redo=redo, only=only)
     check_code(results.plan, send)
+    check_data(results.plan, send, "slurm" if require_scheduler else "local")
     return apply_leases(results, send, skip, redo)  # one identity is trained once per store
 
 

@@ -28,7 +28,7 @@ from olmoablate.plan.layout import ResultsDir, RunDir
 from olmoablate.plan.names import TERMINAL_STATES, RunState
 from olmoablate.plan.planfile import Plan, RunEntry
 from olmoablate.run import slurm as sl
-from olmoablate.run.faults import classify
+from olmoablate.run.faults import ERROR_LOG, classify, redo_advice, write_traceback
 from olmoablate.run.files import RunStatus
 from olmoablate.run.resume import MAX_REQUEUES_WITHOUT_PROGRESS, USR2_GRACE_S, decide_stop
 from olmoablate.run.slurm import task_device
@@ -148,12 +148,19 @@ class TrainRun(submitit.helpers.Checkpointable):
             if rank0:
                 own = own_status(self.run_dir)
                 if own.state != RunState.FAILED or not own.reason:  # the job's own line wins
+                    started = bool(os.environ.get(FIT_STARTED_ENV))
+                    log_path = self.run_dir.path / ERROR_LOG
+                    kept = write_traceback(log_path, err, f"{self.run_id} attempt {self.attempt}")
+                    # before training an unrecognised error (the plan entry, the seed, the
+                    # blocks) repeats on --retry-failed: re-plan and redo instead
                     why = classify(
                         err,
                         resume=f"olmoablate submit {self.results_dir} --retry-failed",
                         where=str(self.run_dir.path),
+                        log=str(log_path) if kept else None,
+                        redo=None if started else redo_advice(self.results_dir, self.run_id),
                     )
-                    if not os.environ.get(FIT_STARTED_ENV):
+                    if not started:
                         why = f"failed before training started: {why}"
                     self._mark(RunState.FAILED, why)
             raise

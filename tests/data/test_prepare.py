@@ -355,17 +355,95 @@ def test_bpe_training_is_deterministic_across_processes() -> None:
     assert len(shas) == 1 and len(next(iter(shas))) == 64
 
 
-@pytest.mark.skipif(
-    not Path("/usr/share/doc/python3.11/html/_sources").is_dir(), reason="python3.11-doc missing"
-)
+def _pinned_corpus() -> tuple[Path | None, str]:
+    """The folder holding the corpus the shipped BPE was trained on (installed, or the pinned .deb
+    `scripts/prepare-data.sh` unpacks under data/.cache), or why there is none here: the corpus's
+    own content hash decides, not its document count (python3.11-doc u8 and u9 both have 497)."""
+    from olmoablate.data.corpus import (
+        corpus_note,
+        corpus_sha256,
+        get_source,
+        list_documents,
+        package_version,
+    )
+
+    src = get_source("python-docs")
+    installed = Path(os.environ.get("OLMOABLATE_PYDOCS_DIR") or src.default_dir)
+    pinned = src.pinned_dir(REPO / "data" / ".cache")
+    why: list[str] = []
+    for folder in (installed, pinned):
+        if folder is None or not folder.is_dir():
+            continue
+        try:
+            sha = corpus_sha256(list_documents(src, folder))
+        except UserError as err:
+            why.append(str(err))
+            continue
+        note = corpus_note(src, package_version(src, folder), sha)
+        if note is None:
+            return folder, ""
+        why.append(f"{folder}: {note}")
+    return None, "; ".join(why) or f"{src.debian_package} missing"
+
+
 def test_shipped_bpe_is_reproduced_from_the_train_documents() -> None:
-    """The pinned file is what `train_bpe` makes from the demo's train split (Debian package)."""
+    """The pinned file is what `train_bpe` makes from the demo's train split of the pinned
+    corpus; on a machine with another version (bookworm's u8) it skips naming that version and
+    its hash, and runs on the pinned copy once `bash scripts/prepare-data.sh` unpacked it."""
     from olmoablate.data.corpus import get_source, list_documents, read_text
     from olmoablate.data.tokenizers import BPE_TRAIN_HOLDOUT_EVERY, to_json_bytes, train_bpe
     from olmoablate.plan.sizes import BPE_SHA256
 
-    texts = [t for t in map(read_text, list_documents(get_source("python-docs"))) if t.strip()]
+    folder, why = _pinned_corpus()
+    if folder is None:
+        pytest.skip(f"{why} (`bash scripts/prepare-data.sh` unpacks the pinned one)")
+    docs = list_documents(get_source("python-docs"), folder)
+    texts = [t for t in map(read_text, docs) if t.strip()]
     train = [t for i, t in enumerate(texts) if i % BPE_TRAIN_HOLDOUT_EVERY]
-    if len(texts) != 497:
-        pytest.skip(f"another python3.11-doc version ({len(texts)} documents)")
     assert hashlib.sha256(to_json_bytes(train_bpe(train))).hexdigest() == BPE_SHA256
+
+
+def _debian_root(tmp: Path, version: str) -> Path:
+    """A python3.11-doc laid out as `dpkg-deb -x` leaves it: documents and the changelog."""
+    import gzip
+
+    docs = _write_corpus(tmp)
+    sources = tmp / "root" / "usr/share/doc/python3.11/html/_sources"
+    sources.parent.mkdir(parents=True)
+    docs.rename(sources)
+    log = tmp / "root" / "usr/share/doc/python3.11-doc/changelog.Debian.gz"
+    log.parent.mkdir(parents=True)
+    with gzip.open(log, "wt") as fh:
+        fh.write(f"python3.11 ({version}) bookworm; urgency=medium\n\n  * Fixes.\n")
+    return sources
+
+
+def test_manifest_records_the_corpus_version_and_whether_it_is_the_pinned_one(
+    tmp_path: Path,
+) -> None:
+    """Which python3.11-doc the token files were made from is in the manifest and the output
+    (was: only a content hash, and the demo said "already installed" for any version)."""
+    from olmoablate.data.corpus import get_source
+
+    sources = _debian_root(tmp_path, "3.11.2-6+deb12u8")
+    out = tmp_path / "out"
+    args = ["prepare", "--out", str(out), "--source-dir", str(sources), "--heldout-every", "3"]
+    res = CliRunner().invoke(data_app, [*args, "--tokenizer", "dolma2"])
+    assert res.exit_code == 0, res.output
+    assert "source python-docs 3.11.2-6+deb12u8 (corpus sha256 " in res.output
+    source = json.loads((out / "manifest.json").read_text())["source"]
+    assert source["package_version"] == "3.11.2-6+deb12u8"
+    pin = get_source("python-docs")
+    assert source["pinned"] == {
+        "version": pin.pinned_version,
+        "sha256": pin.pinned_sha256,
+        "matches": False,
+    }
+    # a folder prepared before the manifest said so gets the fields on the next (kept) prepare
+    doc = json.loads((out / "manifest.json").read_text())
+    for key in ("package_version", "pinned"):
+        del doc["source"][key]
+    (out / "manifest.json").write_text(json.dumps(doc))
+    again = CliRunner().invoke(data_app, [*args, "--tokenizer", "dolma2"])
+    assert again.exit_code == 0 and again.output.startswith("kept"), again.output
+    assert json.loads((out / "manifest.json").read_text())["source"] == source

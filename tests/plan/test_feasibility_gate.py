@@ -96,7 +96,8 @@ def test_validate_warns_before_gpu_time(tmp_path: Path) -> None:
 
 def test_replan_adding_seeds_keeps_the_earlier_registration(tmp_path: Path) -> None:
     """issue 23: the gate's design record hashes its seeds; `plan --replan` with more seeds
-    keeps the earlier registration, which the report then flags (tests/test_report_sequential)."""
+    keeps the earlier registration, which the report then flags
+    (tests/report/test_sequential.py)."""
     from olmoablate.plan.feasibility import carry_registrations
 
     first = build_plan(load_spec(_spec(tmp_path, {"variant": "v"}, seeds=[0, 1], name="r")))
@@ -160,13 +161,60 @@ def test_plan_replan_cli_records_the_earlier_seeds(tmp_path: Path) -> None:
 
     assert plan().returncode == 0
     doc = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2]}))
+    assert plan().returncode == 0  # no run yet: re-planning is free (no look was possible)
     spec.write_text(yaml.safe_dump({**doc, "seeds": [0, 1, 2, 3]}))
     (tmp_path / "results" / "rp" / "runs" / "tiny-s0-baseline").mkdir(parents=True)
     assert plan().returncode != 0  # runs started: the pre-registered plan is kept
     out = plan("--replan")
     assert out.returncode == 0, out.stderr
     entry = json.loads((tmp_path / "results" / "rp" / "plan.json").read_text())["gates"][0]
-    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in entry["history"]] == [[0, 1]]
+    hist = entry["history"]
+    assert entry["seeds"] == [0, 1, 2, 3] and [h["seeds"] for h in hist] == [[0, 1], [0, 1, 2]]
+    # issue 34: whether a look was possible, and the block each registration decided with
+    assert [h["after_runs"] for h in hist] == [False, True]
+    assert all(h["gate"] == entry["gate"] for h in hist)
+    from olmoablate.plan.planfile import GateEntry
+    from olmoablate.report.sequential import first_look
+
+    first = first_look(GateEntry.model_validate(entry))
+    assert first is not None and first.seeds == [0, 1, 2]  # the one in force when runs began
+
+
+def test_plan_states_futility_under_both_interim_models(tmp_path: Path) -> None:
+    """Issue 34, items 6 and 7, where a user sees them: `plan` prints the interim bound it will
+    use (the declared 50% raised, the same number the report decides with), the one-seed floor
+    scaled to each interim fraction, the power lost and a null variant's share of tokens under
+    both interim models; a floor from 3 pairs is a warning."""
+    from olmoablate.report.sequential import futility_confidence
+    from olmoablate.testing import run_cli
+
+    gate = {
+        "variant": "v",
+        "min_effect": 0.01,
+        "noise": {"floor": {"sd": 0.01, "pairs": 3}},
+        "sequential": {"interim": [0.25, 0.5]},
+    }
+    spec = _spec(tmp_path, gate, name="fut")
+    out = run_cli("plan", str(spec), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = " ".join((out.stdout + out.stderr).split())
+    design = load_spec(spec).spec.gate.sequential  # type: ignore[union-attr]
+    fq = futility_confidence(design, 0.05, 1, 2.0)
+    assert fq > 0.5
+    assert (
+        f"stop for futility if the {fq:.1%} upper bound < 0.01 (noise: the floor's sd / sqrt(0.25))"
+        in text
+    )
+    line = text.split("futility looks (")[1]
+    assert f"upper bound at {fq:.1%}, raised from the declared 50%" in line
+    lost = line.split("in points: ")[1]
+    precise, brownian = (
+        float(lost.split(f"{m} ")[1].split(",")[0].split(";")[0]) for m in ("precise", "brownian")
+    )
+    assert 0 <= precise <= brownian <= 1.5  # <= 1 point by construction (+ MC error)
+    assert "a variant exactly at the bar spends precise" in line and "brownian" in line
+    assert "gate.noise.floor is measured from only 3 seed pairs (fewer than 5)" in text
 
 
 def _power_at(mde: float, case: str, reps: int = 100_000) -> float:

@@ -34,9 +34,16 @@ SPECS = REPO / "specs"
 
 
 @pytest.fixture(scope="module")
-def one_gate_doc() -> dict[str, Any]:
-    """plan.json of a `gate:` spec (the shipped siamese one), as `plan` writes it now."""
-    return build_plan(load_spec(SPECS / "siamese_depth_attention.yaml")).as_json()
+def one_gate_doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """plan.json of a `gate:` spec (the shipped siamese one with its quality gate alone, as
+    a `gate:` block), as `plan` writes it now."""
+    import yaml
+
+    doc = yaml.safe_load((SPECS / "siamese_depth_attention.yaml").read_text())
+    doc["gate"] = doc.pop("gates")["siamese_depth"]
+    path = tmp_path_factory.mktemp("one_gate") / "siamese_depth_attention.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return build_plan(load_spec(path)).as_json()
 
 
 def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:

@@ -155,15 +155,18 @@ def _trained(root: Path, spec: str, rid: str) -> None:
 @pytest.mark.parametrize("change", ["replan", "data-in-place"])
 def test_a_run_trained_as_another_identity_is_not_reused(root: Path, change: str) -> None:
     """a's run folder trained identity X (identity.json); a's plan.json now says Y for that run
-    id (re-planned with another lr, or its token file rewritten in place, which re-plans without
-    the guard): a spec planning Y must not take a's X-trained run as Y."""
+    id (re-planned with another lr, or its token file rewritten in place: a plain `plan` refuses
+    that since issue 35, `--replan` records it): a spec planning Y must not take a's X-trained
+    run as Y."""
     _trained(root, "a", BASE)
     if change == "replan":
         out = _cli("plan", _spec(root, "a", lr=0.02), "--replan", cwd=root)
         kw: dict[str, Any] = {"lr": 0.02}
     else:
         write_tokens(root / "data" / "train.bin", 20_000, seed=7, vocab=512, eos=510)
-        out = _cli("plan", _spec(root, "a"), cwd=root)
+        plain = _cli("plan", _spec(root, "a"), cwd=root)
+        assert plain.returncode == 2 and "training.data.files[0]" in plain.stderr
+        out = _cli("plan", _spec(root, "a"), "--replan", cwd=root)
         kw = {}
     assert out.returncode == 0, out.stderr
     assert _cli("plan", _spec(root, "c", **kw), cwd=root).returncode == 0

@@ -145,3 +145,25 @@ def test_plan_strict_writes_nothing_when_a_check_fails(tmp_path: Path) -> None:
     assert "slurm.time: error (--strict)" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith("under --strict; no plan written")
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_tables_show_exact_params_and_a_difference_the_rounding_hides(
+    tmp_path: Path,
+) -> None:
+    """Issue 35 case 15: value residual adds n_layers - 1 = 3 scalars, which "K" rounding hides
+    in both arms; the compact table shows the difference exactly, `--wide` every count exactly."""
+    env = {"PYTHONPATH": f"{REPO}:{REPO / 'examples' / 'value-residual'}", "COLUMNS": "200"}
+    spec = str(REPO / "examples" / "value-residual" / "spec.yaml")
+    root = ["--results-root", str(tmp_path / "r"), "--skip-paths"]
+    compact = _cli("plan", spec, *root, env=env)
+    assert compact.returncode == 0, compact.stderr
+    runs = json.loads((tmp_path / "r" / "value_residual_demo" / "plan.json").read_text())["runs"]
+    by_arm = {r["arm"]: r for r in runs}
+    base, var = by_arm["baseline"]["params"], by_arm["vres"]["params"]
+    assert var - base == 3
+    rows = {line.split("│")[2].strip(): line for line in compact.stdout.splitlines()
+            if line.count("│") > 3 and "tiny" in line}  # fmt: skip
+    assert " +3 " in rows["vres"] and "+" not in rows["baseline"], compact.stdout
+    wide = _cli("plan", spec, "--wide", *root, env=env)
+    assert wide.returncode == 0, wide.stderr
+    assert f"{base:,}" in wide.stdout and f"{var:,}" in wide.stdout, wide.stdout

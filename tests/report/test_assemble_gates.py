@@ -108,7 +108,7 @@ def test_report_opens_with_one_verdict_per_gate(tmp_path: Path) -> None:
     cards = [i for i, ln in enumerate(md) if ln.startswith("### ")]
     assert [md[i] for i in cards] == ["### siamese: PROCEED", "### looped: PROCEED"]
     assert md[cards[0] + 2].startswith("sn_da vs baseline at 1B, rule quality, metric ")
-    assert md[cards[1] + 2].startswith("looped vs baseline at 1B, rule quality_per_param, ")
+    assert md[cards[1] + 2].startswith("looped vs reference ref4 at 1B, rule quality_per_param, ")
     assert md[cards[0] + 4].startswith("Effect **+") and "one-sided 95% interval" in md[cards[0] + 4]
     assert cards[1] < md.index("## Gate siamese") < md.index("## Gate looped")
     assert "![gate__siamese](plots/gate__siamese.png)" in md

@@ -193,7 +193,7 @@ def test_terminal_block_fits_100_columns(rendered: Path) -> None:
     lines = buf.getvalue().splitlines()
     assert lines and max(len(ln) for ln in lines) <= 100, max(lines, key=len)
     assert any(ln.split() == ["PROCEED", "Gate"] for ln in lines)
-    assert any(ln.strip().startswith("looped vs baseline at 1B") for ln in lines)
+    assert any(ln.strip().startswith("looped vs reference ref4 at 1B") for ln in lines)
 
 
 def test_no_loop_count_figure_for_one_loop_count(tmp_path: Path) -> None:

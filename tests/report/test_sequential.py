@@ -18,6 +18,7 @@ from olmoablate.report.noise import floor_source
 from olmoablate.report.sequential import (
     CONTINUE,
     FUTILITY,
+    UNPLANNED,
     PairCurve,
     evaluate_design,
     stage_decision,
@@ -155,11 +156,12 @@ def test_interim_futility_stop_records_reason_and_savings(tmp_path: Path) -> Non
 
 
 def test_unplanned_replan_adding_seeds_is_flagged_and_not_at_full_alpha(tmp_path: Path) -> None:
-    """Registered with seeds [0, 1], re-planned to [0, 1, 2, 3] without a design: flagged, and
-    tested at alpha / 2; an effect that passes at full alpha is then inconclusive."""
+    """Registered with seeds [0, 1] (a plan.json from before the gate block was recorded),
+    re-planned to [0, 1, 2, 3] without a design: flagged, and since the block in force at the
+    first look is unknown and that look spent alpha, never a plain proceed."""
     spec = SynthSpec(gate={"metric": EVAL, "min_effect": 0.0}, seeds=(0, 1, 2, 3))
-    # per-seed deltas 0.006, 0.026, 0.006, 0.026: t = 2.77, between t_0.95,3 = 2.35 (full
-    # alpha: proceed) and t_0.975,3 = 3.18 (alpha / 2: inconclusive)
+    # per-seed deltas 0.006, 0.026, 0.006, 0.026: t = 2.77 > t_0.95,3 = 2.35 (full alpha:
+    # proceed), and t = 1.6 with the first two seeds (inconclusive)
     truth = {
         f"1B-s{s}-sn_da": ArmTruth(offset=-o, eval_noise=0.0)
         for s, o in zip(range(4), [0.006, 0.026, 0.006, 0.026], strict=True)
@@ -180,8 +182,196 @@ def test_unplanned_replan_adding_seeds_is_flagged_and_not_at_full_alpha(tmp_path
     )
     (root / "plan.json").write_text(__import__("json").dumps(replanned.as_json()))
     rep = build(collect(root, use_cache=False, workers=1))
-    assert rep.verdict == "inconclusive", rep.reasons
-    assert "UNPLANNED" in rep.reasons[0] and "alpha / 2" in rep.reasons[0]
+    assert rep.verdict == "inconclusive" and rep.verdict_label == UNPLANNED, rep.reasons
+    assert rep.reasons[0].startswith("UNPLANNED") and "seeds [0, 1]" in rep.reasons[0]
+    assert "not recorded" in rep.reasons[1] and "exploratory" in rep.reasons[1]
+    assert rep.gate_json()["unplanned"]["verdict"] == UNPLANNED
+
+
+TINY = """\
+name: rp
+sizes: [tiny]
+custom_sizes:
+  tiny: {d_model: 64, n_layers: 8, n_heads: 4, n_kv_heads: 2, mlp_hidden_size: 192, sliding_window: 32}
+training:
+  sequence_length: 64
+  tokens: 4096
+  global_batch_size: 256
+  optimizer: {lr: 1.0e-3}
+  data: {paths: [x.bin]}
+evaluation:
+  interval: 4
+  lm_sets: {heldout: [h.bin]}
+topology: {gpus_per_node: 0}
+"""
+
+
+def _replan_report(
+    tmp_path: Path, deltas: dict[str, list[float]], before: dict, after: dict
+) -> dict:
+    """Through the CLI: `plan` a tiny spec (``before``: its seeds and gate), train the planned
+    pairs synthetically with exact per-seed improvements ``deltas`` (variant -> one per seed),
+    change the spec to ``after`` and `plan --replan`, train what the re-plan added, `report`.
+    Returns gate.json."""
+    import json
+
+    import yaml
+
+    from olmoablate.plan.planfile import Plan
+    from olmoablate.testing import run_cli
+    from olmoablate.testing.synthetic import write_run
+
+    spec, roots = tmp_path / "s.yaml", tmp_path / "res"
+
+    def write_spec(doc: dict) -> None:
+        gate = {"stage": "tiny", "metric": "eval/lm/heldout/CE loss", "last_n": 3, **doc["gate"]}
+        variants = {v: {"depth_attention": {"stride": 2}} for v in deltas}
+        body = {**yaml.safe_load(TINY), "seeds": doc["seeds"], "variants": variants, "gate": gate}
+        spec.write_text(yaml.safe_dump(body))
+
+    synth = SynthSpec(
+        name="rp", sizes=("tiny",), seeds=tuple(after["seeds"]), steps=16, eval_interval=4,
+        global_batch_size=256, eval_set="heldout",
+    )  # fmt: skip
+    written: set[str] = set()
+
+    def train() -> None:
+        for r in Plan.load(roots / "rp").runs:
+            if r.run_id not in written:
+                off = 0.0 if r.arm == "baseline" else -deltas[r.arm][r.seed]
+                write_run(roots / "rp", synth, r, ArmTruth(offset=off, eval_noise=0.0))
+                written.add(r.run_id)
+
+    for doc, extra in ((before, ()), (after, ("--replan",))):
+        write_spec(doc)
+        out = run_cli("plan", str(spec), "--results-root", str(roots), *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        train()
+    out = run_cli("report", str(roots / "rp"), "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads((roots / "rp" / "gate.json").read_text())
+
+
+def _check_of(gate: dict, variant: str) -> dict:
+    return next(v for v in gate["variants"] if v["variant"] == variant)["checks"][0]
+
+
+def test_replan_keeps_holm_across_the_variants(tmp_path: Path) -> None:
+    """Issue 34, 1 and 3: three variants registered with 2 seeds, re-planned to 4. v1's 2-seed
+    p is 0.032: it passes alone at alpha but not Holm over 3 (0.0167); the old report re-tested
+    each variant alone at alpha / 2 with 4 seeds (p 0.0002) and proceeded. The first look spent
+    alpha under Holm: ``inconclusive (unplanned)``, the 4 seeds' estimate exploratory."""
+    deltas = {
+        "v1": [0.10, 0.12, 0.10, 0.12],
+        "v2": [0.0, 0.004, 0.0, 0.004],
+        "v3": [-0.004, 0.0, -0.004, 0.0],
+    }
+    gate = {"min_effect": 0.01}
+    g = _replan_report(
+        tmp_path, deltas, {"seeds": [0, 1], "gate": gate}, {"seeds": [0, 1, 2, 3], "gate": gate}
+    )
+    assert g["verdict"] == "inconclusive" and g["unplanned"]["verdict"] == UNPLANNED, g["reasons"]
+    assert g["reasons"][0].startswith("UNPLANNED") and "seeds [0, 1]" in g["reasons"][0]
+    assert g["family"].startswith("at the first look (seeds [0, 1]") and "Holm" in g["family"]
+    reason = _check_of(g, "v1")["reason"]
+    assert reason.startswith(UNPLANNED) and "not after Holm correction over 3" in reason
+    assert "no level is left" in reason and "4 seed(s)" in reason and "exploratory" in reason
+    assert "pre-register" in reason and "seed_stages" in reason
+
+
+def test_replan_changing_the_gate_block_with_the_same_seeds_is_flagged(tmp_path: Path) -> None:
+    """Issue 34, 2: confidence 0.95 -> 0.90 after a look, same 3 seeds: p = 0.068 passes the
+    new gate (the old report proceeded, unflagged) but not the registered one."""
+    deltas = {"v": [0.014, 0.024, 0.034]}
+    seeds = [0, 1, 2]
+    g = _replan_report(
+        tmp_path,
+        deltas,
+        {"seeds": seeds, "gate": {"min_effect": 0.01}},
+        {"seeds": seeds, "gate": {"min_effect": 0.01, "confidence": 0.9}},
+    )
+    assert g["verdict"] == "inconclusive" and g["unplanned"]["verdict"] == UNPLANNED, g["reasons"]
+    assert "seeds [0, 1, 2], gate" in g["reasons"][0]
+    reason = _check_of(g, "v")["reason"]
+    assert "one-sided 95% bounds" in reason and "one-sided 90% bounds" in reason
+
+
+def test_unplanned_stage_after_the_design_never_plainly_proceeds(tmp_path: Path) -> None:
+    """Issue 34, 3: seed stages [2, 4] -> [2, 4, 6] after the last planned look (p 0.094 >
+    0.0457 at 4 seeds); p 0.015 with 6 seeds passed the old halved level 0.0207. The registered
+    design decides (its looks are shown); the 6-seed look is exploratory."""
+    g = _replan_report(
+        tmp_path,
+        {"v": [0.025, 0.01, 0.03, 0.01, 0.035, 0.035]},
+        {
+            "seeds": [0, 1, 2, 3],
+            "gate": {"min_effect": 0.01, "sequential": {"seed_stages": [2, 4]}},
+        },
+        {
+            "seeds": [0, 1, 2, 3, 4, 5],
+            "gate": {"min_effect": 0.01, "sequential": {"seed_stages": [2, 4, 6]}},
+        },
+    )
+    assert g["verdict"] == "inconclusive" and g["unplanned"]["verdict"] == UNPLANNED, g["reasons"]
+    reason = _check_of(g, "v")["reason"]
+    assert reason.startswith(UNPLANNED) and "no level is left" in reason and "6 seed(s)" in reason
+    looks = g["sequential"]["v"]["looks"]
+    assert [lk["seeds"] for lk in looks] == [2, 4] and looks[-1]["decision"] == "inconclusive"
+
+
+def test_the_first_registration_still_proceeds_after_a_replan(tmp_path: Path) -> None:
+    """The registered look keeps its level: 2 seeds that clear the bar (t = 41) still proceed
+    after a re-plan to 4 seeds, decided by the first registration (seeds only changed: its block
+    is the current one, same hash); and the decision table itself."""
+    from olmoablate.report.sequential import replan_decision
+
+    spec = SynthSpec(gate={"metric": EVAL, "min_effect": 0.01}, seeds=(0, 1, 2, 3))
+    truth = {
+        f"1B-s{s}-sn_da": ArmTruth(offset=-o, eval_noise=0.0)
+        for s, o in enumerate([0.05, 0.052, 0.0, 0.0])
+    }
+    make_results(tmp_path, spec, truth)
+    plan = synthetic_plan(spec)
+    sha = plan.gates[0].gate_sha256
+    hist = [{"created": "c", "seeds": [0, 1], "gate_sha256": sha, "after_runs": True}]
+    gate = {"stage": "1B", "metric": EVAL, "min_effect": 0.01}
+    replanned = build_plan(plan.runs, spec_name=spec.name, gate=gate, history={"gate": hist})
+    (tmp_path / "plan.json").write_text(__import__("json").dumps(replanned.as_json()))
+    rep = build(collect(tmp_path, use_cache=False, workers=1))
+    assert rep.verdict == PROCEED and rep.verdict_label == PROCEED, rep.reasons
+    assert rep.reasons[0].startswith("UNPLANNED") and "exploratory" in rep.reasons[1]
+    first = np.array(["proceed", "inconclusive", "inconclusive", "stop", "continue"])
+    now = np.array(["inconclusive", "proceed", "stop", "proceed", "proceed"])
+    got = replan_decision(first, now).tolist()
+    assert got == [PROCEED, UNPLANNED, "stop", "stop", "continue"]
+
+
+def test_adding_a_noise_source_to_a_one_seed_gate_costs_no_alpha(tmp_path: Path) -> None:
+    """The report's own way out of a one-seed gate without a noise source is a re-plan: that look
+    could not proceed whatever the data (it spent no alpha), so adding only a floor decides at
+    the full level; changing min_effect as well is an unplanned change like any other."""
+    import json
+
+    from olmoablate.io import sha256_of
+
+    spec = SynthSpec(gate={"metric": EVAL, "min_effect": 0.01}, seeds=(0,))
+    make_results(tmp_path, spec, {"sn_da": ArmTruth(offset=-0.05, eval_noise=0.0)})
+    before = Gate.model_validate({"stage": "1B", "metric": EVAL, "min_effect": 0.01})
+    dump = before.model_dump(mode="json")
+    hist = [{"created": "c", "seeds": [0], "gate_sha256": sha256_of(dump), "gate": dump}]
+    floor = {"floor": {"sd": 0.01, "known": True}}
+    for extra, verdict, label in (
+        ({}, PROCEED, PROCEED),
+        ({"min_effect": 0.0}, "inconclusive", UNPLANNED),
+    ):
+        gate = {**dump, "noise": floor, **extra}
+        runs = synthetic_plan(spec).runs
+        plan = build_plan(runs, spec_name=spec.name, gate=gate, history={"gate": hist})
+        (tmp_path / "plan.json").write_text(json.dumps(plan.as_json()))
+        rep = build(collect(tmp_path, use_cache=False, workers=1))
+        assert (rep.verdict, rep.verdict_label) == (verdict, label), rep.reasons
+        assert rep.reasons[0].startswith("UNPLANNED")
+        assert ("spent no alpha" in rep.reasons[0]) == (label == PROCEED)
 
 
 def test_seeds_beyond_the_design_are_flagged_and_left_out() -> None:

@@ -133,7 +133,7 @@ def test_submit_refuses_a_block_edited_after_plan(
         submit(ResultsDir(plan.parent), "local", progress=False)
     msg = str(err.value)
     assert f"block {key!r}" in msg and "changed since plan" in msg
-    assert "plan --replan" in msg and "submit --redo tiny-s0-mine" in msg
+    assert "plan --replan" in msg and f"submit {plan.parent} --redo tiny-s0-mine" in msg
     assert not (plan.parent / "runs" / "tiny-s0-mine" / "status.json").exists()  # nothing sent
 
 
@@ -178,3 +178,221 @@ def test_report_refuses_a_pair_whose_arm_trained_other_code() -> None:
         "tiny-s0-da: trained block code other than the plan recorded"
     ]
     assert "not verified" in proof_problems(entry, None)[1][0]
+
+
+# ------------------------------------------------------------- refusals at job start: the way out
+FORMULA_SRC = '''
+from olmoablate.errors import Strict
+from olmoablate.models.block_model import BlockModel
+from olmoablate.plan.blocks import Block
+
+
+class Opts(Strict):
+    pass
+
+
+class Lies(Block):
+    name = "lies"
+    Options = Opts
+    model = "blk_formula:MODEL"
+
+    def extra_params(self, opts, dims, n_layers):
+        return {extra}
+
+
+BLOCK = Lies()
+MODEL = BlockModel()
+'''
+
+FORMULA_SPEC = """\
+name: formula
+sizes: [micro]
+custom_sizes:
+  micro: {d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, mlp_hidden_size: 64, sliding_window: 16, vocab_size: 512}
+seeds: [0]
+variants:
+  lies:
+    "blk_formula:BLOCK": {}
+training:
+  sequence_length: 32
+  tokens: 512
+  global_batch_size: 256
+  optimizer: {lr: 0.01}
+  schedule: {warmup_steps: 1}
+  data: {paths: [train.bin], eos_token_id: 510, pad_token_id: 511}
+  checkpoint_interval: 2
+  wandb: {mode: disabled}
+topology: {gpus_per_node: 0}
+"""
+
+
+def test_a_wrong_param_formula_names_the_block_and_the_way_out_that_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 case 11: the refusal blames the block's formula (not "bad run entry"), writes
+    error.log, and suggests `plan --replan` + `submit --redo`; the test runs exactly the
+    suggested commands (real CLI, local executor) after fixing the formula, and the run
+    completes. (`--retry-failed`, the old advice, would refuse the fixed block's new code.)"""
+    import os
+    import re
+    import subprocess
+
+    from olmoablate.testing.plans import write_tokens
+
+    plugin = tmp_path / "plugin" / "blk_formula.py"
+    plugin.parent.mkdir()
+    plugin.write_text(FORMULA_SRC.format(extra=1))
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{plugin.parent}:{Path.cwd()}"}
+    write_tokens(tmp_path / "train.bin", 4_000, seed=1, vocab=512, eos=510)
+    (tmp_path / "formula.yaml").write_text(FORMULA_SPEC)
+    rid = "micro-s0-lies"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "olmoablate", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )
+
+    assert cli("plan", "formula.yaml").returncode == 0
+    results = tmp_path / "results" / "formula"
+    try:
+        with pytest.raises(UserError):  # the job itself, in this process (torch is loaded)
+            run_job(str(results / "plan.json"), rid)
+    finally:
+        sys.modules.pop("blk_formula", None)
+    rd = results / "runs" / rid
+    st = json.loads((rd / "status.json").read_text())
+    why = st["reason"]
+    assert st["state"] == "failed" and "\n" not in why, why
+    assert not why.startswith("bad run entry") and "--retry-failed" not in why, why
+    assert "parameter formula" in why and "block blk_formula:BLOCK" in why, why
+    assert "(+1 in the formula)" in why, why
+    assert (rd / "error.log").is_file() and "UserError" in (rd / "error.log").read_text()
+    commands = re.findall(r"`(olmoablate [^`]+)`", why)
+    assert [c.split()[1] for c in commands] == ["plan", "submit"], why
+
+    plugin.write_text(FORMULA_SRC.format(extra=0))  # the fix
+    for command in commands:
+        done = cli(*command.split()[1:], *(["--no-progress"] if "submit" in command else []))
+        assert done.returncode == 0, command + "\n" + done.stdout + done.stderr
+    assert json.loads((rd / "status.json").read_text())["state"] == "completed"
+
+
+NAN_GUARD_SRC = '''
+import dataclasses
+
+import torch
+from olmo_core.nn.transformer import TransformerBlock
+from olmo_core.nn.transformer.config import TransformerBlockConfig
+
+from olmoablate.errors import Strict
+from olmoablate.models.block_model import BlockModel, in_cost_proof
+from olmoablate.plan.blocks import Block
+
+
+class Opts(Strict):
+    escape: bool = False
+    boom: bool = False
+
+
+class Guarded(Block):
+    name = "guarded"
+    Options = Opts
+    model = "blk_nan:MODEL"
+
+
+class GuardedBlock(TransformerBlock):
+    """OLMo-core's block behind a NaN guard (``escape``: the guard skips itself in the proof)."""
+
+    escape = False
+    boom = False
+
+    def forward(self, x, **kwargs):
+        if self.boom:
+            raise RuntimeError("boom: a bug in the block's forward")
+        if (not self.escape or not in_cost_proof()) and not torch.isfinite(x).all():
+            raise FloatingPointError("non-finite input")
+        return super().forward(x, **kwargs)
+
+
+@dataclasses.dataclass
+class GuardedConfig(TransformerBlockConfig):
+    escape: bool = False
+    boom: bool = False
+
+    def build(self, **kwargs):
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(TransformerBlockConfig)}
+        block = TransformerBlockConfig(**fields).build(**kwargs)
+        block.__class__ = GuardedBlock
+        block.escape = self.escape
+        block.boom = self.boom
+        return block
+
+
+class Model(BlockModel):
+    def configure(self, config, opts, dims, arch):
+        block = config.block
+        fields = {f.name: getattr(block, f.name) for f in dataclasses.fields(block)}
+        config.block = GuardedConfig(**fields, escape=opts.escape, boom=opts.boom)
+        return config
+
+
+BLOCK = Guarded()
+MODEL = Model()
+'''
+
+
+def test_a_nan_guard_in_forward_gets_the_fake_tensor_line_and_an_escape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 case 12: `if not torch.isfinite(x).all():` in forward cannot run on the proof's
+    fake tensors; the refusal says so in one line (the FLOP/param proof, fake tensors, the
+    exception, the way to write it), and the documented escape `in_cost_proof()` passes while
+    the guard still guards real tensors. Case 11: through the job, that refusal and a forward
+    that raises suggest re-plan + redo, not --retry-failed."""
+    import torch
+
+    from olmoablate.models.build import build_model_config
+
+    src = tmp_path / "userrepo" / "blk_nan.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(NAN_GUARD_SRC)
+    monkeypatch.syspath_prepend(str(src.parent))
+    try:
+        for escape in (False, True):
+            arch = {"blk_nan:BLOCK": {"escape": escape}}
+            run = proof.RunEntry.model_validate(run_entry("tiny-s0-nan", "nan", arch, steps=2))
+            cfg = build_model_config(run.size_dims, run.architecture)
+            model = cfg.build(init_device="cpu")
+            if not escape:
+                with pytest.raises(UserError) as err:
+                    proof.prove(run, model, cfg)
+                msg = str(err.value)
+                assert "\n" not in msg and "block blk_nan:BLOCK" in msg, msg
+                for said in ("FLOP/param proof", "fake (meta) tensors",
+                             "DataDependentOutputException", "torch.where", "in_cost_proof()"):
+                    assert said in msg, (said, msg)
+                continue
+            proved = proof.prove(run, model, cfg)
+            assert proved["counted_flops_per_token"] == proved["formula_flops_per_token"]
+            with pytest.raises(FloatingPointError):  # outside the proof it still guards
+                model.blocks["0"](torch.full((1, 4, run.size_dims.d_model), float("nan")))
+        # through the job (case 11 too): the NaN guard's refusal and a forward that raises both
+        # end in one status line with error.log and the re-plan + redo commands
+        for name, opts, said in (
+            ("guard", {"escape": False}, "refused at job start: run tiny-s0-nan: block blk_nan"),
+            ("boom", {"boom": True}, "RuntimeError: boom"),
+        ):
+            entry = run_entry("tiny-s0-nan", "nan", {"blk_nan:BLOCK": opts}, steps=2)
+            plan = make_plan(tmp_path / name, [entry], train_tokens=5_000, heldout_tokens=500)
+            with pytest.raises(Exception):  # noqa: B017 - the job re-raises what ended it
+                run_job(str(plan), "tiny-s0-nan")
+            why = _status(plan, "tiny-s0-nan")["reason"]
+            assert said in why and "\n" not in why and "--retry-failed" not in why, why
+            assert "in_cost_proof()" in why or name == "boom", why
+            redo = f"`olmoablate submit {plan.parent} --redo tiny-s0-nan`"
+            assert "--replan` then " + redo in why and why.endswith(redo), why
+            assert (plan.parent / "runs" / "tiny-s0-nan" / "error.log").is_file()
+    finally:
+        sys.modules.pop("blk_nan", None)

@@ -337,6 +337,9 @@ def test_train_run_decisions_without_a_scheduler(
             TrainRun(str(plan_path), "zz", str(results), target=target)()
         why = read_status(results, "zz")["reason"]
         assert why.startswith("failed before training started: UserError: ") and "zz" in why
+        # before training a plain retry repeats an unrecognised error: re-plan, then redo
+        assert "--retry-failed" not in why and "--replan` then `olmoablate submit" in why, why
+        assert (results / "runs" / "zz" / "error.log").is_file()
         assert outcomes == []  # the target was never called for it
     finally:
         for sig, handler in saved.items():
