@@ -42,7 +42,7 @@ from scipy import stats as sst
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from olmoablate.plan.gate import Gate  # noqa: E402
-from olmoablate.plan.names import PROCEED, STOP  # noqa: E402
+from olmoablate.plan.names import INCONCLUSIVE, PROCEED, STOP  # noqa: E402
 from olmoablate.plan.planfile import GateEntry, GateRegistration  # noqa: E402
 from olmoablate.report.noise import aa_source, estimate  # noqa: E402
 from olmoablate.report.sequential import (  # noqa: E402
@@ -50,13 +50,13 @@ from olmoablate.report.sequential import (  # noqa: E402
     PairCurve,
     evaluate_design,
     evaluate_gate,
+    replan_decision,
     stage_decision,
     stage_levels,
 )
 from olmoablate.report.verdict import (  # noqa: E402
     PairEvidence,
     evaluate_variant,
-    extension_level,
     seeds_line,
 )
 from olmoablate.stats import (  # noqa: E402
@@ -251,7 +251,14 @@ def mde_table(reps: int, seed: int) -> bool:
     return ok
 
 
-def predictive_table(reps: int, seed: int, n: int, k: int, width: float = 30.0) -> bool:
+def predictive_table(
+    reps: int, seed: int, n: int, k: int, level: float | None = None, width: float = 30.0
+) -> bool:
+    """Stated vs realised by decile. ``level`` None: the report's rule (verdict.extension_level,
+    the merged re-plan rule): toward stop the pooled seeds are tested at alpha, decided by
+    replan_decision and cross-checked against evaluate_gate with the re-plan registered; toward
+    proceed nothing is stated (a re-planned extension cannot proceed) and the bench counts how
+    often one did. ``level`` given: the function at that level, both directions (a parameter)."""
     rng = np.random.default_rng(seed + 100 * n + k)
     theta = rng.uniform(-width, width, reps)
     d = theta[:, None] + rng.standard_normal((reps, n)) + BAR
@@ -261,49 +268,63 @@ def predictive_table(reps: int, seed: int, n: int, k: int, width: float = 30.0) 
     d, mean, theta = d[inc], mean[inc], theta[inc]
     sd = d.std(axis=1, ddof=1)
     gap = (mean - BAR) / sd
-    level = extension_level(CONF)
-    stated = np.concatenate(
-        [
-            predictive_resolve(np.abs(gap[i : i + 500]), n, n + k, level)
-            for i in range(0, gap.size, 500)
-        ]
-    )
+    toward = np.where(mean > BAR, PROCEED, STOP)
     new = theta[:, None] + rng.standard_normal((gap.size, k)) + BAR
     pooled = np.hstack([d, new])
     pm, ps = _paired(pooled)
-    dec = stage_decision(pm, ps, n + k - 1, BAR, level, 1 - level, True, 0.5)
-    toward = np.where(mean > BAR, PROCEED, STOP)
-    real = dec == toward
-    # the old plug-in: power at the observed effect and spread, full alpha
-    plug = sst.nct.sf(t_ppf(CONF, n + k - 1), n + k - 1, np.abs(gap) * math.sqrt(n + k))
-    # cross-check: the report's path (evaluate_gate with the re-plan registered) and seeds line
+    rule = level is None
+    lv = ALPHA if rule else float(level)  # type: ignore[arg-type]
+    if rule:
+        now = stage_decision(pm, ps, n + k - 1, BAR, ALPHA, CONF, True, 0.5)
+        dec = replan_decision(np.full(gap.size, INCONCLUSIVE), now)
+        proceeded = int(np.sum(dec == PROCEED))
+        keep = toward == STOP
+    else:
+        dec = stage_decision(pm, ps, n + k - 1, BAR, lv, 1 - lv, True, 0.5)
+        keep = np.ones(gap.size, dtype=bool)
+    real_all = dec == toward
     bad_dec = bad_line = 0
-    cfg = _gate()
-    seeds = list(range(n + k))
-    entry = GateEntry(
-        name="g", gate=cfg, gate_sha256="x", gate_raw_sha256=None, seeds=seeds,
-        history=[GateRegistration(created="t0", seeds=seeds[:n], gate_sha256="x")],
-    )  # fmt: skip
-    for i in range(min(CHECK, gap.size)):
-        out = evaluate_gate(cfg, {"v": _evidence(pooled[i])}, ["v"], entry=entry)
-        word = out.verdicts[0].verdict
-        bad_dec += word != dec[i]
-        est = estimate([[float(x)] for x in d[i]], CONF)
-        assert est is not None
-        line, _, _ = seeds_line(est, BAR, CONF)
-        said = (
-            f"{n + 1} paired seeds give a {predictive_resolve(abs(gap[i]), n, n + 1, level)[0]:.0%}"
+    if rule:  # cross-check: the report's path (evaluate_gate with the re-plan registered)
+        cfg = _gate()
+        seeds = list(range(n + k))
+        reg = GateRegistration(created="t0", seeds=seeds[:n], gate_sha256="x", after_runs=True)
+        entry = GateEntry(
+            name="g", gate=cfg, gate_sha256="x", gate_raw_sha256=None, seeds=seeds, history=[reg]
         )
-        bad_line += said not in line
-    print(
-        f"\n2. n = {n} seeds seen, +{k} (tested at {level:g}): {gap.size} inconclusive first looks "
-        f"of {reps}; decisions vs evaluate_gate: {bad_dec} of {CHECK} differ; seeds line vs "
-        f"predictive_resolve: {bad_line} of {CHECK} differ"
+        for i in range(min(CHECK, gap.size)):
+            out = evaluate_gate(cfg, {"v": _evidence(pooled[i])}, ["v"], entry=entry)
+            want = STOP if dec[i] == STOP else INCONCLUSIVE
+            bad_dec += out.verdicts[0].verdict != want
+            est = estimate([[float(x)] for x in d[i]], CONF)
+            assert est is not None
+            line, _, _ = seeds_line(est, BAR, CONF)
+            if toward[i] == STOP:
+                p = predictive_resolve(abs(gap[i]), n, n + 1, ALPHA)[0]
+                bad_line += f"{n + 1} paired seeds give a {p:.0%}" not in line
+            else:
+                bad_line += "none added by `plan --replan` can resolve toward proceed" not in line
+    d_gap, real = np.abs(gap[keep]), real_all[keep]
+    stated = np.concatenate(
+        [predictive_resolve(d_gap[i : i + 500], n, n + k, lv) for i in range(0, d_gap.size, 500)]
     )
+    # the old plug-in: power at the observed effect and spread, full alpha
+    plug = sst.nct.sf(t_ppf(CONF, n + k - 1), n + k - 1, d_gap * math.sqrt(n + k))
+    what = (
+        f"the report's rule: toward stop at {ALPHA:g}, {int(keep.sum())} looks below the bar; "
+        f"above it ({int((~keep).sum())} looks) a re-plan proceeded {proceeded} times"
+        if rule
+        else f"the function at level {lv:g} (a parameter), both directions"
+    )
+    print(f"\n2. n = {n} seeds seen, +{k}, {what}; {gap.size} inconclusive first looks of {reps}")
+    if rule:
+        print(
+            f"   decisions vs evaluate_gate: {bad_dec} of {CHECK} differ; seeds line vs "
+            f"predictive_resolve: {bad_line} of {CHECK} differ"
+        )
     print(
         f"{'decile':8s} {'count':>6s} {'stated':>7s} {'realised':>9s} {'MC SE':>6s} {'plug-in':>8s}  within 5 points"
     )
-    ok = bad_dec == 0 and bad_line == 0
+    ok = bad_dec == 0 and bad_line == 0 and (not rule or proceeded == 0)
     bins = np.minimum((stated * 10).astype(int), 9)
     for b in range(10):
         w = bins == b
@@ -331,9 +352,9 @@ def fixed_truths(reps: int, seed: int, n: int = 2, k: int = 1) -> None:
     """Mean stated vs realised at fixed truths: a predictive chance is not the power at a truth."""
     rng = np.random.default_rng(seed + 7)
     reps = min(reps, 40_000)  # each inconclusive draw costs a predictive integral
-    level = extension_level(CONF)
+    level = ALPHA / 2  # a parameter: above the bar the report's rule states no chance
     print(
-        f"\n   fixed truths (n = {n}, +{k}, inconclusive above the bar): a predictive chance is "
+        f"\n   fixed truths (n = {n}, +{k} at level {level:g}, inconclusive above the bar): a predictive chance is "
         "an average over truths, not the power at one"
     )
     for name, delta in (("at the bar", 1.0), ("2x the bar", 2.0), ("3x the bar", 3.0)):
@@ -369,6 +390,7 @@ def main() -> None:
     if args.only in (None, "predictive"):
         for n, k in ((2, 1), (2, 2), (2, 4), (3, 1)):
             ok &= predictive_table(args.reps, args.seed, n, k)
+        ok &= predictive_table(args.reps, args.seed, 2, 1, ALPHA / 2)
         fixed_truths(args.reps, args.seed)
     print(f"\n{'all within tolerance' if ok else 'SOME ROWS OFF'} ({time.time() - t0:.0f} s)")
     sys.exit(0 if ok else 1)

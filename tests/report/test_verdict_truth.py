@@ -292,7 +292,7 @@ def test_report_states_a_predictive_chance_at_the_extension_level(tmp_path: Path
     at the level a gate changed by `plan --replan` may still stop at (its own, alpha: a stop
     spends no alpha), resolves it. Checked by drawing that truth and the third seed and deciding
     each pooled set with the report's own rule. On main it was the plug-in power at the observed
-    effect (here 56%, where the predictive chance is about 38%)."""
+    effect (here 60%, where the predictive chance is 70%) and named no level."""
     import re
 
     from olmoablate.report.noise import estimate
