@@ -19,13 +19,15 @@ the bar (``min_effect``) = 1; confidence 0.95 (issue 34).
    truths theta = (delta - bar) uniform on [-30, 30] (an effect spread evenly in units of
    sigma_d: the law under which a statement made from scale-free statistics is calibrated); the
    first look with n seeds at full alpha; where it is inconclusive, the stated chance that n + k
-   seeds resolve it (toward proceed above the bar, toward stop below), then k new seeds pooled
-   with the old ones and tested at alpha / 2, the level `report` tests seeds added by
-   `plan --replan` at (olmoablate.report.sequential.apply_design), cross-checked draw for draw
-   against evaluate_gate with that re-plan registered, and the seeds line's printed percent
-   against the function. Table by decile of the stated chance, with MC standard errors; the old
-   plug-in power (at the observed effect, full alpha) as contrast; and the mean stated vs realised
-   chance at fixed truths (at the bar, 2x, 3x), where a predictive chance is not a power.
+   seeds resolve it, then k new seeds pooled with the old ones and decided as the report decides
+   a gate changed by `plan --replan` after a look (olmoablate.report.sequential.replan_decision:
+   below the bar a stop at the gate's own alpha; above it never a proceed, and the line states
+   no chance), cross-checked draw for draw against evaluate_gate with that re-plan registered,
+   and the seeds line's printed percent against the function; then the function at alpha / 2
+   as a parameter (both directions). Table by decile of the stated chance, with MC standard
+   errors; the old plug-in power (at the observed effect, full alpha) as contrast; and the mean
+   stated vs realised chance at fixed truths (at the bar, 2x, 3x; level alpha / 2), where a
+   predictive chance is not a power.
 """
 
 from __future__ import annotations
