@@ -28,10 +28,12 @@ from olmoablate.stats import (
     INTERIM_MODELS,
     POWER_PROMISED,
     FutilityDraws,
+    PowerDesign,
     calibrated_futility,
+    design_for,
+    design_mde,
     futility_draws,
     futility_outcome,
-    mde,
     t_stage_levels,
 )
 
@@ -335,8 +337,10 @@ def _paths(ls: LoadedSpec, out: Findings) -> None:
 
 
 # What a planned gate can resolve, said before GPU time is spent: the noise source the report will
-# use and the minimum detectable effect, MDE = (q_conf + q_power) * sd / sqrt(n) (a true effect of
-# ``min_effect + MDE`` gives proceed with probability ``POWER``). Pure Python: no numpy.
+# use and the minimum detectable effect of the design actually registered (seed stages, spending,
+# alpha split across variants, the t's dof; olmoablate.stats.design_mde): a true effect of
+# ``min_effect + MDE`` gives proceed with probability ``POWER`` (exact for one look, simulated for
+# seed stages and A/A sources; bench/power_calibration.py checks it through the report's code).
 
 POWER = 0.8
 
@@ -366,14 +370,30 @@ def gated_variants(plan: Plan) -> list[str]:
 RHOS = (0.0, 0.5, 0.9)
 
 
-def aa_mde_text(k: int, confidence: float) -> str:
+def aa_mde_text(k: int, confidence: float, variants: int = 1) -> str:
     """The A/A gate's MDE in sd_d (the sd of one seed's paired delta), as a function of the
     within-seed correlation rho of the two arms: the gate bounds with sqrt(2) sd_run, while
-    sd_d = sqrt(2 (1 - rho)) sd_run, so its MDE is (q_conf + q_power) sd_d / sqrt(1 - rho)."""
-    base = mde(1.0, 1, confidence, POWER, dof=k)
-    vals = " / ".join(f"{base / math.sqrt(1.0 - r):.3g}" for r in RHOS)
+    sd_d = sqrt(2 (1 - rho)) sd_run, and the pair's baseline is one of the k + 1 baselines whose
+    spread is measured (simulated: :func:`olmoablate.stats.design_mde`)."""
+    alpha = 1.0 - confidence
+    vals = " / ".join(
+        f"{design_mde(design_for([1], alpha, variants=variants, aa_seeds=k, rho=r), POWER):.3g}"
+        for r in RHOS
+    )
     rhos = " / ".join(f"{r:g}" for r in RHOS)
     return f"MDE {vals} x sd_d at within-seed correlation {rhos}"
+
+
+def _mde_how(d: PowerDesign, variants: int, spending: str | None) -> str:
+    """What the MDE was computed for: the looks, the level per variant and the method."""
+    alpha = sum(d.levels) if len(d.levels) == 1 else None
+    looks = (
+        f"seed stages {list(d.stages)}, {spending} spending"
+        if len(d.stages) > 1
+        else f"one look at one-sided level {alpha:.3g}"
+    )
+    split = f" = alpha / {variants} variants" if variants > 1 else ""
+    return f"{looks}{split}; {d.how()}"
 
 
 def design_lines(
@@ -501,19 +521,33 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
     lines: list[str] = []
     warnings: list[str] = []
     me = g.min_effect
+    alpha = 1.0 - conf
     unit = "sd_d (the sd of one seed's paired delta)"
+    # the report's split of alpha: Holm (fixed) or Bonferroni (designs) over the gated variants;
+    # a complementary gate decides one factorial claim at its own level
+    fam = 1 if g.rule == "complementary" else max(1, len(variants))
+    seq = g.sequential
+    fut = seq.futility_confidence if seq is not None else 0.5
     if n >= 2 and k:
         warnings.append(
             f"gate.noise.measure (A/A) is ignored: the stage {stage} has {n} seed pairs, whose "
             "spread is the gate's noise; no A/A runs are planned (drop noise.measure)"
         )
     if n >= 2:
+        stages = (list(seq.seed_stages) if seq is not None else []) or [n]
+        spending = seq.spending if seq is not None else None
+        d = design_for(stages, alpha, spending, fam, futility_confidence=fut)
+        z = design_mde(d, POWER)
         src = f"noise: paired seeds ({n} seeds at {stage}, Student t with {n - 1} dof)"
         if floor is not None:
-            m = mde(floor, n, conf, POWER)
+            m = z * floor
             src += f"; MDE with the declared floor {floor:g}: {m:.3g} (proceeds at {me + m:.3g})"
         else:
-            src += f"; MDE = {mde(1.0, n, conf, POWER):.3g} x {unit}"
+            src += f"; MDE = {z:.3g} x {unit}"
+        src += (
+            f": a true effect min_effect + MDE proceeds with {POWER:.0%} probability under the "
+            f"registered design ({_mde_how(d, fam, spending)})"
+        )
         lines.append(src)
     elif n == 1 and floor is not None:
         pairs = fdof + 1
@@ -525,18 +559,22 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
                 f"using this floor errs together (the report shows the range); re-measure it "
                 f"from >= {MIN_FLOOR_PAIRS} seed pairs"
             )
-        m = mde(floor, 1, conf, POWER, dof=fdof)
+        d = design_for([1], alpha, variants=fam, noise_dof=fdof)
+        m = design_mde(d, POWER) * floor
         how = "known: normal bound" if math.isinf(fdof) else f"t bound with {fdof:g} dof"
         lines.append(
             f"noise: declared floor sd_d = {floor:g} (one seed, {how}); MDE {m:.3g}: a "
-            f"true effect of {me + m:.3g} proceeds with about {POWER:.0%} probability"
+            f"true effect of {me + m:.3g} proceeds with {POWER:.0%} probability "
+            f"({_mde_how(d, fam, None)}"
+            + ("" if math.isinf(fdof) else "; averaged over the error of a floor measured that way")
+            + ")"
         )
     elif n == 1 and k:
         lines.append(
             f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
             f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
             f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
-            f"conservative); {aa_mde_text(k, conf)}"
+            f"conservative); {aa_mde_text(k, conf, fam)} ({POWER:.0%} power, simulated)"
         )
     elif n == 1:
         warnings.append(
@@ -545,13 +583,15 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
             "gate.noise.floor (measured earlier), gate.noise.measure: {aa_seeds: k}, or a seed"
         )
     if n == 1:
-        z = mde(1.0, 1, conf, POWER, 2.0)
+        z = design_mde(design_for([1], alpha, variants=fam, noise_dof=2.0), POWER)
         opts = [f"floor from 3 seed pairs: free if measured earlier (MDE {z:.3g} x sd_d)"]
         for kk in (1, 2, 4):
-            opts.append(f"aa_seeds {kk}: {_cost(kk, kk * base_h)} ({aa_mde_text(kk, conf)})")
+            opts.append(
+                f"aa_seeds {kk}: {_cost(kk, kk * base_h)} ({aa_mde_text(kk, conf, fam)})"
+            )
+        two = design_mde(design_for([2], alpha, variants=fam), POWER)
         opts.append(
-            f"one more seed pair: {_cost(1 + len(variants), pair_h)} "
-            f"(MDE {mde(1.0, 2, conf, POWER):.3g} x sd_d)"
+            f"one more seed pair: {_cost(1 + len(variants), pair_h)} (MDE {two:.3g} x sd_d)"
         )
         lines.append("noise choices for one seed: " + "; ".join(opts))
     if g.sequential is not None:

@@ -30,7 +30,7 @@ from olmoablate.report.noise import (
 )
 from olmoablate.report.overhead import ArmTiming, OverheadCheck, overhead_checks
 from olmoablate.report.pairing import parity_note
-from olmoablate.stats import p_above, resolve_power, seeds_for_power, seeds_needed
+from olmoablate.stats import p_above, predictive_resolve, predictive_seeds, seeds_needed
 
 #: The verdict words (a gate's and a variant's), spelled here only.
 
@@ -60,17 +60,34 @@ class QualityCheck:
         return {**dataclasses.asdict(self), "estimate": est}  # the estimate's NaNs as null
 
 
+def extension_level(confidence: float, toward: str) -> float | None:
+    """The one-sided level at which seeds added after this look by ``plan --replan`` are really
+    tested, toward ``toward`` (one home for the rule of ``report.sequential.replan_decision``):
+    this look was tested at the full level, so no level is left for a proceed (None: the changed
+    gate is ``inconclusive (unplanned)`` at best), while a stop spends no alpha and keeps the
+    gate's own level. Should that rule change, this is the one place the seeds line follows."""
+    return 1.0 - confidence if toward == STOP else None
+
+
 def seeds_line(
-    est: Estimate, bar: float, confidence: float, legacy: bool = False
+    est: Estimate,
+    bar: float,
+    confidence: float,
+    legacy: bool = False,
+    next_level: float | None = None,
 ) -> tuple[str, int | None, str | None]:
-    """What more seeds would do, at the observed effect and spread: the chance that k paired seeds
-    resolve the gate with its own paired t (a power statement, never "k seeds would resolve it").
-    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for byte)."""
+    """What more seeds would do: the predictive chance that k paired seeds resolve the gate with
+    its own paired t at the level they would really be tested at (``next_level``, default
+    :func:`extension_level`), averaged over the effect and noise the seeds seen leave uncertain
+    (:func:`olmoablate.stats.predictive_resolve`; a chance, never "k seeds would resolve it").
+    ``legacy``: the count line of plans from before it (their verdicts reproduced byte for
+    byte)."""
     if not math.isfinite(est.sd):
         return "seeds needed: unknown until the noise of the paired delta is known", None, None
     toward = PROCEED if est.mean > bar else STOP
     if not legacy:
-        return _power_line(est, bar, confidence, toward)
+        level = extension_level(confidence, toward) if next_level is None else next_level
+        return _power_line(est, bar, confidence, toward, level)
     need = seeds_needed(est.mean, est.sd, bar, confidence, known_sd=est.source == FLOOR)
     at = f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed"
     if est.lower > bar or est.upper < bar:
@@ -87,30 +104,47 @@ def seeds_line(
 
 
 def _power_line(
-    est: Estimate, bar: float, confidence: float, toward: str
+    est: Estimate, bar: float, confidence: float, toward: str, level: float | None
 ) -> tuple[str, int | None, str | None]:
     if est.lower > bar or est.upper < bar:
         return f"seeds needed: resolved ({toward}) with {est.n_seeds} seed(s)", None, toward
     gap = est.mean - bar
-    at = (
-        f"at the observed effect {est.mean:+.4g} and spread sd {est.sd:.3g} per seed (plug-in "
-        "estimates; paired t with seeds - 1 dof, the gate's test)"
-    )
     if gap == 0:
         return f"seeds needed: none: the observed effect equals min_effect {bar:g}", None, None
-    nxt = max(2, est.n_seeds + 1)
-    p_next = resolve_power(gap, est.sd, nxt, confidence)
-    hit = seeds_for_power(gap, est.sd, confidence, POWER_TARGET, start=nxt)
+    if not (math.isfinite(est.sd) and est.sd > 0):
+        return "seeds needed: unknown (no spread to extrapolate from)", None, toward
+    if level is None:
+        return (
+            "seeds: none added by `plan --replan` can resolve toward proceed: this look was "
+            f"tested at the full level {1 - confidence:.3g}, so a gate changed after it may only "
+            "stop (the verdict is 'inconclusive (unplanned)' otherwise; docs/gate-statistics.md); "
+            "seeds that may proceed are pre-registered (gate.sequential.seed_stages) before a look",
+            None,
+            toward,
+        )
+    n = est.n_seeds
+    # toward stop: the upper bound at the same level, so the mirrored gap
+    g = abs(gap) / est.sd
+    dof = est.dof if n == 1 else math.inf
+    nxt = max(2, n + 1)
+    p_next = float(predictive_resolve(g, n, nxt, level, dof)[0])
+    hit = predictive_seeds(g, n, level, POWER_TARGET, dof)
     line = f"seeds: {nxt} paired seeds give a {p_next:.0%} chance to resolve toward {toward}"
     if hit is not None and hit[0] != nxt:
         line += f", {hit[0]} give {hit[1]:.0%}"
     elif hit is None:
         line += f"; even 200 give less than {POWER_TARGET:.0%}"
-    line += f", {at}; a chance, not a promise"
+    line += (
+        f", with the added seeds pooled and tested at one-sided level {level:.3g} (how the "
+        "report tests seeds added by `plan --replan` after this look); "
+        f"predictive: averaged over the effect and noise {n} seed(s) leave uncertain (reference "
+        "prior; calibrated by bench/power_calibration.py), not the power at the observed "
+        "effect; a chance, not a promise"
+    )
     return line, hit[0] if hit else None, toward
 
 
-#: The resolving chance the seeds statement looks for (the k seeds with at least this power).
+#: The resolving chance the seeds statement looks for (the k seeds with at least this chance).
 POWER_TARGET = 0.8
 
 

@@ -11,6 +11,7 @@ timestamps or absolute paths, so nothing is normalised.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -78,8 +79,8 @@ def test_report_writes_identical_outputs(
     out = _cli("report", f"{spec}.yaml", cwd=work)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in outputs:
-        want = (fixture / name).read_text()
-        got = (res / name).read_text()
+        want = _known_changes((fixture / name).read_text())
+        got = _known_changes((res / name).read_text())
         if name.endswith(".json"):
             assert json.loads(got) == json.loads(want)  # first the content, with a readable diff
         else:
@@ -88,6 +89,19 @@ def test_report_writes_identical_outputs(
     assert "gate verdicts: sn_da: proceed; looped: inconclusive" in out.stdout
     for p, data in inputs.items():  # nothing the old release wrote is rewritten or lost
         assert p.read_bytes() == data, p
+
+
+#: Sentences a later release deliberately rewrote, each with its issue (everything else stays
+#: byte for byte): issue 34 replaced the seeds line's plug-in power ("3 paired seeds give a 99%
+#: chance", at the observed effect and full alpha) by a predictive chance at the level added seeds
+#: are tested at -- the old number was not calibrated, so it is not kept for old folders.
+_REWRITTEN = [re.compile(r"seeds: \d+ paired seeds give a [^\"]*?a chance, not a promise")]
+
+
+def _known_changes(text: str) -> str:
+    for pattern in _REWRITTEN:
+        text = pattern.sub("seeds: <rewritten by issue 34>", text)
+    return text
 
 
 def test_old_plan_loads_with_the_contract() -> None:

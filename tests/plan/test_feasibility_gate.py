@@ -69,7 +69,7 @@ def test_gate_lines_floor_mde_and_holm(tmp_path: Path) -> None:
     info, warnings = gate_lines(plan)
     assert warnings == []
     line = next(x for x in info if x.startswith("noise: declared floor"))
-    mde = (1.6449 + 0.8416) * 0.02
+    mde = (1.9600 + 0.8416) * 0.02  # known floor: normal; Holm over v, w: the first step at alpha/2
     assert f"MDE {mde:.3g}" in line and f"{0.01 + mde:.3g}" in line
     assert any("Holm" in x and "v, w" in x for x in info)
     aa = build_plan(load_spec(_spec(tmp_path, {"noise": {"measure": {"aa_seeds": 3}}}, name="a")))
@@ -215,3 +215,69 @@ def test_plan_states_futility_under_both_interim_models(tmp_path: Path) -> None:
     assert 0 <= precise <= brownian <= 1.5  # <= 1 point by construction (+ MC error)
     assert "a variant exactly at the bar spends precise" in line and "brownian" in line
     assert "gate.noise.floor is measured from only 3 seed pairs (fewer than 5)" in text
+
+
+def _power_at(mde: float, case: str, reps: int = 100_000) -> float:
+    """Realised chance to proceed at bar + ``mde`` (sd_d = 1, bar 0), decided by the report's own
+    vectorised decision (stage_decision with the report's stage levels): the synthetic truth."""
+    import numpy as np
+
+    from olmoablate.plan.gate import SequentialDesign
+    from olmoablate.report.sequential import FUTILITY, stage_decision, stage_levels
+
+    rng = np.random.default_rng(7)
+
+    def look(d: np.ndarray, n: int, level: float, final: bool) -> np.ndarray:
+        x = d[:, :n]
+        se = x.std(axis=1, ddof=1) / math.sqrt(n)
+        return stage_decision(x.mean(axis=1), se, n - 1, 0.0, level, 0.95, final, 0.5)
+
+    if case == "paired2":
+        return float(np.mean(look(rng.standard_normal((reps, 2)) + mde, 2, 0.05, True) == "proceed"))
+    if case == "aa1":  # one pair + 1 A/A baseline; run sd 1, rho 0: sd_d = sqrt(2)
+        b0, b1, v = rng.standard_normal((3, reps))
+        se = np.abs(b0 - b1) / math.sqrt(2) * math.sqrt(2)  # aa_source: run sd x sqrt(2), 1 dof
+        d = mde * math.sqrt(2) + v - b0
+        return float(np.mean(stage_decision(d, se, 1, 0.0, 0.05, 0.95, True, 0.5) == "proceed"))
+    levels = stage_levels(SequentialDesign(seed_stages=[2, 4], spending=case), 0.05, 4)
+    d = rng.standard_normal((reps, 4)) + mde
+    first, second = look(d, 2, levels[0], False), look(d, 4, levels[1], True)
+    return float(np.mean((first == "proceed") | ((first != FUTILITY) & (second == "proceed"))))
+
+
+def test_plan_prints_the_mde_of_the_registered_design(tmp_path: Path) -> None:
+    """Issue 34 item 4, through `olmoablate plan`: at the printed MDE the design proceeds with
+    80% probability (within 2 points + 3 MC SE), for seed stages [2, 4] (O'Brien-Fleming and
+    Pocock), a paired 2-seed gate and an A/A gate with k = 1. On main the MDE was
+    (q_conf + q_power) / sqrt(n) for all of them: 77% (2 seeds, A/A), 79% and 64% ([2, 4])."""
+    import re
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def plan(path: Path) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "olmoablate", "plan", str(path)],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return " ".join(out.stdout.split())  # the console wraps long lines
+
+    doc = {**BODY, "name": "st", "seeds": [0, 1, 2, 3]}
+    doc.pop("gate")
+    doc["gates"] = {
+        s: {"stage": "tiny", "metric": "train/CE loss", "variant": "v",
+            "sequential": {"seed_stages": [2, 4], "spending": s}}
+        for s in ("obrien_fleming", "pocock")
+    }  # fmt: skip
+    (tmp_path / "st.yaml").write_text(yaml.safe_dump(doc))
+    staged = re.findall(r"MDE = ([0-9.]+) x sd_d", plan(tmp_path / "st.yaml"))
+    assert len(staged) == 2, staged
+    one = plan(_spec(tmp_path, {"variant": "v", "noise": {"measure": {"aa_seeds": 1}}}, name="o"))
+    aa = re.search(r"baseline\(s\) at tiny .*?MDE ([0-9.]+) /", one)
+    two = re.search(r"one more seed pair: \+2 run\(s\) \(MDE ([0-9.]+) x sd_d", one)
+    assert aa and two, one
+    cases = [("obrien_fleming", staged[0]), ("pocock", staged[1]), ("aa1", aa.group(1))]
+    cases.append(("paired2", two.group(1)))
+    tol = 0.02 + 3 * math.sqrt(0.8 * 0.2 / 100_000)
+    realised = {case: _power_at(float(m), case) for case, m in cases}
+    assert all(abs(p - 0.8) <= tol for p in realised.values()), (cases, realised)

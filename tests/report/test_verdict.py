@@ -91,8 +91,15 @@ def test_delta_inside_noise_is_inconclusive_with_seed_count() -> None:
     assert v.verdict == INCONCLUSIVE
     chk = v.checks[0]
     assert chk.outcome == INCONCLUSIVE
+    # issue 34: above the bar after a look that spent alpha, no seeds added by a re-plan can
+    # proceed (report.sequential.replan_decision): the line says so instead of a count
+    assert chk.seeds_needed is None and "none added by `plan --replan` can resolve" in chk.reason
+    # below the bar a stop keeps the gate's level: a predictive chance and a count at alpha
+    v = evaluate_variant("v", [ev("p0", 0, [0.0, -0.01, 0.005])], CFG, floor_source(0.01))
+    chk = v.checks[0]
+    assert chk.outcome == INCONCLUSIVE and chk.seeds_toward == "stop"
     assert chk.seeds_needed is not None and chk.seeds_needed >= 2
-    assert "paired seed" in chk.reason
+    assert "paired seed" in chk.reason and "one-sided level 0.05 " in chk.reason
 
 
 def test_worse_variant_stops() -> None:

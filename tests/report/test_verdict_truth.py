@@ -58,7 +58,9 @@ def test_same_with_floor_002_is_inconclusive(tmp_path: Path) -> None:
     _, chk = check(rep)
     assert chk.estimate.source == "declared floor"
     assert chk.estimate.lower == pytest.approx(chk.estimate.mean - 1.6449 * 0.02, abs=1e-4)
-    assert chk.seeds_toward == "proceed" and chk.seeds_needed is not None
+    # issue 34: this look spent alpha, so seeds added by a re-plan cannot proceed: no count
+    assert chk.seeds_toward == "proceed" and chk.seeds_needed is None
+    assert "none added by `plan --replan` can resolve toward proceed" in chk.reason
 
 
 def test_floor_0005_and_true_effect_005_proceeds(tmp_path: Path) -> None:
@@ -128,11 +130,12 @@ def test_seeds_needed_toward_stop_when_mean_below_min_effect(tmp_path: Path) -> 
     # issue 23: a power statement with the gate's own paired t, never a promise
     assert "3 paired seeds give a" in chk.reason and "chance to resolve toward stop" in chk.reason
     assert f"{chk.seeds_needed} give" in chk.reason and "not a promise" in chk.reason
-    from olmoablate.stats import resolve_power
+    from olmoablate.stats import predictive_resolve
 
-    est = chk.estimate
-    p = resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed, 0.95)
-    assert p >= 0.8 > resolve_power(est.mean - 0.01, est.sd, chk.seeds_needed - 1, 0.95)
+    est = chk.estimate  # issue 34: predictive, at the level a re-plan's stop is tested at
+    g, need = abs(est.mean - 0.01) / est.sd, chk.seeds_needed
+    assert predictive_resolve(g, 2, need, 0.05)[0] >= 0.8 > predictive_resolve(g, 2, need - 1, 0.05)[0]
+    assert "one-sided level 0.05 " in chk.reason and "predictive" in chk.reason
 
 
 def _overhead(tmp_path: Path, name: str, var_time: float, jitter: float) -> Report:
@@ -261,7 +264,8 @@ def test_report_outputs_show_noise_source_and_seeds_needed(tmp_path: Path) -> No
     page = render_html(rep, [])
     for text in (md, page):
         assert "noise source: A/A baselines" in text
-        assert "2 paired seeds give a" in text and "chance to resolve toward proceed" in text
+        # issue 34: above the bar after a look, re-planned seeds cannot proceed: it says so
+        assert "can resolve toward proceed" in text and "seed_stages" in text
         assert "A/A baselines at matched tokens" in text
         assert "step time overhead" in text
     assert json.loads(json.dumps(rep.gate_json()))["noise_source"]["kind"] == "A/A baselines"
@@ -278,3 +282,47 @@ def test_unfinished_aa_baseline_is_left_out_not_compared_early(tmp_path: Path) -
     assert rep.noise is not None and rep.noise.runs == ["1B-s0-baseline", "1B-s1-baseline"]
     assert rep.noise.dof == 1
     assert any("1B-s2-baseline not yet at" in n for n in rep.noise_notes)
+
+
+def test_report_states_a_predictive_chance_at_the_extension_level(tmp_path: Path) -> None:
+    """Issue 34 item 5, through `olmoablate report`: after an inconclusive 2-seed look below the
+    bar, the seeds line's "3 paired seeds give X% ... toward stop" is the predictive chance --
+    averaged over the effect and the noise two seeds leave uncertain (reference prior: sigma^2 ~
+    s^2 / chi^2_2, mu ~ N(mean, sigma^2 / 2)) -- that a third seed, pooled with the two and tested
+    at the level a gate changed by `plan --replan` may still stop at (its own, alpha: a stop
+    spends no alpha), resolves it. Checked by drawing that truth and the third seed and deciding
+    each pooled set with the report's own rule. On main it was the plug-in power at the observed
+    effect (here 60%, where the predictive chance is 70%) and named no level."""
+    import re
+
+    from olmoablate.report.noise import estimate
+    from olmoablate.report.sequential import stage_decision
+    from olmoablate.testing import run_cli
+
+    root = tmp_path / "results" / "synth"
+    # per-seed improvements about 0.0 and 0.006: mean 0.003 < min_effect 0.01, inconclusive
+    truth = {"sn_da": ArmTruth(offset=-0.003, seed_offset=-0.006, eval_noise=0.0005)}
+    make_results(root, SynthSpec(gate=BASE, seeds=(0, 1)), truth)
+    out = run_cli("report", "synth", "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    gate = json.loads((root / "gate.json").read_text())
+    chk = gate["variants"][0]["checks"][0]
+    assert chk["outcome"] == "inconclusive"
+    line = chk["seeds_line"]
+    said = re.search(r"3 paired seeds give a (\d+)% chance to resolve toward stop", line)
+    assert said and "one-sided level 0.05 " in line and "predictive" in line, line
+    per_seed = chk["estimate"]["per_seed"]
+    m, s = float(np.mean(per_seed)), float(np.std(per_seed, ddof=1))
+    rng = np.random.default_rng(3)
+    draws = 3000
+    sigma = s / np.sqrt(rng.chisquare(2, draws))
+    mu = m + sigma / math.sqrt(2) * rng.standard_normal(draws)
+    third = mu + sigma * rng.standard_normal(draws)
+    pooled = np.column_stack([np.tile(per_seed, (draws, 1)), third])
+    se = pooled.std(axis=1, ddof=1) / math.sqrt(3)
+    dec = stage_decision(pooled.mean(axis=1), se, 2, 0.01, 0.05, 0.95, True, 0.5)
+    for x, d in zip(third[:20], dec[:20], strict=True):  # the vectorised rule is the report's
+        est = estimate([[v] for v in [*per_seed, float(x)]], 0.95)
+        assert est is not None and (est.upper < 0.01) == (d == "stop")
+    p = float(np.mean(dec == "stop"))
+    assert abs(int(said.group(1)) / 100 - p) <= 0.01 + 3 * math.sqrt(p * (1 - p) / draws), (line, p)
