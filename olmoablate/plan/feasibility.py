@@ -502,10 +502,13 @@ def futility_line(
     )
 
 
-def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[str]]:
+def gate_lines(
+    plan: Plan, *, simulate: bool = False, info: bool = True
+) -> tuple[list[str], list[str]]:
     """(information lines, warnings) about the planned gate's statistics and their costs.
-    ``simulate``: a multiplier gate's expected interval width too (`plan` prints it; `validate`
-    reads only the warnings and stays fast)."""
+    ``simulate``: a multiplier gate's expected interval width too (`plan` prints it); ``info``:
+    False for the warnings alone (`validate` reads only those and stays fast: the design's MDE
+    is simulated and imports scipy)."""
     g = plan.gate
     if g is None:
         return [], []
@@ -533,7 +536,7 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
             f"gate.noise.measure (A/A) is ignored: the stage {stage} has {n} seed pairs, whose "
             "spread is the gate's noise; no A/A runs are planned (drop noise.measure)"
         )
-    if n >= 2:
+    if n >= 2 and info:
         stages = (list(seq.seed_stages) if seq is not None else []) or [n]
         spending = seq.spending if seq is not None else None
         d = design_for(stages, alpha, spending, fam, futility_confidence=fut)
@@ -560,7 +563,7 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
                 f"from >= {MIN_FLOOR_PAIRS} seed pairs"
             )
         d = design_for([1], alpha, variants=fam, noise_dof=fdof)
-        m = design_mde(d, POWER) * floor
+        m = design_mde(d, POWER) * floor if info else math.nan
         how = "known: normal bound" if math.isinf(fdof) else f"t bound with {fdof:g} dof"
         lines.append(
             f"noise: declared floor sd_d = {floor:g} (one seed, {how}); MDE {m:.3g}: a "
@@ -570,19 +573,20 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
             + ")"
         )
     elif n == 1 and k:
-        lines.append(
-            f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
-            f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
-            f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
-            f"conservative); {aa_mde_text(k, conf, fam)} ({POWER:.0%} power, simulated)"
-        )
+        if info:
+            lines.append(
+                f"noise: A/A baselines: {k} extra baseline(s) at {stage} with seeds "
+                f"{', '.join(str(r.seed) for r in plan.runs if r.is_aa)} "
+                f"({_cost(k, k * base_h)}), run-level sd sd_run with {k} dof (t bound, "
+                f"conservative); {aa_mde_text(k, conf, fam)} ({POWER:.0%} power, simulated)"
+            )
     elif n == 1:
         warnings.append(
             f"gate at {stage} has one seed pair and no gate.noise source: it cannot resolve "
             "(the report will say inconclusive whatever the runs show); add "
             "gate.noise.floor (measured earlier), gate.noise.measure: {aa_seeds: k}, or a seed"
         )
-    if n == 1:
+    if n == 1 and info:
         z = design_mde(design_for([1], alpha, variants=fam, noise_dof=2.0), POWER)
         opts = [f"floor from 3 seed pairs: free if measured earlier (MDE {z:.3g} x sd_d)"]
         for kk in (1, 2, 4):
@@ -594,7 +598,7 @@ def gate_lines(plan: Plan, *, simulate: bool = False) -> tuple[list[str], list[s
             f"one more seed pair: {_cost(1 + len(variants), pair_h)} (MDE {two:.3g} x sd_d)"
         )
         lines.append("noise choices for one seed: " + "; ".join(opts))
-    if g.sequential is not None:
+    if g.sequential is not None and info:
         one_dof = fdof if floor is not None else (float(k) if k else math.inf)
         lines.extend(
             design_lines(

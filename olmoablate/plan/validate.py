@@ -321,7 +321,7 @@ def _check(ls: Any, plan: Plan, skip_paths: bool) -> tuple[list[str], list[str]]
     lines = [str(w) for w in [*ls.warnings, *found.warnings]]
     for name, view in plan.gate_views():
         where = "gate" if len(plan.gates) < 2 else f"gates.{name}"
-        lines.extend(f"{ls.path}: {where}: warning: {w}" for w in gate_lines(view)[1])
+        lines.extend(f"{ls.path}: {where}: warning: {w}" for w in gate_lines(view, info=False)[1])
     budget_line = ls.problem(("budget", "max_gpu_hours"), "")
     for msg in over_budget(plan):
         lines.append(f"{budget_line.file}:{budget_line.line}: budget.max_gpu_hours: warning: {msg}")
