@@ -383,6 +383,8 @@ def cards(report: Report, plots: list[Path] | tuple[Path, ...] = ()) -> list[Car
                 ladder_sentence(lad, v.verdict if v else r.verdict) if lad is not None
                 else factorial_sentence(r),
                 f"reference {g.reference}" if g.rule == "quality_per_param" and g.reference
+                else f"{g.of[0]}, {g.of[1]} and baseline (factorial)"
+                if g.rule == "complementary" and g.of
                 else "baseline",
             )
         )  # fmt: skip
