@@ -97,6 +97,8 @@ class RunDir:
     wandb_dir = _Under("wandb")
     #: Touched by `cancel`; the job stops at its next metrics step when it sees it.
     cancel_marker = _Under(".cancel-requested")
+    #: Held (fcntl.flock) by the one process training the run (run/state.py's trainer lock).
+    trainer_lock = _Under(".trainer.lock")
     identity = _Under(IDENTITY_FILE)  # the run identity trained in this folder (by `submit`)
     reused = _Under(REUSED_FILE)  # trained by another spec of the store (``{"from": ...}``)
 

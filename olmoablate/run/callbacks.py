@@ -23,6 +23,7 @@ import torch
 from olmo_core.distributed.utils import barrier, get_rank, get_world_size, is_distributed
 from olmo_core.train.callbacks import (
     Callback,
+    CheckpointerCallback,
     DownstreamEvaluatorCallbackConfig,
     EvaluatorCallback,
 )
@@ -36,7 +37,7 @@ from olmoablate.plan.planfile import RunEntry
 from olmoablate.run import faults, resume
 from olmoablate.run.eval import WholeSetLMEvaluatorCallbackConfig
 from olmoablate.run.files import RunStatus
-from olmoablate.run.records import _model_of
+from olmoablate.run.records import _model_of, logged_steps, sync_before_checkpoint
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from olmo_core.train import Trainer
@@ -437,8 +438,38 @@ class WandBLoggerCallback(Callback):
 
 
 # -- Checkpoints that fail safe: the rules are :mod:`olmoablate.run.resume` (torch-free); here the
-# callback that marks a save complete, torch's shard-index check and the rank-0 fallback shared
-# with every rank.
+# checkpointer that saves a step only once its records are on disk, the callback that marks a save
+# complete, torch's shard-index check and the rank-0 fallback shared with every rank.
+
+
+@dataclass
+class RecordsFirstCheckpointerCallback(CheckpointerCallback):
+    """OLMo-core's checkpointer, saving step k after *all* of step k, its records on disk first.
+
+    Why: OLMo-core saves in ``post_train_batch``, before the step's evaluations (``post_step``)
+    and before the step's metrics row can be complete, so a SIGKILL right after a checkpoint lost
+    that row for good: the resume skips every step up to the checkpoint's. Here the save runs in
+    ``post_step``, after every other callback's (the evaluators, the speed monitor), and begins
+    with :func:`olmoablate.run.records.sync_before_checkpoint` (rows of steps <= k written and
+    fsynced). A checkpoint of step k therefore never exists without the rows of steps <= k, and a
+    resume from it keeps exactly those (:mod:`olmoablate.run.records`' merge rule). Saving after
+    the evaluation also restores the RNG state the uninterrupted run continues with.
+    Everything else (intervals, async saves, ``max_checkpoints``, the final save in
+    ``post_train``) is OLMo-core's own.
+    """
+
+    #: Last in every hook: the step's evaluations and metrics come first.
+    priority: ClassVar[int] = -100
+
+    def post_train_batch(self) -> None:
+        """Nothing here: OLMo-core's per-step checkpoint logic runs in :meth:`post_step`."""
+
+    def post_step(self) -> None:
+        super().post_train_batch()
+
+    def _save_checkpoint(self, save_async: bool | None = None, ephemeral: bool = False) -> str:
+        sync_before_checkpoint(self.trainer)
+        return super()._save_checkpoint(save_async=save_async, ephemeral=ephemeral)
 
 
 @dataclass
@@ -482,6 +513,19 @@ def shard_index_problem(checkpoint: Path) -> str | None:
     return None
 
 
+def rows_problem(checkpoint: Path, steps: set[int]) -> str | None:
+    """Why a checkpoint cannot be resumed from for its records (None: it can): the job writes
+    the metrics row of step k before it saves the checkpoint of step k
+    (:class:`RecordsFirstCheckpointerCallback`), so a checkpoint without its step's row in
+    ``steps`` (the steps of metrics.jsonl) was saved by an earlier release whose attempt was
+    killed before the row was written; resuming from it would lose that row for good."""
+    name = checkpoint.name
+    step = int(name[4:]) if name.startswith("step") and name[4:].isdigit() else None
+    if step is None or step in steps:
+        return None
+    return f"metrics.jsonl has no row of step {step} (killed before it was written)"
+
+
 def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> Any:
     """:func:`olmoablate.run.resume.fall_back` on rank 0, shared with every rank; a fallback is
     recorded in ``base`` (every later status.json) and returned for the first metrics row."""
@@ -489,11 +533,16 @@ def resume_point(ctx: RunContext, base: dict[str, Any], previous: RunStatus) -> 
     fallback: resume.Fallback | None = None
     error: str | None = None
     if get_rank() == 0:
+        steps = logged_steps(ctx.run_dir.metrics)
+
+        def check(checkpoint: Path) -> str | None:
+            return shard_index_problem(checkpoint) or rows_problem(checkpoint, steps)
+
         try:
             fallback = resume.fall_back(
                 ctx.run_dir.checkpoints,
                 way_out=f"olmoablate submit {results} --redo {ctx.run_id}",
-                extra_check=shard_index_problem,
+                extra_check=check,
             )
         except resume.NoUsableCheckpoint as err:
             error = str(err)

@@ -1,5 +1,5 @@
-"""The files a run leaves behind, typed: ``status.json``, ``summary.json``, ``ledger.json`` and
-``proof.json``.
+"""The files a run leaves behind, typed: ``status.json``, ``summary.json``, ``ledger.json``,
+``proof.json`` and the trainer lock's record (``.trainer.lock``).
 
 Why here: these files cross stages (the job writes status and summary, launch marks the status and
 keeps the ledger, `watch` records a futility stop, and `status`, `report`, the store and the board
@@ -240,6 +240,33 @@ class RunSummary(RunFile):
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, self.as_json())
+
+
+class TrainerHolder(RunFile):
+    """``runs/<id>/.trainer.lock``'s content: the process that holds the run's trainer lock
+    (:func:`olmoablate.run.state.trainer_lock` writes it once the lock is its own)."""
+
+    pid: int | None = None
+    host: str | None = None
+    #: :func:`olmoablate.run.state.identity` of ``pid`` (a pid that differs is never signalled).
+    identity: dict[str, Any] | None = None
+    since: str | None = None
+
+    @classmethod
+    def read_lock(cls, path: Path) -> TrainerHolder:
+        """The record (empty when the holder has not written it yet or it is unreadable)."""
+        try:
+            return cls.load(path) or cls()
+        except UserError:
+            return cls()
+
+    @property
+    def text(self) -> str:
+        """``pid 123 on node1 since 2026-…`` (what is known of the holder)."""
+        parts = [f"pid {self.pid}" if self.pid else "a process"]
+        parts += [f"on {self.host}"] if self.host else []
+        parts += [f"since {self.since}"] if self.since else []
+        return " ".join(parts)
 
 
 class LedgerJob(RunFile):

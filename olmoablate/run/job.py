@@ -13,6 +13,7 @@ anything else ``failed`` and re-raised. Plan paths resolve against ``plan.workdi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from olmoablate.run.records import (
     peak_memory_gb,
 )
 from olmoablate.run.runplan import RunContext, load_run
+from olmoablate.run.state import RunBusyError, trainer_lock
 from olmoablate.run.summary import decode_figures, execution_record, where_record
 from olmoablate.run.trainer import Environment
 
@@ -183,7 +185,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     """Model, train module, data loader and trainer (with callbacks), from the run entry; the
     live callbacks by name."""
     from olmo_core.train import Duration, TrainerConfig
-    from olmo_core.train.callbacks import CheckpointerCallback, ConsoleLoggerCallback
+    from olmo_core.train.callbacks import ConsoleLoggerCallback
 
     run, tr, ev = ctx.run, ctx.training, ctx.evaluation
     steps, gbs = tr.steps, tr.global_batch_size
@@ -248,7 +250,7 @@ def _build_trainer(ctx: RunContext, env: Any, base_status: dict[str, Any]) -> tu
     )
     trainer_cfg = trainer_cfg.with_callback(
         "checkpointer",
-        CheckpointerCallback(
+        cbs.RecordsFirstCheckpointerCallback(
             save_interval=tr.checkpoint_interval,
             save_async=False if env.device_type == "cpu" else None,
             max_checkpoints=2,
@@ -330,7 +332,6 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
     ``failed``, so executors see the failure."""
     t_start = time.perf_counter()
     ctx = load_run(plan_path, run_id)
-    status_path = ctx.run_dir.status
     # status.json is the job's own record (not plan data): absent on a first start.
     previous = RunStatus.read(ctx.run_dir) or RunStatus()
     if previous.state in DONE_STATES:
@@ -338,13 +339,63 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
         return previous.as_json()
 
     import torch
-    from olmo_core.distributed.utils import get_rank
     from olmo_core.train import prepare_training_environment, teardown_training_environment
 
     env = _environment(ctx)
     if env.device_type == "cpu":
         torch.set_num_threads(ctx.training.threads)
 
+    prepare_training_environment(
+        seed=ctx.training.init_seed,
+        # "cpu:gloo,cuda:nccl" makes OLMo-core call torch.cuda.set_device, which a CPU-only
+        # torch build lacks; plain gloo is the CPU equivalent.
+        backend=(
+            None
+            if not env.distributed
+            else ("cpu:gloo,cuda:nccl" if env.device_type == "cuda" else "gloo")
+        ),
+    )
+    with contextlib.ExitStack() as held:
+        try:
+            # One trainer per run folder: nothing is written before the lock is ours.
+            _hold_trainer_lock(ctx, held)
+        except BaseException:
+            teardown_training_environment()
+            raise
+        # Read again under the lock: a trainer that held it may have finished the run.
+        previous = RunStatus.read(ctx.run_dir) or RunStatus()
+        if previous.state in DONE_STATES:
+            teardown_training_environment()
+            log.info(f"{run_id} is already {previous.state}; nothing to do")
+            return previous.as_json()
+        return _train(ctx, previous, env, t_start)
+
+
+def _hold_trainer_lock(ctx: RunContext, held: contextlib.ExitStack) -> None:
+    """Rank 0 takes the run's trainer lock (:func:`olmoablate.run.state.trainer_lock`) into
+    ``held``; every rank learns whether it could, so a refused job stops on every rank with the
+    same one line (:class:`olmoablate.run.state.RunBusyError`) and writes nothing."""
+    from olmo_core.distributed.utils import broadcast_object, get_rank, is_distributed
+
+    refused: str | None = None
+    if get_rank() == 0:
+        try:
+            held.enter_context(trainer_lock(ctx.run_dir))
+        except RunBusyError as err:
+            refused = str(err)
+    if is_distributed():
+        refused = broadcast_object(refused)
+    if refused is not None:
+        raise RunBusyError(refused)
+
+
+def _train(ctx: RunContext, previous: RunStatus, env: Any, t_start: float) -> dict[str, Any]:
+    """:func:`run_job` once the trainer lock is held: the attempt, its status and its outcome."""
+    from olmo_core.distributed.utils import get_rank
+    from olmo_core.train import teardown_training_environment
+
+    run_id = ctx.run_id
+    status_path = ctx.run_dir.status
     steps, gbs = ctx.training.steps, ctx.training.global_batch_size
     where = where_record()
     base = {
@@ -377,16 +428,6 @@ def run_job(plan_path: str, run_id: str) -> dict[str, Any]:
             status = status.write(status_path)
         return status.as_json()
 
-    prepare_training_environment(
-        seed=ctx.training.init_seed,
-        # "cpu:gloo,cuda:nccl" makes OLMo-core call torch.cuda.set_device, which a CPU-only
-        # torch build lacks; plain gloo is the CPU equivalent.
-        backend=(
-            None
-            if not env.distributed
-            else ("cpu:gloo,cuda:nccl" if env.device_type == "cuda" else "gloo")
-        ),
-    )
     trainer = None
     try:
         ctx.run_dir.path.mkdir(parents=True, exist_ok=True)

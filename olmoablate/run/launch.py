@@ -25,7 +25,7 @@ from olmoablate.plan.names import LIVE_STATES, PLAN_FILE, RESULTS_ROOT, RunState
 from olmoablate.plan.planfile import Plan
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import RunStatus
-from olmoablate.run.state import Ledger, local_job_alive, reconcile
+from olmoablate.run.state import Ledger, local_job_alive, reconcile, signal_trainer
 
 # -- `cancel`: the cancel marker first (``runs/<id>/.cancel-requested``: the job then ends
 # ``cancelled``, never requeued), then SIGTERM to running jobs (checkpoint, exit) and pending ones
@@ -60,7 +60,11 @@ def cancel(
             rdir.cancel_marker.touch()
             rec = ledger.record(rid)
             job = rec.last_job if rec is not None else None
-            if view.state == RunState.QUEUED or job is None:
+            sig = signal.SIGKILL if force else signal.SIGTERM
+            if job is None and (trainer := signal_trainer(rdir, sig)) is not None:
+                # trained without a launcher (`python -m olmoablate.run.job`): its own process
+                actions.append((rid, f"{sig.name} to trainer {trainer} (checkpoint, then exit)"))
+            elif view.state == RunState.QUEUED or job is None:
                 actions.append((rid, "removed from the local queue"))
                 RunStatus.update(rdir.status, state=RunState.CANCELLED, reason=reason)
             elif job.executor == "slurm":
@@ -78,10 +82,18 @@ def cancel(
                     # Checked again right before the signal: the pid must still be our job.
                     if not local_job_alive(job):
                         raise ProcessLookupError(pid)
-                    os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
+                    os.kill(pid, sig)
                     actions.append((rid, f"SIGTERM to local job {pid} (checkpoint, then exit)"))
                 except ProcessLookupError:
-                    actions.append((rid, f"local job {pid} already gone"))
+                    # its job process is gone, its trainer may not be (the trainer lock says)
+                    trainer = signal_trainer(rdir, sig)
+                    if trainer is None:
+                        actions.append((rid, f"local job {pid} already gone"))
+                    else:
+                        actions.append(
+                            (rid, f"{sig.name} to trainer {trainer} (its job process {pid} is "
+                             "gone; checkpoint, then exit)")
+                        )  # fmt: skip
             ledger.set_state(rid, RunState.CANCELLED, reason)
         sl.invalidate_sacct_cache(results)
     return actions

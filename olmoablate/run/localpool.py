@@ -25,6 +25,7 @@ from olmoablate.plan.layout import ResultsDir
 from olmoablate.plan.names import (
     ACTIVE_STATES,
     DONE_STATES,
+    ENDED_STATES,
     STOPPED_STATES,
     TERMINAL_STATES,
     RunState,
@@ -33,7 +34,15 @@ from olmoablate.plan.planfile import RunEntry
 from olmoablate.run import slurm as sl
 from olmoablate.run.files import RunStatus
 from olmoablate.run.slurm import local_slot_devices, visible_gpus
-from olmoablate.run.state import Ledger, RunView, identity, own_status, reconcile
+from olmoablate.run.state import (
+    Ledger,
+    RunView,
+    identity,
+    own_status,
+    reconcile,
+    trainer_holder,
+    wait_for_trainer,
+)
 from olmoablate.run.task import JobTarget, TrainRun
 
 # -- How runs look to a person: the `status` table, its JSON form and the number formats the
@@ -318,11 +327,35 @@ class LocalPool:
         self.submitted.append((rid, job.job_id))
 
     def _finish(self, rid: str, job: Any) -> None:
+        rdir = self.results.run(rid)
+        code = job._process.returncode if job._process is not None else None
+        if code is not None and code < 0:
+            # The job's controller was killed: its trainer stops at a checkpoint by itself
+            # (task.die_with_controller) and says how it ended; wait for that word.
+            wait_for_trainer(rdir)
         reason = None
         try:
             job.result()
         except Exception as err:  # the job raised: keep the exception line as the reason
             reason = exception_line(str(err)) or type(err).__name__
+        if trainer_holder(rdir) is not None:
+            # Another process trains this run (this job was refused: RunBusyError); its state is
+            # not this job's to write.
+            print(f"{rid}: not trained here: {reason}", file=sys.stderr)
+            return
+        own = own_status(rdir)
+        killed = code is not None and code < 0
+        if killed and own.state in ENDED_STATES:
+            reason = None  # the trainer's own word (die_with_controller), not the dead controller
+        elif reason and own.state not in ENDED_STATES:
+            # The training process ended without a final word (kill -9, the OOM killer): say
+            # so, not submitit's wrapper of the missing result.
+            at = f"at step {own.step}" if own.step else "before training started"
+            if killed:
+                why = f"was killed ({signal.Signals(-code).name})"
+            else:
+                why = "lost its training process (killed?)"
+            reason = f"its job process {job.job_id} {why} {at}"
         with Ledger.locked(self.results) as ledger:
             view = reconcile(self.results, ledger)[rid]
             state = view.state

@@ -3,12 +3,20 @@ copy ``metrics.arrow``, :mod:`olmoablate.run.columnar`) and ``fingerprints.jsonl
 global batch: the evidence both arms saw the same tokens in the same order).
 
 Merge rule on resume from the checkpoint of step *k*: each file is first rewritten atomically
-without its rows of step > *k* (written after that checkpoint by the interrupted attempt), records
-the trainer re-emits for steps <= *k* are dropped, then the new attempt appends: every step appears
-once. One step's metrics may come in two ``log_metrics`` calls (split by a checkpoint save), so
-rows are buffered and a step is written when a later one arrives or at close: a SIGKILL can lose
-the last row, SIGTERM/SIGUSR2 cannot. No per-step cross-rank work: step times come from CUDA
-events read when the trainer syncs, fingerprints are gathered at the same steps (:func:`collect_due`).
+without its rows of step > *k* (written after that checkpoint by the interrupted attempt, a torn
+last line included), records the trainer re-emits for steps <= *k* are dropped, then the new
+attempt appends: every step appears once. A fresh start (no checkpoint) keeps no row at all.
+
+What makes the rule exact whenever the job is killed: the rows of steps <= *k* are on disk before
+the checkpoint of step *k* exists. The checkpointer (:class:`olmoablate.run.callbacks.
+RecordsFirstCheckpointerCallback`) saves step *k* after all of step *k* (its evaluations
+included) and first calls :func:`sync_before_checkpoint`: every buffered row of steps <= *k* is
+written and both files are fsynced. One step's metrics may come in several ``log_metrics`` calls,
+so the newest row is buffered until a later step arrives, a checkpoint syncs it or the job
+closes; a metric of a step already written (OLMo-core's ``checkpoint/save_duration_s`` of the
+save that follows the sync) is not written again. No per-step cross-rank work: step times come
+from CUDA events read when the trainer syncs, fingerprints are gathered at the same steps
+(:func:`collect_due`).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import resource
 import sys
 import threading
@@ -63,15 +72,76 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def truncate_jsonl_after(path: Path, step: int) -> int:
-    """Rewrite ``path`` atomically without its rows of a step > ``step`` (the resume half of the
-    merge rule); returns how many were dropped."""
+    """Rewrite ``path`` atomically with only its complete rows of a step <= ``step`` (the resume
+    half of the merge rule; ``step`` -1: none), each line byte for byte as it was; a torn last
+    line (a kill mid-write) and malformed lines go too, or the next row appended would be glued
+    to them. Returns how many rows were dropped."""
     if not path.exists():
         return 0
-    rows = read_jsonl(path)
-    keep = [r for r in rows if int(r.get("step", -1)) <= step]
-    if len(keep) != len(rows) or path.read_text(encoding="utf-8").count("\n") != len(rows):
-        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
-    return len(rows) - len(keep)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    keep: list[str] = []
+    dropped = 0
+    for line in text.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            continue  # torn (the last line only)
+        try:
+            row_step = int(json.loads(line)["step"])
+        except (ValueError, TypeError, KeyError):
+            continue  # not a row
+        if row_step <= step:
+            keep.append(line)
+        else:
+            dropped += 1
+    new = "".join(keep)
+    if new != text:
+        write_text_atomic(path, new)
+    return dropped
+
+
+def fsync_file(path: Path) -> None:
+    """Make what was written to ``path`` durable (a file this attempt created: its folder entry
+    too); nothing when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # some filesystems refuse a folder's fsync: the file's own is what counts
+        pass
+    finally:
+        os.close(dfd)
+
+
+def logged_steps(path: Path) -> set[int]:
+    """The steps that have a complete row in ``path``."""
+    steps: set[int] = set()
+    for row in read_jsonl(path):
+        try:
+            steps.add(int(row["step"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return steps
+
+
+def sync_before_checkpoint(trainer: Trainer) -> None:
+    """Before the checkpoint of ``trainer.global_step`` is saved (every rank, same point): the
+    step's buffered metrics reach the callbacks, then the metrics and fingerprints rows of every
+    step up to it are written and fsynced. A checkpoint thus never exists without its rows."""
+    step = int(trainer.global_step)
+    trainer._log_metrics()  # noqa: SLF001 - OLMo-core's save_checkpoint calls it the same way
+    trainer._join_bookkeeping_ops()  # noqa: SLF001
+    for cb in trainer.callbacks.values():
+        if isinstance(cb, MetricsJSONLCallback | FingerprintCallback):
+            cb.sync(step)
 
 
 def _model_of(trainer: Trainer) -> Any:
@@ -144,13 +214,22 @@ class MetricsJSONLCallback(Callback):
     #: Largest peak memory over ranks seen in this attempt's logged steps (rank 0; summary.json).
     max_peak_memory_gb: float = 0.0
     _rows_since_copy: int = 0
+    #: Rows of every step <= this are in the file: kept from the attempt that saved the
+    #: checkpoint resumed from, or written by this attempt. A later metric of such a step is
+    #: not written again (it would be a second row of the step).
+    _written_through: int = -1
 
     def pre_train(self) -> None:
-        self.resume_step = self.trainer.global_step if self.trainer.global_step > 0 else None
-        self._first_step = self.trainer.global_step + 1
+        start = self.trainer.global_step
+        self.resume_step = start if start > 0 else None
+        self._first_step = start + 1
+        # Resumed from step k: the rows of steps <= k were made durable before its checkpoint was
+        # saved (sync). A fresh start keeps none: an earlier attempt's step-0 row would be
+        # written twice.
+        self._written_through = start if start > 0 else -1
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            truncate_jsonl_after(Path(self.path), self.trainer.global_step)
+            truncate_jsonl_after(Path(self.path), self._written_through)
             self._update_copy()
 
     def _update_copy(self) -> None:
@@ -220,8 +299,8 @@ class MetricsJSONLCallback(Callback):
                 self._step_times.pop(step, None)
                 self._cpu_times.pop(step, None)
             return
-        if self.resume_step is not None and step <= self.resume_step:
-            return  # already in the file from the attempt that saved the checkpoint
+        if step <= self._written_through:
+            return  # already in the file (see _written_through)
         row = {k: float(v) for k, v in metrics.items()}
         peak = row.pop(PEAK_MEMORY, None)
         if self._pending is None or self._pending["step"] != step:
@@ -256,6 +335,16 @@ class MetricsJSONLCallback(Callback):
         self._rows_since_copy += 1
         if self._rows_since_copy >= columnar.ROWS_PER_UPDATE:
             self._update_copy()
+
+    def sync(self, step: int) -> None:
+        """Write every row of steps <= ``step`` and fsync the file (rank 0): the checkpoint of
+        ``step`` is saved next (:func:`sync_before_checkpoint`)."""
+        if get_rank() != 0:
+            return
+        if self._pending is not None and int(self._pending["step"]) <= step:
+            self._flush()
+        self._written_through = max(self._written_through, step)
+        fsync_file(Path(self.path))
 
     def close(self) -> None:
         if get_rank() == 0:
@@ -317,11 +406,12 @@ class FingerprintCallback(Callback):
     _first_step: int = 1
 
     def pre_train(self) -> None:
-        self._first_step = self.trainer.global_step + 1
+        start = self.trainer.global_step
+        self._first_step = start + 1
         self._pending = []
         if get_rank() == 0:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            truncate_jsonl_after(Path(self.path), self.trainer.global_step)
+            truncate_jsonl_after(Path(self.path), start if start > 0 else -1)
 
     def pre_step(self, batch: dict[str, Any]) -> None:
         self._pending.append((self.step, instance_digests(batch["input_ids"])))
@@ -332,6 +422,13 @@ class FingerprintCallback(Callback):
 
     def post_train(self) -> None:
         self._flush()  # every rank reaches post_train together (not on errors)
+
+    def sync(self, step: int) -> None:
+        """Every rank: gather what is pending (steps <= ``step``), then rank 0 writes and fsyncs."""
+        del step
+        self._flush()
+        if get_rank() == 0:
+            fsync_file(Path(self.path))
 
     def _flush(self) -> None:
         if not self._pending:

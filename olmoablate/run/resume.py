@@ -329,12 +329,19 @@ def decide_stop(
     cancel_requested: bool,
     slurm_job: dict[str, Any] | None,
     restarts_at_start: int,
+    controller_gone: int | None = None,
 ) -> StopDecision:
     """The meaning of a stop, from what the job can observe (docs/slurm.md's table):
     ``slurm_job`` is :func:`olmoablate.run.slurm.scontrol_job` (None off Slurm or when the
-    controller cannot be asked), ``restarts_at_start`` SLURM_RESTART_COUNT at start."""
+    controller cannot be asked), ``restarts_at_start`` SLURM_RESTART_COUNT at start,
+    ``controller_gone`` the pid of a local job's controller that ended under the training
+    process (its SIGTERM then came from the kernel, ``task.die_with_controller``)."""
     if cancel_requested:
         return StopDecision("cancel", "cancelled by user (olmoablate cancel)")
+    if controller_gone is not None:
+        return StopDecision(
+            "stop", f"its job process {controller_gone} ended (killed?); training stopped"
+        )
     if "SIGUSR2" in signals:
         return StopDecision("requeue", "SIGUSR2 (time limit or preemption): requeued")
     if slurm_job is not None and int(slurm_job.get("Restarts") or 0) > restarts_at_start:

@@ -10,6 +10,8 @@
   decide from its views.
 * **Reasons** (:func:`reason_for`): one line for every run that is not running or completed.
 * **Process identity** (:func:`identity`): a local job is its pid *and* start time *and* command.
+* **The trainer lock** (:func:`trainer_lock`, :func:`trainer_holder`): one training process per
+  run folder, whoever started it; a held lock is a live run whatever the launcher's record says.
 
 No torch, no submitit: `status` must be fast on a login node.
 """
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import fcntl
 import hashlib
+import json
 import os
 import socket
 import time
@@ -40,7 +45,7 @@ from olmoablate.plan.names import (
 )
 from olmoablate.plan.store import owner_problem
 from olmoablate.run import slurm as sl
-from olmoablate.run.files import LedgerFile, LedgerJob, LedgerRun, RunStatus
+from olmoablate.run.files import LedgerFile, LedgerJob, LedgerRun, RunStatus, TrainerHolder
 from olmoablate.run.resume import check_resumable, latest_checkpoint_step, stale_done
 
 #: Held for every read-decide-write of the ledger (launch's own file, next to ledger.json).
@@ -435,8 +440,155 @@ def is_same_process(pid: int, recorded: dict[str, Any] | None) -> bool:
     return all(now.get(k) == recorded.get(k) for k in ("start_ticks", "boot_id", "cmdline_sha256"))
 
 
+# -- The trainer lock. The launcher's record of a job is not the trainer: `kill -9` of a local
+# job's controller (the pid `status` shows) leaves its training process running, and a second
+# `submit` used to start another trainer in the same folder. So the training process itself holds
+# an exclusive lock on ``runs/<id>/.trainer.lock`` (fcntl.flock, released by the kernel when the
+# process ends, kill -9 included) from before it writes anything until it is done; a second
+# trainer refuses with one line (:class:`RunBusyError`), and reconcile counts a held lock as a
+# running run, so `status` never calls it resumable and `submit` never sends it. The file records
+# who holds it (pid, identity, host, since; :class:`olmoablate.run.files.TrainerHolder`), for the
+# messages and for `cancel`.
+
+
+class RunBusyError(UserError):
+    """Another process trains this run folder (one line, naming it)."""
+
+
+#: The trainer locks this process holds (re-entrant: the job wrapper and the training job inside
+#: it both take it; the outermost holder releases it).
+_HELD: set[str] = set()
+#: How long a trainer tries before it refuses (a `status` probe holds the lock for microseconds).
+LOCK_WAIT_S = 2.0
+
+
+@contextlib.contextmanager
+def trainer_lock(run: RunDir, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold ``run``'s trainer lock for the block (re-entrant within a process);
+    :class:`RunBusyError` when another process holds it after ``wait_s``. A filesystem without
+    locks (flock fails otherwise) trains unlocked, as before."""
+    path = run.trainer_lock
+    key = str(path)
+    if key in _HELD:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    locked = False
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RunBusyError(
+                        f"{run.path} is being trained by another process "
+                        f"({TrainerHolder.read_lock(path).text}); not starting a second trainer "
+                        "(`olmoablate status` shows the run running; `olmoablate cancel` stops it)"
+                    ) from None
+                time.sleep(0.05)
+            except OSError as err:
+                if err.errno in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                    break  # no locks on this filesystem
+                raise
+        if locked:
+            me = os.getpid()
+            record = TrainerHolder(
+                pid=me, host=socket.gethostname(), identity=identity(me), since=now_iso()
+            )
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record.as_json()) + "\n").encode(), 0)
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def trainer_holder(run: RunDir) -> TrainerHolder | None:
+    """The record of the process that holds ``run``'s trainer lock (empty when it is held but
+    not yet written), None when no process holds it. A shared-lock probe: never blocks, and a
+    trainer starting at that instant waits for it (:data:`LOCK_WAIT_S`)."""
+    path = run.trainer_lock
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return TrainerHolder.read_lock(path)
+        except OSError:
+            return None  # no locks on this filesystem: nothing to tell
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def signal_trainer(run: RunDir, sig: int) -> int | None:
+    """Send ``sig`` to the process holding ``run``'s trainer lock when it is on this machine and
+    still the process its record names (:func:`is_same_process`); its pid, else None."""
+    holder = trainer_holder(run)
+    pid = holder.pid if holder is not None else None
+    if holder is None or not pid or holder.host != socket.gethostname():
+        return None
+    if not is_same_process(pid, holder.identity):
+        return None
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def wait_for_trainer(run: RunDir, poll_s: float = 0.2) -> None:
+    """Until no process holds ``run``'s trainer lock (a trainer stopping at a checkpoint)."""
+    while trainer_holder(run) is not None:
+        time.sleep(poll_s)
+
+
+# -- Completion. A run is completed by its own final word, or, when the job ended before writing
+# it, by the step count *and* its final metrics row on disk: the status.json of the last step is
+# written when that step's loss is logged, before its row (final evaluation included) reaches
+# metrics.jsonl, so a kill in between used to leave a `completed` run without its final numbers,
+# which `submit` then skipped for good.
+
+
+#: How much of the end of metrics.jsonl is read to find its last row.
+_TAIL_BYTES = 1 << 16
+
+
+def last_row_step(run: RunDir) -> int | None:
+    """The step of the last complete row of ``run``'s metrics.jsonl (None: no such row)."""
+    try:
+        with open(run.metrics, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _TAIL_BYTES))
+            tail = fh.read()
+    except OSError:
+        return None
+    lines = tail.split(b"\n")[:-1]  # the part after the last newline is torn or empty
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
 # -- Reconcile. The run's own word wins for `completed`/`diverged` (completion is decided by the
-# step count, not an exit code); the scheduler wins for liveness.
+# step count and the final row, not an exit code); the scheduler wins for liveness, and a held
+# trainer lock is alive whatever the scheduler says.
 
 
 @dataclasses.dataclass
@@ -560,12 +712,21 @@ def reconcile(
             alive = owner and (is_same_process(owner, ident) if ident else pid_alive(owner))
             sched = RunState.QUEUED if alive else "ended"
 
+        if sched not in (RunState.PENDING, RunState.RUNNING):
+            holder = trainer_holder(results.run(rid))
+            if holder is not None:  # its controller may be gone: the trainer is not
+                sched = RunState.RUNNING
+                view.scheduler_state = f"trainer {holder.text}"
         live_now = sched in (RunState.PENDING, RunState.RUNNING, RunState.QUEUED)
         if own == RunState.COMPLETED or (
-            reached_end and not live_now and own not in (RunState.DIVERGED, RunState.FAILED)
+            reached_end
+            and not live_now
+            and own not in (RunState.DIVERGED, RunState.FAILED)
+            and (last_row_step(results.run(rid)) or 0) >= total
         ):
-            # The step count decides completion, but only once the job has let go of the run:
-            # the last step is logged before metrics are flushed and the final status written.
+            # The step count decides completion, but only once the job has let go of the run and
+            # its final row (loss and final evaluation) is on disk: the last step's status is
+            # written when its loss is logged, before that row is written.
             view.state = RunState.COMPLETED
         elif own == RunState.DIVERGED:
             view.state = RunState.DIVERGED

@@ -9,14 +9,24 @@ signals seen. :class:`TrainRun` then acts on what the stop meant
 submitit's own handler (captured before the job replaced it: the ``max_num_timeout`` countdown,
 the new pickle); Slurm's own requeue is left to Slurm; a user's stop ends ``cancelled``. A run that
 ends ``completed``, ``diverged`` or ``failed`` is never requeued.
+
+On the local executor the training process is a child of submitit's controller (the job pid
+`status` shows). It asks the kernel for SIGTERM when that controller dies
+(:func:`die_with_controller`), so a `kill -9` of the controller stops training at a checkpoint
+instead of leaving an orphan trainer; the run then ends ``interrupted`` and `submit` resumes it.
+Rank 0 holds the run's trainer lock (:func:`olmoablate.run.state.trainer_lock`) for the whole
+job, so no second trainer starts in the folder until this one has said how it ended.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +42,7 @@ from olmoablate.run.faults import ERROR_LOG, classify, redo_advice, write_traceb
 from olmoablate.run.files import RunStatus
 from olmoablate.run.resume import MAX_REQUEUES_WITHOUT_PROGRESS, USR2_GRACE_S, decide_stop
 from olmoablate.run.slurm import task_device
-from olmoablate.run.state import own_status
+from olmoablate.run.state import RunBusyError, own_status, trainer_lock
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +53,32 @@ JobTarget = str | Callable[[str, str], dict[str, Any]]
 #: Set (in the job process) by the training job's InterruptCallback once ``fit`` has taken over
 #: SIGTERM/SIGUSR2: a SIGTERM seen by the job wrapper before that came before training started.
 FIT_STARTED_ENV = "OLMOABLATE_FIT_STARTED"
+
+
+#: prctl(2)'s option that makes the kernel signal a process when its parent ends.
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_controller() -> int | None:
+    """On the local executor (Linux): have the kernel send this training process SIGTERM when
+    its controller (submitit's ``_local`` process, the job pid `status` shows) dies, so a
+    ``kill -9`` of the job stops training at a checkpoint instead of leaving a trainer nobody
+    tracks. Returns the controller's pid (None: not armed, e.g. not the controller's child)."""
+    if os.environ.get("SUBMITIT_EXECUTOR") != "local" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        controller = int(os.environ.get("SUBMITIT_LOCAL_JOB_ID") or 0)
+    except ValueError:
+        return None
+    if not controller or os.getppid() != controller:
+        return None  # not started by that controller (e.g. called in-process by a test)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return controller
 
 
 def resolve_target(target: JobTarget) -> Any:
@@ -108,6 +144,7 @@ class TrainRun(submitit.helpers.Checkpointable):
         self.last_step = -1
         self.restarts_at_start = 0
         self._signals: list[str] = []  # signals that reached this class's own handlers
+        self._controller: int | None = None  # a local job's controller pid (die_with_controller)
 
     @property
     def run_dir(self) -> RunDir:
@@ -119,19 +156,45 @@ class TrainRun(submitit.helpers.Checkpointable):
     def cancel_requested(self) -> bool:
         return self.run_dir.cancel_marker.exists()
 
+    def controller_gone(self) -> int | None:
+        """The pid of this local job's controller when it has ended under us, else None."""
+        if self._controller is not None and os.getppid() != self._controller:
+            return self._controller
+        return None
+
     def __call__(self) -> dict[str, Any]:
+        self._controller = die_with_controller()
+        env = submitit.JobEnvironment()
+        rank0 = env.global_rank == 0
+        busy = False
+        with contextlib.ExitStack() as held:
+            if rank0:
+                try:
+                    held.enter_context(trainer_lock(self.run_dir))
+                except RunBusyError:
+                    if env.num_tasks <= 1:
+                        raise  # another trainer has the folder: touch nothing
+                    busy = True  # several ranks: the training job refuses on every rank at once
+            return self._call(rank0, busy)
+
+    def _call(self, rank0: bool, busy: bool = False) -> dict[str, Any]:
         # Slurm's own requeues rerun the same pickle: count them from SLURM_RESTART_COUNT.
         self.restarts_at_start = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         self.attempt = max(self.attempt + 1, self.restarts_at_start + 1)
         self._signals = []
         os.environ["OLMOABLATE_ATTEMPT"] = str(self.attempt)
         os.environ.pop(FIT_STARTED_ENV, None)
-        rank0 = submitit.JobEnvironment().global_rank == 0
         if rank0:
             # Which code a job really imports (PYTHONPATH reaches Slurm jobs through sbatch's
             # environment export); print: logging is configured only later, by the training job.
             print(f"olmoablate {self.run_id} attempt {self.attempt} from {olmoablate.__file__}")
-        if self.cancel_requested():
+        if busy:
+            pass  # another trainer's folder: nothing is written before the job refuses
+        elif self.controller_gone() is not None:  # ended before we asked to die with it
+            if rank0:
+                self._mark(RunState.INTERRUPTED, self._orphan_reason())
+            return {"state": RunState.INTERRUPTED, "run_id": self.run_id}
+        elif self.cancel_requested():
             return self._cancelled(
                 {"state": RunState.CANCELLED, "run_id": self.run_id}, rank0, "cancelled by user"
             )
@@ -142,6 +205,8 @@ class TrainRun(submitit.helpers.Checkpointable):
         try:
             setup_distributed_env(self.entry().topology.on_gpu)
             result = resolve_target(self.target)(self.plan_path, self.run_id)
+        except RunBusyError:
+            raise  # another process trains the run: its status is not ours to write
         except Exception as err:
             # Errors before the training job could write its own status (bad plan entry, import
             # error, missing data) must still show up in `status` with their one-line reason.
@@ -177,7 +242,13 @@ class TrainRun(submitit.helpers.Checkpointable):
         signal.signal(signal.SIGTERM, self._record)
         signal.signal(signal.SIGUSR2, self._record)
         slurm_job = _slurm_job()
-        decision = decide_stop(signals, self.cancel_requested(), slurm_job, self.restarts_at_start)
+        decision = decide_stop(
+            signals,
+            self.cancel_requested(),
+            slurm_job,
+            self.restarts_at_start,
+            self.controller_gone(),
+        )
         if decision.action == "cancel" and slurm_job is not None:
             deadline = time.monotonic() + USR2_GRACE_S
             while slurm_job.get("JobState") == "RUNNING" and time.monotonic() < deadline:
@@ -220,6 +291,9 @@ class TrainRun(submitit.helpers.Checkpointable):
                 raise
         return result
 
+    def _orphan_reason(self) -> str:
+        return decide_stop([], False, None, 0, self.controller_gone()).reason
+
     def _record(self, signum: int, frame: Any) -> None:
         del frame
         self._signals.append(signal.Signals(signum).name)
@@ -248,7 +322,11 @@ class TrainRun(submitit.helpers.Checkpointable):
         if slurm_job is not None and slurm_job.get("JobState") == "RUNNING":
             time.sleep(USR2_GRACE_S)  # a USR2 arriving now runs submitit's requeue handler
         decision = decide_stop(
-            self._signals, self.cancel_requested(), slurm_job, self.restarts_at_start
+            self._signals,
+            self.cancel_requested(),
+            slurm_job,
+            self.restarts_at_start,
+            self.controller_gone(),
         )
         if os.environ.get("RANK", "0") == "0":
             state = RunState.CANCELLED if decision.action == "cancel" else RunState.INTERRUPTED

@@ -31,6 +31,7 @@ def test_truncate_keeps_rows_up_to_resume_step_and_drops_torn_line(tmp_path: Pat
     assert read_jsonl(path) == rows[:6]
     assert path.read_text().endswith("\n") and '"x"\n' not in path.read_text()
     assert truncate_jsonl_after(tmp_path / "missing.jsonl", 3) == 0
+    assert truncate_jsonl_after(path, -1) == 6 and path.read_text() == ""  # a fresh start
 
 
 def test_global_batch_hash_is_int64_le_of_the_global_order() -> None:
@@ -108,21 +109,53 @@ def test_nonfinite_grad_norm_stops_at_that_step() -> None:
     assert trainer.canceled
 
 
+def _metrics_callback(path: Path, resumed_at: int) -> MetricsJSONLCallback:
+    cb = MetricsJSONLCallback(path=str(path), global_batch_size=256)
+    trainer = _Trainer()
+    trainer.global_step = resumed_at
+    cb.trainer = trainer  # type: ignore[assignment]
+    cb.pre_train()
+    return cb
+
+
 def test_metrics_rows_merge_by_step_and_skip_resumed_steps(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
-    cb = MetricsJSONLCallback(path=str(path), global_batch_size=256)
-    cb.resume_step = 2
-    cb.log_metrics(2, {"checkpoint/save_duration_s": 0.1})  # re-emitted on resume: dropped
+    # The attempt that saved the checkpoint of step 2 had its rows 0-2 on disk (synced before
+    # the save) and was killed writing row 3.
+    path.write_text("".join(json.dumps({"step": s, "train/CE loss": 5.0}) + "\n" for s in range(3)))
+    with path.open("a") as fh:
+        fh.write('{"step": 3, "train/CE')
+    cb = _metrics_callback(path, resumed_at=2)
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2] and path.read_text().endswith("}\n")
+    cb.log_metrics(2, {"train/masked labels (%)": 0.1})  # re-emitted on resume: dropped
     cb.log_metrics(3, {"train/CE loss": 4.0})
     cb.log_metrics(3, {"eval/lm/x/CE loss": 3.5})  # the same step in a second record
     cb.log_metrics(4, {"train/CE loss": 3.9})
+    cb.sync(4)  # the checkpoint of step 4 is saved next: its rows are on disk first
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3, 4]
+    cb.log_metrics(4, {"checkpoint/save_duration_s": 0.1})  # measured after it: no second row
+    cb.log_metrics(5, {"train/CE loss": 3.8})
     cb.close()
-    rows = read_jsonl(path)
-    assert [r["step"] for r in rows] == [3, 4]
+    rows = read_jsonl(path)[3:]
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3, 4, 5]
     assert rows[0]["train/CE loss"] == 4.0 and rows[0]["eval/lm/x/CE loss"] == 3.5
+    assert "checkpoint/save_duration_s" not in rows[1]
     assert rows[0]["tokens"] == 768 and rows[1]["tokens"] == 1024
     assert all(r["peak_memory_gb"] > 0 for r in rows)
     assert np.isfinite([r["train/CE loss"] for r in rows]).all()
+
+
+def test_a_fresh_start_keeps_no_row_of_an_earlier_attempt(tmp_path: Path) -> None:
+    """Killed before its first checkpoint, a run starts over: the earlier attempt's rows (its
+    step-0 row too) are not kept, or step 0 would be in the file twice."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(2)))
+    cb = _metrics_callback(path, resumed_at=0)
+    assert path.read_text() == ""
+    cb.log_metrics(0, {"train/masked labels (%)": 0.1})
+    cb.log_metrics(1, {"train/CE loss": 4.0})
+    cb.close()
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1]
 
 
 def test_loop_state_norms_are_recorded_without_a_host_sync() -> None:

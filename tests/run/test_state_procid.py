@@ -1,6 +1,7 @@
 """Process identity before any signal (olmoablate.run.state): a ledger whose pid belongs to an
 unrelated, real process - a reused pid after a reboot, results copied between machines of the
-same hostname - reads "not running", and `olmoablate cancel` never signals that process."""
+same hostname - reads "not running", and `olmoablate cancel` never signals that process. The
+trainer lock built on it: one training process per run folder, seen by `status`."""
 
 from __future__ import annotations
 
@@ -80,3 +81,54 @@ def test_cancel_never_signals_an_unrelated_process(tmp_path: Path) -> None:
             victim.kill()
             victim.wait()
     assert os.path.exists(results / "ledger.json")
+
+
+_HOLD = """
+import sys, time
+from pathlib import Path
+from olmoablate.plan.layout import RunDir
+from olmoablate.run.state import trainer_lock
+with trainer_lock(RunDir(Path(sys.argv[1]), "r")):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_trainer_lock_is_one_process_per_run_folder(tmp_path: Path) -> None:
+    """The trainer lock (issue 35): held by one process, seen by `status` without taking it,
+    refused to a second trainer with one line naming the holder, gone with the holder's process
+    (kill -9 included), re-entrant inside one process."""
+    from olmoablate.plan.layout import RunDir
+    from olmoablate.run.state import RunBusyError, signal_trainer, trainer_holder, trainer_lock
+
+    run = RunDir(tmp_path / "r", "r")
+    assert trainer_holder(run) is None  # no file yet
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(run.path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        seen = trainer_holder(run)
+        assert seen is not None and seen.pid == holder.pid and seen.host == socket.gethostname()
+        assert trainer_holder(run) is not None  # probing twice takes nothing
+        t0 = time.monotonic()
+        try:
+            with trainer_lock(run, wait_s=0.3):
+                raise AssertionError("a second holder got the lock")
+        except RunBusyError as err:
+            line = str(err)
+        assert time.monotonic() - t0 < 5 and "\n" not in line
+        assert f"pid {holder.pid} on {socket.gethostname()}" in line, line
+        holder.kill()  # SIGKILL: the kernel drops the lock with the process
+        holder.wait()
+        assert trainer_holder(run) is None
+        assert signal_trainer(run, 0) is None  # nobody to signal
+        with trainer_lock(run), trainer_lock(run):  # re-entrant in one process
+            seen = trainer_holder(run)
+            assert seen is not None and seen.pid == os.getpid()
+            assert signal_trainer(run, 0) == os.getpid()  # it is this very process
+        assert trainer_holder(run) is None
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

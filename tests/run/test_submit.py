@@ -173,7 +173,7 @@ def _write(path: Path, obj: Any) -> None:
 def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
     from olmoablate.testing.plans import make_plan, run_entry
 
-    ids = ["done", "dead", "cancel", "fail", "live", "new", "div"]
+    ids = ["done", "dead", "cancel", "fail", "live", "new", "div", "unwritten"]
     results = make_plan(tmp_path, [run_entry(i, "baseline", {}, steps=10) for i in ids]).parent
     ledger = Ledger(ResultsDir(results), {"runs": {}})
     finished = subprocess.Popen(["true"])
@@ -192,9 +192,15 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
         "dead": {"state": "running", "step": 4, "total_steps": 10},
         "fail": {"state": "failed", "step": 4},
         "div": {"state": "diverged", "step": 7},
+        # killed after the last step's loss was logged, before its row was written (issue 35)
+        "unwritten": {"state": "running", "step": 10, "total_steps": 10},
     }
     for rid, st in status.items():
         _write(results / "runs" / rid / "status.json", st)
+    # ... and the final row on disk: "done" has it (a torn line after it does not count)
+    rows = "".join(json.dumps({"step": s, "train/CE loss": 1.0}) + "\n" for s in range(11))
+    (results / "runs" / "done" / "metrics.jsonl").write_text(rows + '{"step": 11, "tr')
+    (results / "runs" / "unwritten" / "metrics.jsonl").write_text(rows.rsplit("{", 1)[0])
     views = reconcile(ResultsDir(results), ledger)
     assert {r: v.state for r, v in views.items()} == {
         "done": "completed",
@@ -204,12 +210,14 @@ def test_reconcile_and_decide_rules(tmp_path: Path) -> None:
         "live": "running",
         "new": "missing",
         "div": "diverged",
+        "unwritten": "interrupted",
     }
+    assert "job ended at step 10 without a final state" in views["unwritten"].reason
     send, skip = decide(views, retry_failed=False, redo=[], only=None)
-    assert send == ["dead", "cancel", "new"]
+    assert send == ["dead", "cancel", "new", "unwritten"]
     assert dict(skip)["fail"].startswith("failed")
     send, _ = decide(views, retry_failed=True, redo=["div"], only=None)
-    assert send == ["dead", "cancel", "fail", "new", "div"]
+    assert send == ["dead", "cancel", "fail", "new", "div", "unwritten"]
     with pytest.raises(UserError, match="--redo live: run is running"):
         decide(views, retry_failed=False, redo=["live"], only=None)
 
@@ -390,6 +398,10 @@ def test_decide_stop_table() -> None:
     for signals, marker, job, action in rows:
         got = decide_stop(signals, marker, job, restarts_at_start=0)
         assert got.action == action, (signals, marker, job, got)
+    # local executor, its controller (the job pid) killed: the kernel's SIGTERM is no user's stop
+    got = decide_stop(["SIGTERM"], False, None, 0, controller_gone=4242)
+    assert got.action == "stop" and "its job process 4242 ended (killed?)" in got.reason
+    assert decide_stop(["SIGTERM"], True, None, 0, controller_gone=4242).action == "cancel"
     # A job already restarted once by Slurm is not "requeued again" by its own restart count.
     assert decide_stop(["SIGTERM"], False, requeued, restarts_at_start=1).action == "cancel"
 
