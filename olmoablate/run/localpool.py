@@ -334,6 +334,10 @@ class LocalPool:
             # (task.die_with_controller) and says how it ended; wait for that word.
             wait_for_trainer(rdir)
         reason = None
+        # submitit waits up to 15 s for a result that a slow shared filesystem may not show yet;
+        # here the job's processes have exited on this machine: a missing result (a killed job)
+        # stays missing, and `submit` would hang that long per killed run.
+        job._results_timeout_s = 1
         try:
             job.result()
         except Exception as err:  # the job raised: keep the exception line as the reason

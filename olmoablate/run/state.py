@@ -568,22 +568,28 @@ _TAIL_BYTES = 1 << 16
 
 
 def last_row_step(run: RunDir) -> int | None:
-    """The step of the last complete row of ``run``'s metrics.jsonl (None: no such row)."""
+    """The step of the last complete row of ``run``'s metrics.jsonl (None: no such row); only
+    its end is read (more while no whole row is in it)."""
     try:
         with open(run.metrics, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _TAIL_BYTES))
-            tail = fh.read()
+            size = fh.seek(0, os.SEEK_END)
+            want = _TAIL_BYTES
+            while True:
+                start = max(0, size - want)
+                fh.seek(start)
+                lines = fh.read().split(b"\n")[:-1]  # after the last newline: torn or empty
+                if start > 0:
+                    lines = lines[1:]  # the first may be cut
+                for line in reversed(lines):
+                    try:
+                        return int(json.loads(line)["step"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                if start == 0:
+                    return None
+                want *= 4
     except OSError:
         return None
-    lines = tail.split(b"\n")[:-1]  # the part after the last newline is torn or empty
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
 
 
 # -- Reconcile. The run's own word wins for `completed`/`diverged` (completion is decided by the
