@@ -80,8 +80,7 @@ class DepthProfile:
 
     @property
     def first_index(self) -> int:
-        """Index of ``ce[0]``: layer 0 is the embeddings' stream; loops count from 1."""
-        return 1 if self.unit == "loop" else 0
+        return metric_names.depth_first_index(self.unit)
 
     @property
     def ce(self) -> list[float]:

@@ -69,6 +69,12 @@ def h_norm_loop(name: str) -> int | None:
     return int(m.group("t")) if m else None
 
 
+def depth_first_index(unit: str) -> int:
+    """The index of a depth profile's first entry: layer 0 is the embeddings' stream (unit
+    ``layer``); loops count from 1 (unit ``loop``)."""
+    return 1 if unit == "loop" else 0
+
+
 def depth_metric(set_name: str, kind: str, i: int | None = None) -> str:
     """A depth-diagnostic name: ``kind`` in DEPTH_KINDS with its index (CE kinds end in " CE"),
     or DEPTH_FIRST without one."""

@@ -42,7 +42,7 @@ class DepthRecord:
     def rows(self) -> list[dict[str, Any]]:
         head = {"run": self.run, "size": self.size, "arm": self.arm, "seed": self.seed,
                 "set": self.set, "step": self.step}  # fmt: skip
-        start = 1 if self.unit == "loop" else 0
+        start = metric_names.depth_first_index(self.unit)
         out = [{**head, "kind": self.unit, "index": i, "value": v}
                for i, v in enumerate(self.ce, start=start)]  # fmt: skip
         out += [{**head, "kind": "da_weight", "index": j, "value": w}
@@ -110,33 +110,10 @@ class ArmProfile:
     da_weight: dict[int, float]
 
     @property
-    def first_index(self) -> int:
-        """Index of ``ce[0]``: layer 0 is the embeddings' stream; loops count from 1."""
-        return 1 if self.unit == "loop" else 0
-
-    @property
     def indices(self) -> list[int]:
-        return list(range(self.first_index, self.first_index + len(self.ce)))
-
-    @property
-    def depth(self) -> int:
-        return self.indices[-1]
-
-    def line(self) -> str:
-        firsts = sorted({f for f in self.first_within if f is not None})
-        where = "/".join(str(f) for f in firsts) if firsts else "n/a"
-        top = ""
-        if self.da_weight:
-            j, w = max(self.da_weight.items(), key=lambda kv: kv[1])
-            top = f"; Depth-Attention weighs {self._name(j)} most ({w:.2f})"
-        return (
-            f"{self.arm} ({self.size}, {self.set}, {len(self.seeds)} seed(s)): final CE "
-            f"{self.ce[-1]:.3f} at {self.unit} {self.depth}; within "
-            f"{metric_names.DEPTH_MARGIN_NATS:g} nats of it from {self.unit} {where}{top}"
-        )
-
-    def _name(self, j: int) -> str:
-        return "the embeddings" if j == 0 else f"layer {j}'s value"
+        """The layer (or loop) index of each entry of ``ce``."""
+        start = metric_names.depth_first_index(self.unit)
+        return list(range(start, start + len(self.ce)))
 
 
 def arm_profiles(records: Sequence[DepthRecord]) -> list[ArmProfile]:
@@ -159,7 +136,3 @@ def arm_profiles(records: Sequence[DepthRecord]) -> list[ArmProfile]:
                        [r.first_within for r in recs], da)  # fmt: skip
         )
     return sorted(out, key=lambda p: (p.size, p.set, p.arm != "baseline", p.arm))
-
-
-def depth_lines(profiles: Sequence[ArmProfile]) -> list[str]:
-    return [p.line() for p in profiles]
